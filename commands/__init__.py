@@ -1,0 +1,1 @@
+"""One module per subcommand: parse flags, call the core, write through formats."""

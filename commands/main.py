@@ -1,0 +1,132 @@
+"""The streamctl command line: builds the typer app and is the one exit point.
+
+Only the standard library and typer are imported here; each subcommand module
+imports the core lazily, and tabulate, watchfiles and pyspark are imported
+only inside the code that uses them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import typer
+
+from streamctl import __version__
+
+# Order is the order `streamctl --help` lists them in.
+COMMANDS = ["produce", "consume", "tail", "stat", "check", "compact", "replay", "window", "join"]
+
+HELP = """\
+A log-based message broker and stream processor that lives in a directory and speaks Unix pipes.
+
+A log is a folder of JSON-lines segment files that cat, grep and jq can read;
+every command reads and writes JSON lines on stdin/stdout so they chain with |.
+"""
+
+EPILOG = """\
+\b
+Examples:
+  seq 3 | streamctl produce orders              # three records, values 1 2 3
+  streamctl consume orders --group billing      # everything billing has not read
+  streamctl stat orders                         # partitions, offsets, group lag
+
+Exit codes: 0 ok, 1 failure, 2 usage, 3 threshold (stat --fail-lag), 65 bad input,
+130 interrupted, 141 the reader closed the pipe. See `man streamctl`.
+"""
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"streamctl {__version__}\n")
+        raise typer.Exit()
+
+
+def build_app() -> typer.Typer:
+    app = typer.Typer(
+        name="streamctl",
+        help=HELP,
+        epilog=EPILOG,
+        rich_markup_mode=None,
+        pretty_exceptions_enable=False,
+        no_args_is_help=True,
+        add_completion=True,
+        context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    )
+
+    @app.callback()
+    def _root(
+        version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                     help="Print the version and exit."),
+    ) -> None:
+        pass
+
+    for name in COMMANDS:
+        try:
+            mod = importlib.import_module(f"streamctl.commands.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"streamctl.commands.{name}":
+                continue  # not built yet
+            raise
+        mod.register(app)
+    return app
+
+
+def _print_error(msg: str) -> None:
+    try:
+        sys.stderr.write(f"streamctl: {msg}\n")
+        sys.stderr.flush()
+    except OSError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    from typer.main import get_command
+
+    # typer vendors click; its exceptions live here.
+    from typer._click import exceptions as click_exc
+
+    from streamctl.errors import ExitCode, StreamctlError
+
+    cmd = get_command(build_app())
+    try:
+        rv = cmd.main(args=argv, prog_name="streamctl", standalone_mode=False)
+        code = rv if isinstance(rv, int) else 0
+    except StreamctlError as e:
+        if e.exit_code != ExitCode.PIPE:
+            _print_error(str(e))
+        code = int(e.exit_code)
+    except click_exc.Exit as e:
+        code = e.exit_code
+    except click_exc.UsageError as e:
+        hint = f"\nTry '{e.ctx.command_path} --help' for help." if e.ctx is not None else ""
+        _print_error(f"{e.format_message()}{hint}")
+        code = ExitCode.USAGE
+    except click_exc.Abort:
+        _print_error("interrupted")
+        code = ExitCode.INTERRUPTED
+    except click_exc.ClickException as e:
+        _print_error(e.format_message())
+        code = e.exit_code
+    except KeyboardInterrupt:
+        _print_error("interrupted")
+        code = ExitCode.INTERRUPTED
+    except BrokenPipeError:
+        code = ExitCode.PIPE
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, OSError):
+        # the reader is gone; keep the interpreter's final flush from complaining
+        try:
+            fd = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(fd, sys.stdout.fileno())
+        except OSError:
+            pass
+        if code == 0:
+            code = ExitCode.PIPE
+    return code
+
+
+def run() -> None:
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""streamctl produce: append records read from files or stdin."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from streamctl.commands.common import example, info
+
+EPILOG = example(
+    "seq 3 | streamctl produce numbers                       # values 1, 2, 3",
+    "streamctl produce orders orders.jsonl --key-field user.id --partitions 4",
+    "printf 'u1:hello\\n' | streamctl produce chat --raw --key-delimiter :",
+    "streamctl consume a | jq -c '.value |= .+1' | streamctl produce b --envelope",
+    "streamctl produce orders in.jsonl --on-error dead-letter=rejected.jsonl --fsync always --echo",
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("produce", epilog=EPILOG)(produce)
+
+
+def produce(
+    log: str = typer.Argument(..., metavar="LOG", help="Log folder (created on first use)."),
+    files: Optional[list[str]] = typer.Argument(None, metavar="[FILE]...", help="Input files; none or - reads stdin."),
+    key_field: Optional[str] = typer.Option(None, "--key-field", metavar="PATH", help="Take the key from this field of the value (dotted path, e.g. user.id)."),
+    key: Optional[str] = typer.Option(None, "--key", metavar="K", help="Use K as the key of every record."),
+    envelope: bool = typer.Option(False, "--envelope", help="Input lines are {\"key\", \"value\", \"headers\"} objects (consume's output fits)."),
+    raw: bool = typer.Option(False, "--raw", help="Input lines are plain text; each becomes a JSON string value."),
+    key_delimiter: Optional[str] = typer.Option(None, "--key-delimiter", metavar="SEP", help="With --raw: split 'key SEP value' at the first SEP (kcat -K)."),
+    partitions: Optional[int] = typer.Option(None, "--partitions", metavar="N", help="Partitions when the log is created (default 1)."),
+    partition: Optional[int] = typer.Option(None, "--partition", metavar="P", help="Append every record to partition P."),
+    segment_bytes: Optional[str] = typer.Option(None, "--segment-bytes", metavar="SIZE", help="Segment size when the log is created (default 16MiB)."),
+    fsync: str = typer.Option("batch", "--fsync", metavar="always|batch|never", help="always: each record is written and fsynced alone; batch: one fsync per write batch and at exit; never: leave it to the OS (still safe against kill -9, not power loss)."),
+    echo: bool = typer.Option(False, "--echo", help="Write the stored records to stdout, once durable."),
+    max_record_bytes: str = typer.Option("1MiB", "--max-record-bytes", metavar="SIZE", help="Reject input lines longer than this."),
+    on_error: str = typer.Option("fail", "--on-error", metavar="fail|skip|dead-letter=FILE", help="Bad input: stop with exit 65 (default), skip and count, or append to FILE."),
+    lock_timeout: Optional[str] = typer.Option(None, "--lock-timeout", metavar="DUR", help="Fail if a partition lock is not free within DUR (default: wait)."),
+    exactly_once: bool = typer.Option(False, "--exactly-once", help="Skip records whose source (log, partition, offset) was already appended (needs --envelope)."),
+    source: Optional[str] = typer.Option(None, "--source", metavar="NAME", help="With --exactly-once: the source log name for envelope lines that carry offset/partition."),
+) -> None:
+    """Append records read from FILEs or stdin to LOG.
+
+    Each input line is a JSON value and becomes a record's value (stored exactly
+    as written, after validation). Blank lines are skipped. On success a one-line
+    summary goes to stderr; stdout stays empty unless --echo.
+    """
+    import os
+    import sys
+
+    from streamctl import log as logmod
+    from streamctl.appender import FSYNC_POLICIES, Appender
+    from streamctl.errors import UsageError
+    from streamctl.formats import inputs
+    from streamctl.names import check_partition
+    from streamctl.producer import Input, ProduceOptions
+    from streamctl.producer import produce as run_produce
+    from streamctl.timeparse import now_ms, parse_duration
+
+    from streamctl.commands.common import parse_size
+
+    if fsync not in FSYNC_POLICIES:
+        raise UsageError(f"--fsync must be one of {', '.join(FSYNC_POLICIES)}, not {fsync!r}")
+    if raw and envelope:
+        raise UsageError("--raw and --envelope cannot be combined")
+    if key_delimiter is not None and not raw:
+        raise UsageError("--key-delimiter needs --raw")
+    if key_delimiter == "":
+        raise UsageError("--key-delimiter must not be empty")
+    if key is not None and key_field is not None:
+        raise UsageError("--key and --key-field cannot be combined")
+    if key_field is not None and (raw or envelope):
+        raise UsageError("--key-field applies to JSON value input (not --raw or --envelope)")
+    if (exactly_once or source) and not envelope:
+        raise UsageError("--exactly-once and --source need --envelope input (records that carry their source)")
+    if source is not None and not exactly_once:
+        raise UsageError("--source needs --exactly-once")
+    dead_letter = None
+    if on_error.startswith("dead-letter="):
+        dead_letter = on_error.split("=", 1)[1]
+        if not dead_letter:
+            raise UsageError("--on-error dead-letter=FILE needs a file name")
+        mode = "dead-letter"
+    elif on_error in ("fail", "skip"):
+        mode = on_error
+    else:
+        raise UsageError(f"--on-error must be fail, skip or dead-letter=FILE, not {on_error!r}")
+    max_bytes = parse_size(max_record_bytes)
+    if max_bytes < 1:
+        raise UsageError("--max-record-bytes must be at least 1")
+    seg_bytes = parse_size(segment_bytes) if segment_bytes else None
+    timeout = parse_duration(lock_timeout) / 1000 if lock_timeout else None
+
+    if raw:
+        decoder = inputs.raw_decoder(key_delimiter, key)
+    elif envelope:
+        decoder = inputs.envelope_decoder(key, source)
+    else:
+        decoder = inputs.value_decoder(key_field, key)
+
+    lg = logmod.open_or_create(log, partitions, seg_bytes, now_ms())
+    if partition is not None:
+        check_partition(partition, lg.partitions)
+
+    opened: list[Input] = []
+    names = files or ["-"]
+    for name in names:
+        if name == "-":
+            opened.append(Input("<stdin>", sys.stdin.fileno()))
+            continue
+        try:
+            opened.append(Input(name, os.open(name, os.O_RDONLY)))
+        except OSError as e:
+            raise UsageError(f"{name}: cannot open: {e.strerror}") from None
+
+    out = None
+    echo_fn = None
+    if echo:
+        from streamctl.formats.writer import Output
+
+        out = Output()
+
+        def echo_fn(lines: list[bytes]) -> None:
+            for ln in lines:
+                out.write(ln)
+            out.flush()
+
+    opts = ProduceOptions(
+        decoder=decoder, partition=partition, max_record_bytes=max_bytes, on_error=mode,
+        dead_letter=dead_letter, per_record=fsync == "always", echo=echo_fn,
+    )
+    with Appender(lg, fsync=fsync, lock_timeout=timeout) as app_:
+        if exactly_once:
+            from streamctl.exactlyonce import Deduper
+
+            deduper = Deduper(lg, app_)
+            opts.dedupe = deduper
+        stats = run_produce(lg, opened, opts, app_)
+    if out is not None:
+        out.flush()
+    parts = sorted(stats.ranges)
+    if parts:
+        shown = ", ".join(f"p{p} {stats.ranges[p][0]}..{stats.ranges[p][1]}" for p in parts[:8])
+        if len(parts) > 8:
+            shown += f", ... ({len(parts)} partitions)"
+    else:
+        shown = "nothing appended"
+    msg = f"produced {stats.records} record(s) to {log}: {shown}"
+    if stats.skipped_duplicates:
+        msg += f"; {stats.skipped_duplicates} duplicate(s) skipped (--exactly-once)"
+    if stats.rejected:
+        where = f" (written to {dead_letter})" if dead_letter else ""
+        msg += f"; {stats.rejected} bad line(s) rejected{where}"
+    info(msg)

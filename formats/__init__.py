@@ -1,0 +1,1 @@
+"""Codecs between records and bytes: stored lines, values, kcat templates, CSV and tables."""

@@ -1,0 +1,140 @@
+"""Decoding produce's input lines: JSON values, envelopes and raw text.
+
+Each decoder takes one input line (bytes, newline stripped) and returns
+(key, value JSON text, headers JSON text or None, source or None), or raises
+BadLine with a reason for the user. Values are validated with orjson and then
+stored exactly as written: splicing the validated bytes is what makes produce
+fast (no re-serialization), and it keeps numbers as the producer wrote them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from streamctl import paths
+
+Decoded = tuple["str | None", bytes, "bytes | None", "tuple[str, int, int] | None"]
+Decoder = Callable[[bytes], Decoded]
+
+_DIGITS = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))
+_BIG = b"0" * 20
+
+
+class BadLine(ValueError):
+    """An input line that cannot become a record; str(e) is the reason."""
+
+
+def _loads(line: bytes) -> Any:
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError as e:
+        msg = str(e)
+        if "UTF-8" in msg or "surrogate" in msg:
+            raise BadLine(f"invalid UTF-8 or lone surrogate: {msg}") from None
+        raise BadLine(f"invalid JSON: {msg}") from None
+    # orjson turns integers beyond 64 bits into floats; refuse rather than round.
+    if _BIG in line.translate(_DIGITS) and _has_big_int(obj):
+        raise BadLine("integer too large (more than 64 bits); quote it as a string")
+    return obj
+
+
+def _has_big_int(obj: Any) -> bool:
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        if isinstance(o, float) and o.is_integer() and abs(o) >= 2**63:
+            return True
+        if isinstance(o, dict):
+            stack.extend(o.values())
+        elif isinstance(o, list):
+            stack.extend(o)
+    return False
+
+
+def coerce_key(k: Any) -> str | None:
+    if k is None or isinstance(k, str):
+        return k
+    if isinstance(k, (bool, int, float)):
+        return orjson.dumps(k).decode()
+    raise BadLine("key must be a string, a number or null, not an object or array")
+
+
+def value_decoder(key_field: str | None, const_key: str | None) -> Decoder:
+    kpath = paths.value_path(key_field) if key_field else None
+
+    def decode(line: bytes) -> Decoded:
+        text = line.strip(b" \t\r")
+        if not text:
+            raise BadLine("empty line (no JSON value)")
+        obj = _loads(text)
+        key = const_key
+        if kpath is not None:
+            key = coerce_key(paths.get(obj, kpath))
+        return key, text, None, None
+
+    return decode
+
+
+def _headers_json(h: Any) -> bytes | None:
+    if h is None:
+        return None
+    if not isinstance(h, dict) or not all(isinstance(v, str) for v in h.values()):
+        raise BadLine("headers must be an object of string values")
+    return orjson.dumps(h) if h else None
+
+
+def envelope_decoder(const_key: str | None, source_name: str | None = None) -> Decoder:
+    def decode(line: bytes) -> Decoded:
+        text = line.strip(b" \t\r")
+        if not text:
+            raise BadLine("empty line (no envelope)")
+        obj = _loads(text)
+        if not isinstance(obj, dict):
+            raise BadLine("an --envelope line must be a JSON object with key and value")
+        if "value" not in obj:
+            raise BadLine("envelope has no \"value\" field")
+        key = coerce_key(obj.get("key")) if const_key is None else const_key
+        source = None
+        src = obj.get("source")
+        if isinstance(src, dict):
+            source = _source_tuple(src.get("log"), src.get("partition"), src.get("offset"))
+        elif source_name is not None and "offset" in obj:
+            source = _source_tuple(source_name, obj.get("partition", 0), obj.get("offset"))
+        return key, orjson.dumps(obj["value"]), _headers_json(obj.get("headers")), source
+
+    return decode
+
+
+def _source_tuple(log: Any, partition: Any, offset: Any) -> tuple[str, int, int]:
+    if not isinstance(log, str) or not log:
+        raise BadLine("source.log must be a non-empty string")
+    for name, v in (("partition", partition), ("offset", offset)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise BadLine(f"source {name} must be a non-negative integer")
+    return log, partition, offset
+
+
+def raw_decoder(key_delimiter: str | None, const_key: str | None) -> Decoder:
+    delim = key_delimiter.encode() if key_delimiter else None
+
+    def decode(line: bytes) -> Decoded:
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        key = const_key
+        if delim is not None:
+            k, sep, v = line.partition(delim)
+            if sep:
+                key, line = _utf8(k), v
+        return key, orjson.dumps(_utf8(line)), None, None
+
+    return decode
+
+
+def _utf8(b: bytes) -> str:
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadLine(f"invalid UTF-8 at byte {e.start}") from None

@@ -1,0 +1,22 @@
+"""Renderings of a stored line for consume/tail: the line itself, its value, or a template."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from streamctl import record
+
+
+def value_line(line: bytes) -> bytes:
+    return record.value_bytes(line) + b"\n"
+
+
+def renderer(value: bool, template: str | None) -> Callable[[bytes], bytes] | None:
+    """None means "the stored line unchanged" (zero-copy passthrough)."""
+    if template is not None:
+        from streamctl.formats.template import compile_template
+
+        return compile_template(template)
+    if value:
+        return value_line
+    return None

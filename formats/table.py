@@ -1,0 +1,71 @@
+"""Rows (lists of dicts) as a table for people, CSV, or JSON lines for scripts."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import orjson
+
+OUTPUTS = ("jsonl", "csv", "table")
+
+
+def _cell(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, (dict, list)):
+        return orjson.dumps(v).decode()
+    return v
+
+
+def flatten(row: dict, prefix: str = "") -> dict:
+    """{"window": {"start": a}} -> {"window.start": a}; lists stay JSON."""
+    out: dict = {}
+    for k, v in row.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, name + "."))
+        else:
+            out[name] = v
+    return out
+
+
+def table(rows: Sequence[dict], columns: Sequence[str] | None = None) -> str:
+    from tabulate import tabulate  # only people-facing output pays for this import
+
+    flat = [flatten(r) for r in rows]
+    cols = list(columns) if columns else _columns(flat)
+    return tabulate([[_cell(r.get(c)) for c in cols] for r in flat], headers=cols, tablefmt="simple",
+                    disable_numparse=True)
+
+
+def _columns(rows: Iterable[dict]) -> list[str]:
+    cols: dict[str, None] = {}
+    for r in rows:
+        for k in r:
+            cols.setdefault(k, None)
+    return list(cols)
+
+
+class CsvWriter:
+    """CSV with a header from the first row's (flattened) fields."""
+
+    def __init__(self) -> None:
+        self.columns: list[str] | None = None
+
+    def rows(self, rows: Iterable[dict]) -> bytes:
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        for r in rows:
+            flat = flatten(r)
+            if self.columns is None:
+                self.columns = list(flat)
+                w.writerow(self.columns)
+            w.writerow([_cell(flat.get(c)) for c in self.columns])
+        return buf.getvalue().encode()
+
+
+def jsonl(row: dict) -> bytes:
+    return orjson.dumps(row) + b"\n"

@@ -1,0 +1,3 @@
+from streamctl.commands.main import run
+
+run()

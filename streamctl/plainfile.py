@@ -1,0 +1,63 @@
+"""A plain `.jsonl` file (or `-`) read as a log: lines are values, offsets are line numbers from 0."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import deque
+from collections.abc import Iterator
+
+import orjson
+
+from streamctl.errors import DataError, UsageError
+
+
+def open_plain(path: str) -> tuple[str, int]:
+    if path == "-":
+        return "<stdin>", sys.stdin.fileno()
+    try:
+        return path, os.open(path, os.O_RDONLY)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot open: {e.strerror}") from None
+
+
+def iter_values(path: str, validate: bool = True) -> Iterator[tuple[int, bytes]]:
+    """(offset, value JSON text) per non-blank line; invalid JSON is a DataError naming the line."""
+    name, fd = open_plain(path)
+    f = os.fdopen(fd, "rb", buffering=1 << 20, closefd=path != "-")
+    n = 0
+    with f:
+        for lineno, line in enumerate(f, 1):
+            text = line.strip(b" \t\r\n")
+            if not text:
+                continue
+            if validate:
+                try:
+                    orjson.loads(text)
+                except orjson.JSONDecodeError as e:
+                    raise DataError(f"{name}:{lineno}: invalid JSON: {e}") from None
+            yield n, text
+            n += 1
+
+
+def select(values: Iterator[tuple[int, bytes]], from_spec: str | None) -> Iterator[tuple[int, bytes]]:
+    """Apply consume's --from to a plain file (times do not apply: it has no ts)."""
+    s = (from_spec or "earliest").strip()
+    if s == "earliest":
+        yield from values
+    elif s == "latest":
+        for _ in values:
+            pass
+    elif s.isdigit():
+        start = int(s)
+        for off, v in values:
+            if off >= start:
+                yield off, v
+    elif s.startswith("-") and s[1:].isdigit():
+        yield from deque(values, maxlen=int(s[1:]))
+    else:
+        raise UsageError(f"--from {from_spec!r}: a plain file has no timestamps; use earliest, latest, OFFSET or -N")
+
+
+def envelope_line(offset: int, value: bytes) -> bytes:
+    return b'{"offset":%d,"partition":0,"key":null,"value":%s}\n' % (offset, value)

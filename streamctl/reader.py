@@ -1,0 +1,188 @@
+"""Reading a partition: its bounds, finding an offset or a time, and streaming its lines.
+
+Readers take no locks. They see only whole lines, hold each segment's file
+descriptor while reading it (so a compaction swap underneath does not change
+what they read), and move to the next segment by offset, not by file name, so a
+merge of segments during compaction neither skips nor repeats a record.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from streamctl import record, segment
+from streamctl.log import Log
+from streamctl.segment import Segment
+
+
+@dataclass
+class PartitionInfo:
+    partition: int
+    first_offset: int
+    next_offset: int
+    segments: int
+    bytes: int
+    first_ts: int | None
+    last_ts: int | None
+
+
+def _first_line(fd: int, end: int) -> bytes | None:
+    found = segment.line_at_or_after(fd, 0, end, end)
+    return found[1] if found else None
+
+
+def _open(seg: Segment) -> tuple[int, int] | None:
+    """(fd, visible end) of a segment, or None if it vanished (retention, compaction)."""
+    try:
+        fd = segment.open_read(seg.path)
+    except FileNotFoundError:
+        return None
+    return fd, segment.visible_end(fd, os.fstat(fd).st_size)
+
+
+def partition_info(log: Log, p: int) -> PartitionInfo:
+    segs = log.segments(p)
+    total = 0
+    first_off = first_ts = last_ts = None
+    next_off = segs[-1].base if segs else 0
+    for seg in segs:
+        opened = _open(seg)
+        if opened is None:
+            continue
+        fd, end = opened
+        try:
+            total += os.fstat(fd).st_size
+            if first_off is None:
+                line = _first_line(fd, end)
+                if line is not None:
+                    first_off, _, first_ts = record.envelope(line)
+        finally:
+            os.close(fd)
+    for seg in reversed(segs):
+        opened = _open(seg)
+        if opened is None:
+            continue
+        fd, end = opened
+        try:
+            line = segment.last_line(fd, end)
+        finally:
+            os.close(fd)
+        if line is not None:
+            off, _, last_ts = record.envelope(line)
+            next_off = max(next_off, off + 1)
+            break
+    if first_off is None:
+        first_off = next_off
+    return PartitionInfo(p, first_off, next_off, len(segs), total, first_ts, last_ts)
+
+
+def count_records(log: Log, p: int) -> int:
+    n = 0
+    for seg in log.segments(p):
+        opened = _open(seg)
+        if opened is None:
+            continue
+        fd, end = opened
+        try:
+            for block in segment.iter_blocks(fd, 0, end):
+                n += block.count(b"\n")
+        finally:
+            os.close(fd)
+    return n
+
+
+def offset_for_time(log: Log, p: int, ts: int) -> int:
+    """Offset of the first record of partition p with ts >= `ts` (or the next offset)."""
+    for seg in log.segments(p):
+        opened = _open(seg)
+        if opened is None:
+            continue
+        fd, end = opened
+        try:
+            last = segment.last_line(fd, end)
+            if last is None or record.envelope(last)[2] < ts:
+                continue
+            pos = segment.bisect(fd, end, segment.ts_key, ts)
+            found = segment.line_at_or_after(fd, pos, end, end)
+            if found is not None:
+                return record.offset_of(found[1])
+        finally:
+            os.close(fd)
+    return partition_info(log, p).next_offset
+
+
+def offset_from_end(log: Log, p: int, n: int) -> int:
+    """Offset of the n-th record from the end of partition p (its first offset if fewer)."""
+    remaining = n
+    for seg in reversed(log.segments(p)):
+        if remaining <= 0:
+            break
+        opened = _open(seg)
+        if opened is None:
+            continue
+        fd, end = opened
+        try:
+            count = sum(b.count(b"\n") for b in segment.iter_blocks(fd, 0, end))
+            if count >= remaining:
+                for idx, (_, line) in enumerate(segment.iter_lines(fd, 0, end)):
+                    if idx == count - remaining:
+                        return record.offset_of(line)
+            remaining -= count
+        finally:
+            os.close(fd)
+    info = partition_info(log, p)
+    return info.next_offset if n <= 0 else info.first_offset
+
+
+def _segment_for(segs: list[Segment], offset: int) -> int:
+    """Index of the last segment whose base <= offset (0 if none)."""
+    idx = 0
+    for i, s in enumerate(segs):
+        if s.base <= offset:
+            idx = i
+        else:
+            break
+    return idx
+
+
+def iter_blocks(log: Log, p: int, start: int, end: int | None) -> Iterator[bytes]:
+    """Blocks of whole stored lines of partition p with offsets in [start, end).
+
+    `end=None` reads to the visible end of the partition as it is when reached.
+    """
+    next_off = start
+    while True:
+        segs = log.segments(p)
+        if not segs:
+            return
+        vanished = False
+        for seg in segs[_segment_for(segs, next_off):]:
+            opened = _open(seg)
+            if opened is None:
+                vanished = True  # deleted or swapped under us: list the folder again
+                break
+            fd, vend = opened
+            try:
+                pos = segment.bisect(fd, vend, segment.offset_key, next_off) if next_off > seg.base else 0
+                for block in segment.iter_blocks(fd, pos, vend):
+                    last_off = record.offset_of(block[block.rfind(b"\n", 0, len(block) - 1) + 1:])
+                    if end is not None and last_off >= end:
+                        kept = [ln for ln in block.splitlines(keepends=True) if record.offset_of(ln) < end]
+                        if kept:
+                            yield b"".join(kept)
+                        return
+                    yield block
+                    next_off = last_off + 1
+            finally:
+                os.close(fd)
+        if vanished:
+            continue
+        if [s.base for s in log.segments(p)] == [s.base for s in segs]:
+            return
+
+
+def iter_lines(log: Log, p: int, start: int, end: int | None) -> Iterator[bytes]:
+    for block in iter_blocks(log, p, start, end):
+        yield from block.splitlines(keepends=True)
