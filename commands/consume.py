@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
-
 from streamctl.commands.common import example, info
 
 EPILOG = example(
@@ -24,17 +21,17 @@ def register(app: typer.Typer) -> None:
 
 def consume(
     log: str = typer.Argument(..., metavar="LOG", help="Log folder, a plain .jsonl file, or - for stdin."),
-    group: Optional[str] = typer.Option(None, "--group", "-g", metavar="G", help="Consumer group: start at its committed offsets and commit what was written."),
-    from_: Optional[str] = typer.Option(None, "--from", metavar="earliest|latest|OFFSET|TIME|-N", help="Where to start (default earliest; with --group its committed offsets). TIME: ISO-8601, @EPOCHMS or -1h. -N: the last N records of each partition."),
-    partition: Optional[int] = typer.Option(None, "--partition", "-p", metavar="P", help="Read only partition P."),
-    max_: Optional[int] = typer.Option(None, "--max", metavar="N", help="Stop after N records."),
+    group: str | None = typer.Option(None, "--group", "-g", metavar="G", help="Consumer group: start at its committed offsets and commit what was written."),
+    from_: str | None = typer.Option(None, "--from", metavar="earliest|latest|OFFSET|TIME|-N", help="Where to start (default earliest; with --group its committed offsets). TIME: ISO-8601, @EPOCHMS or -1h. -N: the last N records of each partition."),
+    partition: int | None = typer.Option(None, "--partition", "-p", metavar="P", help="Read only partition P."),
+    max_: int | None = typer.Option(None, "--max", metavar="N", help="Stop after N records."),
     value: bool = typer.Option(False, "--value", help="Write only each record's value (JSON text)."),
-    fmt: Optional[str] = typer.Option(None, "--format", metavar="TEMPLATE", help="kcat-style template: %o offset, %p partition, %t ts (ms), %T ts (ISO), %k key, %s value, %h headers, %% and \\t \\n escapes."),
+    fmt: str | None = typer.Option(None, "--format", metavar="TEMPLATE", help="kcat-style template: %o offset, %p partition, %t ts (ms), %T ts (ISO), %k key, %s value, %h headers, %% and \\t \\n escapes."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Wait for new records instead of exiting at the end (inotify via watchfiles; polling where inotify is unavailable)."),
-    idle_timeout: Optional[str] = typer.Option(None, "--idle-timeout", metavar="DUR", help="With --follow: stop after DUR in which nothing new was delivered."),
-    exec_: Optional[str] = typer.Option(None, "--exec", metavar="CMD", help="Run CMD (by the shell) for each batch, the batch on its stdin; commit only if it exits 0."),
+    idle_timeout: str | None = typer.Option(None, "--idle-timeout", metavar="DUR", help="With --follow: stop after DUR in which nothing new was delivered."),
+    exec_: str | None = typer.Option(None, "--exec", metavar="CMD", help="Run CMD (by the shell) for each batch, the batch on its stdin; commit only if it exits 0."),
     batch: int = typer.Option(1000, "--batch", metavar="N", help="With --exec: records per batch."),
-    batch_timeout: Optional[str] = typer.Option(None, "--batch-timeout", metavar="DUR", help="With --exec: run a partial batch after DUR without a full one."),
+    batch_timeout: str | None = typer.Option(None, "--batch-timeout", metavar="DUR", help="With --exec: run a partial batch after DUR without a full one."),
     unbuffered: bool = typer.Option(False, "--unbuffered", "-u", help="Flush after every record (automatic on a terminal)."),
 ) -> None:
     """Write LOG's records to stdout and exit at the end of the log.
@@ -85,10 +82,11 @@ def consume(
         return consume_live.run(log, group, from_, partition, max_, value, fmt, follow, idle_timeout,
                                 exec_, batch, batch_timeout, unbuffered)
 
-    from streamctl import consumer
-    from streamctl.errors import BrokenPipe
     from streamctl.formats.records import renderer
     from streamctl.formats.writer import Output
+
+    from streamctl import consumer
+    from streamctl.errors import BrokenPipe
 
     lg = logmod.open_log(log)
     parts = consumer.check_partition_arg(lg, partition)
@@ -106,11 +104,12 @@ def consume(
         raise
 
 
-def _consume_plain(path: str, from_: Optional[str], max_: Optional[int], value: bool, fmt: Optional[str],
+def _consume_plain(path: str, from_: str | None, max_: int | None, value: bool, fmt: str | None,
                    unbuffered: bool) -> None:
-    from streamctl import plainfile
     from streamctl.formats.template import compile_plain_template
     from streamctl.formats.writer import Output
+
+    from streamctl import plainfile
 
     out = Output(unbuffered=True if unbuffered else None)
     tmpl = compile_plain_template(fmt) if fmt is not None else None

@@ -82,10 +82,9 @@ def _print_error(msg: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from typer.main import get_command
-
     # typer vendors click; its exceptions live here.
     from typer._click import exceptions as click_exc
+    from typer.main import get_command
 
     from streamctl.errors import ExitCode, StreamctlError
 

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
-
 from streamctl.commands.common import example, info
 
 EPILOG = example(
@@ -23,22 +20,22 @@ def register(app: typer.Typer) -> None:
 
 def produce(
     log: str = typer.Argument(..., metavar="LOG", help="Log folder (created on first use)."),
-    files: Optional[list[str]] = typer.Argument(None, metavar="[FILE]...", help="Input files; none or - reads stdin."),
-    key_field: Optional[str] = typer.Option(None, "--key-field", metavar="PATH", help="Take the key from this field of the value (dotted path, e.g. user.id)."),
-    key: Optional[str] = typer.Option(None, "--key", metavar="K", help="Use K as the key of every record."),
+    files: list[str] | None = typer.Argument(None, metavar="[FILE]...", help="Input files; none or - reads stdin."),
+    key_field: str | None = typer.Option(None, "--key-field", metavar="PATH", help="Take the key from this field of the value (dotted path, e.g. user.id)."),
+    key: str | None = typer.Option(None, "--key", metavar="K", help="Use K as the key of every record."),
     envelope: bool = typer.Option(False, "--envelope", help="Input lines are {\"key\", \"value\", \"headers\"} objects (consume's output fits)."),
     raw: bool = typer.Option(False, "--raw", help="Input lines are plain text; each becomes a JSON string value."),
-    key_delimiter: Optional[str] = typer.Option(None, "--key-delimiter", metavar="SEP", help="With --raw: split 'key SEP value' at the first SEP (kcat -K)."),
-    partitions: Optional[int] = typer.Option(None, "--partitions", metavar="N", help="Partitions when the log is created (default 1)."),
-    partition: Optional[int] = typer.Option(None, "--partition", metavar="P", help="Append every record to partition P."),
-    segment_bytes: Optional[str] = typer.Option(None, "--segment-bytes", metavar="SIZE", help="Segment size when the log is created (default 16MiB)."),
+    key_delimiter: str | None = typer.Option(None, "--key-delimiter", metavar="SEP", help="With --raw: split 'key SEP value' at the first SEP (kcat -K)."),
+    partitions: int | None = typer.Option(None, "--partitions", metavar="N", help="Partitions when the log is created (default 1)."),
+    partition: int | None = typer.Option(None, "--partition", metavar="P", help="Append every record to partition P."),
+    segment_bytes: str | None = typer.Option(None, "--segment-bytes", metavar="SIZE", help="Segment size when the log is created (default 16MiB)."),
     fsync: str = typer.Option("batch", "--fsync", metavar="always|batch|never", help="always: each record is written and fsynced alone; batch: one fsync per write batch and at exit; never: leave it to the OS (still safe against kill -9, not power loss)."),
     echo: bool = typer.Option(False, "--echo", help="Write the stored records to stdout, once durable."),
     max_record_bytes: str = typer.Option("1MiB", "--max-record-bytes", metavar="SIZE", help="Reject input lines longer than this."),
     on_error: str = typer.Option("fail", "--on-error", metavar="fail|skip|dead-letter=FILE", help="Bad input: stop with exit 65 (default), skip and count, or append to FILE."),
-    lock_timeout: Optional[str] = typer.Option(None, "--lock-timeout", metavar="DUR", help="Fail if a partition lock is not free within DUR (default: wait)."),
+    lock_timeout: str | None = typer.Option(None, "--lock-timeout", metavar="DUR", help="Fail if a partition lock is not free within DUR (default: wait)."),
     exactly_once: bool = typer.Option(False, "--exactly-once", help="Skip records whose source (log, partition, offset) was already appended (needs --envelope)."),
-    source: Optional[str] = typer.Option(None, "--source", metavar="NAME", help="With --exactly-once: the source log name for envelope lines that carry offset/partition."),
+    source: str | None = typer.Option(None, "--source", metavar="NAME", help="With --exactly-once: the source log name for envelope lines that carry offset/partition."),
 ) -> None:
     """Append records read from FILEs or stdin to LOG.
 
@@ -49,16 +46,16 @@ def produce(
     import os
     import sys
 
+    from streamctl.commands.common import parse_size
+    from streamctl.formats import inputs
+
     from streamctl import log as logmod
     from streamctl.appender import FSYNC_POLICIES, Appender
     from streamctl.errors import UsageError
-    from streamctl.formats import inputs
     from streamctl.names import check_partition
     from streamctl.producer import Input, ProduceOptions
     from streamctl.producer import produce as run_produce
     from streamctl.timeparse import now_ms, parse_duration
-
-    from streamctl.commands.common import parse_size
 
     if fsync not in FSYNC_POLICIES:
         raise UsageError(f"--fsync must be one of {', '.join(FSYNC_POLICIES)}, not {fsync!r}")

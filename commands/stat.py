@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
-
 from streamctl.commands.common import example
 
 EPILOG = example(
@@ -22,11 +19,12 @@ def register(app: typer.Typer) -> None:
 def stat(
     log: str = typer.Argument(..., metavar="LOG", help="Log folder."),
     json_: bool = typer.Option(False, "--json", help="One JSON object for scripts instead of tables."),
-    fail_lag: Optional[int] = typer.Option(None, "--fail-lag", metavar="N", help="Exit 3 when any group lags by more than N records."),
+    fail_lag: int | None = typer.Option(None, "--fail-lag", metavar="N", help="Exit 3 when any group lags by more than N records."),
 ) -> None:
     """Show partitions (first/next offset, records, segments, bytes, first/last ts) and group lag."""
-    from streamctl.errors import ThresholdError
     from streamctl.formats.writer import Output
+
+    from streamctl.errors import ThresholdError
     from streamctl.log import open_log
     from streamctl.stats import stat as compute
     from streamctl.timeparse import format_iso

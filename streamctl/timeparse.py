@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from streamctl.errors import UsageError
 
@@ -59,12 +59,12 @@ def parse_iso(text: str) -> int:
     except ValueError:
         raise ValueError(f"not an ISO-8601 time: {text!r}") from None
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     delta = dt - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def parse_time(text: str, now: int | None = None) -> int:
@@ -88,7 +88,7 @@ def parse_time(text: str, now: int | None = None) -> int:
 def format_iso(ms: int) -> str:
     """Epoch ms -> `2026-11-21T10:00:00.123Z` (always UTC, millisecond precision)."""
     secs, rem = divmod(ms, 1000)
-    dt = datetime.fromtimestamp(secs, tz=timezone.utc) if secs >= 0 else _EPOCH + _td(secs)
+    dt = datetime.fromtimestamp(secs, tz=UTC) if secs >= 0 else _EPOCH + _td(secs)
     return dt.strftime("%Y-%m-%dT%H:%M:%S") + f".{rem:03d}Z"
 
 
