@@ -1,0 +1,62 @@
+"""Shared fixtures: run the CLI as a user would, and one SparkSession for every Spark test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "streamctl"]
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PYTHONWARNINGS", None)
+    env.update(extra)
+    return env
+
+
+def run_cli(*args: str, input: bytes | str | None = None, check: bool = False, timeout: float = 120,
+            env: dict[str, str] | None = None, cwd: str | None = None) -> subprocess.CompletedProcess:
+    """Run `streamctl ARGS` in a subprocess; stdout/stderr as bytes."""
+    if isinstance(input, str):
+        input = input.encode()
+    proc = subprocess.run([*CLI, *args], input=input if input is not None else b"", capture_output=True,
+                          timeout=timeout, env=env or cli_env(), cwd=cwd)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"streamctl {' '.join(args)} exited {proc.returncode}: {proc.stderr.decode(errors='replace')}")
+    return proc
+
+
+@pytest.fixture
+def run():
+    return run_cli
+
+
+@pytest.fixture
+def logdir(tmp_path: Path) -> str:
+    return str(tmp_path / "log")
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local SparkSession for the whole test run (start-up is ~6 s)."""
+    pyspark = pytest.importorskip("pyspark", reason="pyspark is installed by scripts/test")
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("streamctl-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    assert pyspark
+    yield session
+    session.stop()
