@@ -82,7 +82,8 @@ def _print_error(msg: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # typer vendors click; its exceptions live here.
+    # typer 0.29 vendors click; its usage errors live here, Exit/Abort in typer.
+    from typer import Abort, Exit
     from typer._click import exceptions as click_exc
     from typer.main import get_command
 
@@ -96,13 +97,16 @@ def main(argv: list[str] | None = None) -> int:
         if e.exit_code != ExitCode.PIPE:
             _print_error(str(e))
         code = int(e.exit_code)
-    except click_exc.Exit as e:
+    except Exit as e:
         code = e.exit_code
+    except click_exc.NoArgsIsHelpError as e:
+        sys.stdout.write(e.ctx.get_help() + "\n" if e.ctx is not None else "")
+        code = 0 if argv == [] or not sys.argv[1:] else ExitCode.USAGE
     except click_exc.UsageError as e:
         hint = f"\nTry '{e.ctx.command_path} --help' for help." if e.ctx is not None else ""
         _print_error(f"{e.format_message()}{hint}")
         code = ExitCode.USAGE
-    except click_exc.Abort:
+    except Abort:
         _print_error("interrupted")
         code = ExitCode.INTERRUPTED
     except click_exc.ClickException as e:

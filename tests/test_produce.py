@@ -1,0 +1,183 @@
+"""produce through the CLI: every input mode, errors, exit codes and the summary."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from conftest import run_cli
+
+
+def read_log(log: str) -> list[dict]:
+    out = run_cli("consume", log, check=True).stdout
+    return [json.loads(x) for x in out.splitlines()]
+
+
+def test_values_round_trip_and_layout(logdir):
+    p = run_cli("produce", logdir, input='{"a":1}\n"two"\n3\n\n[4]\n', check=True)
+    assert p.stdout == b""
+    assert b"produced 4 record(s)" in p.stderr and b"p0 0..3" in p.stderr
+    meta = json.load(open(os.path.join(logdir, "streamctl.json")))
+    assert meta["format"] == 1 and meta["partitions"] == 1 and meta["segment_bytes"] >= 1 << 20
+    assert os.listdir(os.path.join(logdir, "p0")) == ["00000000000000000000.jsonl"]
+    recs = read_log(logdir)
+    assert [r["value"] for r in recs] == [{"a": 1}, "two", 3, [4]]
+    assert [r["offset"] for r in recs] == [0, 1, 2, 3]
+    raw = open(os.path.join(logdir, "p0", "00000000000000000000.jsonl"), "rb").read().splitlines()
+    assert list(json.loads(raw[0])) == ["offset", "partition", "ts", "key", "value"]
+    ts = [r["ts"] for r in recs]
+    assert ts == sorted(ts)
+
+
+def test_value_bytes_kept_as_written(logdir):
+    run_cli("produce", logdir, input='{"b": 1,  "a": 2.50}\n', check=True)
+    line = run_cli("consume", logdir, check=True).stdout
+    assert line.endswith(b'"value":{"b": 1,  "a": 2.50}}\n')
+
+
+def test_key_field_partitions_like_kafka(logdir):
+    from streamctl.partitioner import partition_for_key
+
+    lines = "".join(json.dumps({"user": {"id": f"u{i}"}, "n": i}) + "\n" for i in range(40))
+    run_cli("produce", logdir, "--partitions", "4", "--key-field", "user.id", input=lines, check=True)
+    for r in read_log(logdir):
+        assert r["key"] == r["value"]["user"]["id"]
+        assert r["partition"] == partition_for_key(r["key"], 4)
+    # value.-prefixed path works too; numeric keys become their JSON text
+    run_cli("produce", logdir + "2", "--key-field", "value.n", input='{"n": 7}\n', check=True)
+    assert read_log(logdir + "2")[0]["key"] == "7"
+
+
+def test_constant_key_and_forced_partition(logdir):
+    run_cli("produce", logdir, "--partitions", "3", "--partition", "2", "--key", "k", input="1\n2\n", check=True)
+    recs = read_log(logdir)
+    assert {(r["partition"], r["key"]) for r in recs} == {(2, "k")}
+    p = run_cli("produce", logdir, "--partition", "9", input="1\n")
+    assert p.returncode == 2 and b"partition 9 does not exist" in p.stderr
+
+
+def test_envelope_input_from_consume_output(logdir):
+    src = logdir + "-src"
+    run_cli("produce", src, "--key-field", "id", input='{"id":"a","v":1}\n{"id":"b","v":2}\n', check=True)
+    consumed = run_cli("consume", src, check=True).stdout
+    run_cli("produce", logdir, "--envelope", input=consumed, check=True)
+    a, b = read_log(src), read_log(logdir)
+    assert [(r["key"], r["value"]) for r in a] == [(r["key"], r["value"]) for r in b]
+    run_cli("produce", logdir, "--envelope", input='{"key":"h","value":null,"headers":{"x":"y"}}\n', check=True)
+    last = read_log(logdir)[-1]
+    assert last["value"] is None and last["headers"] == {"x": "y"}
+    bad = run_cli("produce", logdir, "--envelope", input='{"key":"h"}\n')
+    assert bad.returncode == 65 and b"<stdin>:1" in bad.stderr and b"value" in bad.stderr
+
+
+def test_raw_and_key_delimiter(logdir):
+    run_cli("produce", logdir, "--raw", "--key-delimiter", ":", input="u1:hello world\nno-delim\r\n", check=True)
+    recs = read_log(logdir)
+    assert [(r["key"], r["value"]) for r in recs] == [("u1", "hello world"), (None, "no-delim")]
+    assert run_cli("produce", logdir, "--key-delimiter", ":", input="a:b\n").returncode == 2
+
+
+def test_several_files_and_stdin_dash(logdir, tmp_path):
+    f1, f2 = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    f1.write_text("1\n2\n")
+    f2.write_text("3")  # no trailing newline: still a record
+    run_cli("produce", logdir, str(f1), "-", str(f2), input="99\n", check=True)
+    assert [r["value"] for r in read_log(logdir)] == [1, 2, 99, 3]
+    missing = run_cli("produce", logdir, str(tmp_path / "nope.jsonl"))
+    assert missing.returncode == 2 and b"nope.jsonl: cannot open" in missing.stderr
+
+
+def test_bad_input_stops_with_65_and_keeps_earlier_records(logdir, tmp_path):
+    f = tmp_path / "in.jsonl"
+    f.write_text('1\n2\n{"broken"\n4\n')
+    p = run_cli("produce", logdir, str(f))
+    assert p.returncode == 65
+    err = p.stderr.decode()
+    assert err.startswith("streamctl: ") and "in.jsonl:3" in err and "invalid JSON" in err
+    assert "2 record(s) before it were appended" in err
+    assert "Traceback" not in err
+    assert [r["value"] for r in read_log(logdir)] == [1, 2]
+    assert run_cli("check", logdir).returncode == 0
+
+
+def test_on_error_skip_and_dead_letter(logdir, tmp_path):
+    data = b'1\nnot json\n3\n\xff\xfe\n5\n'
+    p = run_cli("produce", logdir, "--on-error", "skip", input=data)
+    assert p.returncode == 0 and b"2 bad line(s) rejected" in p.stderr
+    assert [r["value"] for r in read_log(logdir)] == [1, 3, 5]
+    dl = tmp_path / "dead.jsonl"
+    p = run_cli("produce", logdir, "--on-error", f"dead-letter={dl}", input=data)
+    assert p.returncode == 0
+    dead = [json.loads(x) for x in dl.read_text().splitlines()]
+    assert [(d["input"], d["line"]) for d in dead] == [("<stdin>", 2), ("<stdin>", 4)]
+    assert dead[0]["raw"] == "not json" and "invalid JSON" in dead[0]["reason"]
+    assert "raw_base64" in dead[1]
+    assert run_cli("produce", logdir, "--on-error", "explode", input="1\n").returncode == 2
+
+
+def test_hostile_input_rejected_without_traceback(logdir):
+    cases = {
+        "deep nesting": b"[" * 5000 + b"]" * 5000,
+        "huge integer": b'{"n": 123456789012345678901234567890}',
+        "NaN": b'{"n": NaN}',
+        "invalid UTF-8": b'"\xff"',
+        "lone surrogate": b'"\\ud800"',
+        "over the limit": b'"' + b"x" * 2000 + b'"',
+    }
+    for name, line in cases.items():
+        p = run_cli("produce", logdir, "--max-record-bytes", "1KiB", input=line + b"\n")
+        assert p.returncode == 65, name
+        assert b"Traceback" not in p.stderr and p.stderr.startswith(b"streamctl: <stdin>:1: "), (name, p.stderr)
+    # U+2028 inside a string is not a line break; 64-bit integers are fine
+    ok = run_cli("produce", logdir, input='"a\u2028b"\n{"n": 9223372036854775807}\n'.encode())
+    assert ok.returncode == 0, ok.stderr
+    assert [r["value"] for r in read_log(logdir)] == ["a\u2028b", {"n": 9223372036854775807}]
+
+
+def test_over_limit_line_is_skipped_whole(logdir):
+    data = b"1\n" + b'"' + b"y" * 5000 + b'"\n' + b"3\n"
+    p = run_cli("produce", logdir, "--max-record-bytes", "1KiB", "--on-error", "skip", input=data)
+    assert p.returncode == 0
+    assert [r["value"] for r in read_log(logdir)] == [1, 3]
+
+
+def test_echo_and_fsync_modes(logdir):
+    for mode in ("always", "batch", "never"):
+        p = run_cli("produce", logdir, "--fsync", mode, "--echo", input="1\n2\n", check=True)
+        echoed = [json.loads(x) for x in p.stdout.splitlines()]
+        assert [r["value"] for r in echoed] == [1, 2]
+    assert [r["offset"] for r in read_log(logdir)] == list(range(6))
+    assert run_cli("produce", logdir, "--fsync", "sometimes", input="1\n").returncode == 2
+
+
+def test_segments_roll_at_segment_bytes(logdir):
+    lines = "".join(json.dumps({"i": i, "pad": "x" * 100}) + "\n" for i in range(100))
+    run_cli("produce", logdir, "--segment-bytes", "2KiB", input=lines, check=True)
+    names = sorted(os.listdir(os.path.join(logdir, "p0")))
+    assert len(names) > 3
+    bases = [int(n[:20]) for n in names]
+    recs = read_log(logdir)
+    assert [r["value"]["i"] for r in recs] == list(range(100))
+    # every segment is named by its first offset, and all but the last reached the size
+    for n, b in zip(names, bases, strict=True):
+        first = json.loads(open(os.path.join(logdir, "p0", n), "rb").readline())
+        assert first["offset"] == b
+    for n in names[:-1]:
+        assert os.path.getsize(os.path.join(logdir, "p0", n)) >= 2048
+    # a later produce continues in the active segment with contiguous offsets
+    run_cli("produce", logdir, input="1\n", check=True)
+    assert read_log(logdir)[-1]["offset"] == 100
+
+
+def test_partitions_only_when_creating(logdir):
+    run_cli("produce", logdir, "--partitions", "2", input="1\n", check=True)
+    p = run_cli("produce", logdir, "--partitions", "3", input="1\n")
+    assert p.returncode == 2 and b"already has 2 partitions" in p.stderr
+
+
+def test_not_a_log_folder(tmp_path):
+    d = tmp_path / "other"
+    d.mkdir()
+    (d / "file.txt").write_text("hi")
+    p = run_cli("produce", str(d), input="1\n")
+    assert p.returncode == 1 and b"not a streamctl log" in p.stderr
