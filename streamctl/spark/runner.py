@@ -1,0 +1,190 @@
+"""Run a generated PySpark job in a child process and stream its result lines back.
+
+The job runs as `<this python> job.py` in its own session (process group), so
+Spark's JVM can be stopped with it; its stderr (JVM start-up, log4j, Python
+tracebacks) goes to a temp log file, never to the user's terminal. A failure
+becomes one StreamctlError naming the likely cause (no Java, bad master, a job
+error) with the few relevant lines from that log, which is kept for reading.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from streamctl import stopflag
+from streamctl.errors import ExitCode, Interrupted, StreamctlError
+
+CHUNK = 1 << 20
+
+_RELEVANT = re.compile(
+    r"(Error|Exception|ERROR|FATAL|Caused by|JAVA_GATEWAY|No such file|not found|Cannot|cannot|Could not)")
+
+
+class SparkJobError(StreamctlError):
+    """A Spark job that could not start or failed; the message is for a person."""
+
+
+@dataclass
+class JobRun:
+    """Where a running job lives: its temp folder, script and log."""
+
+    folder: str
+    job_path: str
+    log_path: str
+    keep: bool = False
+
+    def cleanup(self) -> None:
+        if not self.keep:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _env(extra: dict[str, str] | None) -> dict[str, str]:
+    env = dict(os.environ)
+    # Executors (Python workers) must use the same interpreter as the driver.
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    env.setdefault("PYTHONUNBUFFERED", "0")
+    if extra:
+        env.update(extra)
+    return env
+
+
+def _relevant_lines(log_text: str, limit: int = 6) -> list[str]:
+    lines = [ln.rstrip() for ln in log_text.splitlines() if ln.strip()]
+    picked = [ln for ln in lines if _RELEVANT.search(ln) and not ln.lstrip().startswith("at ")]
+    if not picked:
+        picked = lines
+    # de-duplicate, keep the last ones (the cause is usually near the end)
+    seen: set[str] = set()
+    out: list[str] = []
+    for ln in reversed(picked):
+        if ln not in seen:
+            seen.add(ln)
+            out.append(ln[:300])
+        if len(out) >= limit:
+            break
+    out.reverse()
+    return out
+
+
+def explain_failure(log_text: str, returncode: int, master: str | None = None) -> str:
+    """One sentence for the likely cause of a failed job, from its log."""
+    if "JAVA_GATEWAY_EXITED" in log_text or "Java gateway process exited" in log_text:
+        if re.search(r"(java: (command )?not found|JAVA_HOME is not set|java: No such file or directory|No such file or directory.*java)", log_text):
+            return "Spark could not start: no Java runtime found (install Java 17+ or set JAVA_HOME)"
+        if "Master must" in log_text or "Could not parse Master URL" in log_text:
+            return f"Spark could not start: invalid master URL {master!r}" if master else \
+                "Spark could not start: invalid master URL"
+        return "Spark could not start its Java gateway (is Java 17+ installed and JAVA_HOME right?)"
+    if "Could not parse Master URL" in log_text or "Master must either be yarn or start with" in log_text:
+        return f"invalid --master URL {master!r}" if master else "invalid master URL"
+    if "UnsupportedClassVersionError" in log_text:
+        return "Spark needs a newer Java (17 or later)"
+    matches = list(re.finditer(r"^(?:\S+\.)?(\w+(?:Error|Exception)): (.+)$", log_text, re.M))
+    if matches:
+        m = matches[-1]
+        return f"{m.group(1)}: {m.group(2)[:300]}"
+    if returncode < 0:
+        return f"the job was killed by signal {-returncode}"
+    return f"the job exited with status {returncode}"
+
+
+def stream_job(job_text: str, *, env: dict[str, str] | None = None, master: str | None = None,
+               keep_files: bool = False, what: str = "Spark job") -> Iterator[bytes]:
+    """Run the job; yield blocks of whole result lines (each ends with b"\\n") as they arrive.
+
+    Closing the generator early (a closed pipe downstream, Ctrl-C) stops the job
+    and its JVM. Raises SparkJobError when the job fails, Interrupted when the
+    stop flag was set (SIGINT/SIGTERM) while it ran.
+    """
+    folder = tempfile.mkdtemp(prefix="streamctl-spark-")
+    run = JobRun(folder, os.path.join(folder, "job.py"), os.path.join(folder, "spark.log"), keep_files)
+    with open(run.job_path, "w", encoding="utf-8") as f:
+        f.write(job_text)
+    log_fd = os.open(run.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, run.job_path], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log_fd,
+            env=_env(env), cwd=folder, start_new_session=True)
+    except OSError as e:
+        os.close(log_fd)
+        run.cleanup()
+        raise SparkJobError(f"cannot start the {what}: {e.strerror}") from None
+    os.close(log_fd)
+    finished = False
+    try:
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        carry = b""
+        while True:
+            if stopflag.is_set():
+                raise Interrupted("interrupted; the Spark job was stopped")
+            chunk = os.read(fd, CHUNK)
+            if not chunk:
+                break
+            i = chunk.rfind(b"\n")
+            if i < 0:
+                carry += chunk
+                continue
+            block = carry + chunk[: i + 1] if carry else chunk[: i + 1]
+            carry = chunk[i + 1:]
+            yield block
+        rc = proc.wait()
+        finished = True
+        if rc != 0:
+            if rc == ExitCode.PIPE:
+                raise SparkJobError(f"the {what} could not write its output (closed pipe)")
+            run.keep = True
+            with open(run.log_path, encoding="utf-8", errors="replace") as f:
+                log_text = f.read()
+            cause = explain_failure(log_text, rc, master)
+            detail = "\n".join(f"  | {ln}" for ln in _relevant_lines(log_text))
+            raise SparkJobError(
+                f"the {what} failed: {cause}\n{detail}\n  (full Spark log: {run.log_path}; job: {run.job_path})")
+        if carry:
+            raise SparkJobError(f"the {what} ended with a partial line (no newline at the end of its output)")
+    finally:
+        if not finished:
+            _stop(proc)
+        if proc.stdout is not None:
+            proc.stdout.close()
+        run.cleanup()
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop the job's whole process group (the Python driver and its JVM)."""
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_job(job_text: str, write: Callable[[bytes], object], *, env: dict[str, str] | None = None,
+            master: str | None = None, what: str = "Spark job") -> int:
+    """Run the job and pass each block of whole result lines to `write` (e.g. Output.write).
+
+    Returns the number of result lines.
+    """
+    n = 0
+    gen = stream_job(job_text, env=env, master=master, what=what)
+    try:
+        for block in gen:
+            n += block.count(b"\n")
+            write(block)
+    finally:
+        gen.close()
+    return n
