@@ -1,0 +1,277 @@
+"""Reference implementations: what a user would write instead of using streamctl.
+
+Run as `python -m bench.refs NAME ARGS...`; each writes its result as JSON lines to
+stdout (the runner sends it to /dev/null) or to the file named in its args.
+They are written the way a competent user would write them, not strawmen:
+orjson, byte scans where parsing is not needed, one dict pass, vectorised
+DuckDB/Polars queries with explicit schemas.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+HOUR = 3_600_000
+MINUTE = 60_000
+SESSION_GAP = 30 * MINUTE
+
+
+def _lines(files: list[str]) -> Iterator[bytes]:
+    for path in files:
+        with open(path, "rb") as f:
+            tail = b""
+            while chunk := f.read(1 << 20):
+                parts = (tail + chunk).split(b"\n")
+                tail = parts.pop()
+                yield from parts
+            if tail:
+                yield tail
+
+
+def _out():
+    return open(sys.stdout.fileno(), "wb", buffering=1 << 16, closefd=False)
+
+
+# --- produce / consume floors --------------------------------------------------------
+
+def orjson_loop(mode: str, *files: str) -> None:
+    """Parse and re-serialize each line: the floor any JSON-aware tool pays."""
+    import orjson
+
+    loads, dumps = orjson.loads, orjson.dumps
+    with _out() as out:
+        w = out.write
+        if mode == "line":
+            for line in _lines(list(files)):
+                w(dumps(loads(line)) + b"\n")
+        elif mode == "value":
+            for line in _lines(list(files)):
+                w(dumps(loads(line)["value"]) + b"\n")
+        elif mode == "format":  # the `%k %s\n` template
+            for line in _lines(list(files)):
+                r = loads(line)
+                w(b"%s %s\n" % ((r["key"] or "").encode(), dumps(r["value"])))
+        else:
+            raise SystemExit(f"unknown mode {mode}")
+
+
+# --- compaction -----------------------------------------------------------------------
+
+def compact_dict(*files: str) -> None:
+    """Latest line per key with one dict pass and a byte scan for the key (no JSON parse).
+
+    Re-inserting a key moves it to the end, so the dict ends in offset order of each
+    key's last record: the output is the compacted log, tombstones kept.
+    """
+    latest: dict[bytes, bytes] = {}
+    pop = latest.pop
+    for line in _lines(list(files)):
+        i = line.find(b',"key":')
+        j = line.find(b',"value":', i)
+        k = line[i + 7:j]
+        pop(k, None)
+        latest[k] = line
+    with _out() as out:
+        for line in latest.values():
+            out.write(line + b"\n")
+
+
+def compact_dict_snapshot(*files: str) -> None:
+    """replay --compact's reference: as compact_dict, deleted keys left out."""
+    latest: dict[bytes, bytes] = {}
+    pop = latest.pop
+    for line in _lines(list(files)):
+        i = line.find(b',"key":')
+        j = line.find(b',"value":', i)
+        k = line[i + 7:j]
+        pop(k, None)
+        if not line.endswith(b',"value":null}'):
+            latest[k] = line
+    with _out() as out:
+        for line in latest.values():
+            out.write(line + b"\n")
+
+
+def _duck():
+    import duckdb
+
+    con = duckdb.connect()
+    return con
+
+
+def _seg_list(files: tuple[str, ...]) -> str:
+    return "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "]"
+
+
+def compact_duckdb(out: str, *files: str) -> None:
+    con = _duck()
+    con.execute(f"""
+        COPY (
+          SELECT "offset", "partition", ts, "key", "value"
+          FROM read_json({_seg_list(files)}, format='newline_delimited',
+               columns={{"offset": 'BIGINT', "partition": 'INTEGER', ts: 'BIGINT', "key": 'VARCHAR', "value": 'JSON'}})
+          QUALIFY row_number() OVER (PARTITION BY "key" ORDER BY "offset" DESC) = 1
+          ORDER BY "offset"
+        ) TO '{out}' (FORMAT json)
+    """)
+
+
+# --- windows --------------------------------------------------------------------------
+
+def _events_sql(files: tuple[str, ...]) -> str:
+    return (f"read_json({_seg_list(files)}, format='newline_delimited', "
+            "columns={\"key\": 'VARCHAR', \"value\": 'STRUCT(\"time\" BIGINT, amount DOUBLE)'})")
+
+
+def window_duckdb(kind: str, out: str, *files: str) -> None:
+    con = _duck()
+    src = _events_sql(files)
+    if kind == "tumbling":
+        q = f"""
+          SELECT time_bucket(INTERVAL 1 minute, make_timestamp(value.time * 1000)) AS window_start,
+                 "key", count(*) AS count, avg(value.amount) AS avg_amount
+          FROM {src} GROUP BY ALL ORDER BY window_start, "key" """
+    else:
+        q = f"""
+          WITH e AS (SELECT "key", value.time AS t FROM {src}),
+          s AS (SELECT "key", t, CASE WHEN t - lag(t) OVER (PARTITION BY "key" ORDER BY t) <= {SESSION_GAP}
+                                      THEN 0 ELSE 1 END AS new_session FROM e),
+          g AS (SELECT "key", t, sum(new_session) OVER (PARTITION BY "key" ORDER BY t
+                                                        ROWS UNBOUNDED PRECEDING) AS sid FROM s)
+          SELECT "key", min(t) AS start_ms, max(t) + {SESSION_GAP} AS end_ms, count(*) AS count
+          FROM g GROUP BY "key", sid ORDER BY end_ms, "key" """
+    con.execute(f"COPY ({q}) TO '{out}' (FORMAT json)")
+
+
+def window_polars(kind: str, out: str, *files: str) -> None:
+    import polars as pl
+
+    schema = {"key": pl.String, "value": pl.Struct({"time": pl.Int64, "amount": pl.Float64})}
+    lf = pl.scan_ndjson(list(files), schema=schema).select(
+        pl.col("key"), pl.col("value").struct.field("time").alias("t"),
+        pl.col("value").struct.field("amount").alias("amount"))
+    if kind == "tumbling":
+        res = (lf.with_columns((pl.col("t") // MINUTE * MINUTE).alias("start_ms"))
+               .group_by("start_ms", "key").agg(pl.len().alias("count"), pl.col("amount").mean().alias("avg_amount"))
+               .sort("start_ms", "key"))
+    else:
+        res = (lf.sort("key", "t")
+               .with_columns(((pl.col("t") - pl.col("t").shift(1).over("key")) > SESSION_GAP)
+                             .fill_null(True).cum_sum().over("key").alias("sid"))
+               .group_by("key", "sid")
+               .agg(pl.col("t").min().alias("start_ms"), (pl.col("t").max() + SESSION_GAP).alias("end_ms"),
+                    pl.len().alias("count"))
+               .drop("sid").sort("end_ms", "key"))
+    res.collect().write_ndjson(out)
+
+
+def window_python(kind: str, *files: str) -> None:
+    """A plain dict pass keeping every window (what a quick script does)."""
+    import orjson
+
+    loads, dumps = orjson.loads, orjson.dumps
+    if kind == "tumbling":
+        acc: dict[tuple, list] = {}
+        for line in _lines(list(files)):
+            r = loads(line)
+            v = r["value"]
+            k = (v["time"] // MINUTE, r["key"])
+            a = acc.get(k)
+            if a is None:
+                acc[k] = [1, v["amount"]]
+            else:
+                a[0] += 1
+                a[1] += v["amount"]
+        with _out() as out:
+            for (w, key), (n, s) in sorted(acc.items()):
+                out.write(dumps({"window": {"start": w * MINUTE, "end": (w + 1) * MINUTE}, "key": key,
+                                 "count": n, "avg_amount": s / n}) + b"\n")
+    else:
+        open_: dict[str, list] = {}  # key -> [start, last, count]
+        done = []
+        for line in _lines(list(files)):
+            r = loads(line)
+            t = r["value"]["time"]
+            s = open_.get(r["key"])
+            if s is None:
+                open_[r["key"]] = [t, t, 1]
+            elif t - s[1] <= SESSION_GAP:
+                s[1] = t
+                s[2] += 1
+            else:
+                done.append((s[1] + SESSION_GAP, r["key"], s[0], s[2]))
+                open_[r["key"]] = [t, t, 1]
+        done.extend((s[1] + SESSION_GAP, k, s[0], s[2]) for k, s in open_.items())
+        done.sort()
+        with _out() as out:
+            for end, key, start, n in done:
+                out.write(dumps({"window": {"start": start, "end": end}, "key": key, "count": n}) + b"\n")
+
+
+# --- joins ----------------------------------------------------------------------------
+
+def join_python(kind: str, left: str, right: str) -> None:
+    import orjson
+
+    loads, dumps = orjson.loads, orjson.dumps
+    with _out() as out:
+        if kind == "enrich":
+            # left: events log segments dir glob joined by ':', right: profiles segments
+            table = {}
+            for line in _lines(right.split(":")):
+                r = loads(line)
+                if r["value"] is None:
+                    table.pop(r["key"], None)
+                else:
+                    table[r["key"]] = r["value"]
+            for line in _lines(left.split(":")):
+                r = loads(line)
+                k = r["key"]
+                out.write(dumps({"key": k, "left": r["value"], "right": table.get(k)}) + b"\n")
+        else:
+            # searches x clicks on sid, |dt| <= 1h, inner: hash the searches, probe with clicks
+            by_sid: dict[str, list] = {}
+            for line in _lines([left]):
+                s = loads(line)
+                by_sid.setdefault(s["sid"], []).append(s)
+            for line in _lines([right]):
+                c = loads(line)
+                for s in by_sid.get(c["sid"], ()):
+                    if abs(c["time"] - s["time"]) <= HOUR:
+                        out.write(dumps({"key": c["sid"], "left": s, "right": c}) + b"\n")
+
+
+def join_duckdb(kind: str, out: str, left: str, right: str) -> None:
+    con = _duck()
+    if kind == "enrich":
+        cols = "columns={\"offset\": 'BIGINT', \"key\": 'VARCHAR', \"value\": 'JSON'}"
+        q = f"""
+          WITH p AS (SELECT "key", "value" FROM read_json({_seg_list(tuple(right.split(':')))},
+                         format='newline_delimited', {cols})
+                     QUALIFY row_number() OVER (PARTITION BY "key" ORDER BY "offset" DESC) = 1),
+               e AS (SELECT "offset", "key", "value" FROM read_json({_seg_list(tuple(left.split(':')))},
+                         format='newline_delimited', {cols}))
+          SELECT e."key" AS "key", e."value" AS "left", p."value" AS "right"
+          FROM e LEFT JOIN p ON e."key" = p."key" ORDER BY e."offset" """
+    else:
+        q = f"""
+          SELECT s.sid AS "key", s AS "left", c AS "right"
+          FROM read_json('{left}', format='newline_delimited') s
+          JOIN read_json('{right}', format='newline_delimited') c
+            ON s.sid = c.sid AND c.time BETWEEN s.time - {HOUR} AND s.time + {HOUR}"""
+    con.execute(f"COPY ({q}) TO '{out}' (FORMAT json)")
+
+
+def startup_only() -> None:
+    pass
+
+
+def main(argv: list[str]) -> None:
+    name, args = argv[0], argv[1:]
+    fn = globals()[name.replace("-", "_")]
+    fn(*args)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,426 @@
+"""The benchmark runner: options, measuring a command, interleaved runs, tables, targets.
+
+Every number comes from running a real command in a subprocess: wall time with
+perf_counter around it, peak RSS from os.wait4 (Linux folds the peak of every
+waited-for descendant into it, so it is the largest process of the tree: the
+JVM for a Spark run, not the Python driver). Contestants of one workload run
+interleaved (A B C A B C ...) so a noisy neighbour hits all of them alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MB = 1_000_000
+
+
+@dataclass
+class Sample:
+    wall: float
+    rss_kb: int
+    rc: int
+    stderr: str = ""
+
+
+@dataclass
+class Contestant:
+    """One command of a workload. `setup`/`teardown` run around each timed run, untimed."""
+
+    tool: str
+    argv: list[str]
+    subject: bool = False  # a streamctl row (ratios are computed for these)
+    stdin: str | None = None
+    stdout: str | None = os.devnull
+    env: dict[str, str] | None = None
+    setup: Callable[[], None] | None = None
+    teardown: Callable[[], None] | None = None
+    ok_codes: tuple[int, ...] = (0,)
+
+
+@dataclass
+class Row:
+    group: str
+    tool: str
+    records: int | None
+    nbytes: int | None
+    subject: bool
+    walls: list[float] = field(default_factory=list)
+    rss_kb: list[int] = field(default_factory=list)
+    error: str = ""
+    note: str = ""
+
+    @property
+    def wall(self) -> float | None:
+        return statistics.median(self.walls) if self.walls else None
+
+    @property
+    def rss_mb(self) -> float | None:
+        return max(self.rss_kb) * 1024 / MB if self.rss_kb else None
+
+
+@dataclass
+class LatencyRow:
+    group: str
+    tool: str
+    samples_ms: list[float]
+    note: str = ""
+
+    def pct(self, q: float) -> float:
+        s = sorted(self.samples_ms)
+        if not s:
+            return float("nan")
+        k = (len(s) - 1) * q
+        lo = int(k)
+        hi = min(lo + 1, len(s) - 1)
+        return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+@dataclass
+class MemoryRow:
+    command: str
+    rss_mb: dict[str, float | None]  # size label -> peak RSS MB
+    note: str = ""
+
+
+@dataclass
+class Target:
+    issue: str
+    target: str
+    measured: str
+    holds: bool | None  # None: not measured (say why in measured)
+
+
+def measure(argv: list[str], stdin: str | None = None, stdout: str | None = os.devnull,
+            env: dict[str, str] | None = None, timeout: float = 3600) -> Sample:
+    """Run argv once; wall seconds and peak RSS (KiB) of its process tree."""
+    fin = open(stdin, "rb") if stdin else subprocess.DEVNULL
+    fout = open(stdout, "wb") if stdout else subprocess.DEVNULL
+    ferr = tempfile.TemporaryFile()
+    try:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(argv, stdin=fin, stdout=fout, stderr=ferr, env=env)
+        # A blocking wait4 (no polling jitter); a timer kills a runaway run.
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            _, status, ru = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        wall = time.perf_counter() - t0
+        rc = os.waitstatus_to_exitcode(status)
+        proc.returncode = rc
+        ferr.seek(0)
+        err = ferr.read()[-2000:].decode("utf-8", "replace")
+    finally:
+        for f in (fin, fout):
+            if hasattr(f, "close"):
+                f.close()
+        ferr.close()
+    return Sample(wall, ru.ru_maxrss, rc, err)
+
+
+class Bench:
+    """Holds options, datasets and every result of one run."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.quick: bool = args.quick
+        self.records: int = args.records or (50_000 if args.quick else 1_000_000)
+        self.runs: int = args.runs or (1 if args.quick else 3)
+        self.skip_spark: bool = args.skip_spark or (args.quick and not args.spark)
+        self.big_factor: int = 5
+        self.py = sys.executable
+        venv_bin = Path(sys.executable).parent
+        cli = venv_bin / "streamctl"
+        self.streamctl = [str(cli)] if cli.exists() else [self.py, "-m", "streamctl"]
+        self.work = Path(args.work_dir or tempfile.mkdtemp(prefix="streamctl-bench-"))
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.data_root = Path(args.data_dir or Path(tempfile.gettempdir()) / "streamctl-bench-data")
+        self.rows: list[Row] = []
+        self.latency: list[LatencyRow] = []
+        self.memory: list[MemoryRow] = []
+        self.targets: list[Target] = []
+        self.skipped: list[str] = []
+        self.notes: list[str] = []
+        self.tools: dict[str, bool] = {}
+        self._commands: dict[str, bool] = {}
+        from bench.datagen import Datasets
+
+        self.data = Datasets(self)
+
+    # --- helpers for workloads -------------------------------------------------
+    def sc(self, *args: str) -> list[str]:
+        return [*self.streamctl, *args]
+
+    def ref(self, name: str, *args: str) -> list[str]:
+        """A reference implementation from bench/refs.py, run by the same Python."""
+        return [self.py, "-m", "bench.refs", name, *args]
+
+    def env(self) -> dict[str, str]:
+        e = dict(os.environ)
+        e["PYTHONPATH"] = str(ROOT) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+        e.pop("PYTHONWARNINGS", None)
+        return e
+
+    def has_command(self, name: str) -> bool:
+        if name not in self._commands:
+            s = measure(self.sc(name, "--help"))
+            self._commands[name] = s.rc == 0
+        return self._commands[name]
+
+    def skip(self, what: str, why: str) -> None:
+        msg = f"{what}: skipped ({why})"
+        self.skipped.append(msg)
+        say(msg)
+
+    def scratch(self, name: str) -> Path:
+        p = self.work / name
+        if p.exists():
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+        return p
+
+    def compare(self, group: str, contestants: list[Contestant], records: int | None, nbytes: int | None,
+                runs: int | None = None, note: str = "") -> list[Row]:
+        """Run the contestants interleaved `runs` times; add and return their rows."""
+        runs = runs or self.runs
+        rows = [Row(group, c.tool, records, nbytes, c.subject, note=note) for c in contestants]
+        env = self.env()
+        for r in range(runs):
+            for c, row in zip(contestants, rows, strict=True):
+                if row.error:
+                    continue
+                if c.setup:
+                    c.setup()
+                s = measure(c.argv, c.stdin, c.stdout, c.env or env)
+                if c.teardown:
+                    c.teardown()
+                if s.rc not in c.ok_codes:
+                    row.error = f"exit {s.rc}: {s.stderr.strip().splitlines()[-1] if s.stderr.strip() else ''}"
+                    say(f"  {group} / {c.tool}: FAILED {row.error}")
+                    continue
+                row.walls.append(s.wall)
+                row.rss_kb.append(s.rss_kb)
+                say(f"  {group} / {c.tool} run {r + 1}/{runs}: {s.wall:.3f} s, {s.rss_kb / 1024:.0f} MiB")
+        self.rows.extend(rows)
+        return rows
+
+    def row(self, group: str, tool: str) -> Row | None:
+        for r in self.rows:
+            if r.group == group and r.tool == tool and r.walls:
+                return r
+        return None
+
+    def ratio(self, group: str, subject: str, reference: str) -> float | None:
+        """reference wall / subject wall: > 1 means the subject is faster."""
+        a, b = self.row(group, subject), self.row(group, reference)
+        if a is None or b is None:
+            return None
+        return b.wall / a.wall
+
+    def target(self, issue: str, text: str, measured: str, holds: bool | None) -> None:
+        self.targets.append(Target(issue, text, measured, holds))
+
+
+def say(msg: str) -> None:
+    sys.stderr.write(f"bench: {msg}\n")
+    sys.stderr.flush()
+
+
+# --- reporting -------------------------------------------------------------------
+
+def _fmt_rate(n: float | None) -> str:
+    if n is None:
+        return "-"
+    if n >= 1e6:
+        return f"{n / 1e6:.2f}M"
+    if n >= 1e3:
+        return f"{n / 1e3:.0f}k"
+    return f"{n:.0f}"
+
+
+def _ratios(b: Bench, row: Row) -> str:
+    if not row.subject or not row.walls:
+        return ""
+    out = []
+    for other in b.rows:
+        if other.group == row.group and not other.subject and other.walls:
+            out.append(f"{other.wall / row.wall:.2f}x {other.tool}")
+    return ", ".join(out)
+
+
+def main_table(b: Bench) -> tuple[list[str], list[list[str]]]:
+    head = ["workload", "tool", "runs", "median s", "records/s", "MB/s", "peak RSS MB", "speed vs reference (ref s / this s)"]
+    body = []
+    for r in b.rows:
+        if r.error:
+            body.append([r.group, r.tool, "0", "FAILED", "", "", "", r.error[:80]])
+            continue
+        w = r.wall
+        body.append([
+            r.group, r.tool, str(len(r.walls)), f"{w:.3f}" if w < 10 else f"{w:.1f}",
+            _fmt_rate(r.records / w) if r.records else "-",
+            f"{r.nbytes / MB / w:.0f}" if r.nbytes else "-",
+            f"{r.rss_mb:.0f}", _ratios(b, r),
+        ])
+    return head, body
+
+
+def latency_table(b: Bench) -> tuple[list[str], list[list[str]]]:
+    head = ["workload", "tool", "samples", "p50 ms", "p99 ms", "max ms", "note"]
+    body = [[r.group, r.tool, str(len(r.samples_ms)), f"{r.pct(0.5):.2f}", f"{r.pct(0.99):.2f}",
+             f"{max(r.samples_ms):.2f}" if r.samples_ms else "-", r.note] for r in b.latency]
+    return head, body
+
+
+def memory_table(b: Bench) -> tuple[list[str], list[list[str]]]:
+    labels: list[str] = []
+    for m in b.memory:
+        for k in m.rss_mb:
+            if k not in labels:
+                labels.append(k)
+    head = ["command", *[f"peak RSS MB @ {k}" for k in labels], "growth", "note"]
+    body = []
+    for m in b.memory:
+        vals = [m.rss_mb.get(k) for k in labels]
+        growth = f"{vals[-1] / vals[0]:.2f}x" if len(vals) > 1 and vals[0] and vals[-1] else "-"
+        body.append([m.command, *[f"{v:.0f}" if v else "-" for v in vals], growth, m.note])
+    return head, body
+
+
+def targets_table(b: Bench) -> tuple[list[str], list[list[str]]]:
+    head = ["issue", "target", "measured", "holds"]
+    body = [[t.issue, t.target, t.measured, {True: "yes", False: "**NO**", None: "n/a"}[t.holds]]
+            for t in b.targets]
+    return head, body
+
+
+def render(b: Bench, markdown: bool) -> str:
+    from tabulate import tabulate
+
+    fmt = "github" if markdown else "simple"
+    parts = []
+    for title, (head, body) in (("Throughput", main_table(b)), ("Latency", latency_table(b)),
+                                ("Memory: peak RSS vs log length", memory_table(b)),
+                                ("Targets", targets_table(b))):
+        if not body:
+            continue
+        parts.append(f"### {title}\n" if markdown else f"== {title}")
+        parts.append(tabulate(body, head, tablefmt=fmt, disable_numparse=True))
+        parts.append("")
+    if b.skipped:
+        parts.append("Skipped:" if not markdown else "Skipped:\n")
+        parts.extend(f"- {s}" for s in b.skipped)
+        parts.append("")
+    if b.notes:
+        parts.append("Notes:" if not markdown else "Notes:\n")
+        parts.extend(f"- {s}" for s in b.notes)
+        parts.append("")
+    return "\n".join(parts)
+
+
+def machine() -> dict[str, str]:
+    cpu = "?"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    ram = "?"
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal"):
+                ram = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+                break
+    except OSError:
+        pass
+    return {
+        "nproc": str(os.cpu_count()), "cpu": cpu, "ram": ram,
+        "python": platform.python_version(), "kernel": platform.release(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+WORKLOADS = ["startup", "produce", "consume", "group", "tail", "compact", "replay", "window", "join", "memory"]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="scripts/bench",
+        description="Benchmark streamctl against cat, jq, Miller, an orjson loop, DuckDB, Polars and PySpark, "
+                    "in one run on the same seeded data.",
+        epilog="Workloads: " + ", ".join(WORKLOADS) + ".  Example: scripts/bench --quick; "
+               "scripts/bench --only produce,consume --runs 5 --markdown out.md",
+    )
+    ap.add_argument("--quick", action="store_true", help="smoke run: 50k records, 1 run, no Spark (about a minute)")
+    ap.add_argument("--only", metavar="NAME[,NAME]", help="run only these workloads")
+    ap.add_argument("--records", type=int, metavar="N", help="events in the main data set (default 1M; quick 50k)")
+    ap.add_argument("--runs", type=int, metavar="N", help="timed runs per contestant (default 3; quick 1)")
+    ap.add_argument("--skip-spark", action="store_true", help="leave out the Spark engine and PySpark references")
+    ap.add_argument("--spark", action="store_true", help="with --quick: include Spark anyway")
+    ap.add_argument("--markdown", metavar="FILE", help="also write the tables as markdown to FILE")
+    ap.add_argument("--data-dir", metavar="DIR", help="where generated data is cached (default $TMPDIR/streamctl-bench-data)")
+    ap.add_argument("--work-dir", metavar="DIR", help="scratch space (default: a new temp dir, removed at the end)")
+    ap.add_argument("--seed", type=int, default=42, help="generator seed (default 42)")
+    ap.add_argument("--no-install", action="store_true", help="do not install missing reference tools")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import importlib
+
+    args = parse_args(argv)
+    names = WORKLOADS if not args.only else [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        say(f"unknown workload(s): {', '.join(unknown)} (known: {', '.join(WORKLOADS)})")
+        return 2
+    b = Bench(args)
+    from bench.tools import ensure_tools
+
+    ensure_tools(b, install=not args.no_install)
+    m = machine()
+    say(f"{m['nproc']} cores, {m['cpu']}, {m['ram']}, Python {m['python']}; "
+        f"{b.records} records, {b.runs} run(s); work dir {b.work}")
+    t0 = time.perf_counter()
+    try:
+        for name in names:
+            mod = importlib.import_module(f"bench.workloads.{name}")
+            say(f"--- {name}")
+            w0 = time.perf_counter()
+            try:
+                mod.run(b)
+            except Exception as e:  # one broken workload must not lose the others' figures
+                import traceback
+
+                traceback.print_exc()
+                b.skip(name, f"crashed: {type(e).__name__}: {e}")
+            say(f"--- {name} took {time.perf_counter() - w0:.0f} s")
+    finally:
+        if not args.work_dir:
+            shutil.rmtree(b.work, ignore_errors=True)
+    total = time.perf_counter() - t0
+    b.notes.append(f"total bench time {total:.0f} s")
+    sys.stdout.write(render(b, markdown=False) + "\n")
+    if args.markdown:
+        cmd = "scripts/bench " + " ".join(sys.argv[1:] if argv is None else argv)
+        head = (f"Machine: {m['nproc']} cores ({m['cpu']}), {m['ram']} RAM, Python {m['python']}, "
+                f"Linux {m['kernel']}.  \nDate: {m['date']}.  \nCommand: `{cmd.strip()}` "
+                f"({b.records} records, {b.runs} run(s) per contestant, median shown).\n\n")
+        Path(args.markdown).write_text(head + render(b, markdown=True) + "\n")
+        say(f"markdown written to {args.markdown}")
+    return 0
