@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from streamctl import offsets, reader, record, segment
+from streamctl.errors import StorageError
 from streamctl.fsutil import NOFOLLOW, flock, unlock
 from streamctl.log import Log
 
@@ -104,7 +105,10 @@ def check(log: Log, repair: bool = False) -> CheckReport:
             prev_off, prev_ts, torn = _check_segment(seg, p, prev_off, prev_ts, i == len(segs) - 1, report)
             if torn is not None and repair and i == len(segs) - 1:
                 _repair_tail(log, p, seg, report.problems[-1])
-        ends[p] = reader.partition_info(log, p).next_offset
+        try:
+            ends[p] = reader.partition_info(log, p).next_offset
+        except StorageError:
+            ends[p] = 1 << 62  # already reported above, segment by segment
     for g in log.list_groups():
         try:
             committed = offsets.load(log, g)

@@ -92,18 +92,16 @@ def stream(log: Log, pl: Plan, merge: bool, per_line: bool) -> Iterator[Item]:
     if len(parts) == 1 or not merge:
         for p in parts:
             pos = pl.positions[p]
-            for line in reader.iter_lines(log, p, pos.start, pos.end):
-                yield p, record.offset_of(line) + 1, line
+            for off, _ts, line in reader.iter_envelopes(log, p, pos.start, pos.end):
+                yield p, off + 1, line
         return
 
     def keyed(p: int) -> Iterator[tuple[int, int, int, bytes]]:
         pos = pl.positions[p]
-        env = record.envelope
-        for line in reader.iter_lines(log, p, pos.start, pos.end):
-            off, _, ts = env(line)
+        for off, ts, line in reader.iter_envelopes(log, p, pos.start, pos.end):
             yield ts, p, off, line
 
-    for ts, p, off, line in heapq.merge(*(keyed(p) for p in parts)):
+    for _ts, p, off, line in heapq.merge(*(keyed(p) for p in parts)):
         yield p, off + 1, line
 
 

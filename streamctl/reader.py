@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from streamctl import record, segment
+from streamctl.errors import StorageError
 from streamctl.log import Log
 from streamctl.segment import Segment
 
@@ -26,6 +27,11 @@ class PartitionInfo:
     bytes: int
     first_ts: int | None
     last_ts: int | None
+
+
+def corrupt(path: str, pos: int | None, e: Exception) -> StorageError:
+    where = f"{path}: byte {pos}" if pos is not None else path
+    return StorageError(f"{where}: corrupt record ({e}); run `streamctl check` on the log")
 
 
 def _first_line(fd: int, end: int) -> bytes | None:
@@ -57,7 +63,10 @@ def partition_info(log: Log, p: int) -> PartitionInfo:
             if first_off is None:
                 line = _first_line(fd, end)
                 if line is not None:
-                    first_off, _, first_ts = record.envelope(line)
+                    try:
+                        first_off, _, first_ts = record.envelope(line)
+                    except record.BadRecord as e:
+                        raise corrupt(seg.path, 0, e) from None
         finally:
             os.close(fd)
     for seg in reversed(segs):
@@ -70,7 +79,10 @@ def partition_info(log: Log, p: int) -> PartitionInfo:
         finally:
             os.close(fd)
         if line is not None:
-            off, _, last_ts = record.envelope(line)
+            try:
+                off, _, last_ts = record.envelope(line)
+            except record.BadRecord as e:
+                raise corrupt(seg.path, end - len(line), e) from None
             next_off = max(next_off, off + 1)
             break
     if first_off is None:
@@ -152,6 +164,25 @@ def iter_blocks(log: Log, p: int, start: int, end: int | None) -> Iterator[bytes
 
     `end=None` reads to the visible end of the partition as it is when reached.
     """
+    for _path, _pos, block in iter_located_blocks(log, p, start, end):
+        yield block
+
+
+def iter_envelopes(log: Log, p: int, start: int, end: int | None) -> Iterator[tuple[int, int, bytes]]:
+    """(offset, ts, line) per record; a corrupt line is an error naming its segment and byte."""
+    env = record.envelope
+    for path, pos, block in iter_located_blocks(log, p, start, end):
+        for line in block.splitlines(keepends=True):
+            try:
+                off, _, ts = env(line)
+            except record.BadRecord as e:
+                raise corrupt(path, pos, e) from None
+            yield off, ts, line
+            pos += len(line)
+
+
+def iter_located_blocks(log: Log, p: int, start: int, end: int | None) -> Iterator[tuple[str, int, bytes]]:
+    """(segment path, byte position, block) — iter_blocks with where each block came from."""
     next_off = start
     while True:
         segs = log.segments(p)
@@ -164,6 +195,7 @@ def iter_blocks(log: Log, p: int, start: int, end: int | None) -> Iterator[bytes
                 vanished = True  # deleted or swapped under us: list the folder again
                 break
             fd, vend = opened
+            pos = 0
             try:
                 pos = segment.bisect(fd, vend, segment.offset_key, next_off) if next_off > seg.base else 0
                 for block in segment.iter_blocks(fd, pos, vend):
@@ -171,16 +203,29 @@ def iter_blocks(log: Log, p: int, start: int, end: int | None) -> Iterator[bytes
                     if end is not None and last_off >= end:
                         kept = [ln for ln in block.splitlines(keepends=True) if record.offset_of(ln) < end]
                         if kept:
-                            yield b"".join(kept)
+                            yield seg.path, pos, b"".join(kept)
                         return
-                    yield block
+                    yield seg.path, pos, block
+                    pos += len(block)
                     next_off = last_off + 1
+            except record.BadRecord as e:
+                raise corrupt(seg.path, _bad_line_pos(fd, pos, vend), e) from None
             finally:
                 os.close(fd)
         if vanished:
             continue
         if [s.base for s in log.segments(p)] == [s.base for s in segs]:
             return
+
+
+def _bad_line_pos(fd: int, start: int, end: int) -> int | None:
+    """Byte position of the first line from `start` that is not a record (for the error message)."""
+    for pos, line in segment.iter_lines(fd, start, end):
+        try:
+            record.parse(line)
+        except record.BadRecord:
+            return pos
+    return None
 
 
 def iter_lines(log: Log, p: int, start: int, end: int | None) -> Iterator[bytes]:

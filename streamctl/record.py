@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 
+from streamctl.errors import StorageError
+
 _OFFSET = b'{"offset":'
 _PART = b'"partition":'
 _TS = b'"ts":'
@@ -43,8 +45,8 @@ def encode(offset: int, partition: int, ts: int, key_json: bytes, value_json: by
         offset, partition, ts, key_json, value_json, headers_json)
 
 
-class BadRecord(ValueError):
-    """A line that is not a record; the message says why."""
+class BadRecord(StorageError, ValueError):
+    """A stored line that is not a record; the message says why (readers add file and byte)."""
 
 
 def envelope(line: bytes) -> tuple[int, int, int]:

@@ -1,0 +1,136 @@
+"""Property tests for the segment reader, check's torn-tail rule and the offset-file parser."""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamctl import check, offsets, reader, record, segment
+from streamctl import log as logmod
+from streamctl.errors import StorageError
+
+settings.register_profile("ci", deadline=None, max_examples=60)
+settings.load_profile("ci")
+
+values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=20),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
+    max_leaves=8,
+)
+
+
+def make_segment_bytes(vals: list, keys: list) -> list[bytes]:
+    import orjson
+
+    return [record.encode(i, 0, 1000 + i, record.key_json(k), orjson.dumps(v)) for i, (v, k) in enumerate(zip(vals, keys, strict=False))]
+
+
+def new_log(tmp: str) -> logmod.Log:
+    return logmod.open_or_create(tmp, 1, None, 0)
+
+
+@given(vals=st.lists(values, min_size=1, max_size=20), data=st.data())
+def test_any_cut_point_yields_exactly_the_complete_lines_before_it(tmp_path_factory, vals, data):
+    tmp = str(tmp_path_factory.mktemp("cut"))
+    keys = data.draw(st.lists(st.none() | st.text(max_size=5), min_size=len(vals), max_size=len(vals)))
+    lines = make_segment_bytes(vals, keys)
+    blob = b"".join(lines)
+    cut = data.draw(st.integers(0, len(blob)))
+    lg = new_log(tmp)
+    with open(os.path.join(lg.partition_dir(0), segment.segment_name(0)), "wb") as f:
+        f.write(blob[:cut])
+    got = list(reader.iter_lines(lg, 0, 0, None))
+    expect, pos = [], 0
+    for ln in lines:
+        if pos + len(ln) <= cut:
+            expect.append(ln)
+        pos += len(ln)
+    assert got == expect
+    rep = check.check(lg)
+    torn = cut not in {sum(len(x) for x in lines[:i]) for i in range(len(lines) + 1)}
+    assert rep.ok == (not torn)
+    if torn:
+        assert "torn tail" in rep.problems[0].reason
+        assert check.check(lg, repair=True).ok
+        assert check.check(lg).ok
+        assert list(reader.iter_lines(lg, 0, 0, None)) == expect
+
+
+@given(n=st.integers(1, 10), garbage=st.binary(min_size=1, max_size=40).filter(lambda b: b"\n" not in b))
+def test_garbage_after_valid_records_is_a_torn_tail(tmp_path_factory, n, garbage):
+    tmp = str(tmp_path_factory.mktemp("torn"))
+    lg = new_log(tmp)
+    lines = make_segment_bytes(list(range(n)), [None] * n)
+    with open(os.path.join(lg.partition_dir(0), segment.segment_name(0)), "wb") as f:
+        f.write(b"".join(lines) + garbage)
+    rep = check.check(lg)
+    assert not rep.ok and rep.problems[0].repairable and "torn tail" in rep.problems[0].reason
+    assert rep.problems[0].byte == len(b"".join(lines))
+
+
+@given(n=st.integers(1, 10), garbage=st.binary(min_size=1, max_size=40).filter(lambda b: b"\n" not in b), at=st.data())
+def test_garbage_followed_by_valid_records_is_corruption(tmp_path_factory, n, garbage, at):
+    tmp = str(tmp_path_factory.mktemp("corrupt"))
+    lg = new_log(tmp)
+    lines = make_segment_bytes(list(range(n + 1)), [None] * (n + 1))
+    i = at.draw(st.integers(0, n - 1))
+    bad = lines[:i] + [garbage + b"\n"] + lines[i:]
+    with open(os.path.join(lg.partition_dir(0), segment.segment_name(0)), "wb") as f:
+        f.write(b"".join(bad))
+    rep = check.check(lg, repair=True)
+    assert not rep.ok
+    p = rep.problems[0]
+    assert "corrupt record" in p.reason and not p.repairable and not p.repaired
+    assert p.byte == len(b"".join(lines[:i]))
+
+
+@given(raw=st.binary(max_size=200))
+def test_offset_parser_gives_offsets_or_a_clear_error(raw):
+    try:
+        got = offsets.parse_offsets(raw, 4, "g.json")
+    except offsets.OffsetFileError as e:
+        assert str(e).startswith("g.json: ")
+    else:
+        assert all(0 <= p < 4 and isinstance(o, int) and o >= 0 for p, o in got.items())
+
+
+@given(offs=st.dictionaries(st.integers(0, 3), st.integers(0, 2**62), max_size=4))
+def test_offset_file_round_trip(offs):
+    assert offsets.parse_offsets(offsets.encode("g", offs), 4) == offs
+
+
+def test_bisect_finds_offsets_and_times(tmp_path):
+    lg = new_log(str(tmp_path / "b"))
+    import orjson
+
+    lines = [record.encode(o, 0, 1000 + o // 3, b"null", orjson.dumps("x" * (o % 50))) for o in range(0, 3000, 2)]
+    path = os.path.join(lg.partition_dir(0), segment.segment_name(0))
+    with open(path, "wb") as f:
+        f.write(b"".join(lines))
+    fd = os.open(path, os.O_RDONLY)
+    end = os.fstat(fd).st_size
+    starts = {}
+    pos = 0
+    for ln in lines:
+        starts[record.offset_of(ln)] = pos
+        pos += len(ln)
+    for target in [0, 1, 2, 777, 778, 2998, 2999, 5000]:
+        expect = next((starts[o] for o in sorted(starts) if o >= target), end)
+        assert segment.bisect(fd, end, segment.offset_key, target) == expect
+    os.close(fd)
+    assert reader.offset_for_time(lg, 0, 1000 + 500) == 1500
+    assert reader.offset_from_end(lg, 0, 3) == 2994
+
+
+def test_meta_validation(tmp_path):
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "streamctl.json").write_text('{"format": 2, "partitions": 1}')
+    try:
+        logmod.open_log(str(d))
+    except StorageError as e:
+        assert "unsupported format" in str(e)
+    else:
+        raise AssertionError("format 2 accepted")
