@@ -1,0 +1,60 @@
+"""consume --follow / --exec: the live half of `streamctl consume` (dispatched from consume.py).
+
+Decisions (also in docs/readme-live.md):
+- Following commits after every flush of stdout, so a kill -9 repeats at most
+  one output buffer (64 KiB on a pipe, one record on a terminal).
+- With --group, members split the partitions (flock claims in LOG/groups/);
+  a member that starts or dies makes the others rebalance within ~0.5 s.
+- --exec with --follow and no --batch-timeout waits at most 1s for a full batch.
+- SIGINT: stop, flush, commit what was written, exit 130. SIGTERM: same, exit 0.
+"""
+
+from __future__ import annotations
+
+from streamctl.commands.common import info
+
+FOLLOW_BATCH_TIMEOUT = 1.0
+
+
+def run(log: str, group: str | None, from_: str | None, partition: int | None, max_: int | None,
+        value: bool, fmt: str | None, follow: bool, idle_timeout: str | None, exec_: str | None,
+        batch: int, batch_timeout: str | None, unbuffered: bool) -> None:
+    from streamctl.formats.records import renderer
+    from streamctl.formats.writer import Output
+
+    from streamctl import consumer, stopflag
+    from streamctl import log as logmod
+    from streamctl.errors import Interrupted, UsageError
+    from streamctl.live import LiveOptions, PrintSink, consume_live
+    from streamctl.timeparse import parse_duration
+
+    if exec_ is not None and not exec_.strip():
+        raise UsageError("--exec needs a command")
+    idle = parse_duration(idle_timeout) / 1000 if idle_timeout else None
+    btimeout = parse_duration(batch_timeout) / 1000 if batch_timeout else None
+    if btimeout is None and exec_ is not None and follow:
+        btimeout = FOLLOW_BATCH_TIMEOUT
+    lg = logmod.open_log(log)
+    parts = consumer.check_partition_arg(lg, partition)
+    render = renderer(value, fmt)
+    committer = consumer.Committer(lg, group, interval=0.0)
+    if exec_ is not None:
+        from streamctl.execbatch import ExecBatcher
+
+        sink = ExecBatcher(exec_, batch, btimeout, committer, render, group)
+    else:
+        out = Output(unbuffered=True if unbuffered else None)
+        sink = PrintSink(out, render, committer, per_line=max_ is not None and len(parts) > 1)
+    wake = 0.2
+    for t in (idle, btimeout):
+        if t is not None:
+            wake = max(0.001, min(wake, t / 4))
+    opts = LiveOptions(parts, group, from_, follow, max_, idle, wake_every=wake)
+    stopflag.install()
+    res = consume_live(lg, opts, sink, committer, info)
+    if res.stopped_by is not None:
+        import signal
+
+        if res.stopped_by == signal.SIGINT:
+            raise Interrupted("interrupted; offsets of the records written were committed"
+                              if group else "interrupted")

@@ -1,0 +1,76 @@
+"""streamctl tail: the last N records of a log, then (with -f) every new one as it is appended."""
+
+from __future__ import annotations
+
+import typer
+from streamctl.commands.common import example
+
+EPILOG = example(
+    "streamctl tail orders                                # last 10 records, all partitions",
+    "streamctl tail orders -n 50 --partition 2            # last 50 of partition 2",
+    "streamctl tail -f orders | jq -c 'select(.value.amount > 100)'",
+    "streamctl tail -f -n 0 orders --value                # only new values, as they arrive",
+    "streamctl tail --follow orders --format '%T p%p@%o %k %s\\n'",
+    "streamctl tail -n 5 events.jsonl                     # a plain file works too",
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("tail", epilog=EPILOG)(tail)
+
+
+def tail(
+    log: str = typer.Argument(..., metavar="LOG", help="Log folder (or a plain .jsonl file)."),
+    lines: int = typer.Option(10, "--lines", "-n", metavar="N", help="How many of the last records to print first (merged across partitions)."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Then print every new record as it is appended, until Ctrl-C (inotify via watchfiles; polling every 10 ms where inotify is unavailable or STREAMCTL_FORCE_POLLING=1)."),
+    partition: int | None = typer.Option(None, "--partition", "-p", metavar="P", help="Only partition P."),
+    value: bool = typer.Option(False, "--value", help="Print only each record's value (JSON text)."),
+    fmt: str | None = typer.Option(None, "--format", metavar="TEMPLATE", help="kcat-style template: %o offset, %p partition, %t ts (ms), %T ts (ISO), %k key, %s value, %h headers, %% and \\t \\n escapes."),
+) -> None:
+    """Print the last N records of LOG (default 10), then with -f every new record.
+
+    The last N are taken across all partitions and printed in (ts, partition,
+    offset) order; new records are printed as they arrive (merged by ts within
+    what one wake-up finds). tail never commits offsets. It keeps following
+    across segment rolls and while compaction or retention rewrites or deletes
+    segments beside it. Ctrl-C ends it with exit 130, SIGTERM with exit 0.
+    """
+    from streamctl import log as logmod
+    from streamctl.errors import UsageError
+
+    if value and fmt is not None:
+        raise UsageError("--value and --format cannot be combined")
+    if lines < 0:
+        raise UsageError("-n must not be negative")
+    if log == "-" or not logmod.is_log(log):
+        import os
+
+        if log != "-" and os.path.isdir(log):
+            raise UsageError(f"{log}: not a streamctl log (no streamctl.json)")
+        if log != "-" and not os.path.exists(log):
+            raise UsageError(f"{log}: no such log or file")
+        if follow or partition not in (None, 0):
+            raise UsageError("-f and --partition need a log, not a plain file (use tail -f FILE)")
+        from streamctl.commands.consume import _consume_plain
+
+        return _consume_plain(log, f"-{lines}" if lines else "latest", None, value, fmt, False)
+
+    from streamctl.formats.records import renderer
+    from streamctl.formats.writer import Output
+
+    from streamctl import consumer, stopflag
+    from streamctl.errors import Interrupted
+    from streamctl.live import tail_log
+
+    lg = logmod.open_log(log)
+    parts = consumer.check_partition_arg(lg, partition)
+    out = Output()
+    render = renderer(value, fmt)
+    if follow:
+        stopflag.install()
+    sig = tail_log(lg, parts, lines, follow, render, out.write, out.flush)
+    if sig is not None:
+        import signal
+
+        if sig == signal.SIGINT:
+            raise Interrupted("interrupted")

@@ -1,0 +1,451 @@
+"""Following partitions as they grow: the reader behind `tail -f` and `consume --follow`.
+
+A `PartitionCursor` keeps the active segment's file descriptor and the byte
+position of the next record, so a wake-up costs one fstat and one pread of
+the new bytes: no listing, no bisecting. Only when its segment stops growing
+does it list the partition folder, and it moves to the next segment by offset
+(like `reader.iter_blocks`), so a roll, a compaction swap or merge, or
+retention deleting old segments neither skips nor repeats a record. A
+segment that shrinks under the cursor (a repair, a rewrite) is detected and
+the position is found again by offset.
+
+`Follower` polls several cursors and merges what each poll found in
+(ts, partition, offset) order. Across polls the order is arrival order: a
+live merge cannot wait for a quiet partition.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from streamctl import offsets, record, segment, stopflag
+from streamctl.consumer import Committer, plan, stream
+from streamctl.errors import BrokenPipe
+from streamctl.follow import Waiter
+from streamctl.log import Log
+from streamctl.membership import Membership
+from streamctl.reader import _segment_for
+
+if TYPE_CHECKING:
+    from streamctl.formats.writer import Output
+
+# Bytes read per partition per poll: bounds memory when a follower is far behind.
+POLL_BYTES = 1 << 20
+
+Item = tuple[int, int, bytes]  # (partition, next offset after it, one line or a block of lines)
+
+
+def _last_offset(block: bytes) -> int:
+    return record.offset_of(block[block.rfind(b"\n", 0, len(block) - 1) + 1:])
+
+
+class PartitionCursor:
+    """Reads partition p from `next_offset` on, as far as it is visible now."""
+
+    def __init__(self, log: Log, p: int, next_offset: int) -> None:
+        self.log = log
+        self.p = p
+        self.next_offset = next_offset
+        self.fd = -1
+        self.ino = -1
+        self.base = -1
+        self.pos = 0  # byte position in fd where the record at next_offset starts
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+        self.fd = -1
+
+    def poll(self, limit: int = POLL_BYTES) -> list[bytes]:
+        """Blocks of whole lines newly visible (about `limit` bytes at most)."""
+        out: list[bytes] = []
+        got = 0
+        if self.fd >= 0:
+            got = self._read_open(out, limit)
+            if got:
+                return out
+            if not self._moved_on():
+                return out
+            got = self._read_open(out, limit)  # what was written just before the roll
+            self.close()
+            if got >= limit:
+                return out
+        self._read_listed(out, limit - got)
+        return out
+
+    def _read_open(self, out: list[bytes], limit: int) -> int:
+        size = os.fstat(self.fd).st_size
+        if size < self.pos:
+            # The file shrank under us (repair, rewrite): find our offset again by listing.
+            self.close()
+            return 0
+        got = 0
+        while self.pos < size and got < limit:
+            buf = os.pread(self.fd, min(segment.CHUNK, size - self.pos), self.pos)
+            if not buf:
+                break
+            i = buf.rfind(b"\n")
+            if i < 0:
+                if len(buf) >= size - self.pos:
+                    break  # a line still being written; it becomes visible with its \n
+                # one line longer than a chunk: read it whole
+                end = segment.visible_end(self.fd, size)
+                if end <= self.pos:
+                    break
+                buf = os.pread(self.fd, end - self.pos, self.pos)
+                i = len(buf) - 1
+            block = buf[: i + 1]
+            self.pos += len(block)
+            got += len(block)
+            # Records below next_offset can appear only after a rewrite; drop them.
+            if record.offset_of(block) < self.next_offset:
+                block = b"".join(ln for ln in block.splitlines(keepends=True)
+                                 if record.offset_of(ln) >= self.next_offset)
+                if not block:
+                    continue
+            out.append(block)
+            self.next_offset = _last_offset(block) + 1
+        return got
+
+    def _moved_on(self) -> bool:
+        """True when appends no longer go to our file: a newer segment, or ours was replaced."""
+        segs = self.log.segments(self.p)
+        if not segs:
+            return True
+        last = segs[-1]
+        if last.base != self.base:
+            return True
+        try:
+            st = os.stat(last.path, follow_symlinks=False)
+        except FileNotFoundError:
+            return True
+        return st.st_ino != self.ino
+
+    def _read_listed(self, out: list[bytes], limit: int) -> None:
+        """Find next_offset by listing the folder; read on, keeping the last segment open."""
+        got = 0
+        for _attempt in range(100):
+            segs = self.log.segments(self.p)
+            if not segs:
+                return
+            vanished = False
+            for i in range(_segment_for(segs, self.next_offset), len(segs)):
+                seg = segs[i]
+                try:
+                    fd = segment.open_read(seg.path)
+                except FileNotFoundError:
+                    vanished = True  # deleted or swapped under us: list again
+                    break
+                self.close()
+                vend = segment.visible_end(fd, os.fstat(fd).st_size)
+                pos = 0
+                if self.next_offset > seg.base:
+                    pos = segment.bisect(fd, vend, segment.offset_key, self.next_offset)
+                self.fd, self.ino, self.base, self.pos = fd, os.fstat(fd).st_ino, seg.base, pos
+                got += self._read_open(out, limit - got)
+                if got >= limit:
+                    return  # stay on this segment; the next poll goes on from here
+                if i < len(segs) - 1:
+                    self.close()
+            if vanished or self.fd < 0:
+                continue
+            if not self._moved_on():
+                return  # we are on the active segment, at its visible end
+            # A roll or swap happened while we read: take what was written before it, list again.
+            got += self._read_open(out, limit - got)
+            self.close()
+            if got >= limit:
+                return
+
+
+class Follower:
+    """Cursors over several partitions; each poll returns what is new, merged by (ts, p, offset)."""
+
+    def __init__(self, log: Log, positions: dict[int, int] | None = None) -> None:
+        self.log = log
+        self.cursors: dict[int, PartitionCursor] = {}
+        for p, off in (positions or {}).items():
+            self.add(p, off)
+
+    def add(self, p: int, next_offset: int) -> None:
+        self.remove(p)
+        self.cursors[p] = PartitionCursor(self.log, p, next_offset)
+
+    def remove(self, p: int) -> None:
+        cur = self.cursors.pop(p, None)
+        if cur is not None:
+            cur.close()
+
+    def positions(self) -> dict[int, int]:
+        return {p: c.next_offset for p, c in self.cursors.items()}
+
+    def close(self) -> None:
+        for c in self.cursors.values():
+            c.close()
+        self.cursors.clear()
+
+    def poll(self, per_line: bool, limit: int = POLL_BYTES) -> list[Item]:
+        found = [(p, blocks) for p in sorted(self.cursors) if (blocks := self.cursors[p].poll(limit))]
+        if not found:
+            return []
+        if len(found) == 1 and not per_line:
+            p, blocks = found[0]
+            return [(p, _last_offset(b) + 1, b) for b in blocks]
+        if len(found) == 1:
+            p, blocks = found[0]
+            return [(p, record.offset_of(ln) + 1, ln) for b in blocks for ln in b.splitlines(keepends=True)]
+        return list(merge_lines((p, blocks) for p, blocks in found))
+
+
+def merge_lines(parts: Iterator[tuple[int, list[bytes]]]) -> Iterator[Item]:
+    """Lines of several partitions (each in offset order) merged by (ts, partition, offset)."""
+
+    def keyed(p: int, blocks: list[bytes]) -> Iterator[tuple[int, int, int, bytes]]:
+        env = record.envelope
+        for b in blocks:
+            for ln in b.splitlines(keepends=True):
+                off, _, ts = env(ln)
+                yield ts, p, off, ln
+
+    for _ts, p, off, ln in heapq.merge(*(keyed(p, blocks) for p, blocks in parts)):
+        yield p, off + 1, ln
+
+
+# ---------------------------------------------------------------------------
+# The consume --follow / --exec driver: history first (merged exactly), then live.
+
+
+class Sink(Protocol):
+    """Where consumed records go: stdout (PrintSink) or batches for a command (execbatch)."""
+
+    per_line: bool
+
+    def put(self, p: int, next_offset: int, data: bytes) -> int:
+        """Take one item; returns how many records it held."""
+        ...
+
+    def sync(self) -> None:
+        """Deliver what was put (flush), and commit what is delivered."""
+        ...
+
+    def tick(self) -> None:
+        """Called on every wake-up (batch timeouts)."""
+        ...
+
+    def idle(self) -> bool:
+        """True when nothing taken is held back undelivered (partitions may be released)."""
+        ...
+
+    def finish(self, normal: bool) -> None:
+        """The end: deliver what is pending if `normal` (not stopped by a signal), commit."""
+        ...
+
+
+class PrintSink:
+    """Records to stdout through the one Output; commits every flush (a kill -9 repeats one buffer at most)."""
+
+    def __init__(self, out: Output, render: Callable[[bytes], bytes] | None, committer: Committer,
+                 per_line: bool) -> None:
+        self.out = out
+        self.render = render
+        self.committer = committer
+        self.per_line = per_line or render is not None
+
+    def put(self, p: int, next_offset: int, data: bytes) -> int:
+        n = 1 if self.per_line else data.count(b"\n")
+        self.committer.queued(p, next_offset)
+        if self.out.write(data if self.render is None else self.render(data)):
+            self.committer.flushed()
+        return n
+
+    def sync(self) -> None:
+        self.out.flush()
+        self.committer.flushed()
+        self.committer.commit()
+
+    def tick(self) -> None:
+        pass
+
+    def idle(self) -> bool:
+        return self.out.pending() == 0
+
+    def finish(self, normal: bool) -> None:
+        self.sync()
+
+
+@dataclass
+class LiveOptions:
+    partitions: list[int]
+    group: str | None
+    from_spec: str | None
+    follow: bool
+    max_records: int | None = None
+    idle_timeout: float | None = None  # seconds
+    wake_every: float = 0.2  # the longest sleep between checks (batch and idle timeouts)
+    rebalance_every: float = 0.5
+
+
+@dataclass
+class LiveResult:
+    records: int = 0
+    stopped_by: int | None = None  # the signal that stopped it
+    notices: list[str] = field(default_factory=list)
+
+
+def _start_for(log: Log, p: int, group: str | None, from_spec: str | None, notices: list[str]) -> int:
+    """Where a partition claimed while following starts: the group's committed offset wins."""
+    committed = offsets.load(log, group) if group else {}
+    pl = plan(log, [p], None if p in committed else from_spec, group, follow=True)
+    notices.extend(pl.notices)
+    return pl.positions[p].start
+
+
+def consume_live(log: Log, opts: LiveOptions, sink: Sink, committer: Committer,
+                 say: Callable[[str], None]) -> LiveResult:
+    """Run a consume with --follow and/or through a sink that batches; honours the stop flag."""
+    res = LiveResult()
+    members = Membership(log, opts.group, opts.partitions) if opts.group else None
+    follower = Follower(log)
+    waiter: Waiter | None = None
+    try:
+        if members is None:
+            held = list(opts.partitions)
+        elif opts.follow:
+            held = sorted(members.rebalance().claimed)
+        else:
+            held = members.claim_free()
+        if members is not None and len(held) < len(opts.partitions):
+            busy = sorted(set(opts.partitions) - set(held))
+            say(f"group {opts.group}: partition(s) {_ranges(busy)} read by other members"
+                + ("; taking them over when they are free" if opts.follow else "; not read by this run"))
+        if opts.follow:
+            # Start watching before reading history so nothing appended meanwhile waits for a timeout.
+            waiter = Waiter(log.path, max_wait=opts.wake_every)
+        pl = plan(log, held, opts.from_spec, opts.group)
+        for note in pl.notices:
+            say(note)
+        limit = opts.max_records
+        done = False
+        for p, nxt, data in stream(log, pl, merge=True, per_line=sink.per_line or limit is not None):
+            if stopflag.is_set():
+                break
+            res.records += sink.put(p, nxt, data)
+            if limit is not None and res.records >= limit:
+                done = True
+                break
+        if not opts.follow or done or stopflag.is_set():
+            sink.finish(normal=not stopflag.is_set())
+            res.stopped_by = stopflag.signum()
+            return res
+        sink.sync()
+        for p, pos in pl.positions.items():
+            follower.add(p, pos.end if pos.end is not None and pos.end > pos.start else pos.start)
+        _follow(log, opts, sink, committer, members, follower, waiter, res, say)
+        res.stopped_by = stopflag.signum()
+        return res
+    except BrokenPipe:
+        committer.commit()
+        raise
+    finally:
+        follower.close()
+        if waiter is not None:
+            waiter.close()
+        if members is not None:
+            members.close()
+
+
+def _follow(log: Log, opts: LiveOptions, sink: Sink, committer: Committer, members: Membership | None,
+            follower: Follower, waiter: Waiter, res: LiveResult, say: Callable[[str], None]) -> None:
+    per_line = sink.per_line or opts.max_records is not None
+    last_delivery = time.monotonic()
+    next_rebalance = last_delivery + opts.rebalance_every
+    releasing: list[int] = []
+    while not stopflag.is_set():
+        items = follower.poll(per_line)
+        now = time.monotonic()
+        for p, nxt, data in items:
+            res.records += sink.put(p, nxt, data)
+            if opts.max_records is not None and res.records >= opts.max_records:
+                sink.finish(normal=True)
+                return
+        if items:
+            sink.sync()
+            last_delivery = now
+        sink.tick()
+        if members is not None and now >= next_rebalance:
+            next_rebalance = now + opts.rebalance_every
+            change = members.rebalance()
+            releasing = sorted(set(releasing) | set(change.to_release))
+            for p in change.claimed:
+                notes: list[str] = []
+                follower.add(p, _start_for(log, p, opts.group, opts.from_spec, notes))
+                for n in notes:
+                    say(n)
+        if releasing and sink.idle():
+            sink.sync()  # commit every delivered record before another member may start there
+            for p in releasing:
+                follower.remove(p)
+                _forget(committer, p)
+            members.release(releasing)
+            releasing = []
+        if opts.idle_timeout is not None and now - last_delivery >= opts.idle_timeout:
+            sink.finish(normal=True)
+            return
+        if items:
+            continue  # maybe more is already there
+        waiter.wait(opts.wake_every)
+    sink.finish(normal=False)
+
+
+def _forget(committer: Committer, p: int) -> None:
+    """A released partition is another member's now: never commit it from here again."""
+    for d in (committer.pending, committer.delivered, committer.committed):
+        d.pop(p, None)
+
+
+def _ranges(ps: list[int]) -> str:
+    return ", ".join(str(p) for p in ps)
+
+
+def tail_log(log: Log, parts: list[int], n: int, follow: bool, render: Callable[[bytes], bytes] | None,
+             write: Callable[[bytes], bool], flush: Callable[[], None]) -> int | None:
+    """`tail`: the last n records across `parts` in (ts, partition, offset) order, then follow.
+
+    Returns the signal that stopped the follow, if any. Never commits.
+    """
+    from collections import deque
+
+    waiter = Waiter(log.path) if follow else None
+    follower = Follower(log)
+    try:
+        pl = plan(log, parts, f"-{n}" if n else "latest", None)
+        last: deque[bytes] = deque(maxlen=n or 1)
+        if n:
+            for _p, _nxt, line in stream(log, pl, merge=True, per_line=True):
+                last.append(line)
+            for line in last:
+                write(line if render is None else render(line))
+        flush()
+        if waiter is None:
+            return None
+        for p, pos in pl.positions.items():
+            follower.add(p, pos.end if pos.end is not None and pos.end > pos.start else pos.start)
+        while not stopflag.is_set():
+            items = follower.poll(per_line=render is not None)
+            for _p, _nxt, data in items:
+                write(data if render is None else render(data))
+            if items:
+                flush()
+                continue
+            waiter.wait()
+        flush()
+        return stopflag.signum()
+    finally:
+        follower.close()
+        if waiter is not None:
+            waiter.close()
