@@ -69,6 +69,11 @@ class Appender:
         # Called with (partition dir) under the lock before each append; the
         # compaction module installs its recovery of interrupted swaps here.
         self.recover: Callable[[str], None] | None = None
+        # Called with (partition, items, next offset) under the lock, once the
+        # partition's end is known; returns the items to write, possibly none.
+        # Exactly-once producers drop records whose source was already appended
+        # here, so two producers of the same source cannot both append it.
+        self.filter: Callable[[int, Sequence[Item], int], Sequence[Item]] | None = None
 
     def close(self) -> None:
         for t in self._tails.values():
@@ -102,6 +107,10 @@ class Appender:
             if self.recover is not None:
                 self.recover(self.log.partition_dir(p))
             tail = self._refresh(p)
+            if self.filter is not None:
+                items = self.filter(p, items, tail.next_offset)
+                if not items:
+                    return AppendResult(p, tail.next_offset, tail.next_offset - 1, [] if want_lines else None)
             return self._write(p, tail, items, want_lines)
         finally:
             unlock(lock)

@@ -100,6 +100,12 @@ def produce(log: Log, inputs: Iterable[Input], opts: ProduceOptions, appender: A
             if not items:
                 continue
             res = appender.append(p, items, want_lines=opts.echo is not None)
+            appended = res.last_offset - res.first_offset + 1
+            if appended < len(items):
+                # the exactly-once filter dropped more under the partition lock
+                stats.skipped_duplicates += len(items) - appended
+            if appended <= 0:
+                continue
             stats.add(res)
             if opts.echo is not None and res.lines:
                 opts.echo(res.lines)
@@ -122,7 +128,13 @@ def produce(log: Log, inputs: Iterable[Input], opts: ProduceOptions, appender: A
                         except ValueError as e:
                             reason, raw = str(e), line
                         else:
-                            p = opts.partition if opts.partition is not None else part(key)
+                            if opts.partition is not None:
+                                p = opts.partition
+                            elif key is None and source is not None and opts.dedupe is not None:
+                                # exactly-once needs the same partition on a rerun: not round-robin
+                                p = source[1] % log.partitions
+                            else:
+                                p = part(key)
                             items = pending.get(p)
                             if items is None:
                                 items = pending[p] = []
