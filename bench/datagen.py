@@ -1,3 +1,4 @@
+# ruff: noqa: UP031  (printf-style formatting is the fast way to build bytes lines here)
 """Seeded data for the benchmark: no downloads, the same bytes for every tool and every run.
 
 One folder per (seed, events) holds, built on first use and cached:
