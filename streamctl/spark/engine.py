@@ -64,11 +64,11 @@ def choose_engine(requested: str, input_bytes: int, threshold: int | None,
             raise StreamctlError(f"--engine spark: {why}")
         return "spark"
     if input_bytes < threshold:
-        say(f"engine: local ({_size(input_bytes)} of input is below the Spark threshold of {_size(threshold)}; "
-            "--engine spark forces Spark)")
+        say(f"engine: local (input {_size(input_bytes)} is below --spark-threshold {_size(threshold)})")
         return "local"
     if not ok:
         say(f"engine: local (input is {_size(input_bytes)}, above the Spark threshold, but {why})")
         return "local"
-    say(f"engine: spark ({_size(input_bytes)} of input is at least the Spark threshold of {_size(threshold)})")
+    say(f"engine: spark (input {_size(input_bytes)} is at least --spark-threshold {_size(threshold)}, "
+        "and pyspark and Java are available)")
     return "spark"

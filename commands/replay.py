@@ -1,0 +1,355 @@
+"""streamctl replay: reset a group's offsets, or re-emit a range / a snapshot of a log (locally or on Spark)."""
+
+from __future__ import annotations
+
+import typer
+from streamctl.commands.common import example, info
+
+EPILOG = example(
+    "# 1. offset reset (dry run: a table of current/new offsets and lag; --execute applies it)",
+    "streamctl replay orders --group billing --to-earliest",
+    "streamctl replay orders --group billing --to-datetime 2026-11-21T00:00:00Z --execute",
+    "streamctl replay orders --group billing --by-duration 1h --partition 0 --execute",
+    "streamctl replay orders --group billing --shift-by -100          # also --to-latest, --to-offset 42",
+    "",
+    "# 2. range replay and snapshots (ranges are [from, until); a bare integer is an offset)",
+    "streamctl replay orders --from -1d > last-24h.jsonl               # relative times: now minus",
+    "streamctl replay orders --from 2026-11-21T00:00:00Z --until @1763769600000 --key user-7",
+    "streamctl replay orders --compact --until 2026-11-21T00:00:00Z --out orders-snapshot",
+    "streamctl replay orders --from 1000 --until 2000 | jq .value",
+    "",
+    "# 3. the Spark engine (auto picks it above --spark-threshold when pyspark and Java exist)",
+    "streamctl replay orders --compact --engine spark --master 'local[2]'",
+    "streamctl replay orders --compact --engine auto --spark-threshold 2GiB",
+    "streamctl replay hdfs://nn/logs/orders --compact --emit-job snapshot.py",
+    "spark-submit --master yarn snapshot.py > snapshot.jsonl",
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("replay", epilog=EPILOG)(replay)
+
+
+def replay(
+    log: str = typer.Argument(..., metavar="LOG", help="Log folder (with --emit-job: any Spark URI, hdfs://, s3a://), a plain .jsonl file, or -."),
+    group: str | None = typer.Option(None, "--group", "-g", metavar="G", help="Reset the committed offsets of consumer group G (form 1)."),
+    to_earliest: bool = typer.Option(False, "--to-earliest", help="Reset to the first offset still in the log."),
+    to_latest: bool = typer.Option(False, "--to-latest", help="Reset to the end (skip everything not yet read)."),
+    to_offset: int | None = typer.Option(None, "--to-offset", metavar="N", help="Reset to offset N in each partition (clamped into the log's range)."),
+    to_datetime: str | None = typer.Option(None, "--to-datetime", metavar="T", help="Reset to the first record with ts >= T (ISO-8601, @EPOCHMS or -1h)."),
+    shift_by: int | None = typer.Option(None, "--shift-by", metavar="N", help="Move the committed offsets by N (negative: re-read N records); from the earliest offset where nothing was committed."),
+    by_duration: str | None = typer.Option(None, "--by-duration", metavar="D", help="Reset to the first record appended at most D ago (now - D; 1h, 30m, PT5M)."),
+    partition: int | None = typer.Option(None, "--partition", "-p", metavar="P", help="Reset only partition P (others keep their offsets)."),
+    execute: bool = typer.Option(False, "--execute", help="Apply the reset; without it nothing changes (a dry run)."),
+    from_: str | None = typer.Option(None, "--from", metavar="OFFSET|TIME", help="Start of the range (inclusive): an offset (a bare integer, in every partition) or a time: ISO-8601, @EPOCHMS or relative -1h."),
+    until: str | None = typer.Option(None, "--until", metavar="OFFSET|TIME", help="End of the range (exclusive), same forms as --from. Default: the end of the log when replay starts."),
+    key: str | None = typer.Option(None, "--key", metavar="K", help="Only records whose key is K."),
+    compact: bool = typer.Option(False, "--compact", help="The table as of --until: the latest record per key, deleted keys (tombstones) and records without a key left out."),
+    out: str | None = typer.Option(None, "--out", metavar="LOG2", help="Append the records to LOG2 (new offsets; created with LOG's partition count if missing) instead of stdout."),
+    engine: str = typer.Option("auto", "--engine", metavar="local|spark|auto", help="Who does the work: this process, a generated PySpark job, or auto: Spark above --spark-threshold when pyspark and Java are available (the choice is said on stderr)."),
+    spark_threshold: str | None = typer.Option(None, "--spark-threshold", metavar="BYTES", help="auto picks Spark at or above this much input (default 8GiB: measured crossover on 2 cores, see BENCHMARKS.md)."),
+    master: str | None = typer.Option(None, "--master", metavar="URL", help="Spark master (default local[*]; with --emit-job, unset so spark-submit's --master applies)."),
+    emit_job: str | None = typer.Option(None, "--emit-job", metavar="FILE", help="Write the standalone PySpark job to FILE (- for stdout) and exit; run it with spark-submit or python."),
+    unbuffered: bool = typer.Option(False, "--unbuffered", "-u", help="Flush after every record (automatic on a terminal)."),
+) -> None:
+    """Reset a consumer group's offsets, or replay a range or a snapshot of LOG.
+
+    Form 1 (with --group and one --to-*/--shift-by/--by-duration): prints a table
+    of partition, current, new and lag-after; changes nothing without --execute.
+    New offsets are clamped into each partition's range, like Kafka. A reset is
+    refused while a member of the group is consuming (a live `consume --group G
+    --follow` holds its partitions' claims); a one-shot consume holds none.
+
+    Form 2: re-emits the stored lines of [--from, --until) unchanged, in
+    (ts, partition, offset) order, to stdout or appended to --out LOG2. A bare
+    integer is an offset (in every partition); times select by append time ts.
+    --compact gives the table as of --until (the initial snapshot of change data
+    capture): per key the last record in that order; tombstones delete; records
+    without a key are left out. Relative times in an emitted job are resolved
+    when the job runs, so one job file serves a nightly cron.
+
+    The Spark engine gives the same lines in the same order. Its log goes to a
+    temp file; on failure the relevant lines and the log's path are shown.
+    """
+    from streamctl.errors import UsageError
+
+    resets = {"--to-earliest": to_earliest, "--to-latest": to_latest, "--to-offset": to_offset is not None,
+              "--to-datetime": to_datetime is not None, "--shift-by": shift_by is not None,
+              "--by-duration": by_duration is not None}
+    chosen = [name for name, on in resets.items() if on]
+    range_flags = {"--from": from_, "--until": until, "--key": key, "--compact": compact or None, "--out": out,
+                   "--emit-job": emit_job, "--master": master, "--spark-threshold": spark_threshold}
+    if group is not None:
+        used = [n for n, v in range_flags.items() if v is not None]
+        if used:
+            raise UsageError(f"{', '.join(used)} cannot be combined with --group (an offset reset)")
+        if engine != "auto":
+            raise UsageError("--engine applies to range replays, not to an offset reset")
+        if len(chosen) != 1:
+            raise UsageError("an offset reset needs exactly one of " + ", ".join(resets) +
+                             (f" (got {', '.join(chosen)})" if chosen else ""))
+        return _reset(log, group, chosen[0], to_offset, to_datetime, shift_by, by_duration, partition, execute)
+    if chosen:
+        raise UsageError(f"{chosen[0]} resets a consumer group's offsets and needs --group G")
+    if execute:
+        raise UsageError("--execute applies an offset reset and needs --group G")
+    if partition is not None:
+        raise UsageError("--partition applies to an offset reset (with --group)")
+    return _range(log, from_, until, key, compact, out, engine, spark_threshold, master, emit_job, unbuffered)
+
+
+def _reset(log: str, group: str, mode: str, to_offset: int | None, to_datetime: str | None, shift_by: int | None,
+           by_duration: str | None, partition: int | None, execute: bool) -> None:
+    from streamctl.formats.table import table
+    from streamctl.formats.writer import Output
+
+    from streamctl import offsetreset
+    from streamctl.consumer import check_partition_arg
+    from streamctl.errors import UsageError
+    from streamctl.log import open_log
+    from streamctl.names import check_group
+    from streamctl.timeparse import parse_duration, parse_time
+
+    check_group(group)
+    if to_offset is not None and to_offset < 0:
+        raise UsageError("--to-offset must not be negative")
+    mode = mode.removeprefix("--")
+    if mode == "to-offset":
+        spec = offsetreset.ResetSpec(mode, offset=to_offset)
+    elif mode == "to-datetime":
+        spec = offsetreset.ResetSpec(mode, ts=parse_time(to_datetime or ""))
+    elif mode == "shift-by":
+        spec = offsetreset.ResetSpec(mode, shift=shift_by)
+    elif mode == "by-duration":
+        spec = offsetreset.by_duration(parse_duration(by_duration or ""))
+    else:
+        spec = offsetreset.ResetSpec(mode)
+    lg = open_log(log)
+    parts = check_partition_arg(lg, partition)
+    if not execute:
+        busy = offsetreset.active_partitions(lg, group)
+        if busy:
+            info(f"note: group {group} is consuming now (partitions {', '.join(map(str, busy))}); "
+                 "--execute would be refused until its consumers stop")
+    rows = offsetreset.reset(lg, group, spec, parts, execute)
+    out = Output()
+    out.write((table([r.as_row() for r in rows], ["partition", "current", "new", "lag-after"]) + "\n").encode())
+    out.flush()
+    if execute:
+        info(f"group {group}: offsets of {len(rows)} partition(s) reset ({mode})")
+    else:
+        info("dry run: nothing changed; add --execute to apply")
+
+
+def _range(log: str, from_: str | None, until: str | None, key: str | None, compact: bool, out: str | None,
+           engine: str, spark_threshold: str | None, master: str | None, emit_job: str | None,
+           unbuffered: bool) -> None:
+    import os
+
+    from streamctl.commands.common import parse_size
+
+    from streamctl import replay as core
+    from streamctl.errors import UsageError
+    from streamctl.spark.engine import ENGINES
+    from streamctl.timeparse import now_ms
+
+    if engine not in ENGINES:
+        raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    now = now_ms()
+    spec = core.ReplaySpec(
+        start=core.parse_bound(from_, "--from", now) if from_ is not None else None,
+        until=core.parse_bound(until, "--until", now) if until is not None else None,
+        key=key, compact=compact)
+    threshold = parse_size(spark_threshold) if spark_threshold is not None else None
+    if emit_job is not None:
+        if out is not None:
+            raise UsageError("--out appends to a streamctl log and cannot be done by an emitted job; pipe the job's "
+                             "output instead: python job.py | streamctl produce LOG2 --envelope")
+        return _emit(log, spec, master, emit_job)
+
+    from streamctl import log as logmod
+
+    if log == "-" or not logmod.is_log(log):
+        if log != "-" and os.path.isdir(log):
+            raise UsageError(f"{log}: not a streamctl log (no streamctl.json)")
+        if log != "-" and not os.path.exists(log):
+            raise UsageError(f"{log}: no such log or file" + ("; a Spark URI needs --emit-job" if "://" in log else ""))
+        if engine == "spark":
+            raise UsageError("--engine spark needs a log; plain files are replayed locally")
+        return _write(core.replay_plain(log, spec), out, unbuffered, None)
+
+    from streamctl.spark.engine import choose_engine
+
+    lg = logmod.open_log(log)
+    if out is not None:
+        _check_out(lg, out)
+    ranges = core.plan(lg, spec)
+    total = core.input_bytes(lg)
+    chosen = choose_engine(engine, total, threshold, info)
+    if chosen == "spark":
+        lines = _spark_lines(lg, spec, ranges, master, now)
+        return _write(lines, out, unbuffered, lg)
+    selected = sum(_range_bytes_hint(lg, p) for p, r in ranges.items() if r.start < r.end)
+    progress = _Progress.maybe(selected)
+    try:
+        _write(core.replay(lg, spec, ranges, progress), out, unbuffered, lg)
+    finally:
+        if progress is not None:
+            progress.done()
+
+
+def _range_bytes_hint(lg, p: int) -> int:
+    return sum(s.size() for s in lg.segments(p))
+
+
+def _check_out(lg, out: str) -> None:
+    import os
+
+    from streamctl.errors import UsageError
+
+    if os.path.exists(out) and os.path.realpath(out) == os.path.realpath(lg.path):
+        raise UsageError("--out must be another log than the one replayed")
+
+
+def _write(lines, out: str | None, unbuffered: bool, source) -> None:
+    """Stored lines to stdout (blocks pass through), or appended to the log --out."""
+    try:
+        _write_to(lines, out, unbuffered, source)
+    finally:
+        close = getattr(lines, "close", None)
+        if close is not None:
+            close()  # a Spark job still running (closed pipe, error) is stopped here
+
+
+def _write_to(lines, out: str | None, unbuffered: bool, source) -> None:
+    if out is None:
+        from streamctl.formats.writer import Output
+
+        w = Output(unbuffered=True if unbuffered else None)
+        for data in lines:
+            w.write(data)
+        w.flush()
+        return
+    from streamctl import log as logmod
+    from streamctl import replay as core
+    from streamctl.timeparse import now_ms
+
+    dest = logmod.open_or_create(out, None if logmod.is_log(out) else (source.partitions if source else 1),
+                                 None, now_ms())
+
+    def split(blocks):
+        for data in blocks:
+            yield from data.splitlines(keepends=True)
+
+    stats = core.append_lines(dest, split(lines))
+    where = ", ".join(f"p{p} {a}..{b}" for p, (a, b) in sorted((stats.ranges or {}).items()))
+    info(f"appended {stats.records} record(s) to {out}" + (f": {where}" if where else ""))
+
+
+def _spark_lines(lg, spec, ranges, master: str | None, now: int):
+    """Run the generated job on this machine; yields blocks of result lines."""
+    import os
+    import sys
+
+    from streamctl.spark import jobgen, runner
+
+    params = _job_params(os.path.abspath(lg.path), spec, relative=False)
+    params["end_offsets"] = {str(p): r.end for p, r in sorted(ranges.items())}
+    params["now_ms"] = now
+    params["master"] = master or "local[*]"
+    params["spark_conf"] = {"spark.ui.enabled": "false"}
+    job = jobgen.render_job(_title(spec), "  (run by streamctl replay --engine spark)", params,
+                            jobgen.body_source("replay_job"))
+    if sys.stderr.isatty():
+        info(f"starting the Spark job on {params['master']} (the JVM takes a few seconds to start)")
+    yield from runner.stream_job(job, master=params["master"], what="Spark replay job")
+
+
+def _title(spec) -> str:
+    what = "Snapshot (latest record per key, tombstones applied)" if spec.compact else "Replay"
+    return f"streamctl replay: {what} of a streamctl log, lines unchanged, in (ts, partition, offset) order."
+
+
+def _job_params(log_uri: str, spec, relative: bool) -> dict:
+    return {
+        "log": log_uri,
+        "from": spec.start.job_param(relative) if spec.start else None,
+        "until": spec.until.job_param(relative) if spec.until else None,
+        "key": spec.key,
+        "compact": spec.compact,
+        "output": None,
+        "master": None,
+        "app_name": "streamctl-replay",
+        "log_level": "WARN",
+    }
+
+
+def _emit(log: str, spec, master: str | None, path: str) -> None:
+    import os
+
+    from streamctl.fsutil import atomic_write
+    from streamctl.spark import jobgen
+
+    uri = log if "://" in log else os.path.abspath(log)
+    params = _job_params(uri, spec, relative=True)
+    params["master"] = master
+    how = ("  spark-submit job.py > out.jsonl                  # the master from spark-submit (default local[*])\n"
+           "  spark-submit --master yarn job.py > out.jsonl    # on a cluster\n"
+           "  python job.py > out.jsonl                        # plain Python with pyspark, local[*]\n"
+           "Relative times (from/until \"ago_ms\") are resolved when the job starts.")
+    text = jobgen.render_job(_title(spec), how, params, jobgen.body_source("replay_job"))
+    if path == "-":
+        from streamctl.formats.writer import Output
+
+        w = Output()
+        w.write(text.encode())
+        w.flush()
+        return
+    atomic_write(path, text.encode(), 0o755)
+    info(f"wrote the Spark job to {path}; run it with: spark-submit {path}  (or: python {path})")
+
+
+class _Progress:
+    """Bytes read / total on stderr, only on a terminal and only once a replay takes a while."""
+
+    def __init__(self, total: int) -> None:
+        import time
+
+        self.total = max(total, 1)
+        self.done_bytes = 0
+        self.start = time.monotonic()
+        self.last = self.start
+        self.shown = False
+
+    @classmethod
+    def maybe(cls, total: int):
+        import sys
+
+        return cls(total) if sys.stderr.isatty() and total > (64 << 20) else None
+
+    def __call__(self, n: int) -> None:
+        import time
+
+        self.done_bytes += n
+        now = time.monotonic()
+        if now - self.last < 0.5 or now - self.start < 2.0:
+            return
+        self.last = now
+        self.shown = True
+        pct = min(100.0, 100.0 * self.done_bytes / self.total)
+        rate = self.done_bytes / (now - self.start) / (1 << 20)
+        self._emit(f"\rstreamctl: replay {pct:5.1f}%  {self.done_bytes >> 20} MiB  {rate:.0f} MiB/s ")
+
+    def done(self) -> None:
+        if self.shown:
+            self._emit("\r\033[K")
+
+    @staticmethod
+    def _emit(text: str) -> None:
+        import sys
+
+        try:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+        except OSError:
+            pass

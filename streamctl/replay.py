@@ -1,0 +1,288 @@
+"""Range replay and snapshots of a log: the local engine.
+
+`replay LOG --from A --until B [--key K] [--compact]` re-emits the stored
+lines of a range, byte for byte, in (ts, partition, offset) order: the order
+consume uses to merge partitions. Ranges are half-open, [from, until):
+
+- a bare integer is an offset, applied in every partition;
+- a time (ISO-8601, @epoch-ms, relative -1h) selects records with
+  from <= ts < until (found by binary search, as ts never decreases in a
+  partition).
+
+`--compact` is the table as of --until (the "initial snapshot" of change data
+capture): for each key, the last record of the range in that same order;
+a tombstone (value null) deletes the key; records without a key are left out
+(a table has no row for them). Keys are compared as strings, so two spellings
+of one key (`"é"` and `"\\u00e9"`) are one key. The Spark job in
+streamctl/spark/replay_job.py implements the same rules.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import orjson
+
+from streamctl import reader, record
+from streamctl.errors import UsageError
+from streamctl.log import Log
+from streamctl.timeparse import now_ms, parse_duration, parse_time
+
+Progress = Callable[[int], None]  # called with the number of bytes just read
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One end of a range: an offset (per partition) or a time in epoch ms.
+
+    `ago_ms` keeps a relative time (`-1h`) relative, so a job emitted for cron
+    resolves it when it runs, not when it was generated.
+    """
+
+    kind: str  # "offset" | "ts"
+    value: int
+    ago_ms: int | None = None
+
+    def job_param(self, relative: bool) -> dict:
+        if self.kind == "offset":
+            return {"offset": self.value}
+        if relative and self.ago_ms is not None:
+            return {"ago_ms": self.ago_ms}
+        return {"ts": self.value}
+
+
+def parse_bound(text: str, flag: str, now: int | None = None) -> Bound:
+    """`--from/--until` text -> Bound. A bare integer is always an offset."""
+    s = text.strip()
+    if s.isdigit():
+        return Bound("offset", int(s))
+    if s.startswith("-") and s[1:].isdigit():
+        raise UsageError(f"{flag} {text!r}: a negative number is neither an offset nor a time "
+                         "(for a relative time give a unit: -1h, -30m, -7d)")
+    if now is None:
+        now = now_ms()
+    try:
+        ts = parse_time(s, now)
+    except UsageError as e:
+        raise UsageError(f"{flag}: {e} or an offset (a bare integer)") from None
+    ago = parse_duration(s[1:]) if s.startswith("-") else None
+    return Bound("ts", ts, ago)
+
+
+@dataclass(frozen=True)
+class ReplaySpec:
+    start: Bound | None = None
+    until: Bound | None = None
+    key: str | None = None
+    compact: bool = False
+
+
+@dataclass
+class Range:
+    start: int
+    end: int  # exclusive
+
+
+def plan(log: Log, spec: ReplaySpec, partitions: list[int] | None = None) -> dict[int, Range]:
+    """Offsets to read per partition, with each end snapshotted now (a busy producer cannot extend it)."""
+    out: dict[int, Range] = {}
+    for p in partitions if partitions is not None else range(log.partitions):
+        info = reader.partition_info(log, p)
+        start, end = info.first_offset, info.next_offset
+        if spec.start is not None:
+            b = spec.start
+            start = max(start, b.value) if b.kind == "offset" else reader.offset_for_time(log, p, b.value)
+        if spec.until is not None:
+            b = spec.until
+            end = min(end, b.value if b.kind == "offset" else reader.offset_for_time(log, p, b.value))
+        out[p] = Range(start, max(start, end))
+    return out
+
+
+def input_bytes(log: Log) -> int:
+    return log.total_bytes()
+
+
+def key_identity(line: bytes) -> bytes:
+    """The key's JSON text in one canonical spelling (escapes decoded and re-encoded)."""
+    kb = record.key_bytes(line)
+    if b"\\" in kb:
+        kb = orjson.dumps(orjson.loads(kb))
+    return kb
+
+
+def _blocks(log: Log, p: int, rng: Range, progress: Progress | None) -> Iterator[bytes]:
+    if rng.start >= rng.end:
+        return
+    for block in reader.iter_blocks(log, p, rng.start, rng.end):
+        if progress is not None:
+            progress(len(block))
+        yield block
+
+
+def _lines(log: Log, p: int, rng: Range, key: bytes | None, progress: Progress | None) -> Iterator[bytes]:
+    for block in _blocks(log, p, rng, progress):
+        if key is None:
+            yield from block.splitlines(keepends=True)
+        else:
+            for line in block.splitlines(keepends=True):
+                if key_identity(line) == key:
+                    yield line
+
+
+def _merge(per_partition: dict[int, Iterator[bytes]]) -> Iterator[bytes]:
+    """Lines of several partitions in (ts, partition, offset) order (each input is in offset order)."""
+    if len(per_partition) == 1:
+        yield from next(iter(per_partition.values()))
+        return
+    env = record.envelope
+
+    def keyed(p: int, lines: Iterator[bytes]) -> Iterator[tuple[int, int, int, bytes]]:
+        for line in lines:
+            off, _, ts = env(line)
+            yield ts, p, off, line
+
+    for _, _, _, line in heapq.merge(*(keyed(p, it) for p, it in sorted(per_partition.items()))):
+        yield line
+
+
+def replay(log: Log, spec: ReplaySpec, ranges: dict[int, Range], progress: Progress | None = None) -> Iterator[bytes]:
+    """The stored lines selected by spec and ranges, in (ts, partition, offset) order."""
+    key = record.key_json(spec.key) if spec.key is not None else None
+    if spec.compact:
+        yield from _compact(log, ranges, key, progress)
+        return
+    live = {p: r for p, r in ranges.items() if r.start < r.end}
+    if not live:
+        return
+    if len(live) == 1 and key is None:
+        p, rng = next(iter(live.items()))
+        yield from _blocks(log, p, rng, progress)  # whole blocks, no per-line work
+        return
+    yield from _merge({p: _lines(log, p, r, key, progress) for p, r in live.items()})
+
+
+def _partition_table(log: Log, p: int, rng: Range, key: bytes | None,
+                     progress: Progress | None) -> dict[bytes, bytes]:
+    """key -> last line of the partition's range (tombstones kept), in order of last write."""
+    table: dict[bytes, bytes] = {}
+    pop = table.pop
+    for block in _blocks(log, p, rng, progress):
+        for line in block.splitlines(keepends=True):
+            k = record.key_bytes(line)
+            if b"\\" in k:
+                k = orjson.dumps(orjson.loads(k))
+            if k == b"null" or (key is not None and k != key):
+                continue
+            # pop first so the dict's order is the order of each key's last write
+            pop(k, None)
+            table[k] = line
+    return table
+
+
+def _compact(log: Log, ranges: dict[int, Range], key: bytes | None, progress: Progress | None) -> Iterator[bytes]:
+    tables = {p: _partition_table(log, p, r, key, progress) for p, r in sorted(ranges.items()) if r.start < r.end}
+    if len(tables) > 1:
+        # A key found in several partitions (a forced --partition, or a changed
+        # partition count): the last write in (ts, partition, offset) order wins.
+        owner: dict[bytes, int] = {}
+        for p, table in tables.items():
+            for k in list(table):
+                q = owner.get(k)
+                if q is None:
+                    owner[k] = p
+                    continue
+                mine = record.envelope(table[k])
+                theirs = record.envelope(tables[q][k])
+                if (mine[2], p, mine[0]) > (theirs[2], q, theirs[0]):
+                    del tables[q][k]
+                    owner[k] = p
+                else:
+                    del table[k]
+    survivors = {p: (ln for ln in t.values() if not record.is_tombstone(ln)) for p, t in tables.items()}
+    if survivors:
+        yield from _merge(survivors)
+
+
+def replay_plain(path: str, spec: ReplaySpec) -> Iterator[bytes]:
+    """A plain .jsonl file or `-`: values with line-number offsets, as consume shows them."""
+    from streamctl import plainfile
+
+    if spec.key is not None or spec.compact:
+        raise UsageError(f"{path}: a plain file has no keys; --key and --compact need a log")
+    for b in (spec.start, spec.until):
+        if b is not None and b.kind != "offset":
+            raise UsageError(f"{path}: a plain file has no timestamps; --from/--until take offsets (line numbers)")
+    lo = spec.start.value if spec.start else 0
+    hi = spec.until.value if spec.until else None
+    for off, v in plainfile.iter_values(path):
+        if hi is not None and off >= hi:
+            break
+        if off >= lo:
+            yield plainfile.envelope_line(off, v)
+
+
+@dataclass
+class AppendStats:
+    records: int = 0
+    ranges: dict[int, list[int]] | None = None
+
+
+def _item(line: bytes) -> tuple[bytes, bytes, bytes | None]:
+    """(key JSON, value JSON, headers JSON) of a stored line, re-appended elsewhere."""
+    if b'"headers"' not in line:
+        return record.key_bytes(line), record.value_bytes(line), None
+    obj = record.parse(line)
+    headers = obj.get("headers")
+    return (record.key_json(obj.get("key")), orjson.dumps(obj["value"]),
+            orjson.dumps(headers) if headers is not None else None)
+
+
+def append_lines(dest: Log, lines: Iterator[bytes], batch_bytes: int = 1 << 20, fsync: str = "batch") -> AppendStats:
+    """Append replayed lines to another log: new offsets and append times, same keys, values, headers.
+
+    Keys go to their Kafka partition in `dest`; records without a key keep
+    their source partition number (modulo dest's partition count), so a
+    replay into a log with the same partition count keeps every record in
+    its partition, in order.
+    """
+    from streamctl.appender import Appender
+    from streamctl.partitioner import partition_for_key
+
+    stats = AppendStats(0, {})
+    n = dest.partitions
+    pending: dict[int, list] = {}
+    sizes: dict[int, int] = {}
+    cache: dict[bytes, int] = {}
+
+    with Appender(dest, fsync=fsync) as app:
+        def flush(p: int) -> None:
+            items = pending.pop(p, None)
+            sizes.pop(p, None)
+            if items:
+                res = app.append(p, items)
+                stats.records += len(items)
+                rng = stats.ranges.setdefault(p, [res.first_offset, res.last_offset])
+                rng[1] = res.last_offset
+
+        for line in lines:
+            item = _item(line)
+            k = item[0]
+            if k == b"null":
+                p = record.envelope(line)[1] % n
+            else:
+                p = cache.get(k, -1)
+                if p < 0:
+                    p = partition_for_key(orjson.loads(k), n)
+                    if len(cache) < 100_000:
+                        cache[k] = p
+            pending.setdefault(p, []).append(item)
+            size = sizes.get(p, 0) + len(line)
+            sizes[p] = size
+            if size >= batch_bytes:
+                flush(p)
+        for p in sorted(pending):
+            flush(p)
+    return stats
