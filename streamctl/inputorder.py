@@ -11,7 +11,7 @@ the same inputs gives the same order, on every engine.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,8 +75,15 @@ def records(spec: InputSpec) -> Iterator[Record]:
     return log_records(spec.path) if spec.is_log else plain_records(spec.path)
 
 
-def merged(specs: list[InputSpec], event_time: Callable[[Record], int | None]) -> Iterator[tuple[int, Record]]:
-    """(input index, record) over all inputs in the deterministic order above."""
+def merged(specs: list[InputSpec],
+           event_time: Callable[[Record], int | None] | Sequence[Callable[[Record], int | None]],
+           ) -> Iterator[tuple[int, Record]]:
+    """(input index, record) over all inputs in the deterministic order above.
+
+    `event_time` reads a plain file's record time; pass one function per input
+    when the inputs keep their times in different fields (join's --time-field A=B).
+    """
+    times = list(event_time) if isinstance(event_time, Sequence) else [event_time] * len(specs)
     if len(specs) == 1:
         for rec in records(specs[0]):
             yield 0, rec
@@ -85,7 +92,7 @@ def merged(specs: list[InputSpec], event_time: Callable[[Record], int | None]) -
     def keyed(i: int, spec: InputSpec) -> Iterator[tuple[int, int, int, Record]]:
         last = -(1 << 62)
         for seq, rec in enumerate(records(spec)):
-            t = rec.get("ts") if spec.is_log else event_time(rec)
+            t = rec.get("ts") if spec.is_log else times[i](rec)
             if t is None:
                 t = last
             else:

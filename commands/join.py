@@ -1,0 +1,199 @@
+"""streamctl join: stream-stream window joins, stream-table enrichment, table-table changelogs."""
+
+from __future__ import annotations
+
+import typer
+from streamctl.commands.common import example, info
+
+EPILOG = example(
+    "# click-through: each search with the clicks on it within 1h; never-clicked searches get right=null",
+    "streamctl join searches clicks --within 1h --on query_id --how left",
+    "streamctl join searches.jsonl clicks.jsonl --within 30m --on id=search_id --time-field at=clicked_at --how outer",
+    "# profile enrichment: each event with the profile row current at its position (log keyed by user)",
+    "streamctl join events profiles --table --how left --output table",
+    "streamctl join events profiles --table --on user=key --as-of event-time --time-field at=ts --table-retention 30d",
+    "# a follower timeline view: latest post per author x follower list, as an upsert/delete changelog",
+    "streamctl join posts followers --tables --output csv",
+    "streamctl join big-events profiles --table --engine spark --master local[4] --spark-threshold 1GiB",
+    "streamctl join events profiles --table --emit-job enrich.py && spark-submit enrich.py",
+)
+
+HELP = """Join two inputs (logs, .jsonl files or - for stdin) into {"key", "left", "right"} rows.
+
+\b
+Three kinds (choose one):
+  --within DUR   stream-stream: pairs with equal key and event times at most
+                 DUR apart (inclusive). An event without a match comes out
+                 with the other side null (--how left|right|outer) only once
+                 the watermark (largest event time seen so far) passes its
+                 time + DUR: never an eager null that a later match contradicts.
+  --table        stream-table: RIGHT is a changelog (latest value per key, a
+                 null value deletes the key). Each LEFT event gets the row as
+                 it stands at the event's position in the input order, or with
+                 --as-of event-time the version whose time is at or before the
+                 event's (the event waits until the watermark passes its time).
+  --tables       table-table: both are changelogs; the output is the changelog
+                 of their inner join, rows with "op": "upsert" or "op": "delete"
+                 (a delete carries the row as it was). Folding it by key gives
+                 the join of the two final tables.
+
+\b
+Keys: --on omitted = the record key on both sides; --on PATH = the same field
+on both sides; --on A=B = A on LEFT, B on RIGHT (a path not starting with
+key/ts/offset/partition/value is under value: user.id = value.user.id).
+A plain file has no record key: join it on a value field. A changelog's table
+key is its join key; a tombstone (null value) deletes the key equal to its
+record key. Keys match when their JSON is equal ("7" is not 7); null keys
+never match. Event time: --time-field PATH or A=B (default ts, the append
+time); ISO-8601 or epoch s/ms/us numbers. A stream event without a usable
+time is skipped and counted on stderr.
+
+\b
+Input order (the same on every run and on both engines): each input in its
+own order (a log's partitions by (ts, partition, offset), a file line by
+line), inputs interleaved by ts (by event time for plain files), ties to LEFT
+(for --table ties go to the table: a change at the same time applies first).
+Stream-stream rows: pairs when the later event arrives, then unmatched events
+as the watermark passes them, by (time, position). State is bounded by the
+window (stream-stream) or the table size (plus --table-retention history).
+"""
+
+
+def register(app: typer.Typer) -> None:
+    app.command("join", epilog=EPILOG, help=HELP)(join)
+
+
+def join(
+    left: str = typer.Argument(..., metavar="LEFT", help="Left input: a log folder, a .jsonl file, or -."),
+    right: str = typer.Argument(..., metavar="RIGHT", help="Right input: a log folder, a .jsonl file, or -."),
+    within: str | None = typer.Option(None, "--within", metavar="DUR", help="Stream-stream join: event times at most DUR apart (500ms, 5m, 1h, PT1H)."),
+    table: bool = typer.Option(False, "--table", help="Stream-table join: RIGHT is a changelog table."),
+    tables: bool = typer.Option(False, "--tables", help="Table-table join: both inputs are changelogs; output is an upsert/delete changelog."),
+    on: str | None = typer.Option(None, "--on", metavar="PATH[=PATH]", help="Join key: one path for both sides or LEFT=RIGHT (default: the record key)."),
+    time_field: str | None = typer.Option(None, "--time-field", metavar="PATH[=PATH]", help="Event time field(s) (default ts, the append time)."),
+    how: str | None = typer.Option(None, "--how", metavar="inner|left|right|outer", help="Which unmatched events to keep (default inner). --table takes inner|left; --tables is inner."),
+    as_of: str | None = typer.Option(None, "--as-of", metavar="position|event-time", help="With --table: the row at the event's position in the input (default) or the version current at its event time."),
+    table_retention: str | None = typer.Option(None, "--table-retention", metavar="DUR", help="With --as-of event-time: keep table versions only back to watermark - DUR."),
+    output: str = typer.Option("jsonl", "--output", "-o", metavar="jsonl|csv|table", help="jsonl for scripts (default), csv, or an aligned table for people (buffers all rows)."),
+    engine: str = typer.Option("auto", "--engine", metavar="local|spark|auto", help="Where to run: auto picks Spark above --spark-threshold bytes of input when pyspark and Java are available."),
+    spark_threshold: str | None = typer.Option(None, "--spark-threshold", metavar="SIZE", help="Input size from which --engine auto uses Spark (default 8GiB)."),
+    master: str | None = typer.Option(None, "--master", metavar="URL", help="Spark master (default local[*]), e.g. spark://host:7077 or yarn."),
+    emit_job: str | None = typer.Option(None, "--emit-job", metavar="FILE", help="Write the PySpark job to FILE and exit (run it with spark-submit FILE or python FILE)."),
+    unbuffered: bool = typer.Option(False, "--unbuffered", "-u", help="Flush after every row (automatic on a terminal)."),
+) -> None:
+    from streamctl.formats.table import OUTPUTS
+
+    from streamctl import joining
+    from streamctl.errors import UsageError
+
+    if output not in OUTPUTS:
+        raise UsageError(f"--output must be one of {', '.join(OUTPUTS)}, not {output!r}")
+    spec = joining.make_spec(left, right, within=within, table=table, tables=tables, on=on, time_field=time_field,
+                             how=how, as_of=as_of, table_retention=table_retention)
+    specs = joining.check_inputs(spec)
+    threshold = None
+    if spark_threshold is not None:
+        from streamctl.commands.common import parse_size
+
+        threshold = parse_size(spark_threshold)
+
+    if emit_job is not None:
+        from streamctl.fsutil import atomic_write
+        from streamctl.spark import join_job
+
+        text = join_job.render(spec, specs, master=master, output=None)
+        atomic_write(emit_job, text.encode())
+        info(f"wrote the Spark job to {emit_job} (run it with: spark-submit {emit_job}  or  python {emit_job})")
+        return
+
+    chosen = "local"
+    if engine != "local" or master is not None:
+        from streamctl.spark.engine import choose_engine
+
+        if "-" in (left, right) and engine == "spark":
+            raise UsageError("--engine spark needs files or logs, not stdin (-)")
+        size = 0 if "-" in (left, right) else _input_bytes([s.path for s in specs])
+        chosen = choose_engine(engine, size, threshold, info) if "-" not in (left, right) else "local"
+
+    from streamctl.formats.writer import Output
+
+    out = Output(unbuffered=True if unbuffered else None)
+    if chosen == "spark":
+        _run_spark(spec, specs, master, output, out)
+        return
+    rows_buffer: list[dict] | None = [] if output == "table" else None
+    write = out.write
+    if output == "jsonl":
+        import orjson
+
+        dumps = orjson.dumps
+        nl = orjson.OPT_APPEND_NEWLINE
+
+        def emit(key: object, lv: object, rv: object) -> None:
+            write(dumps({"key": key, "left": lv, "right": rv}, option=nl))
+
+        def emit_op(op: str, key: object, lv: object, rv: object) -> None:
+            write(dumps({"key": key, "left": lv, "right": rv, "op": op}, option=nl))
+    else:
+        from streamctl.formats.table import CsvWriter
+
+        csvw = CsvWriter()
+
+        def sink(row: dict) -> None:
+            if rows_buffer is not None:
+                rows_buffer.append(row)
+            else:
+                write(csvw.rows([row]))
+
+        def emit(key: object, lv: object, rv: object) -> None:
+            sink({"key": key, "left": lv, "right": rv})
+
+        def emit_op(op: str, key: object, lv: object, rv: object) -> None:
+            sink({"key": key, "left": lv, "right": rv, "op": op})
+
+    stats = joining.run(spec, emit, emit_op)
+    if rows_buffer is not None:
+        from streamctl.formats.table import table as render_table
+
+        if rows_buffer:
+            write(render_table(rows_buffer).encode() + b"\n")
+    out.flush()
+    skipped = sum(stats.no_time)
+    if skipped:
+        info(f"{skipped} event(s) without a usable time in {'.'.join(spec.time_field[0])} were skipped "
+             f"(LEFT {stats.no_time[0]}, RIGHT {stats.no_time[1]})")
+
+
+def _input_bytes(paths: list[str]) -> int:
+    import os
+
+    total = 0
+    for p in paths:
+        if os.path.isdir(p):
+            for root, _dirs, files in os.walk(p):
+                total += sum(os.path.getsize(os.path.join(root, f)) for f in files if f.endswith(".jsonl"))
+        else:
+            total += os.path.getsize(p)
+    return total
+
+
+def _run_spark(spec, specs, master, output, out) -> None:  # type: ignore[no-untyped-def]
+    from streamctl.spark import join_job
+    from streamctl.spark.runner import run_job
+
+    text = join_job.render(spec, specs, master=master or "local[*]", output=None)
+    if output == "jsonl":
+        run_job(text, out.write, master=master, what="Spark join job")
+        out.flush()
+        return
+    import orjson
+    from streamctl.formats.table import CsvWriter, table
+
+    lines: list[bytes] = []
+    run_job(text, lines.append, master=master, what="Spark join job")
+    rows = [orjson.loads(ln) for block in lines for ln in block.splitlines() if ln]
+    if output == "csv":
+        out.write(CsvWriter().rows(rows))
+    elif rows:
+        out.write(table(rows).encode() + b"\n")
+    out.flush()

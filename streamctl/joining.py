@@ -1,0 +1,323 @@
+"""The join driver: reads LEFT and RIGHT in the one input order and feeds a join kind.
+
+Decisions (also in `streamctl join --help` and docs/readme-join.md):
+- `--on` omitted means the record key on both sides. `--on PATH` uses the same
+  path on both sides, `--on A=B` path A on LEFT and B on RIGHT; a path not
+  starting with an envelope field is under `value` (`user.id` = `value.user.id`).
+  A plain file has no record key, so it needs a value path.
+- The key of a changelog (a table side) is its join key: the record key by
+  default. A null value is a tombstone for that key; when the key comes from
+  a value path, a tombstone (which has no value to read it from) deletes the
+  row whose key, written the way `produce --key-field PATH` writes record keys
+  (a string as is, a number as its JSON text), equals the tombstone's record
+  key. A plain-file line `null` is skipped (it has no key).
+- Keys are equal when their JSON is equal: "7" and 7 do not join, 1 and 1.0
+  do not either; objects compare with sorted fields. A null or missing key
+  never joins (the event can still come out unmatched in an outer join).
+- Input order: `streamctl.inputorder.merged` (ties to LEFT), except that for
+  --table the table side is passed first, so it wins ties (see read_inputs).
+- Event time: `--time-field PATH[=PATH]`, default `ts` (append time). Times are
+  ISO-8601 strings or epoch s/ms/us numbers. A stream event without a usable
+  time is skipped and counted (stream-stream and as-of joins need one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from streamctl import inputorder, paths
+from streamctl.errors import UsageError
+from streamctl.joins import HOWS_STREAM, HOWS_TABLE, Emit, EmitOp
+from streamctl.timeparse import event_time_ms
+
+KINDS = ("stream", "table", "tables")
+AS_OF = ("position", "event-time")
+Record = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class JoinSpec:
+    left: str
+    right: str
+    kind: str  # stream | table | tables
+    on: tuple[tuple[str, ...], tuple[str, ...]] = (("key",), ("key",))
+    time_field: tuple[tuple[str, ...], tuple[str, ...]] = (("ts",), ("ts",))
+    within: int | None = None  # ms, stream-stream
+    how: str = "inner"
+    as_of: str = "position"  # stream-table
+    retention: int | None = None  # ms, stream-table --as-of event-time
+
+
+@dataclass
+class JoinStats:
+    records: list[int] = field(default_factory=lambda: [0, 0])
+    no_time: list[int] = field(default_factory=lambda: [0, 0])  # stream events skipped: no usable time
+    rows: int = 0
+    max_state: int = 0
+
+
+def split_pair(text: str | None, default: str, what: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """`PATH` or `LEFTPATH=RIGHTPATH` -> (left parts, right parts), as record paths."""
+    text = default if text is None or text == "" else text
+    if text.count("=") > 1:
+        raise UsageError(f"{what} {text!r}: write PATH or LEFTPATH=RIGHTPATH")
+    a, _, b = text.partition("=")
+    if not b:
+        b = a
+    return paths.record_path(a.strip()), paths.record_path(b.strip())
+
+
+def make_spec(left: str, right: str, *, within: str | None = None, table: bool = False, tables: bool = False,
+              on: str | None = None, time_field: str | None = None, how: str | None = None,
+              as_of: str | None = None, table_retention: str | None = None) -> JoinSpec:
+    """Check the flag combination of `streamctl join` and build a JoinSpec (UsageError on misuse)."""
+    from streamctl.timeparse import parse_duration
+
+    chosen = [name for name, on_ in (("--within", within is not None), ("--table", table), ("--tables", tables)) if on_]
+    if len(chosen) != 1:
+        raise UsageError("choose one join kind: --within DUR (stream-stream), --table (stream-table) "
+                         "or --tables (table-table)" + (f"; got {' and '.join(chosen)}" if chosen else ""))
+    kind = "stream" if within is not None else "table" if table else "tables"
+    if left == "-" and right == "-":
+        raise UsageError("only one input can be stdin (-)")
+    if kind == "stream":
+        hows = HOWS_STREAM
+    elif kind == "table":
+        hows = HOWS_TABLE
+    else:
+        hows = ("inner",)
+    how_ = how or "inner"
+    if how_ not in hows:
+        kinds = {"stream": "a stream-stream join", "table": "a stream-table join", "tables": "a table-table join"}
+        raise UsageError(f"--how {how_!r}: {kinds[kind]} takes {'|'.join(hows)}")
+    if as_of is not None and kind != "table":
+        raise UsageError("--as-of needs --table")
+    as_of_ = as_of or "position"
+    if as_of_ not in AS_OF:
+        raise UsageError(f"--as-of {as_of_!r}: use position or event-time")
+    if table_retention is not None and as_of_ != "event-time":
+        raise UsageError("--table-retention needs --as-of event-time")
+    within_ms = parse_duration(within) if within is not None else None
+    retention = parse_duration(table_retention) if table_retention is not None else None
+    spec = JoinSpec(left, right, kind, split_pair(on, "key", "--on"), split_pair(time_field, "ts", "--time-field"),
+                    within_ms, how_, as_of_, retention)
+    return spec
+
+
+def check_inputs(spec: JoinSpec) -> list[inputorder.InputSpec]:
+    specs = [inputorder.classify(spec.left), inputorder.classify(spec.right)]
+    needs_time = (spec.kind == "stream", spec.kind == "stream" or spec.as_of == "event-time")
+    for i, s in enumerate(specs):
+        side = ("LEFT", "RIGHT")[i]
+        if not s.is_log and spec.on[i][0] in ("key", "offset", "partition", "ts", "headers"):
+            raise UsageError(f"{side} {s.path} is a plain file: it has no {'.'.join(spec.on[i])}; "
+                             f"join it on a value field with --on PATH (e.g. --on user.id)")
+        if not s.is_log and needs_time[i] and spec.time_field[i][0] in ("ts", "offset", "partition", "key"):
+            raise UsageError(f"{side} {s.path} is a plain file without append times; "
+                             f"give its event time with --time-field PATH")
+    return specs
+
+
+def read_inputs(spec: JoinSpec, specs: list[inputorder.InputSpec]) -> Iterator[tuple[int, Record]]:
+    """(side, record) in the input order. For --table the table side wins ties: a table change
+    at the same time as an event applies before it (as --as-of event-time's "at or before"),
+    and a table file without times is loaded before a stream file without times."""
+    times = [_time_getter(spec.time_field[0]), _time_getter(spec.time_field[1])]
+    if spec.kind != "table":
+        return inputorder.merged(specs, times)
+    return ((1 - i, rec) for i, rec in inputorder.merged([specs[1], specs[0]], [times[1], times[0]]))
+
+
+def _key_getter(parts: tuple[str, ...]) -> Callable[[Record], Any]:
+    if len(parts) == 1:
+        name = parts[0]
+        return lambda rec: rec.get(name)
+    if len(parts) == 2 and parts[0] == "value":
+        name = parts[1]
+
+        def one(rec: Record) -> Any:
+            v = rec["value"]
+            return v.get(name) if v.__class__ is dict else None
+
+        return one
+    return lambda rec: paths.get(rec, parts)
+
+
+def _time_getter(parts: tuple[str, ...]) -> Callable[[Record], int | None]:
+    if parts == ("ts",):
+        return lambda rec: rec.get("ts")
+    get = _key_getter(parts)
+    return lambda rec: event_time_ms(get(rec))
+
+
+_SORT = orjson.OPT_SORT_KEYS
+
+
+def tombstone_keys(record_key: str | None) -> list[tuple[Any, Any]]:
+    """(normalized key, key) pairs a tombstone with this record key deletes when the table key is a value path.
+
+    `produce --key-field id` stores the number 7 as the record key "7", so the
+    tombstone "7" deletes the row of 7 as well as the row of "7".
+    """
+    if record_key is None:
+        return []
+    out: list[tuple[Any, Any]] = [(record_key, record_key)]
+    try:
+        alt = orjson.loads(record_key)
+    except orjson.JSONDecodeError:
+        return out
+    if isinstance(alt, (int, float)) and not isinstance(alt, bool) and orjson.dumps(alt).decode() == record_key:
+        out.append((norm_key(alt), alt))
+    return out
+
+
+def norm_key(k: Any) -> Any:
+    """A hashable stand-in that is equal exactly when the JSON of two keys is equal."""
+    if k.__class__ is str or k is None:
+        return k
+    return ("\x00json", orjson.dumps(k, option=_SORT))
+
+
+def run(spec: JoinSpec, emit: Emit | None = None, emit_op: EmitOp | None = None,
+        items: Iterator[tuple[int, Record]] | None = None) -> JoinStats:
+    """Run the join; rows go to emit(key, left, right) (or emit_op(op, key, left, right) for --tables).
+
+    `items` replaces reading the files (tests feed (input index, record) pairs in input order).
+    """
+    if items is None:
+        items = read_inputs(spec, check_inputs(spec))
+    stats = JoinStats()
+    if spec.kind == "stream":
+        assert emit is not None and spec.within is not None
+        _run_stream(spec, items, emit, stats)
+    elif spec.kind == "table":
+        assert emit is not None
+        _run_table(spec, items, emit, stats)
+    else:
+        assert emit_op is not None
+        _run_tables(spec, items, emit_op, stats)
+    return stats
+
+
+def _gc_frozen():
+    # Many small long-lived objects (state): the cyclic GC only costs time here.
+    import gc
+
+    class _Frozen:
+        def __enter__(self) -> None:
+            self.was = gc.isenabled()
+            gc.disable()
+
+        def __exit__(self, *exc: object) -> None:
+            if self.was:
+                gc.enable()
+
+    return _Frozen()
+
+
+def _run_stream(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, stats: JoinStats) -> None:
+    from streamctl.joins.stream_stream import StreamStreamJoin
+
+    assert spec.within is not None
+    j = StreamStreamJoin(spec.within, spec.how, emit)
+    keys = (_key_getter(spec.on[0]), _key_getter(spec.on[1]))
+    times = (_time_getter(spec.time_field[0]), _time_getter(spec.time_field[1]))
+    counts = stats.records
+    no_time = stats.no_time
+    push = j.push
+    pos = 0
+    with _gc_frozen():
+        for side, rec in items:
+            pos += 1
+            counts[side] += 1
+            t = times[side](rec)
+            if t is None:
+                no_time[side] += 1
+                continue
+            k = keys[side](rec)
+            push(side, k if k.__class__ is str else norm_key(k), k, t, rec["value"], pos)
+        j.finish()
+
+
+def _run_table(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, stats: JoinStats) -> None:
+    from streamctl.joins.stream_table import TableAsOfTime, TableAtPosition
+
+    keys = (_key_getter(spec.on[0]), _key_getter(spec.on[1]))
+    left_key, right_key = keys
+    right_by_record_key = spec.on[1] != ("key",)
+    counts = stats.records
+    inner = spec.how == "inner"
+    with _gc_frozen():
+        if spec.as_of == "position":
+            j = TableAtPosition(inner, emit)
+            change, event = j.change, j.event
+            for side, rec in items:
+                if side:
+                    counts[1] += 1
+                    value = rec["value"]
+                    if value is None and right_by_record_key:
+                        for nk, _k in tombstone_keys(rec.get("key")):
+                            change(nk, None)
+                        continue
+                    k = right_key(rec)
+                    if k is None:
+                        continue
+                    change(k if k.__class__ is str else norm_key(k), value)
+                else:
+                    counts[0] += 1
+                    k = left_key(rec)
+                    event(k if k.__class__ is str else norm_key(k), k, rec["value"])
+            stats.max_state = j.state_size()
+            return
+        ja = TableAsOfTime(inner, emit, spec.retention)
+        times = (_time_getter(spec.time_field[0]), _time_getter(spec.time_field[1]))
+        pos = 0
+        for side, rec in items:
+            pos += 1
+            counts[side] += 1
+            t = times[side](rec)
+            if side:
+                value = rec["value"]
+                if value is None and right_by_record_key:
+                    for nk, _k in tombstone_keys(rec.get("key")):
+                        ja.change(nk, t, None, pos)
+                    continue
+                k = right_key(rec)
+                if k is None:
+                    continue
+                ja.change(k if k.__class__ is str else norm_key(k), t, value, pos)
+            else:
+                if t is None:
+                    stats.no_time[0] += 1
+                    continue
+                k = left_key(rec)
+                ja.event(k if k.__class__ is str else norm_key(k), k, t, rec["value"], pos)
+        ja.finish()
+        stats.max_state = ja.state_size()
+
+
+def _run_tables(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit_op: EmitOp, stats: JoinStats) -> None:
+    from streamctl.joins.table_table import TableTableJoin
+
+    j = TableTableJoin(emit_op)
+    keys = (_key_getter(spec.on[0]), _key_getter(spec.on[1]))
+    by_record_key = (spec.on[0] != ("key",), spec.on[1] != ("key",))
+    counts = stats.records
+    change = j.change
+    with _gc_frozen():
+        for side, rec in items:
+            counts[side] += 1
+            value = rec["value"]
+            if value is None and by_record_key[side]:
+                for nk, k in tombstone_keys(rec.get("key")):
+                    change(side, nk, k, None)
+                continue
+            k = keys[side](rec)
+            if k is None:
+                continue
+            change(side, k if k.__class__ is str else norm_key(k), k, value)
+    stats.max_state = j.state_size()
