@@ -1,0 +1,323 @@
+"""streamctl window: tumbling, hopping, sliding and session windows over event time."""
+
+from __future__ import annotations
+
+import typer
+from streamctl.commands.common import example, info
+
+EPILOG = example(
+    "streamctl window requests --tumbling 1m                                # requests per minute per key",
+    "streamctl window requests --tumbling 1m --by path --agg count --output table",
+    "streamctl window requests --hopping 5m/1m --by path --agg p99_ms=p99:latency_ms --agg avg:latency_ms",
+    "streamctl window requests --sliding 5m --by path --agg p99:latency_ms  # rolling p99 per request",
+    "streamctl window clicks --session 30m --by user --agg count --agg first:page --agg last:page",
+    "streamctl window events.jsonl --tumbling 1h --time-field at --on-bad-time fail --output csv",
+    "cat events.jsonl | streamctl window - --tumbling 10s --processing-time --emit update",
+    "streamctl window orders --tumbling 1m --lateness 30s --late correct --agg sum:amount --agg distinct:user",
+    "streamctl window orders --tumbling 1m --late drop --late-out late.jsonl --agg max:amount --agg min:amount",
+    "streamctl window orders --tumbling 1m --follow --group dash --idle-timeout 10m  # kill -9 safe",
+    "streamctl window big --tumbling 1h --engine spark --master local[4] --spark-threshold 1GiB",
+    "streamctl window big --tumbling 1h --engine spark --emit-job job.py && spark-submit job.py",
+)
+
+HELP = """Aggregate over event-time windows; one JSON object per window and group.
+
+Rows look like {"window": {"start": ISO, "end": ISO}, "key": K, "count": 12, ...}.
+Windows are half-open [start, end), aligned to the Unix epoch in UTC. Choose one
+of --tumbling SIZE, --hopping SIZE/HOP, --sliding SIZE (one row per event,
+aggregating that group's events in [t - SIZE, t], both ends inclusive) or
+--session GAP (events at most GAP apart merge; end = last event + GAP).
+
+Time: --time-field (default ts, the append time; in a plain file, the value's
+own ts field) holds ISO-8601 (naive = UTC) or epoch s/ms/us numbers (read by
+magnitude). Records without a usable time are skipped and counted on stderr
+(--on-bad-time skip, the default: logs often mix event types), or stop the
+run with exit 65 (--on-bad-time fail).
+
+Watermark = the largest event time seen so far in input order minus --lateness;
+a window closes (and is written, with --emit final) when the watermark reaches
+its end; end of input flushes all. An event for a window that already closed
+is late: dropped and counted on stderr (--late drop), or it produces an
+updated row with "revision": n (--late correct, which keeps closed windows in
+memory to revise them), and with --late-out FILE it is also written to FILE.
+Rows come out in window-close order, ties by window start, then the key's
+JSON text. Input order is deterministic (a log's partitions merged by
+(ts, partition, offset)), so lateness is reproducible run to run.
+
+Aggregations (--agg, repeatable, default count): count, sum, avg, min, max,
+p50, p90, p99 (exact, linear interpolation like Spark's percentile), distinct
+(exact), first, last (input order), written FUNC:PATH or NAME=FUNC:PATH; the
+field is named FUNC_LASTSEGMENT by default. Values that are not numbers, for a
+numeric aggregation, are ignored and counted on stderr; missing ones are
+ignored like SQL NULLs.
+"""
+
+
+def register(app: typer.Typer) -> None:
+    app.command("window", epilog=EPILOG, help=HELP)(window)
+
+
+def window(
+    input_: str = typer.Argument(..., metavar="INPUT", help="A log, a plain .jsonl file, or - for stdin."),
+    tumbling: str | None = typer.Option(None, "--tumbling", metavar="SIZE", help="Fixed, non-overlapping windows of SIZE (e.g. 1m)."),
+    hopping: str | None = typer.Option(None, "--hopping", metavar="SIZE/HOP", help="Windows of SIZE starting every HOP (e.g. 10m/1m)."),
+    sliding: str | None = typer.Option(None, "--sliding", metavar="SIZE", help="One row per event over its group's last SIZE, both ends inclusive."),
+    session: str | None = typer.Option(None, "--session", metavar="GAP", help="Sessions of events at most GAP apart."),
+    by: list[str] | None = typer.Option(None, "--by", metavar="PATH", help="Group by this field (repeatable: the key becomes a list). Default: the record key."),
+    time_field: str = typer.Option("ts", "--time-field", metavar="PATH", help="Event-time field: ISO-8601 or epoch s/ms/us (default ts)."),
+    processing_time: bool = typer.Option(False, "--processing-time", help="Use the wall clock when each record is processed instead of an event time."),
+    on_bad_time: str = typer.Option("skip", "--on-bad-time", metavar="skip|fail", help="A record without a usable time: skip and count it (default) or stop with exit 65."),
+    agg: list[str] | None = typer.Option(None, "--agg", metavar="SPEC", help="FUNC[:PATH] or NAME=FUNC:PATH (repeatable; default count)."),
+    lateness: str = typer.Option("0s", "--lateness", metavar="DUR", help="How far the watermark trails the largest event time seen (default 0)."),
+    late: str = typer.Option("drop", "--late", metavar="drop|correct", help="Events for a closed window: drop and count them (default), or emit a corrected row with a revision."),
+    late_out: str | None = typer.Option(None, "--late-out", metavar="FILE", help="Also write late events to FILE (a log's records as stored JSON, a plain file's values)."),
+    emit: str = typer.Option("final", "--emit", metavar="final|update", help="final: each window once, when it closes; update: a row at every change."),
+    output: str = typer.Option("jsonl", "--output", "-o", metavar="jsonl|csv|table", help="Output format (table is for people and is written at the end)."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep running on a LOG, emitting windows as the watermark moves."),
+    group: str | None = typer.Option(None, "--group", "-g", metavar="G", help="With --follow: checkpoint input offsets and window state together in LOG/groups/G.window.json."),
+    idle_timeout: str | None = typer.Option(None, "--idle-timeout", metavar="DUR", help="With --follow: after DUR without new records, flush open windows and exit (the checkpoint keeps them open)."),
+    engine: str = typer.Option("auto", "--engine", metavar="local|spark|auto", help="Engine for finite input: auto picks Spark above --spark-threshold when pyspark and Java are available."),
+    spark_threshold: str | None = typer.Option(None, "--spark-threshold", metavar="BYTES", help="Input size from which auto picks Spark (e.g. 8GiB)."),
+    master: str | None = typer.Option(None, "--master", metavar="URL", help="Spark master (default local[*])."),
+    emit_job: str | None = typer.Option(None, "--emit-job", metavar="FILE", help="Write the standalone PySpark job to FILE and exit (run it with spark-submit or python)."),
+) -> None:
+    from streamctl.errors import UsageError
+    from streamctl.timeparse import parse_duration
+    from streamctl.windowing import WindowConfig, parse_hopping
+
+    chosen = [n for n, v in (("--tumbling", tumbling), ("--hopping", hopping), ("--sliding", sliding),
+                             ("--session", session)) if v is not None]
+    if len(chosen) != 1:
+        raise UsageError("choose exactly one of --tumbling SIZE, --hopping SIZE/HOP, --sliding SIZE, --session GAP"
+                         + (f" (got {' and '.join(chosen)})" if chosen else ""))
+    hop = 0
+    if tumbling is not None:
+        kind, size = "tumbling", parse_duration(tumbling)
+    elif hopping is not None:
+        kind, (size, hop) = "hopping", parse_hopping(hopping, parse_duration)
+    elif sliding is not None:
+        kind, size = "sliding", parse_duration(sliding)
+    else:
+        kind, size = "session", parse_duration(session or "")
+    if size <= 0:
+        raise UsageError(f"{chosen[0]} must be a positive duration")
+    if output not in ("jsonl", "csv", "table"):
+        raise UsageError(f"--output must be jsonl, csv or table, not {output!r}")
+    cfg = WindowConfig(kind=kind, size=size, hop=hop, by=list(by or []), time_field=time_field,
+                       processing_time=processing_time, on_bad_time=on_bad_time, aggs=list(agg or ["count"]),
+                       lateness=parse_duration(lateness), late=late, emit=emit)
+    from streamctl.windowing import WindowRun
+
+    WindowRun(cfg, True)  # validates every option before any input is read
+    if group is not None:
+        from streamctl.names import check_group
+
+        check_group(group)
+    if (group or idle_timeout) and not follow:
+        raise UsageError("--group and --idle-timeout need --follow (a finite run has nothing to resume)")
+    if follow:
+        if engine == "spark" or emit_job:
+            raise UsageError("--engine spark and --emit-job are for finite input, not --follow")
+        return _follow(input_, cfg, group, idle_timeout, late_out, output)
+
+    from streamctl.windowing import input_bytes, spark_blocker
+
+    blocker = spark_blocker(cfg, input_, late_out)
+    if emit_job is not None or engine == "spark":
+        if blocker:
+            raise UsageError(f"the Spark engine cannot run this: {blocker}; use --engine local")
+        if emit_job is not None:
+            return _emit_job(input_, cfg, master, emit_job)
+        return _spark(input_, cfg, master, output)
+    if engine == "auto" and not blocker:
+        from streamctl.commands.common import parse_size
+
+        from streamctl.spark.engine import DEFAULT_SPARK_THRESHOLD, choose_engine
+
+        threshold = parse_size(spark_threshold) if spark_threshold is not None else DEFAULT_SPARK_THRESHOLD
+        size = input_bytes(input_)
+        # below the threshold auto stays local quietly: a note on every small run is noise
+        if size >= threshold and choose_engine("auto", size, threshold, info) == "spark":
+            return _spark(input_, cfg, master, output)
+    elif engine not in ("local", "auto"):
+        raise UsageError(f"--engine must be local, spark or auto, not {engine!r}")
+    _local(input_, cfg, late_out, output)
+
+
+class _Rows:
+    """Writes rows in the chosen format through the one stdout writer."""
+
+    def __init__(self, output: str, cfg, unbuffered: bool | None = None) -> None:
+        from streamctl.formats.writer import Output
+
+        self.output = output
+        self.out = Output(unbuffered=unbuffered)
+        self.table_rows: list[dict] = []
+        self.csv = None
+        if output == "csv":
+            from streamctl.formats.table import CsvWriter
+
+            from streamctl.windowing import make_plan
+
+            self.csv = CsvWriter()
+            cols = ["window.start", "window.end", "key", *(s.name for s in make_plan(cfg).specs)]
+            if cfg.late == "correct":
+                cols.append("revision")
+            self.csv.columns = cols
+            self.out.write(",".join(cols).encode() + b"\n")
+
+    def __call__(self, rows: list) -> None:
+        from streamctl.windowing import row_dict, row_json
+
+        if self.output == "jsonl":
+            write = self.out.write
+            for r in rows:
+                write(row_json(r))
+        elif self.output == "csv":
+            self.out.write(self.csv.rows(row_dict(r) for r in rows))
+        else:
+            self.table_rows.extend(row_dict(r) for r in rows)
+
+    def json_lines(self, lines) -> None:
+        """Rows already rendered as JSON lines (the Spark job's output)."""
+        import orjson
+
+        if self.output == "jsonl":
+            for line in lines:
+                self.out.write(line if line.endswith(b"\n") else line + b"\n")
+            return
+        rows = [orjson.loads(line) for line in lines if line.strip()]
+        if self.output == "csv":
+            self.out.write(self.csv.rows(rows))
+        else:
+            self.table_rows.extend(rows)
+
+    def finish(self) -> None:
+        if self.output == "table" and self.table_rows:
+            from streamctl.formats.table import table
+
+            self.out.write(table(self.table_rows).encode() + b"\n")
+            self.table_rows = []
+        self.out.flush()
+
+
+def _late_writer(late_out: str | None, is_log: bool, append: bool):
+    if late_out is None:
+        return None, None
+    import os
+
+    from streamctl.errors import UsageError
+    from streamctl.fsutil import NOFOLLOW
+    from streamctl.windowing import late_line
+
+    try:
+        fd = os.open(late_out, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC) | NOFOLLOW, 0o644)
+    except OSError as e:
+        raise UsageError(f"--late-out {late_out}: cannot open: {e.strerror}") from None
+    f = os.fdopen(fd, "ab" if append else "wb")
+    return f, (lambda rec: f.write(late_line(rec, is_log)))
+
+
+def _report(cfg, run, late_out: str | None) -> None:
+    st = run.stats
+    if st.bad_time:
+        verb = "skipped" if cfg.on_bad_time == "skip" else "found"
+        info(f"{st.bad_time} record(s) without a usable time in {cfg.time_field!r} {verb} "
+             f"(first: {st.bad_time_example})")
+    for name, n in sorted(run.plan.non_numeric.items()):
+        info(f"{name}: {n} value(s) that are not numbers were ignored")
+    if st.late:
+        what = "corrected (rows with a revision)" if cfg.late == "correct" else "DROPPED"
+        extra = f"; written to {late_out}" if late_out else ""
+        hint = "" if cfg.late == "correct" else " (wait longer with --lateness DUR, or --late correct / --late-out FILE)"
+        info(f"warning: {st.late} late event(s) {what}{extra}{hint}")
+
+
+def _local(path: str, cfg, late_out: str | None, output: str) -> None:
+    from streamctl.windowing import WindowRun, records_of
+
+    is_log, recs = records_of(path)
+    f, sink = _late_writer(late_out, is_log, append=False)
+    rows = _Rows(output, cfg)
+    run = WindowRun(cfg, is_log, sink)
+    try:
+        run.feed(recs, rows, source=path if path != "-" else "<stdin>")
+        run.finish(rows)
+        rows.finish()
+    finally:
+        if f is not None:
+            f.close()
+    _report(cfg, run, late_out)
+
+
+def _follow(path: str, cfg, group: str | None, idle_timeout: str | None, late_out: str | None,
+            output: str) -> None:
+    from streamctl import inputorder, stopflag
+    from streamctl.errors import UsageError
+    from streamctl.timeparse import parse_duration
+    from streamctl.windowing import follow
+
+    spec = inputorder.classify(path)
+    if not spec.is_log:
+        raise UsageError("--follow needs a log, not a plain file")
+    idle = parse_duration(idle_timeout) / 1000 if idle_timeout is not None else None
+    f, sink = _late_writer(late_out, True, append=True)
+    rows = _Rows(output, cfg, unbuffered=None)
+    stopflag.install()
+    try:
+        run = follow(path, group, cfg, rows, rows.finish, idle, sink,
+                     flush_late=(f.flush if f is not None else None))
+    finally:
+        if f is not None:
+            f.close()
+    rows.finish()
+    _report(cfg, run, late_out)
+    if stopflag.is_set():
+        import signal
+
+        from streamctl.errors import Interrupted
+
+        if stopflag.signum() == signal.SIGINT:
+            raise Interrupted("interrupted; window state and offsets were checkpointed")
+
+
+def _job(path: str, cfg, master: str | None, output_file: str | None = None) -> str:
+    from streamctl.spark.window_job import render
+
+    return render(path, cfg, master, output_file)
+
+
+def _emit_job(path: str, cfg, master: str | None, target: str) -> None:
+    from streamctl.fsutil import atomic_write
+
+    atomic_write(target, _job(path, cfg, master).encode())
+    info(f"wrote the Spark job to {target}; run it with: spark-submit {target}  (or: python {target})")
+
+
+def _spark(path: str, cfg, master: str | None, output: str) -> None:
+    import os
+
+    from streamctl.spark.runner import run_job
+
+    rows = _Rows(output, cfg)
+    job = _job(os.path.abspath(path), cfg, master)
+    counts: dict = {}
+
+    def take(line: bytes) -> None:
+        if line.startswith(b"#streamctl-stats "):
+            import orjson
+
+            counts.update(orjson.loads(line[len(b"#streamctl-stats "):]))
+            return
+        rows.json_lines([line])
+
+    run_job(job, take, master=master)
+    rows.finish()
+
+    from streamctl.windowing import WindowRun, WindowStats
+
+    run = WindowRun(cfg, True)
+    run.stats = WindowStats(counts.get("events", 0), counts.get("late", 0), counts.get("bad_time", 0),
+                            counts.get("bad_time_example"))
+    run.plan.non_numeric = counts.get("non_numeric", {})
+    _report(cfg, run, None)

@@ -1,0 +1,262 @@
+"""Aggregations for windows: `count`, `sum`, `avg`, `min`, `max`, `p50`/`p90`/`p99`, `distinct`, `first`, `last`.
+
+A spec is `FUNC[:PATH]` or `NAME=FUNC:PATH`; the output field defaults to
+`FUNC_LASTSEGMENT` (`avg:value.latency.ms` -> `avg_ms`) and to `count` for a
+bare count. Values are pulled out of each event once (`Plan.extract`), so an
+event that falls into several windows (hopping) is checked once: a value that
+is not a number, for a numeric aggregation, is counted in `Plan.non_numeric`
+and then ignored like a missing value (SQL's NULL), never a crash.
+
+Per-window state is a plain list (one slot per aggregation) so that it is cheap
+to build, to merge (sessions) and to write into a follow-mode checkpoint.
+
+This module and `streamctl.windows` use only the standard library and orjson:
+the Spark engine pastes their source into the generated job, so executors
+run exactly the same code as the local engine.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+AGG_FUNCS = ("count", "sum", "avg", "min", "max", "p50", "p90", "p99", "distinct", "first", "last")
+NUMERIC_FUNCS = ("sum", "avg", "min", "max", "p50", "p90", "p99")
+PERCENTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+_MISSING = object()
+
+
+class AggSpecError(ValueError):
+    """A malformed --agg; the message says what is accepted."""
+
+
+@dataclass(frozen=True)
+class AggSpec:
+    name: str
+    func: str
+    path: tuple[str, ...] | None  # a record path (value.x.y); None for a bare count
+
+
+def parse_agg(text: str, record_path: Any) -> AggSpec:
+    """`count`, `avg:latency`, `p99_ms=p99:value.latency.ms` -> AggSpec.
+
+    `record_path` turns a dotted path into a record path tuple (streamctl.paths.record_path).
+    """
+    s = text.strip()
+    name = None
+    if "=" in s:
+        name, s = (part.strip() for part in s.split("=", 1))
+        if not name:
+            raise AggSpecError(f"--agg {text!r}: empty name before '='")
+    func, _, path = s.partition(":")
+    func = func.strip().lower()
+    if func not in AGG_FUNCS:
+        raise AggSpecError(f"--agg {text!r}: unknown function {func!r} (use {', '.join(AGG_FUNCS)})")
+    path = path.strip()
+    if not path:
+        if func != "count":
+            raise AggSpecError(f"--agg {text!r}: {func} needs a field, e.g. {func}:amount")
+        return AggSpec(name or "count", "count", None)
+    parts = tuple(record_path(path))
+    return AggSpec(name or f"{func}_{parts[-1]}", func, parts)
+
+
+def _getter(parts: tuple[str, ...]):
+    """A fast accessor for a record path (the common one- and two-level cases unrolled)."""
+    if len(parts) == 1:
+        (a,) = parts
+        return lambda r: r.get(a)
+    if len(parts) == 2:
+        a, b = parts
+
+        def get2(r: dict) -> Any:
+            v = r.get(a)
+            return v.get(b) if type(v) is dict else None
+        return get2
+
+    def getn(r: Any) -> Any:
+        for p in parts:
+            if type(r) is dict:
+                r = r.get(p)
+            elif type(r) is list and p.lstrip("-").isdigit() and -len(r) <= int(p) < len(r):
+                r = r[int(p)]
+            else:
+                return None
+        return r
+    return getn
+
+
+def _distinct_key(v: Any) -> Any:
+    # Strings stand for themselves; anything else by its JSON text, so 1 and 1.0,
+    # or true and 1, stay distinct values as they are in the input.
+    return v if type(v) is str else orjson.dumps(v, option=orjson.OPT_SORT_KEYS)
+
+
+def percentile(values: list, q: float) -> float | None:
+    """Exact percentile with linear interpolation between ranks (Spark's `percentile`)."""
+    if not values:
+        return None
+    s = sorted(values)
+    pos = q * (len(s) - 1)
+    lo = math.floor(pos)
+    hi = math.ceil(pos)
+    if lo == hi:
+        return float(s[lo])
+    return float(s[lo]) + (pos - lo) * (float(s[hi]) - float(s[lo]))
+
+
+class Plan:
+    """The aggregations of one run: extract values per event, fold them into window states."""
+
+    def __init__(self, specs: list[AggSpec]) -> None:
+        names = [s.name for s in specs]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise AggSpecError(f"--agg: output field {dupes[0]!r} named twice (use NAME=FUNC:PATH)")
+        for n in names:
+            if n in ("window", "key", "revision"):
+                raise AggSpecError(f"--agg: {n!r} is taken by the row itself (use NAME=FUNC:PATH)")
+        self.specs = specs
+        self.funcs = [s.func for s in specs]
+        self.getters = [_getter(s.path) if s.path is not None else None for s in specs]
+        self.numeric = [s.func in NUMERIC_FUNCS for s in specs]
+        self.non_numeric: dict[str, int] = {}
+        self.n = len(specs)
+
+    # -- per event ---------------------------------------------------------------
+
+    def extract(self, rec: dict) -> tuple:
+        """The value each aggregation needs from one event (None = nothing to add)."""
+        out = []
+        for spec, get, numeric in zip(self.specs, self.getters, self.numeric, strict=True):
+            if get is None:
+                out.append(True)
+                continue
+            v = get(rec)
+            if numeric and v is not None:
+                t = type(v)
+                if t is not int and t is not float:
+                    self.non_numeric[spec.name] = self.non_numeric.get(spec.name, 0) + 1
+                    v = None
+                elif t is float and (v != v or v in (math.inf, -math.inf)):
+                    self.non_numeric[spec.name] = self.non_numeric.get(spec.name, 0) + 1
+                    v = None
+            out.append(v)
+        return tuple(out)
+
+    def new(self) -> list:
+        st: list = []
+        for f in self.funcs:
+            if f == "count":
+                st.append(0)
+            elif f in ("sum", "avg"):
+                st.append([0, 0])  # total, how many numbers
+            elif f in ("min", "max"):
+                st.append(None)
+            elif f in PERCENTILES:
+                st.append([])
+            elif f == "distinct":
+                st.append(set())
+            else:  # first / last: (input sequence number, value) or None
+                st.append(None)
+        return st
+
+    def add(self, st: list, vals: tuple, seq: int) -> None:
+        i = 0
+        for f, v in zip(self.funcs, vals, strict=True):
+            if f == "count":
+                if v is not None:
+                    st[i] += 1
+            elif v is None and f != "first" and f != "last":
+                pass
+            elif f == "sum" or f == "avg":
+                acc = st[i]
+                acc[0] += v
+                acc[1] += 1
+            elif f == "min":
+                if st[i] is None or v < st[i]:
+                    st[i] = v
+            elif f == "max":
+                if st[i] is None or v > st[i]:
+                    st[i] = v
+            elif f == "distinct":
+                st[i].add(_distinct_key(v))
+            elif f == "first":
+                if st[i] is None or seq < st[i][0]:
+                    st[i] = (seq, v)
+            elif f == "last":
+                if st[i] is None or seq > st[i][0]:
+                    st[i] = (seq, v)
+            else:  # a percentile
+                st[i].append(v)
+            i += 1
+
+    def merge(self, a: list, b: list) -> list:
+        """Fold window state b into a (sessions that an event bridges); returns a."""
+        for i, f in enumerate(self.funcs):
+            x, y = a[i], b[i]
+            if f == "count":
+                a[i] = x + y
+            elif f in ("sum", "avg"):
+                x[0] += y[0]
+                x[1] += y[1]
+            elif f == "min":
+                a[i] = y if x is None or (y is not None and y < x) else x
+            elif f == "max":
+                a[i] = y if x is None or (y is not None and y > x) else x
+            elif f in PERCENTILES:
+                x.extend(y)
+            elif f == "distinct":
+                x |= y
+            elif f == "first":
+                a[i] = y if x is None or (y is not None and y[0] < x[0]) else x
+            elif f == "last":
+                a[i] = y if x is None or (y is not None and y[0] > x[0]) else x
+        return a
+
+    def result(self, st: list) -> dict:
+        out = {}
+        for spec, f, x in zip(self.specs, self.funcs, st, strict=True):
+            if f == "count":
+                v = x
+            elif f == "sum":
+                v = x[0] if x[1] else None
+            elif f == "avg":
+                v = x[0] / x[1] if x[1] else None
+            elif f in ("min", "max"):
+                v = x
+            elif f in PERCENTILES:
+                v = percentile(x, PERCENTILES[f])
+            elif f == "distinct":
+                v = len(x)
+            else:
+                v = x[1] if x is not None else None
+            out[spec.name] = v
+        return out
+
+    # -- checkpoints (follow mode) -------------------------------------------------
+
+    def dump(self, st: list) -> list:
+        out = []
+        for f, x in zip(self.funcs, st, strict=True):
+            if f == "distinct":
+                out.append([["s", v] if type(v) is str else ["j", v.decode()] for v in x])
+            elif f in ("first", "last"):
+                out.append(list(x) if x is not None else None)
+            else:
+                out.append(x)
+        return out
+
+    def load(self, data: list) -> list:
+        st: list = []
+        for f, x in zip(self.funcs, data, strict=True):
+            if f == "distinct":
+                st.append({v if kind == "s" else v.encode() for kind, v in x})
+            elif f in ("first", "last"):
+                st.append(tuple(x) if x is not None else None)
+            else:
+                st.append(x)
+        return st
