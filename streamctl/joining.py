@@ -285,9 +285,13 @@ def _run_table(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, 
                 if value is None and right_by_record_key:
                     for nk, _k in tombstone_keys(rec.get("key")):
                         ja.change(nk, t, None, pos)
+                    if t is not None:
+                        ja.advance(t)
                     continue
                 k = right_key(rec)
                 if k is None:
+                    if t is not None:
+                        ja.advance(t)
                     continue
                 ja.change(k if k.__class__ is str else norm_key(k), t, value, pos)
             else:

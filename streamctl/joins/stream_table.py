@@ -98,7 +98,8 @@ class TableAsOfTime:
         self.waiting: list[tuple[int, int, Any, Any, Any]] = []  # (t, position, nkey, key, value)
         self.watermark: int | None = None
 
-    def _advance(self, t: int) -> None:
+    def advance(self, t: int) -> None:
+        """Move the watermark (every record with a time does, even one without a usable key)."""
         if self.watermark is None or t > self.watermark:
             self.watermark = t
             if self.waiting and self.waiting[0][0] < t:
@@ -113,11 +114,11 @@ class TableAsOfTime:
         if self.retention is not None and self.watermark is not None:
             h.prune(self.watermark - self.retention)
         if t is not None:
-            self._advance(t)
+            self.advance(t)
 
     def event(self, nkey: Any, key: Any, t: int, value: Any, pos: int) -> None:
         heapq.heappush(self.waiting, (t, pos, nkey, key, value))
-        self._advance(t)
+        self.advance(t)
         if self.waiting[0][0] < self.watermark:  # an event already behind the watermark
             self._resolve(self.watermark)
 

@@ -1,0 +1,170 @@
+"""Property tests: each join kind against a brute-force reference written from the rules alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamctl import joining
+
+L, R = 0, 1
+MIN_TIME = -(1 << 62)
+
+keys = st.sampled_from(["a", "b", "c", None])
+times = st.integers(0, 40)
+events = st.lists(st.tuples(st.sampled_from([L, R]), keys, times), max_size=40)
+
+
+def items_of(evs: list[tuple[int, Any, Any]], values: list[Any] | None = None) -> list[tuple[int, dict]]:
+    out = []
+    for i, (side, k, t) in enumerate(evs):
+        v = values[i] if values is not None else f"{'LR'[side]}{i}"
+        r = {"offset": i, "partition": 0, "key": k, "value": v}
+        if t is not None:
+            r["ts"] = t
+        out.append((side, r))
+    return out
+
+
+def run_join(kind: str, items: list[tuple[int, dict]], **kw: Any) -> list[tuple]:
+    rows: list[tuple] = []
+    spec = joining.make_spec("L", "R", table=kind == "table", tables=kind == "tables", **kw)
+    joining.run(spec, lambda k, lv, rv: rows.append((k, lv, rv)),
+                lambda op, k, lv, rv: rows.append((op, k, lv, rv)), items=iter(items))
+    return rows
+
+
+def watermarks(ts: list[int | None]) -> list[int | None]:
+    out, w = [], None
+    for t in ts:
+        if t is not None and (w is None or t > w):
+            w = t
+        out.append(w)
+    return out
+
+
+def ref_stream(evs: list[tuple[int, Any, int]], within: int, how: str) -> list[tuple]:
+    """Pairs (a before b): same non-null key, |ta - tb| <= within, ta + within >= W(b), emitted at b in a's
+    order; an unmatched event at max(its position, first p with W(p) > t + within) (or the end),
+    after that position's pairs, by (time, position)."""
+    n = len(evs)
+    W = watermarks([t for _, _, t in evs])
+    keep = (how in ("left", "outer"), how in ("right", "outer"))
+    out: list[tuple[tuple, tuple]] = []
+    matched = [False] * n
+    for b in range(n):
+        sb, kb, tb = evs[b]
+        for a in range(b):
+            sa, ka, ta = evs[a]
+            if sa != sb and ka is not None and ka == kb and abs(ta - tb) <= within and ta + within >= W[b]:
+                matched[a] = matched[b] = True
+                lv, rv = (f"L{a}", f"R{b}") if sa == L else (f"L{b}", f"R{a}")
+                out.append(((b, 0, a, 0), (kb, lv, rv)))
+    for x in range(n):
+        s, k, t = evs[x]
+        if matched[x] or not keep[s]:
+            continue
+        evict = next((p for p in range(n) if W[p] > t + within), n)
+        v = f"{'LR'[s]}{x}"
+        out.append(((max(evict, x), 1, t, x), (k, v, None) if s == L else (k, None, v)))
+    return [row for _, row in sorted(out, key=lambda r: r[0])]
+
+
+@settings(max_examples=300, deadline=None)
+@given(events, st.integers(0, 10), st.sampled_from(["inner", "left", "right", "outer"]))
+def test_stream_stream_matches_reference(evs, within, how):
+    got = run_join("stream", items_of(evs), within=f"{within}ms", how=how)
+    assert got == ref_stream(evs, within, how)
+
+
+def ref_as_of(evs: list[tuple[int, Any, int | None, Any]], retention: int | None, inner: bool) -> list[tuple]:
+    """LEFT event e resolves at r = max(e, first p with W(p) > t_e) (or the end) and joins the version
+    with max (time, position) among RIGHT records up to r with the same key and time <= t_e
+    (no time = the beginning); with retention, nothing if a version up to r has a time in
+    (t_e, W(r) - retention]. Rows by (r, t_e, e)."""
+    n = len(evs)
+    W = watermarks([t if not (s == L and t is None) else None for s, _, t, _ in evs])
+    out = []
+    for e, (s, k, t, v) in enumerate(evs):
+        if s != L or t is None:
+            continue
+        r = next((p for p in range(e, n) if W[p] is not None and W[p] > t), n)
+        w_r = W[r] if r < n else W[-1]
+        cands = [(MIN_TIME if tv is None else tv, p, vv) for p, (sv, kv, tv, vv) in enumerate(evs[:r + 1])
+                 if sv == R and k is not None and kv == k]
+        best = max((c for c in cands if c[0] <= t), default=None)
+        row = best[2] if best else None
+        if retention is not None and any(t < c[0] <= w_r - retention for c in cands):
+            row = None
+        if row is not None or not inner:
+            out.append(((r, t, e), (k, v, row)))
+    return [row for _, row in sorted(out, key=lambda x: x[0])]
+
+
+table_events = st.lists(st.tuples(st.sampled_from([L, R]), keys, st.one_of(times, st.none()),
+                                  st.sampled_from([None, 1, 2, 3])), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(table_events, st.one_of(st.none(), st.integers(0, 15)), st.sampled_from(["inner", "left"]))
+def test_stream_table_as_of_matches_reference(evs, retention, how):
+    values = [v if s == R else f"L{i}" for i, (s, _, _, v) in enumerate(evs)]
+    items = items_of([(s, k, t) for s, k, t, _ in evs], values)
+    kw: dict[str, Any] = {"as_of": "event-time", "how": how}
+    if retention is not None:
+        kw["table_retention"] = f"{retention}ms"
+    got = run_join("table", items, **kw)
+    ref_evs = [(s, k, t, values[i]) for i, (s, k, t, _) in enumerate(evs)]
+    assert got == ref_as_of(ref_evs, retention, how == "inner")
+
+
+@settings(max_examples=200, deadline=None)
+@given(table_events, st.sampled_from(["inner", "left"]))
+def test_stream_table_position_matches_reference(evs, how):
+    values = [v if s == R else f"L{i}" for i, (s, _, _, v) in enumerate(evs)]
+    items = items_of([(s, k, t) for s, k, t, _ in evs], values)
+    got = run_join("table", items, how=how)
+    table: dict = {}
+    ref = []
+    for i, (s, k, _t, _v) in enumerate(evs):
+        if s == R:
+            if k is None:
+                continue
+            if values[i] is None:
+                table.pop(k, None)
+            else:
+                table[k] = values[i]
+        else:
+            row = table.get(k) if k is not None else None
+            if row is not None or how == "left":
+                ref.append((k, values[i], row))
+    assert got == ref
+
+
+changes = st.lists(st.tuples(st.sampled_from([L, R]), st.sampled_from(["a", "b", "c", "d"]),
+                             st.one_of(st.none(), st.integers(0, 5))), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(changes)
+def test_table_table_fold_equals_batch_join(chs):
+    items = items_of([(s, k, None) for s, k, _ in chs], [v for _, _, v in chs])
+    rows = run_join("tables", items)
+    folded: dict = {}
+    for op, k, lv, rv in rows:
+        assert op in ("upsert", "delete")
+        if op == "upsert":
+            folded[k] = (lv, rv)
+        else:
+            assert k in folded and folded[k] == (lv, rv)  # a delete carries the row it removes
+            del folded[k]
+    tables: tuple[dict, dict] = ({}, {})
+    for s, k, v in chs:
+        if v is None:
+            tables[s].pop(k, None)
+        else:
+            tables[s][k] = v
+    batch = {k: (tables[0][k], tables[1][k]) for k in tables[0] if k in tables[1]}
+    assert folded == batch
