@@ -19,6 +19,7 @@ from streamctl.errors import StorageError
 from streamctl.fsutil import NOFOLLOW, flock, fsync_dir, unlock, write_all
 from streamctl.log import Log
 from streamctl.segment import last_line, list_segments, segment_name, visible_end
+from streamctl.swap import recover as _finish_interrupted_swaps
 from streamctl.timeparse import now_ms
 
 FSYNC_POLICIES = ("always", "batch", "never")
@@ -68,7 +69,7 @@ class Appender:
         self._tails: dict[int, _Tail] = {}
         # Called with (partition dir) under the lock before each append; the
         # compaction module installs its recovery of interrupted swaps here.
-        self.recover: Callable[[str], None] | None = None
+        self.recover: Callable[[str], None] | None = _finish_interrupted_swaps
         # Called with (partition, items, next offset) under the lock, once the
         # partition's end is known; returns the items to write, possibly none.
         # Exactly-once producers drop records whose source was already appended

@@ -98,6 +98,7 @@ def check(log: Log, repair: bool = False) -> CheckReport:
                 report.problems.append(Problem(full, None, "segment name is not 20 digits + .jsonl"))
             if os.path.islink(full):
                 report.problems.append(Problem(full, None, "is a symlink"))
+        _check_swaps(pdir, repair, report)
         segs = log.segments(p)
         report.segments += len(segs)
         prev_off, prev_ts = -1, 0
@@ -120,6 +121,20 @@ def check(log: Log, repair: bool = False) -> CheckReport:
                 report.problems.append(Problem(log.group_path(g), None,
                                                f"partition {p}: committed offset {off} is past the end ({ends.get(p, 0)})"))
     return report
+
+
+def _check_swaps(pdir: str, repair: bool, report: CheckReport) -> None:
+    """Leftovers of an interrupted compaction (.cleaned/.swap); --repair finishes or removes them."""
+    from streamctl import swap
+
+    names = swap.leftovers(pdir)
+    if names and repair:
+        swap.recover_partition(pdir)
+    for name in names:
+        kind = "finished" if name.endswith(swap.SWAP) else "removed"
+        report.problems.append(Problem(os.path.join(pdir, name), None,
+                                       f"left by an interrupted compaction (--repair: {kind})",
+                                       repairable=True, repaired=repair))
 
 
 def _repair_tail(log: Log, p: int, seg: segment.Segment, problem: Problem) -> None:
