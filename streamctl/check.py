@@ -20,6 +20,9 @@ class Problem:
     reason: str
     repairable: bool = False
     repaired: bool = False
+    # Reported but not a failure: the log reads correctly as it is (an interrupted
+    # compaction's leftovers, which the next append, compact or --repair finishes).
+    benign: bool = False
 
     def __str__(self) -> str:
         where = f"{self.path}: byte {self.byte}" if self.byte is not None else self.path
@@ -36,7 +39,7 @@ class CheckReport:
 
     @property
     def ok(self) -> bool:
-        return all(p.repaired for p in self.problems)
+        return all(p.repaired or p.benign for p in self.problems)
 
     def to_dict(self) -> dict:
         return {"log": self.log, "ok": self.ok, "segments": self.segments, "records": self.records,
@@ -98,8 +101,8 @@ def check(log: Log, repair: bool = False) -> CheckReport:
                 report.problems.append(Problem(full, None, "segment name is not 20 digits + .jsonl"))
             if os.path.islink(full):
                 report.problems.append(Problem(full, None, "is a symlink"))
-        _check_swaps(pdir, repair, report)
-        segs = log.segments(p)
+        stale = _check_swaps(pdir, repair, report)
+        segs = [s for s in log.segments(p) if s.path not in stale]
         report.segments += len(segs)
         prev_off, prev_ts = -1, 0
         for i, seg in enumerate(segs):
@@ -123,18 +126,27 @@ def check(log: Log, repair: bool = False) -> CheckReport:
     return report
 
 
-def _check_swaps(pdir: str, repair: bool, report: CheckReport) -> None:
-    """Leftovers of an interrupted compaction (.cleaned/.swap); --repair finishes or removes them."""
+def _check_swaps(pdir: str, repair: bool, report: CheckReport) -> set[str]:
+    """Leftovers of an interrupted compaction (.cleaned/.swap); --repair finishes or removes them.
+
+    Returns the segments a half-installed swap already replaced (their records
+    are in the new segment), which are checked as if the swap had finished.
+    """
     from streamctl import swap
 
     names = swap.leftovers(pdir)
-    if names and repair:
+    if not names:
+        return set()
+    stale = set() if repair else swap.superseded(pdir)
+    if repair:
         swap.recover_partition(pdir)
     for name in names:
-        kind = "finished" if name.endswith(swap.SWAP) else "removed"
-        report.problems.append(Problem(os.path.join(pdir, name), None,
-                                       f"left by an interrupted compaction (--repair: {kind})",
-                                       repairable=True, repaired=repair))
+        fix = "finishes" if name.endswith(swap.SWAP) else "removes"
+        report.problems.append(Problem(
+            os.path.join(pdir, name), None,
+            f"left by an interrupted compaction (harmless: the next append, compact or check --repair {fix} it)",
+            repairable=True, repaired=repair, benign=True))
+    return stale
 
 
 def _repair_tail(log: Log, p: int, seg: segment.Segment, problem: Problem) -> None:

@@ -138,6 +138,32 @@ def leftovers(pdir: str) -> list[str]:
     return found
 
 
+def superseded(pdir: str) -> set[str]:
+    """Segments that a half-finished swap has already replaced (step 3 done, step 4 not).
+
+    Their records are (as far as they survive) in the new segment B; readers
+    skip them by offset, and `check` checks the partition as if they were gone.
+    """
+    out: set[str] = set()
+    try:
+        names = os.listdir(pdir)
+    except FileNotFoundError:
+        return out
+    for name in names:
+        run = parse_run_name(name, SWAP)
+        if run is None:
+            continue
+        base, end = run
+        try:
+            done = (os.stat(os.path.join(pdir, segment_name(base)), follow_symlinks=False).st_ino
+                    == os.stat(os.path.join(pdir, name)).st_ino)
+        except FileNotFoundError:
+            continue
+        if done:
+            out.update(s.path for s in list_segments(pdir) if base < s.base < end)
+    return out
+
+
 def install(pdir: str, cleaned: str, base: int, end: int) -> None:
     """Steps 2-5 for a fully written and fsynced `cleaned` file. Caller holds the partition lock."""
     swap = os.path.join(pdir, run_name(base, end, SWAP))
