@@ -103,14 +103,14 @@ def run(b: Bench) -> None:
     for i in range(samples):
         tag = f"bench-mark-{i:06d}"
         line = f'{{"tag":"{tag}"}}\n'.encode()
-        sample(ours, tag, lambda: subprocess.run(b.sc("produce", str(log), "--fsync", "never"), input=line,
+        sample(ours, tag, lambda line=line: subprocess.run(b.sc("produce", str(log), "--fsync", "never"), input=line,
                                                  check=True, capture_output=True, env=env), lat_ours, 0)
-        sample(ref, tag, lambda: subprocess.run(["sh", "-c", f"printf '%s\\n' '{line.decode().strip()}' >> '{plain}'"],
+        sample(ref, tag, lambda line=line: subprocess.run(["sh", "-c", f"printf '%s\\n' '{line.decode().strip()}' >> '{plain}'"],
                                                 check=True), lat_ref, 1)
         tag2 = f"bench-mark-{i:06d}b"
         line2 = f'{{"tag":"{tag2}"}}'.encode()
-        sample(ours, tag2, lambda: appender.append(0, [(b"null", line2, None)]), app_ours, 0)
-        sample(ref, tag2, lambda: os.write(pfd, line2 + b"\n"), app_ref, 1)
+        sample(ours, tag2, lambda line2=line2: appender.append(0, [(b"null", line2, None)]), app_ours, 0)
+        sample(ref, tag2, lambda line2=line2: os.write(pfd, line2 + b"\n"), app_ref, 1)
         time.sleep(0.005)
     appender.close()
     os.close(pfd)
