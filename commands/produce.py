@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+
 from streamctl.commands.common import example, info
 
 EPILOG = example(
@@ -46,12 +47,11 @@ def produce(
     import os
     import sys
 
-    from streamctl.commands.common import parse_size
-    from streamctl.formats import inputs
-
     from streamctl import log as logmod
     from streamctl.appender import FSYNC_POLICIES, Appender
+    from streamctl.commands.common import parse_size
     from streamctl.errors import UsageError
+    from streamctl.formats import inputs
     from streamctl.names import check_partition
     from streamctl.producer import Input, ProduceOptions
     from streamctl.producer import produce as run_produce
@@ -127,6 +127,8 @@ def produce(
         decoder=decoder, partition=partition, max_record_bytes=max_bytes, on_error=mode,
         dead_letter=dead_letter, per_record=fsync == "always", echo=echo_fn,
     )
+    if not raw and not envelope and key_field is None:
+        opts.validate_batch, opts.const_key = inputs.validate_values, key
     with Appender(lg, fsync=fsync, lock_timeout=timeout) as app_:
         if exactly_once:
             from streamctl.exactlyonce import Deduper

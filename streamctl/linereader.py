@@ -66,6 +66,8 @@ def read_batches(fd: int, max_line: int, batch_bytes: int = 1 << 20) -> Iterator
             carry = b""
             lines = buf.split(b"\n")
             tail = lines.pop()
+            if b"\r" in buf:  # CRLF line endings: the \r is not part of the record
+                lines = [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
             for ln in lines:
                 lineno += 1
                 out.append((lineno, ln if len(ln) <= max_line else TooLong(len(ln))))
@@ -79,6 +81,6 @@ def read_batches(fd: int, max_line: int, batch_bytes: int = 1 << 20) -> Iterator
                 out.append((lineno, TooLong(skipping)))
             elif carry:
                 lineno += 1
-                out.append((lineno, carry))
+                out.append((lineno, carry[:-1] if carry.endswith(b"\r") else carry))
         if out:
             yield out

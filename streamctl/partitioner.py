@@ -48,6 +48,13 @@ class Partitioner:
             next(self._cycle)
         self._cache: dict[str, int] = {}
 
+    def spread(self, count: int) -> int:
+        """Start partition for `count` null-key records spread round-robin; advances the cycle."""
+        start = next(self._cycle)
+        for _ in range((count - 1) % self.partitions):
+            next(self._cycle)
+        return start
+
     def __call__(self, key: str | None) -> int:
         if key is None:
             return next(self._cycle)
