@@ -366,3 +366,12 @@ def test_cli_help_examples_cover_flags():
     for flag in ("--within", "--table", "--tables", "--on", "--time-field", "--how", "--as-of", "--table-retention",
                  "--output", "--engine", "--spark-threshold", "--master", "--emit-job"):
         assert flag in examples, flag
+
+
+def test_cli_corrupt_log_record_is_reported(tmp_path):
+    s = str(tmp_path / "s")
+    write_log(s, 2, SEARCHES[:4])
+    with open(os.path.join(s, "p1", "00000000000000000000.jsonl"), "ab") as f:
+        f.write(b'{"offset":2,"partition":1,"ts":"late","key":"x","value":1}\n')
+    p = run_cli("join", s, s, "--within", "1s", "--engine", "local")
+    assert p.returncode == 2 and b"corrupt record" in p.stderr and b"Traceback" not in p.stderr
