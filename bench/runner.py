@@ -48,6 +48,7 @@ class Contestant:
     setup: Callable[[], None] | None = None
     teardown: Callable[[], None] | None = None
     ok_codes: tuple[int, ...] = (0,)
+    spark: bool = False  # runs only --spark-runs times
 
 
 @dataclass
@@ -104,14 +105,20 @@ class Target:
 
 
 def measure(argv: list[str], stdin: str | None = None, stdout: str | None = os.devnull,
-            env: dict[str, str] | None = None, timeout: float = 3600) -> Sample:
+            env: dict[str, str] | None = None, timeout: float = 3600, limit_mb: int | None = None) -> Sample:
     """Run argv once; wall seconds and peak RSS (KiB) of its process tree."""
     fin = open(stdin, "rb") if stdin else subprocess.DEVNULL
     fout = open(stdout, "wb") if stdout else subprocess.DEVNULL
     ferr = tempfile.TemporaryFile()
     try:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, stdin=fin, stdout=fout, stderr=ferr, env=env)
+        pre = None
+        if limit_mb:
+            def pre() -> None:
+                import resource
+
+                resource.setrlimit(resource.RLIMIT_AS, (limit_mb << 20, limit_mb << 20))
+        proc = subprocess.Popen(argv, stdin=fin, stdout=fout, stderr=ferr, env=env, preexec_fn=pre)
         # A blocking wait4 (no polling jitter); a timer kills a runaway run.
         timer = threading.Timer(timeout, proc.kill)
         timer.start()
@@ -140,6 +147,7 @@ class Bench:
         self.quick: bool = args.quick
         self.records: int = args.records or (50_000 if args.quick else 1_000_000)
         self.runs: int = args.runs or (1 if args.quick else 3)
+        self.spark_runs: int = args.spark_runs or self.runs
         self.skip_spark: bool = args.skip_spark or (args.quick and not args.spark)
         self.big_factor: int = 5
         self.py = sys.executable
@@ -200,7 +208,7 @@ class Bench:
         env = self.env()
         for r in range(runs):
             for c, row in zip(contestants, rows, strict=True):
-                if row.error:
+                if row.error or (c.spark and r >= self.spark_runs):
                     continue
                 if c.setup:
                     c.setup()
@@ -213,7 +221,7 @@ class Bench:
                     continue
                 row.walls.append(s.wall)
                 row.rss_kb.append(s.rss_kb)
-                say(f"  {group} / {c.tool} run {r + 1}/{runs}: {s.wall:.3f} s, {s.rss_kb / 1024:.0f} MiB")
+                say(f"  {group} / {c.tool} run {r + 1}/{min(runs, self.spark_runs) if c.spark else runs}: {s.wall:.3f} s, {s.rss_kb / 1024:.0f} MiB")
         self.rows.extend(rows)
         return rows
 
@@ -372,6 +380,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--runs", type=int, metavar="N", help="timed runs per contestant (default 3; quick 1)")
     ap.add_argument("--skip-spark", action="store_true", help="leave out the Spark engine and PySpark references")
     ap.add_argument("--spark", action="store_true", help="with --quick: include Spark anyway")
+    ap.add_argument("--spark-runs", type=int, metavar="N",
+                    help="timed runs for Spark contestants (default: --runs; each costs ~20 s of JVM and job)")
     ap.add_argument("--markdown", metavar="FILE", help="also write the tables as markdown to FILE")
     ap.add_argument("--data-dir", metavar="DIR", help="where generated data is cached (default $TMPDIR/streamctl-bench-data)")
     ap.add_argument("--work-dir", metavar="DIR", help="scratch space (default: a new temp dir, removed at the end)")
@@ -410,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
                 traceback.print_exc()
                 b.skip(name, f"crashed: {type(e).__name__}: {e}")
             say(f"--- {name} took {time.perf_counter() - w0:.0f} s")
+            if args.markdown:  # after every workload, so a cut-short run keeps what it measured
+                write_markdown(b, args, argv, m, partial=name != names[-1])
     finally:
         if not args.work_dir:
             shutil.rmtree(b.work, ignore_errors=True)
@@ -417,10 +429,20 @@ def main(argv: list[str] | None = None) -> int:
     b.notes.append(f"total bench time {total:.0f} s")
     sys.stdout.write(render(b, markdown=False) + "\n")
     if args.markdown:
-        cmd = "scripts/bench " + " ".join(sys.argv[1:] if argv is None else argv)
-        head = (f"Machine: {m['nproc']} cores ({m['cpu']}), {m['ram']} RAM, Python {m['python']}, "
-                f"Linux {m['kernel']}.  \nDate: {m['date']}.  \nCommand: `{cmd.strip()}` "
-                f"({b.records} records, {b.runs} run(s) per contestant, median shown).\n\n")
-        Path(args.markdown).write_text(head + render(b, markdown=True) + "\n")
+        write_markdown(b, args, argv, m, partial=False)
         say(f"markdown written to {args.markdown}")
     return 0
+
+
+def write_markdown(b: Bench, args: argparse.Namespace, argv: list[str] | None, m: dict[str, str],
+                   partial: bool) -> None:
+    import shlex
+
+    cmd = "scripts/bench " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    spark = f", Spark contestants {b.spark_runs} run(s)" if b.spark_runs != b.runs else ""
+    head = (f"Machine: {m['nproc']} cores ({m['cpu']}), {m['ram']} RAM, Python {m['python']}, "
+            f"Linux {m['kernel']}.  \nDate: {m['date']}.  \nCommand: `{cmd.strip()}` "
+            f"({b.records} records, {b.runs} run(s) per contestant{spark}, median shown).\n\n")
+    if partial:
+        head += "**Partial: the run is still going (or was cut short).**\n\n"
+    Path(args.markdown).write_text(head + render(b, markdown=True) + "\n")

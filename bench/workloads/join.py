@@ -33,10 +33,10 @@ def run(b: Bench) -> None:
     if b.tools.get("pyspark"):
         cs.append(Contestant("streamctl join --engine spark local[2]",
                              b.sc("join", str(events), str(profiles), *flags, "--engine", "spark", "--master",
-                                  "local[2]"), subject=True))
+                                  "local[2]"), subject=True, spark=True))
         cs.append(Contestant("pyspark local[2] (hand-written)",
                              [b.py, "-m", "bench.refs_spark", "join", "local[2]", str(out), "enrich", left, right],
-                             teardown=clean))
+                             teardown=clean, spark=True))
     b.compare(group, cs, records=n, nbytes=size(ev_segs) + size(pr_segs))
     _targets(b, group, "join enrichment", sub)
 
@@ -52,10 +52,10 @@ def run(b: Bench) -> None:
     if b.tools.get("pyspark"):
         cs.append(Contestant("streamctl join --engine spark local[2]",
                              b.sc("join", str(searches), str(clicks), *flags, "--engine", "spark", "--master",
-                                  "local[2]"), subject=True))
+                                  "local[2]"), subject=True, spark=True))
         cs.append(Contestant("pyspark local[2] (hand-written)",
                              [b.py, "-m", "bench.refs_spark", "join", "local[2]", str(out), "window", str(searches),
-                              str(clicks)], teardown=clean))
+                              str(clicks)], teardown=clean, spark=True))
     b.compare(group, cs, records=m, nbytes=size(searches) + size(clicks))
     _targets(b, group, "join searches x clicks", sub)
 

@@ -34,7 +34,7 @@ def run(b: Bench) -> None:
     if spark:
         rows = b.compare("pyspark session start-up", [
             Contestant("pyspark local[2] session start+stop", [b.py, "-m", "bench.refs_spark", "startup",
-                                                                "local[2]", str(out)])], records=None, nbytes=None)
+                                                                "local[2]", str(out)], spark=True)], records=None, nbytes=None)
         startup = rows[0].wall if rows[0].walls else None
 
     fits: dict[str, list[tuple[int, float, float]]] = {"replay": [], "replay --compact": []}
@@ -54,9 +54,9 @@ def run(b: Bench) -> None:
                 cs.append(Contestant(ref_name, b.ref("compact_dict_snapshot", *segs)))
             if spark:
                 cs.append(Contestant(SPARK, b.sc("replay", str(log), *extra, "--engine", "spark", "--master",
-                                                 "local[2]"), subject=True))
+                                                 "local[2]"), subject=True, spark=True))
                 cs.append(Contestant(HAND, [b.py, "-m", "bench.refs_spark", spark_ref, "local[2]", str(out), *segs],
-                                     teardown=clean))
+                                     teardown=clean, spark=True))
             b.compare(group, cs, records=n, nbytes=nbytes)
             lo, sp, hw = b.row(group, LOCAL), b.row(group, SPARK), b.row(group, HAND)
             if lo and sp:
@@ -78,12 +78,10 @@ def run(b: Bench) -> None:
         group = f"replay --compact {n // 1000}k: Spark cores"
         b.compare(group, [
             Contestant("streamctl --engine spark local[1]", b.sc("replay", str(log), "--compact", "--engine", "spark",
-                                                                 "--master", "local[1]"), subject=True),
+                                                                 "--master", "local[1]"), subject=True, spark=True),
             Contestant("streamctl --engine spark local[2]", b.sc("replay", str(log), "--compact", "--engine", "spark",
-                                                                 "--master", "local[2]"), subject=True),
-            Contestant("pyspark local[1] (hand-written)", [b.py, "-m", "bench.refs_spark", "replay_compact",
-                                                           "local[1]", str(out), *segs], teardown=clean),
-        ], records=n, nbytes=size(segs))
+                                                                 "--master", "local[2]"), subject=True, spark=True),
+        ], records=n, nbytes=size(segs), note="1 vs 2 cores")
 
     for label, pts in fits.items():
         if len(pts) < 2:

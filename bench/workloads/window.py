@@ -38,10 +38,10 @@ def run(b: Bench) -> None:
         if b.tools.get("pyspark"):
             cs.append(Contestant("streamctl window --engine spark local[2]",
                                  b.sc("window", str(log), *flags, "--time-field", "time", "--engine", "spark",
-                                      "--master", "local[2]"), subject=True))
+                                      "--master", "local[2]"), subject=True, spark=True))
             cs.append(Contestant("pyspark local[2] (hand-written)",
                                  [b.py, "-m", "bench.refs_spark", "window", "local[2]", str(out), kind, *segs],
-                                 teardown=clean))
+                                 teardown=clean, spark=True))
         b.compare(group, cs, records=n, nbytes=size(segs))
         r = b.ratio(group, sub, "duckdb")
         if r is not None:
