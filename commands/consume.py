@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+
 from streamctl.commands.common import example, info
 
 EPILOG = example(
@@ -82,11 +83,10 @@ def consume(
         return consume_live.run(log, group, from_, partition, max_, value, fmt, follow, idle_timeout,
                                 exec_, batch, batch_timeout, unbuffered)
 
-    from streamctl.formats.records import renderer
-    from streamctl.formats.writer import Output
-
     from streamctl import consumer
     from streamctl.errors import BrokenPipe
+    from streamctl.formats.records import renderer
+    from streamctl.formats.writer import Output
 
     lg = logmod.open_log(log)
     parts = consumer.check_partition_arg(lg, partition)
@@ -96,7 +96,7 @@ def consume(
     render = renderer(value, fmt)
     out = Output(unbuffered=True if unbuffered else None)
     committer = consumer.Committer(lg, group)
-    items = consumer.stream(lg, pl, merge=True, per_line=render is not None or max_ is not None and len(parts) > 1)
+    items = consumer.stream(lg, pl, merge=True)
     try:
         consumer.run(items, render, out.write, out.flush, committer, max_)
     except BrokenPipe:
@@ -106,10 +106,9 @@ def consume(
 
 def _consume_plain(path: str, from_: str | None, max_: int | None, value: bool, fmt: str | None,
                    unbuffered: bool) -> None:
+    from streamctl import plainfile
     from streamctl.formats.template import compile_plain_template
     from streamctl.formats.writer import Output
-
-    from streamctl import plainfile
 
     out = Output(unbuffered=True if unbuffered else None)
     tmpl = compile_plain_template(fmt) if fmt is not None else None

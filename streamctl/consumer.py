@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import time
 from collections.abc import Callable, Iterator
@@ -75,34 +76,62 @@ def plan(log: Log, partitions: list[int], from_spec: str | None, group: str | No
 Item = tuple[int, int, bytes]  # (partition, next offset after it, data)
 
 
-def stream(log: Log, pl: Plan, merge: bool, per_line: bool) -> Iterator[Item]:
-    """Yield (partition, next offset, data) where data is one line or a block of lines.
+def stream(log: Log, pl: Plan, merge: bool, per_line: bool = False) -> Iterator[Item]:
+    """Yield (partition, next offset, data): data is one or more whole stored lines.
 
-    With several partitions and `merge`, lines come in (ts, partition, offset) order.
-    Without merge (one partition) and not per_line, whole blocks pass through untouched.
+    With several partitions and `merge`, records come in (ts, partition, offset)
+    order. Within a partition ts never decreases, so all of a partition's records
+    with one ts are contiguous: the merge works on such runs (usually a whole
+    produce batch) instead of on single lines. `per_line` splits data into lines.
     """
     parts = [p for p, pos in pl.positions.items() if pos.end is None or pos.start < pos.end]
-    if len(parts) == 1 and not per_line:
-        p = parts[0]
-        pos = pl.positions[p]
-        for block in reader.iter_blocks(log, p, pos.start, pos.end):
-            last = block[block.rfind(b"\n", 0, len(block) - 1) + 1:]
-            yield p, record.offset_of(last) + 1, block
-        return
     if len(parts) == 1 or not merge:
         for p in parts:
             pos = pl.positions[p]
-            for off, _ts, line in reader.iter_envelopes(log, p, pos.start, pos.end):
-                yield p, off + 1, line
+            if per_line:
+                for off, _ts, line in reader.iter_envelopes(log, p, pos.start, pos.end):
+                    yield p, off + 1, line
+            else:
+                for block in reader.iter_blocks(log, p, pos.start, pos.end):
+                    last = block[block.rfind(b"\n", 0, len(block) - 1) + 1:]
+                    yield p, record.offset_of(last) + 1, block
         return
+    for _ts, p, _off, nxt, data in heapq.merge(*(_runs(log, p, pl.positions[p], per_line) for p in parts)):
+        yield p, nxt, data
 
-    def keyed(p: int) -> Iterator[tuple[int, int, int, bytes]]:
-        pos = pl.positions[p]
-        for off, ts, line in reader.iter_envelopes(log, p, pos.start, pos.end):
-            yield ts, p, off, line
 
-    for _ts, p, off, line in heapq.merge(*(keyed(p) for p in parts)):
-        yield p, off + 1, line
+def _ts_of(line: bytes) -> int:
+    return record.envelope(line)[2]
+
+
+def _runs(log: Log, p: int, pos: Position, per_line: bool) -> Iterator[tuple[int, int, int, int, bytes]]:
+    """(ts, partition, first offset, next offset, lines) for runs of equal ts in partition p."""
+    env = record.envelope
+    for path, at, block in reader.iter_located_blocks(log, p, pos.start, pos.end):
+        try:
+            first_off, _, first_ts = env(block)
+            last = block[block.rfind(b"\n", 0, len(block) - 1) + 1:]
+            last_off, _, last_ts = env(last)
+            if first_ts == last_ts and not per_line:
+                yield first_ts, p, first_off, last_off + 1, block
+                continue
+            lines = block.splitlines(keepends=True)
+            if per_line:
+                for line in lines:
+                    off, _, ts = env(line)
+                    yield ts, p, off, off + 1, line
+                continue
+            # ts never decreases: find each run's end by binary search, parsing O(log n) lines
+            i = 0
+            while i < len(lines):
+                off, _, ts = env(lines[i])
+                j = bisect.bisect_right(lines, ts, lo=i + 1, key=_ts_of)
+                nxt = env(lines[j])[0] if j < len(lines) else last_off + 1
+                yield ts, p, off, nxt, b"".join(lines[i:j])
+                at += sum(map(len, lines[i:j]))
+                i = j
+        except record.BadRecord as e:
+            raise reader.corrupt(path, at, e) from None
 
 
 class Committer:
@@ -148,20 +177,19 @@ def run(items: Iterator[Item], render: Callable[[bytes], bytes] | None, write: C
     for p, next_off, data in items:
         if stopflag.is_set():
             break
-        if render is None:
-            n = data.count(b"\n")
-            if 0 <= limit < stats.records + n:
-                lines = data.splitlines(keepends=True)[: limit - stats.records]
-                data = b"".join(lines)
-                n = len(lines)
-                next_off = record.offset_of(lines[-1]) + 1 if lines else next_off
-            out = data
-        else:
-            out = render(data)
-            n = 1
+        n = data.count(b"\n")
+        if 0 <= limit < stats.records + n:
+            lines = data.splitlines(keepends=True)[: limit - stats.records]
+            data = b"".join(lines)
+            n = len(lines)
+            if lines:
+                next_off = record.offset_of(lines[-1]) + 1
+        if render is not None:
+            data = b"".join(map(render, data.splitlines(keepends=True))) if n > 1 else render(data)
         stats.records += n
-        committer.queued(p, next_off)
-        if write(out):
+        if n:
+            committer.queued(p, next_off)
+        if write(data):
             committer.flushed()
         if stats.records == limit:
             break
