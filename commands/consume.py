@@ -83,8 +83,8 @@ def consume(
         return consume_live.run(log, group, from_, partition, max_, value, fmt, follow, idle_timeout,
                                 exec_, batch, batch_timeout, unbuffered)
 
-    from streamctl import consumer
-    from streamctl.errors import BrokenPipe
+    from streamctl import consumer, stopflag
+    from streamctl.errors import BrokenPipe, Interrupted
     from streamctl.formats.records import renderer
     from streamctl.formats.writer import Output
 
@@ -97,11 +97,17 @@ def consume(
     out = Output(unbuffered=True if unbuffered else None)
     committer = consumer.Committer(lg, group)
     items = consumer.stream(lg, pl, merge=True)
+    stopflag.install()  # Ctrl-C / SIGTERM: finish the record at hand, flush, commit, then exit
     try:
         consumer.run(items, render, out.write, out.flush, committer, max_)
     except BrokenPipe:
         committer.commit()
         raise
+    if stopflag.is_set():
+        import signal
+
+        if stopflag.signum() == signal.SIGINT:
+            raise Interrupted("interrupted; offsets committed up to the last record written")
 
 
 def _consume_plain(path: str, from_: str | None, max_: int | None, value: bool, fmt: str | None,

@@ -192,3 +192,27 @@ def test_plain_file_and_stdin_inputs(tmp_path):
     assert p.returncode == 65 and b"bad.jsonl:2" in p.stderr
     assert run_cli("consume", str(f), "--group", "g").returncode == 2
     assert run_cli("consume", str(tmp_path / "missing")).returncode == 2
+
+
+def test_sigint_commits_what_was_written_and_exits_130(logdir, tmp_path):
+    import signal
+
+    lines = "".join(json.dumps({"i": i, "pad": "q" * 100}) + "\n" for i in range(200000))
+    run_cli("produce", logdir, input=lines, check=True)
+    rc = tmp_path / "rc"
+    out = tmp_path / "out"
+    # the reader stalls for a while, so consume is mid-run when interrupted
+    script = (f"{' '.join(CLI)} consume {logdir} --group slow 2>{tmp_path / 'err'} | "
+              f"(head -c 100000 >{out}; sleep 3; cat >>{out}); echo ${{PIPESTATUS[0]}} > {rc}")
+    proc = subprocess.Popen(["bash", "-c", script], env=cli_env())
+    time.sleep(1.5)
+    pids = subprocess.run(["pgrep", "-f", f"streamctl consume {logdir} --group slow"], capture_output=True).stdout.split()
+    assert pids
+    for pid in pids:
+        os.kill(int(pid), signal.SIGINT)
+    proc.wait(timeout=60)
+    assert rc.read_text().strip() == "130"
+    assert b"Traceback" not in (tmp_path / "err").read_bytes()
+    committed = json.load(open(os.path.join(logdir, "groups", "slow.json")))["offsets"]["0"]
+    written = open(out, "rb").read().count(b"\n")
+    assert 0 < committed <= written < 200000
