@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+
 from streamctl.commands.common import example, info
 
 EPILOG = example(
@@ -26,11 +27,10 @@ def check(
     Exit 0 when clean (or everything found was repaired), 1 when problems remain.
     Problems name the file and byte offset.
     """
-    from streamctl.formats.writer import Output
-
     from streamctl.check import check as run_check
     from streamctl.check import dumps
     from streamctl.errors import ExitCode
+    from streamctl.formats.writer import Output
     from streamctl.log import open_log
 
     report = run_check(open_log(log), repair=repair)

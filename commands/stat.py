@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+
 from streamctl.commands.common import example
 
 EPILOG = example(
@@ -22,9 +23,8 @@ def stat(
     fail_lag: int | None = typer.Option(None, "--fail-lag", metavar="N", help="Exit 3 when any group lags by more than N records."),
 ) -> None:
     """Show partitions (first/next offset, records, segments, bytes, first/last ts) and group lag."""
-    from streamctl.formats.writer import Output
-
     from streamctl.errors import ThresholdError
+    from streamctl.formats.writer import Output
     from streamctl.log import open_log
     from streamctl.stats import stat as compute
     from streamctl.timeparse import format_iso
