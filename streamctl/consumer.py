@@ -185,7 +185,10 @@ def run(items: Iterator[Item], render: Callable[[bytes], bytes] | None, write: C
             if lines:
                 next_off = record.offset_of(lines[-1]) + 1
         if render is not None:
-            data = b"".join(map(render, data.splitlines(keepends=True))) if n > 1 else render(data)
+            try:
+                data = b"".join(map(render, data.splitlines(keepends=True))) if n > 1 else render(data)
+            except record.BadRecord as e:
+                raise _locate_corrupt(committer.log, p, committer.pending.get(p, 0), e) from None
         stats.records += n
         if n:
             committer.queued(p, next_off)
@@ -197,6 +200,16 @@ def run(items: Iterator[Item], render: Callable[[bytes], bytes] | None, write: C
     committer.flushed()
     committer.commit()
     return stats
+
+
+def _locate_corrupt(log: Log, p: int, start: int, e: Exception) -> StorageError:
+    """Re-read partition p from `start` so the error names the segment and byte."""
+    try:
+        for _ in reader.iter_envelopes(log, p, start, None):
+            pass
+    except StorageError as located:
+        return located
+    return StorageError(f"{log.path}: partition {p}: corrupt record ({e}); run `streamctl check`")
 
 
 def check_partition_arg(log: Log, partition: int | None) -> list[int]:
