@@ -126,9 +126,99 @@ class Plan:
         self.non_numeric: dict[str, int] = {}
         self.n = len(specs)
 
-    # -- per event ---------------------------------------------------------------
+        self.extract = self._compile_extract()
+        self.add = self._compile_add()
+        self.new = self._compile_new()
+        self.result = self._compile_result()
 
-    def extract(self, rec: dict) -> tuple:
+    # -- per event ---------------------------------------------------------------
+    #
+    # extract() and add() run once per event (add once per window of it), so
+    # they are compiled for this run's aggregations: straight-line code with
+    # the paths and slots inlined is about 3x faster than looping over specs.
+    # The generic versions below are the reference they must agree with.
+
+    def _compile_extract(self):
+        lines = ["def extract(r):"]
+        env: dict = {"_getters": self.getters, "_bad": self._bad, "_inf": (math.inf, -math.inf)}
+        names = []
+        for i, (spec, numeric) in enumerate(zip(self.specs, self.numeric, strict=True)):
+            v = f"v{i}"
+            names.append(v)
+            if spec.path is None:
+                lines.append(f"    {v} = True")
+                continue
+            if len(spec.path) == 2 and spec.path[0] == "value":
+                lines.append("    x = r.get('value')")
+                lines.append(f"    {v} = x.get({spec.path[1]!r}) if type(x) is dict else None")
+            elif len(spec.path) == 1:
+                lines.append(f"    {v} = r.get({spec.path[0]!r})")
+            else:
+                lines.append(f"    {v} = _getters[{i}](r)")
+            if numeric:
+                lines.append(f"    if {v} is not None and type({v}) is not int"
+                             f" and (type({v}) is not float or {v} != {v} or {v} in _inf):")
+                lines.append(f"        {v} = _bad({i})")
+        lines.append(f"    return ({', '.join(names)},)")
+        exec("\n".join(lines), env)
+        return env["extract"]
+
+    def _bad(self, i: int) -> None:
+        name = self.specs[i].name
+        self.non_numeric[name] = self.non_numeric.get(name, 0) + 1
+
+    def _compile_add(self):
+        lines = ["def add(st, vals, seq):"]
+        names = [f"v{i}" for i in range(self.n)]
+        lines.append(f"    {', '.join(names)}, = vals")
+        env: dict = {"_dk": _distinct_key}
+        for i, f in enumerate(self.funcs):
+            v = f"v{i}"
+            if f == "count":
+                lines.append(f"    if {v} is not None: st[{i}] += 1")
+            elif f in ("sum", "avg"):
+                lines.append(f"    if {v} is not None:")
+                lines.append(f"        a = st[{i}]; a[0] += {v}; a[1] += 1")
+            elif f == "min":
+                lines.append(f"    if {v} is not None and (st[{i}] is None or {v} < st[{i}]): st[{i}] = {v}")
+            elif f == "max":
+                lines.append(f"    if {v} is not None and (st[{i}] is None or {v} > st[{i}]): st[{i}] = {v}")
+            elif f == "distinct":
+                lines.append(f"    if {v} is not None: st[{i}].add(_dk({v}))")
+            elif f == "first":
+                lines.append(f"    if st[{i}] is None or seq < st[{i}][0]: st[{i}] = (seq, {v})")
+            elif f == "last":
+                lines.append(f"    if st[{i}] is None or seq > st[{i}][0]: st[{i}] = (seq, {v})")
+            else:
+                lines.append(f"    if {v} is not None: st[{i}].append({v})")
+        exec("\n".join(lines), env)
+        return env["add"]
+
+    def _compile_new(self):
+        init = {"count": "0", "sum": "[0, 0]", "avg": "[0, 0]", "min": "None", "max": "None",
+                "distinct": "set()", "first": "None", "last": "None"}
+        env: dict = {}
+        exec(f"def new():\n    return [{', '.join(init.get(f, '[]') for f in self.funcs)}]", env)
+        return env["new"]
+
+    def _compile_result(self):
+        env: dict = {"_pct": percentile}
+        fields = []
+        for i, (spec, f) in enumerate(zip(self.specs, self.funcs, strict=True)):
+            x = f"st[{i}]"
+            expr = {
+                "count": x, "min": x, "max": x,
+                "sum": f"{x}[0] if {x}[1] else None",
+                "avg": f"{x}[0] / {x}[1] if {x}[1] else None",
+                "distinct": f"len({x})",
+                "first": f"{x}[1] if {x} is not None else None",
+                "last": f"{x}[1] if {x} is not None else None",
+            }.get(f) or f"_pct({x}, {PERCENTILES.get(f)!r})"
+            fields.append(f"{spec.name!r}: {expr}")
+        exec("def result(st):\n    return {" + ", ".join(fields) + "}", env)
+        return env["result"]
+
+    def extract_generic(self, rec: dict) -> tuple:
         """The value each aggregation needs from one event (None = nothing to add)."""
         out = []
         for spec, get, numeric in zip(self.specs, self.getters, self.numeric, strict=True):
@@ -147,7 +237,7 @@ class Plan:
             out.append(v)
         return tuple(out)
 
-    def new(self) -> list:
+    def new_generic(self) -> list:
         st: list = []
         for f in self.funcs:
             if f == "count":
@@ -164,7 +254,7 @@ class Plan:
                 st.append(None)
         return st
 
-    def add(self, st: list, vals: tuple, seq: int) -> None:
+    def add_generic(self, st: list, vals: tuple, seq: int) -> None:
         i = 0
         for f, v in zip(self.funcs, vals, strict=True):
             if f == "count":
@@ -217,7 +307,7 @@ class Plan:
                 a[i] = y if x is None or (y is not None and y[0] > x[0]) else x
         return a
 
-    def result(self, st: list) -> dict:
+    def result_generic(self, st: list) -> dict:
         out = {}
         for spec, f, x in zip(self.specs, self.funcs, st, strict=True):
             if f == "count":

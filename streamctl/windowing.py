@@ -102,18 +102,33 @@ def _path_getter(parts: tuple[str, ...]) -> Callable[[dict], Any]:
     return aggregations._getter(parts)
 
 
+def key_json_cached() -> Callable[[Any], bytes]:
+    """JSON text of a key value, memoized for strings (keys repeat; orjson.dumps costs ~1-2 us a call)."""
+    dumps = orjson.dumps
+    cache: dict[str, bytes] = {}
+
+    def key_json(k: Any) -> bytes:
+        if type(k) is str:
+            j = cache.get(k)
+            if j is None:
+                if len(cache) >= 200_000:
+                    cache.clear()  # bounded: memory must not grow with the number of distinct keys
+                j = cache[k] = dumps(k)
+            return j
+        return b"null" if k is None else dumps(k)
+    return key_json
+
+
 def key_getter(by: list[str]) -> Callable[[dict], bytes]:
     """The group key as JSON text: one --by -> its value; several -> a list; none -> the record key."""
-    dumps = orjson.dumps
+    key_json = key_json_cached()
     if not by:
-        def record_key(r: dict) -> bytes:
-            k = r.get("key")
-            return b"null" if k is None else dumps(k)
-        return record_key
+        return lambda r: key_json(r.get("key"))
     getters = [_path_getter(paths.record_path(p)) for p in by]
     if len(getters) == 1:
         g = getters[0]
-        return lambda r: dumps(g(r))
+        return lambda r: key_json(g(r))
+    dumps = orjson.dumps
     return lambda r: dumps([g(r) for g in getters])
 
 

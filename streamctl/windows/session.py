@@ -6,11 +6,20 @@ reaches last + GAP; an event is late when t + GAP <= watermark, because no
 open session could take it any more (Kafka Streams' rule). A late event with
 `--late correct` joins the closed sessions it touches (or starts its own) and
 that session is emitted again with a revision number.
+
+Each open session has one entry in the close heap, pushed when it is created
+with the end it had then; an entry popped for a session that has grown since
+is pushed again with the new end, so extending a session costs nothing and
+the heap holds one entry per open session (plus merged-away ones until popped).
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
+
+# an open session: [start, last, state, revision, id]
+START, LAST, STATE, REV, SID = range(5)
 
 
 class Session:
@@ -21,66 +30,64 @@ class Session:
         self.plan = plan
         self.update = update
         self.correct = correct
-        # key -> open sessions, each [start, last, state, revision]
-        self.open: dict[bytes, list[list]] = {}
-        self.heap: list[tuple[int, int, bytes]] = []  # (end, start, key); stale entries skipped on pop
+        self.open: dict[bytes, list[list]] = {}  # key -> its open sessions
+        self.heap: list[tuple[int, int, bytes]] = []  # (end when pushed, session id, key)
         self.closed: dict[bytes, list[list]] = {}  # --late correct only
+        self._ids = itertools.count()
 
     def _touching(self, sessions: list[list], t: int) -> list[list]:
         gap = self.gap
-        return [s for s in sessions if s[0] - gap <= t <= s[1] + gap]
+        return [s for s in sessions if s[START] - gap <= t <= s[LAST] + gap]
 
     def add(self, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool:
         plan, gap = self.plan, self.gap
         if t + gap <= wm:
             if self.correct:
                 closed = self.closed.setdefault(key, [])
-                self._join(closed, self._touching(closed, t), t, seq, vals, revise=True, key=key, out=out)
+                self._join(closed, self._touching(closed, t), t, seq, vals, key, out, revise=True)
             return True
         sessions = self.open.get(key)
+        if sessions is not None and len(sessions) == 1:
+            s = sessions[0]
+            if s[START] - gap <= t <= s[LAST] + gap:
+                # the hot path: the event extends (or falls inside) the group's only session
+                plan.add(s[STATE], vals, seq)
+                if t > s[LAST]:
+                    s[LAST] = t
+                elif t < s[START]:
+                    s[START] = t
+                if self.update:
+                    out.append((s[START], s[LAST] + gap, key, plan.result(s[STATE]), None))
+                return False
         if sessions is None:
             sessions = self.open[key] = []
-        if len(sessions) == 1:
-            s = sessions[0]
-            if s[0] - gap <= t <= s[1] + gap:
-                # the hot path: the event extends the group's only session
-                plan.add(s[2], vals, seq)
-                if t > s[1]:
-                    s[1] = t
-                    heapq.heappush(self.heap, (t + gap, s[0], key))
-                elif t < s[0]:
-                    s[0] = t
-                    heapq.heappush(self.heap, (s[1] + gap, t, key))
-                if self.update:
-                    out.append((s[0], s[1] + gap, key, plan.result(s[2]), None))
-                return False
-        s = self._join(sessions, self._touching(sessions, t), t, seq, vals, revise=False, key=key, out=out)
-        heapq.heappush(self.heap, (s[1] + gap, s[0], key))
+        self._join(sessions, self._touching(sessions, t), t, seq, vals, key, out, revise=False)
         return False
 
     def _join(self, sessions: list[list], touched: list[list], t: int, seq: int, vals: tuple,
-              revise: bool, key: bytes, out: list) -> list:
+              key: bytes, out: list, revise: bool) -> None:
         plan = self.plan
         if touched:
             s = touched[0]
             for other in touched[1:]:
-                plan.merge(s[2], other[2])
-                s[0] = min(s[0], other[0])
-                s[1] = max(s[1], other[1])
-                s[3] = max(s[3], other[3])
-                sessions.remove(other)
+                plan.merge(s[STATE], other[STATE])
+                s[START] = min(s[START], other[START])
+                s[LAST] = max(s[LAST], other[LAST])
+                s[REV] = max(s[REV], other[REV])
+                sessions.remove(other)  # its heap entry goes stale
         else:
-            s = [t, t, plan.new(), 0]
+            s = [t, t, plan.new(), 0, next(self._ids)]
             sessions.append(s)
-        plan.add(s[2], vals, seq)
-        s[0] = min(s[0], t)
-        s[1] = max(s[1], t)
+            if not revise:
+                heapq.heappush(self.heap, (t + self.gap, s[SID], key))
+        plan.add(s[STATE], vals, seq)
+        s[START] = min(s[START], t)
+        s[LAST] = max(s[LAST], t)
         if revise:
-            s[3] += 1
-            out.append((s[0], s[1] + self.gap, key, plan.result(s[2]), s[3]))
+            s[REV] += 1
+            out.append((s[START], s[LAST] + self.gap, key, plan.result(s[STATE]), s[REV]))
         elif self.update:
-            out.append((s[0], s[1] + self.gap, key, plan.result(s[2]), None))
-        return s
+            out.append((s[START], s[LAST] + self.gap, key, plan.result(s[STATE]), None))
 
     def close(self, wm: int, out: list) -> None:
         heap = self.heap
@@ -89,21 +96,25 @@ class Session:
         batch = []
         gap = self.gap
         while heap and heap[0][0] <= wm:
-            end, start, key = heapq.heappop(heap)
+            end, sid, key = heapq.heappop(heap)
             sessions = self.open.get(key)
             if not sessions:
                 continue
             for s in sessions:
-                if s[0] == start and s[1] + gap == end:
-                    sessions.remove(s)
-                    batch.append((start, end, key, s))
+                if s[SID] == sid:
+                    now_end = s[LAST] + gap
+                    if now_end > end:
+                        heapq.heappush(heap, (now_end, sid, key))  # it grew: check again then
+                    else:
+                        sessions.remove(s)
+                        batch.append((s[START], now_end, key, s))
                     break
             if not sessions:
                 del self.open[key]
         self._emit(batch, out)
 
     def flush(self, out: list) -> None:
-        batch = [(s[0], s[1] + self.gap, key, s) for key, sessions in self.open.items() for s in sessions]
+        batch = [(s[START], s[LAST] + self.gap, key, s) for key, sessions in self.open.items() for s in sessions]
         self.open.clear()
         self.heap.clear()
         self._emit(batch, out)
@@ -112,7 +123,7 @@ class Session:
         batch.sort(key=lambda r: (r[0], r[2]))
         for start, end, key, s in batch:
             if not self.update:
-                out.append((start, end, key, self.plan.result(s[2]), None))
+                out.append((start, end, key, self.plan.result(s[STATE]), None))
             if self.correct:
                 self.closed.setdefault(key, []).append(s)
 
@@ -123,7 +134,7 @@ class Session:
         dump = self.plan.dump
 
         def sessions(d: dict) -> list:
-            return [[k.decode(), [[s[0], s[1], dump(s[2]), s[3]] for s in v]] for k, v in d.items()]
+            return [[k.decode(), [[s[START], s[LAST], dump(s[STATE]), s[REV]] for s in v]] for k, v in d.items()]
         return {"open": sessions(self.open), "closed": sessions(self.closed)}
 
     def load(self, data: dict) -> None:
@@ -131,6 +142,6 @@ class Session:
         for name in ("open", "closed"):
             target = getattr(self, name)
             for k, v in data[name]:
-                target[k.encode()] = [[a, b, load(st), r] for a, b, st, r in v]
-        self.heap = [(s[1] + self.gap, s[0], k) for k, v in self.open.items() for s in v]
+                target[k.encode()] = [[a, b, load(st), r, next(self._ids)] for a, b, st, r in v]
+        self.heap = [(s[LAST] + self.gap, s[SID], k) for k, v in self.open.items() for s in v]
         heapq.heapify(self.heap)
