@@ -19,12 +19,11 @@ FOLLOW_BATCH_TIMEOUT = 1.0
 def run(log: str, group: str | None, from_: str | None, partition: int | None, max_: int | None,
         value: bool, fmt: str | None, follow: bool, idle_timeout: str | None, exec_: str | None,
         batch: int, batch_timeout: str | None, unbuffered: bool) -> None:
-    from streamctl.formats.records import renderer
-    from streamctl.formats.writer import Output
-
     from streamctl import consumer, stopflag
     from streamctl import log as logmod
     from streamctl.errors import Interrupted, UsageError
+    from streamctl.formats.records import renderer
+    from streamctl.formats.writer import Output
     from streamctl.live import LiveOptions, PrintSink, consume_live
     from streamctl.timeparse import parse_duration
 

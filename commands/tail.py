@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+
 from streamctl.commands.common import example
 
 EPILOG = example(
@@ -55,11 +56,10 @@ def tail(
 
         return _consume_plain(log, f"-{lines}" if lines else "latest", None, value, fmt, False)
 
-    from streamctl.formats.records import renderer
-    from streamctl.formats.writer import Output
-
     from streamctl import consumer, stopflag
     from streamctl.errors import Interrupted
+    from streamctl.formats.records import renderer
+    from streamctl.formats.writer import Output
     from streamctl.live import tail_log
 
     lg = logmod.open_log(log)
