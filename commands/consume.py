@@ -13,6 +13,9 @@ EPILOG = example(
     "streamctl consume orders --from 2026-11-21T10:00:00Z --value | jq .amount",
     "streamctl consume orders --format '%p:%o %k %s\\n'      # kcat-style template",
     "streamctl consume events.jsonl --value                 # a plain file works too",
+    "streamctl consume orders -g ops --follow --idle-timeout 10m -u | jq -c .value",
+    "streamctl consume orders -g loader --exec './load.sh' --batch 500   # cron: commit after load.sh exits 0",
+    "streamctl consume orders -g loader --follow --exec 'wc -l' --batch-timeout 2s",
 )
 
 

@@ -12,6 +12,7 @@ EPILOG = example(
     "printf 'u1:hello\\n' | streamctl produce chat --raw --key-delimiter :",
     "streamctl consume a | jq -c '.value |= .+1' | streamctl produce b --envelope",
     "streamctl produce orders in.jsonl --on-error dead-letter=rejected.jsonl --fsync always --echo",
+    "streamctl consume a -g copy | jq -c '.value.n += 1' | streamctl produce b --envelope --exactly-once --source a",
 )
 
 
