@@ -117,6 +117,12 @@ def main(argv: list[str] | None = None) -> int:
         code = ExitCode.INTERRUPTED
     except BrokenPipeError:
         code = ExitCode.PIPE
+    except OSError as e:
+        # the safety net: an OS error the core did not anticipate is still a message, not a traceback
+        where = f"{e.filename}: " if e.filename else ""
+        why = "a symlink where a file was expected (refusing to follow it)" if e.errno == 40 else (e.strerror or str(e))
+        _print_error(f"{where}{why}")
+        code = ExitCode.FAILURE
     try:
         sys.stdout.flush()
     except (BrokenPipeError, OSError):
