@@ -176,3 +176,23 @@ def test_follow_survives_retention_and_compaction_swaps(logdir: str) -> None:
         stop(proc)
     assert got[2:] == [str(o).encode() for o in range(40, 61)]
     assert run_cli("check", logdir).returncode == 0
+
+
+def test_follow_beside_compact_roll_and_retention(logdir: str) -> None:
+    """The real `compact --roll` with retention beside tail -f: new records once each, in order."""
+    vals = [{"k": f"k{i % 4}", "i": i, "pad": "q" * 60} for i in range(60)]
+    run_cli("produce", logdir, "--segment-bytes", "1KiB", "--key-field", "k",
+            input="".join(json.dumps(v) + "\n" for v in vals), check=True)
+    proc = start("tail", "-f", logdir, "-n", "1", "--format", "%o\\n")
+    try:
+        rd = Lines(proc)
+        assert rd.wait_for(1) == [b"59"]
+        produce(logdir, {"k": "k1", "i": 60})
+        rd.wait_for(2)
+        r = run_cli("compact", logdir, "--roll", "--retention-bytes", "1KiB", "--force")
+        assert r.returncode == 0, r.stderr
+        produce(logdir, *({"k": f"n{j}", "i": 61 + j, "pad": "r" * 60} for j in range(25)))
+        got = rd.wait_for(2 + 25)
+    finally:
+        stop(proc)
+    assert got == [str(o).encode() for o in range(59, 86)]
