@@ -1,0 +1,239 @@
+"""The Spark engine for replay: parity with the local engine, the generated job, and its safety.
+
+Parity tests exec the generated job's text and call its main() with the shared
+`spark` fixture (one SparkSession for the run); two slow tests run the job for
+real (`python job.py`, and `streamctl replay --engine spark`).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from test_replay import make_log, model, run_local
+
+from streamctl import replay as core
+from streamctl.log import open_log
+from streamctl.spark import engine, jobgen
+
+T0 = 1_763_719_200_000
+
+
+def render(params: dict) -> str:
+    return jobgen.render_job("test job", "  python job.py", params, jobgen.body_source("replay_job"))
+
+
+def job_namespace(params: dict) -> dict:
+    ns: dict = {"__name__": "streamctl_test_job"}
+    exec(compile(render(params), "job.py", "exec"), ns)
+    return ns
+
+
+def spark_lines(spark, path: str, spec: core.ReplaySpec, end_snapshot: bool = True) -> list[bytes]:
+    params = {"log": path, "from": spec.start.job_param(False) if spec.start else None,
+              "until": spec.until.job_param(False) if spec.until else None,
+              "key": spec.key, "compact": spec.compact}
+    if end_snapshot:
+        lg = open_log(path)
+        params["end_offsets"] = {str(p): r.end for p, r in core.plan(lg, spec).items()}
+    ns = job_namespace(params)
+    out: list[str] = []
+    ns["main"](spark, ns["PARAMS"], out.append)
+    return [ln.encode() + b"\n" for ln in out]
+
+
+SPECS = [
+    core.ReplaySpec(),
+    core.ReplaySpec(start=core.Bound("offset", 5), until=core.Bound("offset", 20)),
+    core.ReplaySpec(start=core.Bound("ts", T0 + 300), until=core.Bound("ts", T0 + 1500)),
+    core.ReplaySpec(key="user-1"),
+    core.ReplaySpec(key='q"uote'),
+    core.ReplaySpec(key="é"),
+    core.ReplaySpec(key="line\nbreak", start=core.Bound("offset", 2)),
+    core.ReplaySpec(compact=True),
+    core.ReplaySpec(compact=True, until=core.Bound("ts", T0 + 1000)),
+    core.ReplaySpec(compact=True, start=core.Bound("offset", 8), until=core.Bound("offset", 35)),
+    core.ReplaySpec(compact=True, key="back\\slash"),
+]
+
+
+@pytest.fixture(scope="module")
+def parity_log(tmp_path_factory) -> tuple[str, list[bytes]]:
+    path = str(tmp_path_factory.mktemp("parity") / "log")
+    lines = make_log(path, partitions=4, per_partition=60, seed=11, segment_records=9, gap_every=4, t0=T0)
+    return path, lines
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: repr(s)[11:60])
+def test_parity_with_local(spark, parity_log, spec):
+    path, lines = parity_log
+    local = run_local(path, spec)
+    assert local == model(lines, spec)
+    assert spark_lines(spark, path, spec) == local
+
+
+@pytest.mark.spark
+def test_parity_torn_tail_without_snapshot(spark, tmp_path):
+    """An emitted job has no end snapshot: it must hide a torn last line by itself."""
+    path = str(tmp_path / "log")
+    make_log(path, 2, 15, seed=5, segment_records=4)
+    lg = open_log(path)
+    with open(lg.segments(1)[-1].path, "ab") as f:
+        f.write(b'{"offset":500,"partition":1,"ts":1763719299999,"key":"x","value":{"a":')
+    with open(lg.segments(0)[-1].path, "ab") as f:
+        f.write(b'{"offset":500,"partition":0,"ts":1763719299999,"key":"x","value":{"a":{}}')  # ends in }
+    for spec in (core.ReplaySpec(), core.ReplaySpec(compact=True)):
+        assert spark_lines(spark, path, spec, end_snapshot=False) == run_local(path, spec)
+
+
+@pytest.mark.spark
+def test_empty_and_file_uri(spark, tmp_path):
+    path = str(tmp_path / "log")
+    make_log(path, 2, 0)
+    assert spark_lines(spark, path, core.ReplaySpec()) == []
+    path2 = str(tmp_path / "log2")
+    make_log(path2, 2, 10)
+    ns = job_namespace({"log": "file://" + path2, "compact": True})
+    out: list[str] = []
+    ns["main"](spark, ns["PARAMS"], out.append)
+    assert [ln.encode() + b"\n" for ln in out] == run_local(path2, core.ReplaySpec(compact=True))
+
+
+@pytest.mark.spark
+def test_output_param_writes_a_file(spark, tmp_path):
+    """PARAMS["output"]: the result lines go to that file (local path or file:// URI) instead of stdout."""
+    path = str(tmp_path / "log")
+    make_log(path, 2, 10)
+    ns = job_namespace({"log": path})
+    for target in (str(tmp_path / "a.jsonl"), "file://" + str(tmp_path / "b.jsonl")):
+        out = ns["_Output"](spark, target, 1)
+        ns["main"](spark, ns["PARAMS"], out)
+        out.close()
+        name = target.rsplit("/", 1)[-1]
+        assert (tmp_path / name).read_bytes() == b"".join(run_local(path, core.ReplaySpec()))
+
+
+NASTY = ['"); import os; os.system("touch /tmp/pwned") #', "a'b\"c\n\r\\n\u2028\x00", "'''", '"""', "\\", "é😀"]
+
+
+@pytest.mark.parametrize("value", NASTY)
+def test_user_values_cannot_change_the_code(value):
+    benign = render({"log": "/x", "key": "k", "from": None})
+    hostile = render({"log": f"/x/{value}", "key": value, "from": {"ts": 1}})
+    compile(hostile, "job.py", "exec")
+    tree = ast.parse(hostile)
+    assigns = [n for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "PARAMS"]
+    assert len(assigns) == 1
+    call = assigns[0].value
+    assert isinstance(call, ast.Call) and ast.unparse(call.func) == "json.loads"
+    assert len(call.args) == 1 and isinstance(call.args[0], ast.Constant)
+    assert json.loads(call.args[0].value) == {"log": f"/x/{value}", "key": value, "from": {"ts": 1}}
+
+    # everything but the PARAMS literal is identical to the job made from benign values
+    def code_only(text: str) -> str:
+        t = ast.parse(text)
+        t.body = [n for n in t.body if not (isinstance(n, ast.Assign) and n.targets[0].id == "PARAMS")]
+        return ast.dump(t)
+
+    assert code_only(hostile) == code_only(benign)
+
+
+def test_emitted_job_compiles_and_reads_well(tmp_path, run):
+    path = str(tmp_path / "lo'g\"); import os")
+    make_log(path, 2, 5)
+    job = tmp_path / "job.py"
+    proc = run("replay", path, "--compact", "--key", '"); import os #', "--emit-job", str(job))
+    assert proc.returncode == 0, proc.stderr
+    text = job.read_text()
+    compile(text, str(job), "exec")
+    assert text.startswith("#!/usr/bin/env python3\n# streamctl replay")
+    assert "spark-submit" in text and "PARAMS = json.loads(" in text
+    assert "def main(spark, params, out)" in text
+    assert "import os;" not in text.replace("\\", "")[: text.index("PARAMS")]  # header holds no user value
+    # the job imports nothing from streamctl: it runs where only pyspark is installed
+    assert "import streamctl" not in text and "from streamctl" not in text
+
+
+def test_engine_choice(monkeypatch):
+    said: list[str] = []
+    assert engine.choose_engine("local", 10**12, None, said.append) == "local" and said == []
+    assert engine.choose_engine("auto", 1000, None, said.append) == "local"
+    assert "below" in said[-1]
+    monkeypatch.setattr(engine, "spark_available", lambda: (False, "pyspark is not installed (pip install 'streamctl[spark]')"))
+    assert engine.choose_engine("auto", 10**12, 1, said.append) == "local"
+    assert "pyspark is not installed" in said[-1]
+    from streamctl.errors import StreamctlError
+
+    with pytest.raises(StreamctlError, match=r"pip install 'streamctl\[spark\]'"):
+        engine.choose_engine("spark", 1, None, said.append)
+    monkeypatch.setattr(engine, "spark_available", lambda: (True, ""))
+    assert engine.choose_engine("auto", 2000, 1000, said.append) == "spark"
+    assert "engine: spark" in said[-1]
+    assert engine.DEFAULT_SPARK_THRESHOLD >= 1 << 30  # small logs never go to Spark by default
+
+
+def test_spark_engine_without_pyspark_is_a_clear_error(tmp_path, run):
+    path = str(tmp_path / "log")
+    make_log(path, 1, 3)
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    # a None entry in sys.modules makes importlib.util.find_spec("pyspark") answer "not installed"
+    (shim / "sitecustomize.py").write_text("import sys\nsys.modules['pyspark'] = None\n")
+    env = dict(os.environ, PYTHONPATH=str(shim))
+    proc = run("replay", path, "--engine", "spark", env=env)
+    assert proc.returncode == 1, proc.stderr
+    assert b"pip install 'streamctl[spark]'" in proc.stderr
+    assert b"Traceback" not in proc.stderr
+
+
+def test_cli_start_up_does_not_import_pyspark():
+    code = ("import sys; from streamctl.commands.main import build_app; build_app(); "
+            "import streamctl.commands.replay, streamctl.spark.engine, streamctl.spark.jobgen, streamctl.spark.runner; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j', 'tabulate')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_emitted_job_runs_with_plain_python(tmp_path, run):
+    pytest.importorskip("pyspark")
+    path = str(tmp_path / "log")
+    make_log(path, 3, 30, seed=2)
+    job = tmp_path / "job.py"
+    assert run("replay", path, "--compact", "--until", "40", "--emit-job", str(job)).returncode == 0
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    proc = subprocess.run([sys.executable, str(job)], capture_output=True, timeout=300, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    assert proc.stdout == b"".join(run_local(path, core.ReplaySpec(until=core.Bound("offset", 40), compact=True)))
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_cli_engine_spark_end_to_end(tmp_path, run):
+    """streamctl runs the job itself: same bytes as local, Spark's noise kept off stderr."""
+    pytest.importorskip("pyspark")
+    path = str(tmp_path / "log")
+    make_log(path, 3, 40, seed=4)
+    proc = run("replay", path, "--from", "3", "--key", "user-2", "--engine", "spark", "--master", "local[1]")
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout == b"".join(run_local(path, core.ReplaySpec(start=core.Bound("offset", 3), key="user-2")))
+    assert b"WARN" not in proc.stderr and b"log4j" not in proc.stderr.lower()
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_cli_bad_master_is_one_clear_error(tmp_path, run):
+    pytest.importorskip("pyspark")
+    path = str(tmp_path / "log")
+    make_log(path, 1, 3)
+    proc = run("replay", path, "--engine", "spark", "--master", "nonsense://nowhere")
+    assert proc.returncode == 1
+    err = proc.stderr.decode()
+    assert err.startswith("streamctl: the Spark replay job failed: ") and "nonsense://nowhere" in err.splitlines()[0]
+    assert "Traceback" not in err and "full Spark log:" in err
