@@ -122,14 +122,22 @@ def check_inputs(spec: JoinSpec) -> list[inputorder.InputSpec]:
     return specs
 
 
-def read_inputs(spec: JoinSpec, specs: list[inputorder.InputSpec]) -> Iterator[tuple[int, Record]]:
-    """(side, record) in the input order. For --table the table side wins ties: a table change
+def read_inputs(spec: JoinSpec, specs: list[inputorder.InputSpec],
+                times: list[Callable[[Record], int | None]] | None = None) -> Iterator[tuple[int, Record]]:
+    """(side, record) in the input order (ties to LEFT)."""
+    if times is None:
+        times = [_time_getter(spec.time_field[0]), _time_getter(spec.time_field[1])]
+    if spec.kind != "table":
+        return inputorder.merged(specs, times)
+    return ((1 - i, rec) for i, rec in read_table_inputs(spec, specs))
+
+
+def read_table_inputs(spec: JoinSpec, specs: list[inputorder.InputSpec]) -> Iterator[tuple[int, Record]]:
+    """For --table: (0 for RIGHT / 1 for LEFT, record). The table side wins ties: a table change
     at the same time as an event applies before it (as --as-of event-time's "at or before"),
     and a table file without times is loaded before a stream file without times."""
     times = [_time_getter(spec.time_field[0]), _time_getter(spec.time_field[1])]
-    if spec.kind != "table":
-        return inputorder.merged(specs, times)
-    return ((1 - i, rec) for i, rec in inputorder.merged([specs[1], specs[0]], [times[1], times[0]]))
+    return inputorder.merged([specs[1], specs[0]], [times[1], times[0]])
 
 
 def _key_getter(parts: tuple[str, ...]) -> Callable[[Record], Any]:
@@ -147,11 +155,47 @@ def _key_getter(parts: tuple[str, ...]) -> Callable[[Record], Any]:
     return lambda rec: paths.get(rec, parts)
 
 
+def _value_field(parts: tuple[str, ...]) -> str | None:
+    """The field name when the path is one level under value (the fast path), else None."""
+    return parts[1] if len(parts) == 2 and parts[0] == "value" else None
+
+
 def _time_getter(parts: tuple[str, ...]) -> Callable[[Record], int | None]:
     if parts == ("ts",):
         return lambda rec: rec.get("ts")
+    fname = _value_field(parts)
     get = _key_getter(parts)
-    return lambda rec: event_time_ms(get(rec))
+
+    def time_of(rec: Record) -> int | None:
+        if fname is not None:
+            v = rec["value"]
+            v = v.get(fname) if v.__class__ is dict else None
+        else:
+            v = get(rec)
+        # epoch milliseconds, the common case, without event_time_ms's checks
+        if v.__class__ is int and 100_000_000_000 <= v < 100_000_000_000_000:
+            return v
+        return event_time_ms(v)
+
+    return time_of
+
+
+class _RememberedTime:
+    """A time getter that remembers its last answer: the input merge reads a plain file's times,
+    and the join reads the same record's time right after, without parsing it twice."""
+
+    __slots__ = ("get", "rec", "t")
+
+    def __init__(self, get: Callable[[Record], int | None]) -> None:
+        self.get = get
+        self.rec: Record | None = None
+        self.t: int | None = None
+
+    def __call__(self, rec: Record) -> int | None:
+        t = self.get(rec)
+        self.rec = rec  # holding it keeps `is` exact: no other dict can get its address
+        self.t = t
+        return t
 
 
 _SORT = orjson.OPT_SORT_KEYS
@@ -188,15 +232,22 @@ def run(spec: JoinSpec, emit: Emit | None = None, emit_op: EmitOp | None = None,
 
     `items` replaces reading the files (tests feed (input index, record) pairs in input order).
     """
+    right_index = 1
+    remembered = (_RememberedTime(_time_getter(spec.time_field[0])),
+                  _RememberedTime(_time_getter(spec.time_field[1])))
     if items is None:
-        items = read_inputs(spec, check_inputs(spec))
+        specs = check_inputs(spec)
+        if spec.kind == "table":
+            items, right_index = read_table_inputs(spec, specs), 0
+        else:
+            items = read_inputs(spec, specs, list(remembered))
     stats = JoinStats()
     if spec.kind == "stream":
         assert emit is not None and spec.within is not None
-        _run_stream(spec, items, emit, stats)
+        _run_stream(spec, items, emit, stats, remembered)
     elif spec.kind == "table":
         assert emit is not None
-        _run_table(spec, items, emit, stats)
+        _run_table(spec, items, emit, stats, right_index)
     else:
         assert emit_op is not None
         _run_tables(spec, items, emit_op, stats)
@@ -219,13 +270,14 @@ def _gc_frozen():
     return _Frozen()
 
 
-def _run_stream(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, stats: JoinStats) -> None:
+def _run_stream(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, stats: JoinStats,
+                times: tuple[_RememberedTime, _RememberedTime]) -> None:
     from streamctl.joins.stream_stream import StreamStreamJoin
 
     assert spec.within is not None
     j = StreamStreamJoin(spec.within, spec.how, emit)
     keys = (_key_getter(spec.on[0]), _key_getter(spec.on[1]))
-    times = (_time_getter(spec.time_field[0]), _time_getter(spec.time_field[1]))
+    kfields = (_value_field(spec.on[0]), _value_field(spec.on[1]))
     counts = stats.records
     no_time = stats.no_time
     push = j.push
@@ -234,16 +286,23 @@ def _run_stream(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit,
         for side, rec in items:
             pos += 1
             counts[side] += 1
-            t = times[side](rec)
+            tm = times[side]
+            t = tm.t if tm.rec is rec else tm.get(rec)
             if t is None:
                 no_time[side] += 1
                 continue
-            k = keys[side](rec)
-            push(side, k if k.__class__ is str else norm_key(k), k, t, rec["value"], pos)
+            v = rec["value"]
+            kf = kfields[side]
+            if kf is not None:
+                k = v.get(kf) if v.__class__ is dict else None
+            else:
+                k = keys[side](rec)
+            push(side, k if k.__class__ is str else norm_key(k), k, t, v, pos)
         j.finish()
 
 
-def _run_table(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, stats: JoinStats) -> None:
+def _run_table(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, stats: JoinStats,
+               right_index: int) -> None:
     from streamctl.joins.stream_table import TableAsOfTime, TableAtPosition
 
     keys = (_key_getter(spec.on[0]), _key_getter(spec.on[1]))
@@ -253,11 +312,14 @@ def _run_table(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, 
     inner = spec.how == "inner"
     with _gc_frozen():
         if spec.as_of == "position":
+            # The hot loop of enrichment: the lookup is inlined (TableAtPosition.event does the same).
             j = TableAtPosition(inner, emit)
-            change, event = j.change, j.event
-            for side, rec in items:
-                if side:
-                    counts[1] += 1
+            change, table = j.change, j.table
+            lget = _value_field(spec.on[0])
+            n_right = n_left = 0
+            for i, rec in items:
+                if i == right_index:
+                    n_right += 1
                     value = rec["value"]
                     if value is None and right_by_record_key:
                         for nk, _k in tombstone_keys(rec.get("key")):
@@ -268,15 +330,28 @@ def _run_table(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, 
                         continue
                     change(k if k.__class__ is str else norm_key(k), value)
                 else:
-                    counts[0] += 1
-                    k = left_key(rec)
-                    event(k if k.__class__ is str else norm_key(k), k, rec["value"])
+                    n_left += 1
+                    if lget is not None:
+                        v = rec["value"]
+                        k = v.get(lget) if v.__class__ is dict else None
+                    else:
+                        k = left_key(rec)
+                        v = rec["value"]
+                    if k.__class__ is str:
+                        row = table.get(k)
+                    else:
+                        row = table.get(norm_key(k)) if k is not None else None
+                    if row is not None or not inner:
+                        emit(k, v, row)
+            counts[0] += n_left
+            counts[1] += n_right
             stats.max_state = j.state_size()
             return
         ja = TableAsOfTime(inner, emit, spec.retention)
         times = (_time_getter(spec.time_field[0]), _time_getter(spec.time_field[1]))
         pos = 0
-        for side, rec in items:
+        for i, rec in items:
+            side = 1 if i == right_index else 0
             pos += 1
             counts[side] += 1
             t = times[side](rec)

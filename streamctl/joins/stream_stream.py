@@ -19,21 +19,22 @@ State holds only events inside the window behind the watermark.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from typing import Any
 
 from streamctl.joins import Emit
 
+# An event in the state is a list (cheaper to make than an object, and compared
+# by identity below): [time, value, matched, side, normalized key, key].
+T, VALUE, MATCHED, SIDE, NKEY, KEY = range(6)
 
-class _Event:
-    # identity equality (no __eq__): list.remove finds exactly this event
-    __slots__ = ("key", "matched", "side", "t", "value")
 
-    def __init__(self, side: int, key: Any, t: int, value: Any) -> None:
-        self.side = side
-        self.key = key
-        self.t = t
-        self.value = value
-        self.matched = False
+def _remove(lst: list[list], ev: list) -> None:
+    """Remove exactly this event (by identity: equal-looking events can be different events)."""
+    for i, x in enumerate(lst):
+        if x is ev:
+            del lst[i]
+            return
 
 
 class StreamStreamJoin:
@@ -42,9 +43,12 @@ class StreamStreamJoin:
         self.keep = (how in ("left", "outer"), how in ("right", "outer"))
         self.emit = emit
         # side -> normalized key -> events still in the window, in input order
-        self.buffers: tuple[dict[Any, list[_Event]], dict[Any, list[_Event]]] = ({}, {})
-        # (t + within, position, event): eviction order is (time, position)
-        self.heap: list[tuple[int, int, _Event]] = []
+        self.buffers: tuple[dict[Any, list[list]], dict[Any, list[list]]] = ({}, {})
+        # Eviction order is (time, position). Input mostly comes in time order, so
+        # events that keep that order queue in a deque (O(1)); the others go to a heap,
+        # and eviction takes the smaller head of the two.
+        self.queue: deque[tuple[int, int, list]] = deque()
+        self.heap: list[tuple[int, int, list]] = []
         self.watermark: int | None = None
 
     def push(self, side: int, nkey: Any, key: Any, t: int, value: Any, pos: int) -> None:
@@ -53,56 +57,89 @@ class StreamStreamJoin:
         if wm is None or t > wm:
             wm = self.watermark = t
         within = self.within
-        ev = _Event(side, key, t, value)
+        ev = [t, value, False, side, nkey, key]
         if nkey is not None:
             others = self.buffers[1 - side].get(nkey)
             if others:
                 emit = self.emit
                 for o in others:
-                    ot = o.t
+                    ot = o[0]
                     if ot + within >= wm and -within <= ot - t <= within:
-                        o.matched = True
-                        ev.matched = True
+                        o[2] = True
+                        ev[2] = True
                         if side:
-                            emit(key, o.value, value)
+                            emit(key, o[1], value)
                         else:
-                            emit(key, value, o.value)
+                            emit(key, value, o[1])
             buf = self.buffers[side]
             lst = buf.get(nkey)
             if lst is None:
                 buf[nkey] = [ev]
             else:
                 lst.append(ev)
-        ev.key = (nkey, key)
-        heapq.heappush(self.heap, (t + within, pos, ev))
-        heap = self.heap
-        if heap[0][0] < wm:
-            self._evict(wm)
+        end = t + within
+        queue = self.queue
+        if not queue or queue[-1][0] <= end:
+            queue.append((end, pos, ev))  # positions only grow, so (time, position) order holds
+        else:
+            heapq.heappush(self.heap, (end, pos, ev))
+        if self.heap:
+            if queue[0][0] < wm or self.heap[0][0] < wm:
+                self._evict(wm)
+            return
+        # the common case, inlined: in-order input, evict from the queue's head
+        while queue and queue[0][0] < wm:
+            ev = queue.popleft()[2]
+            _t, value, matched, side, nkey, key = ev
+            if nkey is not None:
+                buf = self.buffers[side]
+                lst = buf[nkey]
+                if len(lst) == 1:
+                    del buf[nkey]
+                elif lst[0] is ev:
+                    del lst[0]
+                else:
+                    _remove(lst, ev)
+            if not matched and self.keep[side]:
+                if side:
+                    self.emit(key, None, value)
+                else:
+                    self.emit(key, value, None)
 
     def _evict(self, wm: int | None) -> None:
         heap = self.heap
+        queue = self.queue
         keep = self.keep
         emit = self.emit
         buffers = self.buffers
-        while heap and (wm is None or heap[0][0] < wm):
-            ev = heapq.heappop(heap)[2]
-            nkey, key = ev.key
+        while True:
+            if queue and (not heap or queue[0][:2] < heap[0][:2]):
+                if wm is not None and queue[0][0] >= wm:
+                    return
+                ev = queue.popleft()[2]
+            elif heap:
+                if wm is not None and heap[0][0] >= wm:
+                    return
+                ev = heapq.heappop(heap)[2]
+            else:
+                return
+            _t, value, matched, side, nkey, key = ev
             if nkey is not None:
-                buf = buffers[ev.side]
+                buf = buffers[side]
                 lst = buf[nkey]
                 if len(lst) == 1:
                     del buf[nkey]
                 else:
-                    lst.remove(ev)
-            if not ev.matched and keep[ev.side]:
-                if ev.side:
-                    emit(key, None, ev.value)
+                    _remove(lst, ev)
+            if not matched and keep[side]:
+                if side:
+                    emit(key, None, value)
                 else:
-                    emit(key, ev.value, None)
+                    emit(key, value, None)
 
     def finish(self) -> None:
         """End of input: every event still in the window is final now."""
         self._evict(None)
 
     def state_size(self) -> int:
-        return len(self.heap)
+        return len(self.queue) + len(self.heap)
