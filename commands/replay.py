@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+
 from streamctl.commands.common import example, info
 
 EPILOG = example(
@@ -100,12 +101,11 @@ def replay(
 
 def _reset(log: str, group: str, mode: str, to_offset: int | None, to_datetime: str | None, shift_by: int | None,
            by_duration: str | None, partition: int | None, execute: bool) -> None:
-    from streamctl.formats.table import table
-    from streamctl.formats.writer import Output
-
     from streamctl import offsetreset
     from streamctl.consumer import check_partition_arg
     from streamctl.errors import UsageError
+    from streamctl.formats.table import table
+    from streamctl.formats.writer import Output
     from streamctl.log import open_log
     from streamctl.names import check_group
     from streamctl.timeparse import parse_duration, parse_time
@@ -146,9 +146,8 @@ def _range(log: str, from_: str | None, until: str | None, key: str | None, comp
            unbuffered: bool) -> None:
     import os
 
-    from streamctl.commands.common import parse_size
-
     from streamctl import replay as core
+    from streamctl.commands.common import parse_size
     from streamctl.errors import UsageError
     from streamctl.spark.engine import ENGINES
     from streamctl.timeparse import now_ms
@@ -169,11 +168,15 @@ def _range(log: str, from_: str | None, until: str | None, key: str | None, comp
 
     from streamctl import log as logmod
 
+    if "://" in log:
+        if engine == "local":
+            raise UsageError(f"{log} is a URI: only the Spark engine reads it (--engine spark, or --emit-job)")
+        return _spark_uri(log, spec, out, master, engine, unbuffered)
     if log == "-" or not logmod.is_log(log):
         if log != "-" and os.path.isdir(log):
             raise UsageError(f"{log}: not a streamctl log (no streamctl.json)")
         if log != "-" and not os.path.exists(log):
-            raise UsageError(f"{log}: no such log or file" + ("; a Spark URI needs --emit-job" if "://" in log else ""))
+            raise UsageError(f"{log}: no such log or file")
         if engine == "spark":
             raise UsageError("--engine spark needs a log; plain files are replayed locally")
         return _write(core.replay_plain(log, spec), out, unbuffered, None)
@@ -263,6 +266,22 @@ def _spark_lines(lg, spec, ranges, master: str | None, now: int):
     if sys.stderr.isatty():
         info(f"starting the Spark job on {params['master']} (the JVM takes a few seconds to start)")
     yield from runner.stream_job(job, master=params["master"], what="Spark replay job")
+
+
+def _spark_uri(log: str, spec, out: str | None, master: str | None, engine: str, unbuffered: bool) -> None:
+    """A log at a Spark URI (hdfs://, s3a://) can only be read by Spark: run the job here against it."""
+    from streamctl.spark import jobgen, runner
+    from streamctl.spark.engine import choose_engine
+
+    choose_engine("spark", 0, None, info)  # raises with the install hint when Spark is missing
+    if engine == "auto":
+        info(f"engine: spark ({log} is a Spark URI; only Spark can read it)")
+    params = _job_params(log, spec, relative=False)
+    params["master"] = master or "local[*]"
+    params["spark_conf"] = {"spark.ui.enabled": "false"}
+    job = jobgen.render_job(_title(spec), "  (run by streamctl replay --engine spark)", params,
+                            jobgen.body_source("replay_job"))
+    _write(runner.stream_job(job, master=params["master"], what="Spark replay job"), out, unbuffered, None)
 
 
 def _title(spec) -> str:

@@ -59,7 +59,9 @@ def _env(extra: dict[str, str] | None) -> dict[str, str]:
 
 def _relevant_lines(log_text: str, limit: int = 6) -> list[str]:
     lines = [ln.rstrip() for ln in log_text.splitlines() if ln.strip()]
-    picked = [ln for ln in lines if _RELEVANT.search(ln) and not ln.lstrip().startswith("at ")]
+    # stack frames and quoted source lines say where, not what
+    picked = [ln for ln in lines if _RELEVANT.search(ln)
+              and not ln.lstrip().startswith(("at ", "raise ", "File ", "^", "~"))]
     if not picked:
         picked = lines
     # de-duplicate, keep the last ones (the cause is usually near the end)
