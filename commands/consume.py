@@ -80,7 +80,8 @@ def consume(
             raise UsageError("--group, --follow, --exec and --partition need a log, not a plain file")
         return _consume_plain(log, from_, max_, value, fmt, unbuffered)
 
-    if follow or exec_:
+    if follow or exec_ or group:
+        # a group run claims its partitions so competing members split them
         from streamctl.commands import consume_live
 
         return consume_live.run(log, group, from_, partition, max_, value, fmt, follow, idle_timeout,

@@ -247,7 +247,12 @@ class Sink(Protocol):
 
 
 class PrintSink:
-    """Records to stdout through the one Output; commits every flush (a kill -9 repeats one buffer at most)."""
+    """Records to stdout through the one Output.
+
+    Commits after each live poll's flush (sync), and while reading history after
+    a flush at most every Committer.interval, so a kill -9 repeats one poll's
+    records, or that interval's worth of history, at most.
+    """
 
     def __init__(self, out: Output, render: Callable[[bytes], bytes] | None, committer: Committer,
                  per_line: bool) -> None:
@@ -309,7 +314,7 @@ def consume_live(log: Log, opts: LiveOptions, sink: Sink, committer: Committer,
                  say: Callable[[str], None]) -> LiveResult:
     """Run a consume with --follow and/or through a sink that batches; honours the stop flag."""
     res = LiveResult()
-    members = Membership(log, opts.group, opts.partitions) if opts.group else None
+    members = Membership(log, opts.group, opts.partitions, register=opts.follow) if opts.group else None
     follower = Follower(log)
     waiter: Waiter | None = None
     try:

@@ -50,7 +50,7 @@ class Change:
 
 
 class Membership:
-    def __init__(self, log: Log, group: str, wanted: list[int]) -> None:
+    def __init__(self, log: Log, group: str, wanted: list[int], register: bool = True) -> None:
         self.log = log
         self.group = group
         self.wanted = sorted(wanted)
@@ -58,7 +58,9 @@ class Membership:
         os.makedirs(self.dir, exist_ok=True)
         self.held: dict[int, int] = {}  # partition -> claim fd
         self._free_seen: dict[int, int] = {}
-        self.slot, self._slot_fd = self._take_slot()
+        # A run that does not follow takes only free partitions and takes no part in
+        # balancing: registering would make followers hand it partitions it never reads.
+        self.slot, self._slot_fd = self._take_slot() if register else (-1, -1)
 
     def _slot_path(self, n: int) -> str:
         return os.path.join(self.dir, f".{self.group}.m{n}.member")
