@@ -8,8 +8,9 @@ Files, all in `LOG/groups/`:
 
 Locks die with their process (kill -9 included), so a dead member's partitions
 become free without any clean-up. Every member computes the same assignment
-from the live slots (partitions in order, each to the eligible member with the
-fewest so far, ties to the lower slot), releases what is assigned elsewhere
+from the live slots (partitions wanted by the fewest members first, then in
+order, each to the eligible member with the fewest so far, ties to the lower
+slot), releases what is assigned elsewhere
 (after committing it) and claims what is assigned to it once free. A partition
 left free for a few checks is claimed by anyone who wants it, so no partition
 is ever left unread because of a stale view.
@@ -118,8 +119,12 @@ class Membership:
         counts = {slot: 0 for slot, _ in members}
         wants = {slot: set(w) for slot, w in members}
         out: dict[int, int] = {}
-        for p in sorted(set().union(*wants.values()) if wants else ()):
-            eligible = [s for s in counts if p in wants[s]]
+        every = set().union(*wants.values()) if wants else set()
+        eligible_of = {p: [s for s in counts if p in wants[s]] for p in every}
+        # Partitions fewer members can take go first, so a member limited to
+        # --partition P gets P rather than standing by forever.
+        for p in sorted(every, key=lambda p: (len(eligible_of[p]), p)):
+            eligible = eligible_of[p]
             best = min(eligible, key=lambda s: (counts[s], s))
             out[p] = best
             counts[best] += 1

@@ -140,3 +140,35 @@ def test_exec_run_without_follow_reads_only_free_partitions(logdir: str, tmp_pat
     holder.proc.terminate()
     holder.finish()
     assert holder.proc.returncode == 0
+
+
+def test_assignment_balances_and_dead_members_free_their_partitions(logdir: str) -> None:
+    """The claim logic in-process: flocks on separate open files behave as separate members."""
+    from streamctl import log as logmod
+    from streamctl.membership import Membership
+
+    lg = logmod.open_or_create(logdir, 4, None, 0)
+    a = Membership(lg, "g", [0, 1, 2, 3])
+    assert sorted(a.rebalance().claimed) == [0, 1, 2, 3]  # alone: everything
+    only0 = Membership(lg, "g", [0])
+    b = Membership(lg, "g", [0, 1, 2, 3])
+    assign = a.assignment()
+    assert assign == b.assignment() == only0.assignment()
+    assert assign[0] == only0.slot  # the member limited to partition 0 gets it
+    assert sorted(assign.values()).count(a.slot) == 2 and sorted(assign.values()).count(b.slot) == 1
+    change = a.rebalance()
+    assert sorted(change.to_release) == sorted(p for p, s in assign.items() if s != a.slot)
+    a.release(change.to_release)
+    assert only0.rebalance().claimed == [0]
+    assert b.rebalance().claimed == [p for p, s in sorted(assign.items()) if s == b.slot]
+    # b dies: a takes its partition back on a rebalance
+    b.close()
+    assert a.rebalance().claimed == [p for p, s in sorted(assign.items()) if s == b.slot]
+    # a run that does not follow takes only free partitions and is not a member
+    transient = Membership(lg, "g", [0, 1, 2, 3], register=False)
+    assert transient.claim_free() == []
+    only0.close()
+    assert transient.claim_free() == [0]
+    assert a.assignment().get(0) == a.slot
+    for m in (a, transient):
+        m.close()
