@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from streamctl.commands.common import example
+from streamctl.commands.common import example, info
 
 EPILOG = example(
     "streamctl tail orders                                # last 10 records, all partitions",
@@ -68,7 +68,7 @@ def tail(
     render = renderer(value, fmt)
     if follow:
         stopflag.install()
-    sig = tail_log(lg, parts, lines, follow, render, out.write, out.flush)
+    sig = tail_log(lg, parts, lines, follow, render, out.write, out.flush, info)
     if sig is not None:
         import signal
 

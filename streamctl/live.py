@@ -55,6 +55,7 @@ class PartitionCursor:
         self.ino = -1
         self.base = -1
         self.pos = 0  # byte position in fd where the record at next_offset starts
+        self.notices: list[str] = []
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -134,6 +135,12 @@ class PartitionCursor:
             if not segs:
                 return
             vanished = False
+            if segs[0].base > self.next_offset:
+                # Retention deleted records before they were read: say so, never silently.
+                self.notices.append(
+                    f"partition {self.p}: offsets {self.next_offset}..{segs[0].base - 1} were deleted "
+                    f"(retention) before they were read; resuming at {segs[0].base}")
+                self.next_offset = segs[0].base
             for i in range(_segment_for(segs, self.next_offset), len(segs)):
                 seg = segs[i]
                 try:
@@ -180,6 +187,13 @@ class Follower:
         cur = self.cursors.pop(p, None)
         if cur is not None:
             cur.close()
+
+    def notices(self) -> list[str]:
+        out = []
+        for c in self.cursors.values():
+            out += c.notices
+            c.notices.clear()
+        return out
 
     def positions(self) -> dict[int, int]:
         return {p: c.next_offset for p, c in self.cursors.items()}
@@ -372,6 +386,8 @@ def _follow(log: Log, opts: LiveOptions, sink: Sink, committer: Committer, membe
     releasing: list[int] = []
     while not stopflag.is_set():
         items = follower.poll(per_line)
+        for note in follower.notices():
+            say(note)
         now = time.monotonic()
         for p, nxt, data in items:
             res.records += sink.put(p, nxt, data)
@@ -418,7 +434,8 @@ def _ranges(ps: list[int]) -> str:
 
 
 def tail_log(log: Log, parts: list[int], n: int, follow: bool, render: Callable[[bytes], bytes] | None,
-             write: Callable[[bytes], bool], flush: Callable[[], None]) -> int | None:
+             write: Callable[[bytes], bool], flush: Callable[[], None],
+             say: Callable[[str], None] | None = None) -> int | None:
     """`tail`: the last n records across `parts` in (ts, partition, offset) order, then follow.
 
     Returns the signal that stopped the follow, if any. Never commits.
@@ -442,6 +459,9 @@ def tail_log(log: Log, parts: list[int], n: int, follow: bool, render: Callable[
             follower.add(p, pos.end if pos.end is not None and pos.end > pos.start else pos.start)
         while not stopflag.is_set():
             items = follower.poll(per_line=render is not None)
+            for note in follower.notices():
+                if say is not None:
+                    say(note)
             for _p, _nxt, data in items:
                 write(data if render is None else render(data))
             if items:

@@ -168,3 +168,25 @@ def test_kill9_loop_committed_offset_monotonic_and_never_past_delivered(tmp_path
         feeder.wait(timeout=10)
     assert sum(last.values()) > 300  # it made progress through the live part too
     assert run_cli("check", log).returncode == 0
+
+
+def test_follower_behind_retention_is_told_and_resumes(logdir: str) -> None:
+    """In-process: a cursor whose next records were deleted says so and resumes at the next one."""
+    from streamctl import log as logmod
+    from streamctl.live import Follower
+
+    produce(logdir, *({"k": "a", "i": i, "pad": "x" * 100} for i in range(40)), extra=("--segment-bytes", "1KiB"))
+    lg = logmod.open_log(logdir)
+    f = Follower(lg, {0: 0})
+    first = f.poll(per_line=True, limit=300)  # reads a little of the first segment, then stops
+    assert first and first[0][1] == 1
+    segs = lg.segments(0)
+    for seg in segs[:3]:
+        os.unlink(seg.path)
+    rest = []
+    while items := f.poll(per_line=True):
+        rest += items
+    notes = f.notices()
+    assert len(notes) == 1 and f"resuming at {segs[3].base}" in notes[0]
+    assert [nxt - 1 for _, nxt, _ in rest] == list(range(segs[3].base, 40))
+    f.close()
