@@ -107,6 +107,11 @@ def open_log(path: str) -> Log:
     return Log(path, _read_meta(path))
 
 
+def _own_leftover(name: str) -> bool:
+    return (name in ("groups", ".create.lock") or (name[:1] == "p" and name[1:].isdigit())
+            or (name.startswith(f".{META}.") and name.endswith(".tmp")))
+
+
 def open_or_create(path: str, partitions: int | None, segment_bytes: int | None, created_ms: int) -> Log:
     """Open LOG, creating it (under a lock on its parent folder's entry) if missing."""
     if partitions is not None and not 1 <= partitions <= 10_000:
@@ -124,10 +129,10 @@ def open_or_create(path: str, partitions: int | None, segment_bytes: int | None,
         os.makedirs(path, exist_ok=True)
     except OSError as e:
         raise StorageError(f"{path}: cannot create log folder: {e.strerror}") from None
-    if os.listdir(path) and not is_log(path):
-        leftovers = [n for n in os.listdir(path) if n not in (".create.lock",)]
-        if leftovers and not is_log(path):
-            raise StorageError(f"{path} exists, is not empty and is not a streamctl log")
+    # a creation that crashed half-way leaves only our own names behind: finish it
+    foreign = [n for n in os.listdir(path) if not _own_leftover(n)]
+    if foreign and not is_log(path):
+        raise StorageError(f"{path} exists, is not empty and is not a streamctl log")
     lock = open_lock(os.path.join(path, ".create.lock"))
     try:
         flock(lock)
