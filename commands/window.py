@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+
 from streamctl.commands.common import example, info
 
 EPILOG = example(
@@ -131,7 +132,6 @@ def window(
         return _spark(input_, cfg, master, output)
     if engine == "auto" and not blocker:
         from streamctl.commands.common import parse_size
-
         from streamctl.spark.engine import DEFAULT_SPARK_THRESHOLD, choose_engine
 
         threshold = parse_size(spark_threshold) if spark_threshold is not None else DEFAULT_SPARK_THRESHOLD
@@ -156,7 +156,6 @@ class _Rows:
         self.csv = None
         if output == "csv":
             from streamctl.formats.table import CsvWriter
-
             from streamctl.windowing import make_plan
 
             self.csv = CsvWriter()
@@ -281,10 +280,10 @@ def _follow(path: str, cfg, group: str | None, idle_timeout: str | None, late_ou
             raise Interrupted("interrupted; window state and offsets were checkpointed")
 
 
-def _job(path: str, cfg, master: str | None, output_file: str | None = None) -> str:
-    from streamctl.spark.window_job import render
+def _job(path: str, cfg, master: str | None, stats_line: bool = False) -> str:
+    from streamctl.windowing import spark_job
 
-    return render(path, cfg, master, output_file)
+    return spark_job(path, cfg, master, stats_line)
 
 
 def _emit_job(path: str, cfg, master: str | None, target: str) -> None:
@@ -300,16 +299,16 @@ def _spark(path: str, cfg, master: str | None, output: str) -> None:
     from streamctl.spark.runner import run_job
 
     rows = _Rows(output, cfg)
-    job = _job(os.path.abspath(path), cfg, master)
+    job = _job(os.path.abspath(path), cfg, master, stats_line=True)
     counts: dict = {}
 
-    def take(line: bytes) -> None:
-        if line.startswith(b"#streamctl-stats "):
+    def take(block: bytes) -> None:
+        lines = block.splitlines()
+        if lines and lines[-1].startswith(b"#streamctl-stats "):
             import orjson
 
-            counts.update(orjson.loads(line[len(b"#streamctl-stats "):]))
-            return
-        rows.json_lines([line])
+            counts.update(orjson.loads(lines.pop()[len(b"#streamctl-stats "):]))
+        rows.json_lines(lines)
 
     run_job(job, take, master=master)
     rows.finish()

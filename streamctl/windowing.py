@@ -463,3 +463,68 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
         if lock_fd is not None:
             os.close(lock_fd)
     return run
+
+
+# -- the Spark engine -------------------------------------------------------------
+
+_EMBEDDED_TIME_FUNCS = ("parse_iso", "format_iso", "_td", "event_time_ms")
+
+
+def _embedded_source(module) -> str:
+    """A core module's source for pasting into a job: streamctl imports dropped (the names are pasted too)."""
+    import inspect
+
+    keep = []
+    for line in inspect.getsource(module).splitlines():
+        if line.startswith(("from __future__", "from streamctl", "import orjson")):
+            continue
+        keep.append(line)
+    return f"# ---- {module.__name__} (pasted from streamctl) ----\n" + "\n".join(keep).strip() + "\n"
+
+
+def spark_job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool = False) -> str:
+    """The standalone PySpark script for this window (see streamctl/spark/window_job.py)."""
+    import inspect
+
+    from streamctl import log as logmod
+    from streamctl import reader, timeparse, windows
+    from streamctl.spark import jobgen
+    from streamctl.windows import hopping, session, sliding, tumbling
+
+    plan = make_plan(cfg)
+    is_log = path != "-" and logmod.is_log(path)
+    params: dict[str, Any] = {
+        "input": path, "is_log": is_log, "kind": cfg.kind, "size": cfg.size, "hop": cfg.hop,
+        "lateness": cfg.lateness, "time_field": cfg.time_field,
+        "by": [list(paths.record_path(p)) for p in cfg.by],
+        "aggs": [[s.name, s.func, list(s.path) if s.path else None] for s in plan.specs],
+        "stats_line": stats_line,
+    }
+    tparts = paths.record_path(cfg.time_field)
+    params["time_path"] = None if tparts == ("ts",) and is_log else (
+        ["value", "ts"] if tparts == ("ts",) else list(tparts))
+    if is_log:
+        lg = logmod.open_log(path)
+        # the end of the input is the end as of now, like the local engine's snapshot
+        params["end_offsets"] = {str(p): reader.partition_info(lg, p).next_offset for p in range(lg.partitions)}
+    if master:
+        params["master"] = master
+    replay_src = jobgen.body_source("replay_job")
+    cut = replay_src.find("\ndef main(")
+    if cut >= 0:
+        replay_src = replay_src[:cut]
+    time_src = ["from datetime import UTC, datetime", "", "_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)", ""]
+    time_src += [inspect.getsource(getattr(timeparse, name)) for name in _EMBEDDED_TIME_FUNCS]
+    body = "\n\n".join([
+        "# ---- the log reader, shared with `streamctl replay` ----\n" + replay_src.strip(),
+        "# ---- streamctl.timeparse (pasted) ----\n" + "\n".join(time_src),
+        *(_embedded_source(m) for m in (aggregations, windows, tumbling, hopping, sliding, session)),
+        "# ---- the window job ----\n" + jobgen.body_source("window_job").strip(),
+    ])
+    what = {"tumbling": f"tumbling windows of {cfg.size} ms", "hopping": f"hopping windows {cfg.size}/{cfg.hop} ms",
+            "sliding": f"sliding windows of {cfg.size} ms", "session": f"session windows, gap {cfg.size} ms"}[cfg.kind]
+    return jobgen.render_job(
+        f"streamctl window: {what} over event time, with the local engine's watermark and late rules.",
+        "  spark-submit job.py            (on a cluster: spark-submit --master URL job.py)\n"
+        "  python job.py                  (local[*] unless PARAMS has a master)",
+        params, body)
