@@ -307,10 +307,15 @@ class Compactor:
         return total
 
     def run(self) -> list[PartitionResult]:
-        if self.opts.dry_run:
-            return [self.partition(p) for p in range(self.log.partitions)]
-        with swap.compaction_lock(self.log.path):
-            return [self.partition(p) for p in range(self.log.partitions)]
+        try:
+            if self.opts.dry_run:
+                # no lock (a dry run writes nothing, not even the lock file)
+                return [self.partition(p) for p in range(self.log.partitions)]
+            with swap.compaction_lock(self.log.path):
+                return [self.partition(p) for p in range(self.log.partitions)]
+        except FileNotFoundError as e:
+            raise StorageError(f"{e.filename}: vanished while compacting (another compaction, or a tool "
+                               "deleting segments?)") from None
 
     def _locked(self, pdir: str) -> AbstractContextManager[None]:
         return swap.partition_lock(pdir, self.opts.lock_timeout)
@@ -362,6 +367,8 @@ class Compactor:
         idx = 0
         past_cutoff = False
         for seg in closed:
+            if stopflag.is_set():
+                raise Interrupted("compaction interrupted; segments swapped so far are compacted, the rest untouched")
             try:
                 fd = os.open(seg.path, os.O_RDONLY | NOFOLLOW)
             except FileNotFoundError:
@@ -460,7 +467,16 @@ class Compactor:
             raise
         os.close(fd)
         with self._locked(pdir):
-            swap.install(pdir, path, base, end)
+            try:
+                swap.install(pdir, path, base, end)
+            except OSError as e:
+                reason = "disk full" if swap.is_enospc(e) else (e.strerror or str(e))
+                if os.path.exists(path):  # before the commit point: the old segments stand
+                    os.unlink(path)
+                    raise StorageError(f"{path}: swapping in the compacted segment failed: {reason}; "
+                                       "the log is unchanged") from None
+                raise StorageError(f"{pdir}: finishing the swap of a compacted segment failed: {reason}; "
+                                   "the next append, compact or `check --repair` finishes it") from None
 
 
 def compact(log: Log, opts: CompactOptions, now: int | None = None,
