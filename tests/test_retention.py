@@ -4,11 +4,14 @@ not read past unless --force; a consumer whose offset was deleted is told so and
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import threading
 import time
 
 import orjson
 
-from conftest import run_cli
+from conftest import CLI, cli_env, run_cli
 from streamctl import offsets, record
 from streamctl.appender import Appender
 from streamctl.compaction import CompactOptions, compact
@@ -173,3 +176,54 @@ def test_retention_and_compaction_in_one_run(tmp_path) -> None:
     assert r.records_after == len(stored(path))
     assert r.segments_after == len(open_log(path).segments(0))
     assert r.bytes_after == open_log(path).total_bytes()
+
+
+class _Reader:
+    """A follower process whose stdout is collected by a thread."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=cli_env(STREAMCTL_FORCE_POLLING="1"))
+        self.data = bytearray()
+        self.thread = threading.Thread(target=self._pump, daemon=True)
+        self.thread.start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        while chunk := self.proc.stdout.read1(1 << 16):
+            self.data += chunk
+
+    def wait_for(self, offset: int, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while b'{"offset":%d,' % offset not in self.data and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def stop(self) -> tuple[list[int], bytes]:
+        self.proc.send_signal(signal.SIGTERM)
+        _, err = self.proc.communicate(timeout=30)
+        self.thread.join(timeout=10)
+        return [record.offset_of(ln) for ln in bytes(self.data).splitlines()], err
+
+
+def test_followers_keep_going_while_retention_deletes_segments(logdir: str) -> None:
+    run_cli("produce", logdir, "--segment-bytes", "1KiB", input="\n".join(str(i) for i in range(300)), check=True)
+    offsets.replace(open_log(logdir), "g", {0: 20})
+    readers = [_Reader([*CLI, "consume", logdir, "--follow"]),
+               _Reader([*CLI, "tail", "-f", "-n", "100000", logdir])]
+    for r in readers:
+        r.wait_for(299)
+    time.sleep(0.01)
+    run_cli("compact", logdir, "--retention-time", "1ms", "--force", check=True)
+    assert len(open_log(logdir).segments(0)) == 1
+    run_cli("produce", logdir, input="\n".join(str(i) for i in range(100)), check=True)
+    for r in readers:
+        r.wait_for(399)
+        got, _ = r.stop()
+        assert got == list(range(400))  # nothing skipped or repeated across the deletion
+    # a group follower whose committed offset was deleted is told, and resumes at the next record
+    group = _Reader([*CLI, "consume", logdir, "--follow", "--group", "g"])
+    first = record.offset_of(open(open_log(logdir).segments(0)[0].path, "rb").readline())
+    group.wait_for(399)
+    got, err = group.stop()
+    assert got == list(range(first, 400))
+    assert b"committed offset 20 is no longer in the log" in err
