@@ -148,7 +148,12 @@ def test_kill9_loop_committed_offset_monotonic_and_never_past_delivered(tmp_path
             with open(out_path, "ab") as out:
                 proc = subprocess.Popen([*CLI, "consume", log, "--group", "g", "--follow"], stdout=out,
                                         stderr=subprocess.DEVNULL, env=cli_env())
-                time.sleep(rng.uniform(0.3, 0.9))
+                # kill at a random point once it is running (start-up time varies with load)
+                size = out_path.stat().st_size
+                deadline = time.monotonic() + 10
+                while out_path.stat().st_size == size and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                time.sleep(rng.uniform(0, 0.4))
                 proc.kill()
                 proc.wait()
             now = committed(log, "g")
