@@ -61,10 +61,15 @@ def run(b: Bench) -> None:
             lo, sp, hw = b.row(group, LOCAL), b.row(group, SPARK), b.row(group, HAND)
             if lo and sp:
                 fits[label].append((n, lo.wall, sp.wall))
-            if sp and hw and startup:
-                r = (sp.wall - startup) / max(hw.wall - startup, 1e-3)
-                b.target("5, 9", f"{group}: generated Spark job within 1.2x of hand-written PySpark (after start-up)",
-                         f"{r:.2f}x ({sp.wall:.1f} s vs {hw.wall:.1f} s, start-up {startup:.1f} s)", r <= 1.2)
+            if sp and hw:
+                wall_r = sp.wall / hw.wall
+                if startup and hw.wall - startup > 0.5:
+                    r = (sp.wall - startup) / (hw.wall - startup)
+                    how = f"{r:.2f}x after start-up ({sp.wall:.1f} s vs {hw.wall:.1f} s wall, start-up {startup:.1f} s)"
+                else:  # start-up is not measurably below the job: compare whole walls
+                    r = wall_r
+                    how = f"{r:.2f}x wall ({sp.wall:.1f} s vs {hw.wall:.1f} s; start-up not separable)"
+                b.target("5, 9", f"{group}: generated Spark job within 1.2x of hand-written PySpark", how, r <= 1.2)
             if label == "replay --compact" and n == b.records:
                 r = b.ratio(group, LOCAL, ref_name)
                 if r is not None:
