@@ -343,7 +343,7 @@ def consume_live(log: Log, opts: LiveOptions, sink: Sink, committer: Committer,
             say(f"group {opts.group}: partition(s) {_ranges(busy)} read by other members"
                 + ("; taking them over when they are free" if opts.follow else "; not read by this run"))
         if opts.follow:
-            # Start watching before reading history so nothing appended meanwhile waits for a timeout.
+            # What is appended while history is read is found by the first poll, before any wait.
             waiter = Waiter(log.path, max_wait=opts.wake_every)
         pl = plan(log, held, opts.from_spec, opts.group)
         for note in pl.notices:
