@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+
 from streamctl.commands.common import example, info
 
 EPILOG = example(
@@ -81,10 +82,9 @@ def join(
     emit_job: str | None = typer.Option(None, "--emit-job", metavar="FILE", help="Write the PySpark job to FILE and exit (run it with spark-submit FILE or python FILE)."),
     unbuffered: bool = typer.Option(False, "--unbuffered", "-u", help="Flush after every row (automatic on a terminal)."),
 ) -> None:
-    from streamctl.formats.table import OUTPUTS
-
     from streamctl import joining
     from streamctl.errors import UsageError
+    from streamctl.formats.table import OUTPUTS
 
     if output not in OUTPUTS:
         raise UsageError(f"--output must be one of {', '.join(OUTPUTS)}, not {output!r}")
@@ -98,12 +98,20 @@ def join(
         threshold = parse_size(spark_threshold)
 
     if emit_job is not None:
+        if "-" in (left, right):
+            raise UsageError("--emit-job needs files or logs, not stdin (-)")
         from streamctl.fsutil import atomic_write
-        from streamctl.spark import join_job
 
-        text = join_job.render(spec, specs, master=master, output=None)
-        atomic_write(emit_job, text.encode())
-        info(f"wrote the Spark job to {emit_job} (run it with: spark-submit {emit_job}  or  python {emit_job})")
+        text = joining.job_text(joining.job_params(spec, specs, master, snapshot=False))
+        if emit_job == "-":
+            from streamctl.formats.writer import Output
+
+            w = Output()
+            w.write(text.encode())
+            w.flush()
+            return
+        atomic_write(emit_job, text.encode(), 0o755)
+        info(f"wrote the Spark job to {emit_job}; run it with: spark-submit {emit_job}  (or: python {emit_job})")
         return
 
     chosen = "local"
@@ -178,20 +186,26 @@ def _input_bytes(paths: list[str]) -> int:
 
 
 def _run_spark(spec, specs, master, output, out) -> None:  # type: ignore[no-untyped-def]
-    from streamctl.spark import join_job
+    import sys
+
+    from streamctl import joining
     from streamctl.spark.runner import run_job
 
-    text = join_job.render(spec, specs, master=master or "local[*]", output=None)
+    params = joining.job_params(spec, specs, master or "local[*]")
+    text = joining.job_text(params)
+    if sys.stderr.isatty():
+        info(f"starting the Spark job on {params['master']} (the JVM takes a few seconds to start)")
     if output == "jsonl":
         run_job(text, out.write, master=master, what="Spark join job")
         out.flush()
         return
     import orjson
+
     from streamctl.formats.table import CsvWriter, table
 
-    lines: list[bytes] = []
-    run_job(text, lines.append, master=master, what="Spark join job")
-    rows = [orjson.loads(ln) for block in lines for ln in block.splitlines() if ln]
+    blocks: list[bytes] = []
+    run_job(text, blocks.append, master=master, what="Spark join job")
+    rows = [orjson.loads(ln) for block in blocks for ln in block.splitlines() if ln]
     if output == "csv":
         out.write(CsvWriter().rows(rows))
     elif rows:

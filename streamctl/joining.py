@@ -400,3 +400,53 @@ def _run_tables(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit_op: Em
                 continue
             change(side, k if k.__class__ is str else norm_key(k), k, value)
     stats.max_state = j.state_size()
+
+
+def job_params(spec: JoinSpec, specs: list[inputorder.InputSpec], master: str | None,
+               snapshot: bool = True) -> dict:
+    """PARAMS of the generated Spark job. `snapshot` pins each log's end offsets as of now,
+    as the local engine reads them (left out for --emit-job: the job reads what is there when it runs)."""
+    import os
+
+    from streamctl import log as logmod
+    from streamctl import reader
+
+    inputs = []
+    for s in specs:
+        path = s.path if "://" in s.path else os.path.abspath(s.path)
+        entry: dict[str, Any] = {"path": path, "is_log": s.is_log}
+        if s.is_log and snapshot:
+            lg = logmod.open_log(s.path)
+            entry["end_offsets"] = {str(p): reader.partition_info(lg, p).next_offset for p in range(lg.partitions)}
+        inputs.append(entry)
+    return {
+        "kind": spec.kind,
+        "inputs": inputs,
+        "on": [list(spec.on[0]), list(spec.on[1])],
+        "time_field": [list(spec.time_field[0]), list(spec.time_field[1])],
+        "within": spec.within,
+        "how": spec.how,
+        "as_of": spec.as_of,
+        "retention": spec.retention,
+        "output": None,
+        "master": master,
+        "app_name": "streamctl-join",
+        "log_level": "WARN",
+        "spark_conf": {"spark.ui.enabled": "false"},
+    }
+
+
+def job_text(params: dict) -> str:
+    """The standalone PySpark script: the replay job's log reader, then the join body."""
+    from streamctl.spark import jobgen
+
+    kinds = {"stream": f"stream-stream window join (within {params['within']} ms, how {params['how']})",
+             "table": f"stream-table join (as of {params['as_of']}, how {params['how']})",
+             "tables": "table-table join (the changelog of the inner join)"}
+    title = (f"streamctl join: {kinds[params['kind']]} of two inputs, rows in the same order as "
+             "streamctl join --engine local.")
+    how = ("  spark-submit job.py > rows.jsonl                 # the master from spark-submit (default local[*])\n"
+           "  spark-submit --master yarn job.py > rows.jsonl   # on a cluster\n"
+           "  python job.py > rows.jsonl                       # plain Python with pyspark")
+    body = jobgen.body_source("replay_job") + "\n\n" + jobgen.body_source("join_job")
+    return jobgen.render_job(title, how, params, body)

@@ -7,8 +7,8 @@ from typing import Any
 
 import orjson
 import pytest
-from conftest import run_cli
 
+from conftest import run_cli
 from streamctl import joining, record
 from streamctl import log as logmod
 from streamctl.joins.stream_stream import StreamStreamJoin

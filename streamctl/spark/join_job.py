@@ -1,0 +1,312 @@
+"""Join two inputs with PySpark: the body of the generated job for `streamctl join --engine spark`.
+
+Read as text and pasted after the replay job's body (streamctl.spark.replay_job,
+whose replay_frame() reads a log's visible records), so the script stays one
+standalone file. It computes the same rows in the same order as the local
+engine, by the rules written in streamctl/joins/*.py, as DataFrame operations:
+
+1. Each input's records: a log through replay_frame (partitions by (ts,
+   partition, offset)), a plain file line by line (blank lines skipped). Every
+   record's key, event time and value are read in Python with the same rules
+   as streamctl (JSON keys compared as JSON, ISO or epoch s/ms/us times).
+2. The input order: position = rank by (the input's running max time, input,
+   own order); ties go to LEFT, or to the table for a stream-table join.
+   The watermark W(p) is the running max of event times over positions.
+3. The kind's rule (stream-stream pairs and evictions, the table row at a
+   position or as of an event time, the table-table changelog), each row with
+   the sort key of the moment the local engine emits it; then one global sort.
+"""
+
+import json as _json
+
+from pyspark.sql import Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+try:  # the same encoder as streamctl itself, when it is there: byte-identical rows
+    import orjson as _orjson
+
+    def _loads(text):
+        return _orjson.loads(text)
+
+    def _dumps(obj, sort=False):
+        return _orjson.dumps(obj, option=_orjson.OPT_SORT_KEYS if sort else 0).decode()
+except ImportError:  # pragma: no cover - plain pyspark installs
+    def _loads(text):
+        return _json.loads(text)
+
+    def _dumps(obj, sort=False):
+        return _json.dumps(obj, separators=(",", ":"), ensure_ascii=False, sort_keys=sort)
+
+MIN_TIME = -(1 << 62)
+END = 1 << 62  # "the end of the input" as a position
+
+ROW_SCHEMA = StructType([StructField(n, t) for n, t in (
+    ("side", LongType()), ("rank", LongType()), ("o1", LongType()), ("o2", LongType()), ("o3", LongType()),
+    ("order_t", LongType()), ("sub", LongType()), ("nkey", StringType()), ("key_j", StringType()),
+    ("t", LongType()), ("value_j", StringType()))])
+
+
+# ---- reading one record: the same rules as streamctl.paths / timeparse / joining ----
+
+def _get(obj, parts):
+    for p in parts:
+        if isinstance(obj, dict):
+            if p not in obj:
+                return None
+            obj = obj[p]
+        elif isinstance(obj, list) and p.lstrip("-").isdigit():
+            i = int(p)
+            if -len(obj) <= i < len(obj):
+                obj = obj[i]
+            else:
+                return None
+        else:
+            return None
+    return obj
+
+
+def _parse_iso(s):
+    from datetime import datetime, timezone
+
+    utc = timezone.utc  # noqa: UP017 - the job may run on a cluster's older Python
+
+    s = s.strip()
+    if s.endswith(("Z", "z")):
+        s = s[:-1] + "+00:00"
+    dt = datetime.fromisoformat(s)
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=utc)
+    delta = dt - datetime(1970, 1, 1, tzinfo=utc)
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+def _event_time(value):
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        if value != value or value in (float("inf"), float("-inf")):
+            return None
+        a = abs(value)
+        if a < 1e11:
+            return int(round(value * 1000))
+        if a < 1e14:
+            return int(value)
+        return int(value // 1000)
+    if isinstance(value, str):
+        s = value.strip()
+        if s.lstrip("-").isdigit():
+            return _event_time(int(s))
+        try:
+            return _parse_iso(s)
+        except (ValueError, OverflowError):
+            return None
+    return None
+
+
+def _norm(k):
+    if k is None:
+        return None
+    if isinstance(k, str):
+        return "s" + k
+    return "j" + _dumps(k, sort=True)
+
+
+def _tombstone_keys(record_key):
+    if record_key is None:
+        return []
+    out = [record_key]
+    try:
+        alt = _loads(record_key)
+    except ValueError:
+        return out
+    if isinstance(alt, (int, float)) and not isinstance(alt, bool) and _dumps(alt) == record_key:
+        out.append(alt)
+    return out
+
+
+def _extractor(params, side):
+    """A function (record dict, order fields) -> rows of ROW_SCHEMA for one input."""
+    kind = params["kind"]
+    on = tuple(params["on"][side])
+    tf = tuple(params["time_field"][side])
+    is_table = kind == "tables" or (kind == "table" and side == 1)
+    by_record_key = on != ("key",)
+    rank = (1 - side) if kind == "table" else side  # the table side wins ties in a stream-table join
+
+    def rows(rec, o1, o2, o3, order_t):
+        """order_t: the log's ts; None for a plain file, whose merge time is its event time."""
+        value = rec.get("value")
+        t = rec.get("ts") if tf == ("ts",) else _event_time(_get(rec, tf))
+        base = (side, rank, o1, o2, o3, t if order_t is None else order_t)
+        if is_table and value is None and by_record_key:
+            found = _tombstone_keys(rec.get("key"))
+            if not found:
+                return [(*base, 0, None, "null", t, None)]
+            return [(*base, i, _norm(k), _dumps(k), t, None) for i, k in enumerate(found)]
+        k = _get(rec, on)
+        return [(*base, 0, _norm(k), _dumps(k), t, None if value is None else _dumps(value))]
+
+    return rows
+
+
+def _read_side(spark, params, side):
+    inp = params["inputs"][side]
+    extract = _extractor(params, side)
+    if inp["is_log"]:
+        frame = replay_frame(spark, {"log": inp["path"], "end_offsets": inp.get("end_offsets")})  # noqa: F821
+
+        def from_log(row):
+            rec = _loads(row["line"])
+            return extract(rec, row["ts"], row["partition"], row["offset"], row["ts"])
+
+        return frame.rdd.flatMap(from_log)
+
+    lines = spark.sparkContext.textFile(inp["path"]).map(lambda s: s.strip(" \t\r\n")).filter(bool)
+
+    def from_plain(pair):
+        text, n = pair
+        value = _loads(text)
+        return extract({"offset": n, "partition": 0, "key": None, "value": value}, n, 0, 0, None)
+
+    return lines.zipWithIndex().flatMap(from_plain)
+
+
+def records(spark, params):
+    """Both inputs as one DataFrame with `pos` (input order) and `W` (watermark after pos)."""
+    df = spark.createDataFrame(_read_side(spark, params, 0).union(_read_side(spark, params, 1)), ROW_SCHEMA)
+    # A plain file's merge time is the running max of its event times (records without
+    # one keep their place): heapq.merge over a stream that is not sorted yields it so.
+    own = Window.partitionBy("side").orderBy("o1", "o2", "o3").rowsBetween(Window.unboundedPreceding, 0)
+    df = df.withColumn("merge_t", F.coalesce(F.max("order_t").over(own), F.lit(MIN_TIME)))
+    df = df.withColumn("pos", F.dense_rank().over(Window.orderBy("merge_t", "rank", "o1", "o2", "o3")))
+    df = df.withColumn("W", F.max("t").over(Window.orderBy("pos", "sub").rowsBetween(Window.unboundedPreceding, 0)))
+    return df.drop("rank", "o1", "o2", "o3", "order_t", "merge_t").cache()
+
+
+def first_pos_above(df, value_col, steps):
+    """Adds `first_p`: the first position whose watermark is above the row's value_col (null: none)."""
+    q = df.select("qid", F.col(value_col).alias("val"), F.lit(1).alias("kind"), F.lit(None).cast("long").alias("p"))
+    s = steps.select(F.lit(None).cast("long").alias("qid"), F.col("W").alias("val"), F.lit(0).alias("kind"), "p")
+    w = Window.orderBy("val", "kind", "qid").rowsBetween(1, Window.unboundedFollowing)
+    u = q.unionByName(s).withColumn("first_p", F.first("p", ignorenulls=True).over(w))
+    return df.join(u.where(F.col("kind") == 1).select("qid", "first_p"), "qid")
+
+
+def watermark_steps(recs):
+    return recs.where(F.col("W").isNotNull()).groupBy("W").agg(F.min("pos").alias("p"))
+
+
+def stream_stream(recs, params):
+    within = int(params["within"])
+    how = params["how"]
+    ev = recs.where(F.col("t").isNotNull()).select("side", "pos", "nkey", "key_j", "t", "value_j", "W")
+    a = ev.alias("a")
+    b = ev.alias("b")
+    pairs = a.join(b, (F.col("a.nkey") == F.col("b.nkey")) & (F.col("a.side") != F.col("b.side"))
+                   & (F.col("a.pos") < F.col("b.pos")) & (F.abs(F.col("a.t") - F.col("b.t")) <= within)
+                   & (F.col("a.t") + within >= F.col("b.W")))
+    left_v = F.when(F.col("a.side") == 0, F.col("a.value_j")).otherwise(F.col("b.value_j"))
+    right_v = F.when(F.col("a.side") == 1, F.col("a.value_j")).otherwise(F.col("b.value_j"))
+    pairs = pairs.select(F.col("b.pos").alias("s1"), F.lit(0).cast("long").alias("s2"), F.col("a.pos").alias("s3"),
+                         F.col("b.key_j").alias("key_j"), left_v.alias("left_j"), right_v.alias("right_j"),
+                         F.col("a.pos").alias("pa"), F.col("b.pos").alias("pb")).cache()
+    keep = [s for s, on in ((0, how in ("left", "outer")), (1, how in ("right", "outer"))) if on]
+    out = pairs.select("s1", "s2", "s3", "key_j", "left_j", "right_j")
+    if keep:
+        matched = pairs.select(F.col("pa").alias("pos")).union(pairs.select(F.col("pb").alias("pos"))).distinct()
+        lone = ev.where(F.col("side").isin(keep)).join(matched, "pos", "left_anti")
+        lone = first_pos_above(lone.withColumn("qid", F.col("pos")).withColumn("v", F.col("t") + within), "v",
+                               watermark_steps(recs))
+        evict = F.greatest(F.col("pos"), F.coalesce(F.col("first_p"), F.lit(END)))
+        # (eviction position, 1, time, position): s3 packs (time, position) as a pair of columns
+        lone = lone.select(evict.alias("s1"), F.lit(1).cast("long").alias("s2"), F.col("t").alias("s3"),
+                           F.col("pos").alias("s4"), "key_j",
+                           F.when(F.col("side") == 0, F.col("value_j")).alias("left_j"),
+                           F.when(F.col("side") == 1, F.col("value_j")).alias("right_j"))
+        out = out.withColumn("s4", F.lit(0).cast("long")).unionByName(lone)
+    else:
+        out = out.withColumn("s4", F.lit(0).cast("long"))
+    return out.orderBy("s1", "s2", "s3", "s4")
+
+
+def stream_table_position(recs, params):
+    inner = params["how"] == "inner"
+    by_key = Window.partitionBy("nkey").orderBy("pos", "sub").rowsBetween(Window.unboundedPreceding, -1)
+    change = F.when(F.col("side") == 1, F.struct(F.col("value_j").alias("v")))
+    df = recs.where(F.col("nkey").isNotNull()).withColumn("row", F.last(change, ignorenulls=True).over(by_key))
+    ev = df.where(F.col("side") == 0).select("pos", "key_j", F.col("value_j").alias("left_j"),
+                                             F.col("row.v").alias("right_j"))
+    nokey = recs.where((F.col("side") == 0) & F.col("nkey").isNull()).select(
+        "pos", "key_j", F.col("value_j").alias("left_j"), F.lit(None).cast("string").alias("right_j"))
+    out = ev.unionByName(nokey)
+    if inner:
+        out = out.where(F.col("right_j").isNotNull())
+    return out.orderBy("pos")
+
+
+def stream_table_as_of(recs, params):
+    inner = params["how"] == "inner"
+    retention = params.get("retention")
+    ev = recs.where((F.col("side") == 0) & F.col("t").isNotNull()).select(
+        F.col("pos").alias("qid"), "pos", "nkey", "key_j", "t", F.col("value_j").alias("left_j"))
+    ev = first_pos_above(ev, "t", watermark_steps(recs))
+    ev = ev.withColumn("r", F.greatest(F.col("pos"), F.coalesce(F.col("first_p"), F.lit(END))))
+    last_w = recs.agg(F.max("W")).first()[0]
+    w_at = recs.groupBy("pos").agg(F.max("W").alias("W_r"))
+    ev = ev.join(w_at.withColumnRenamed("pos", "r"), "r", "left").withColumn(
+        "W_r", F.coalesce(F.col("W_r"), F.lit(last_w).cast("long")))
+    versions = recs.where((F.col("side") == 1) & F.col("nkey").isNotNull()).select(
+        F.col("nkey").alias("vkey"), F.col("pos").alias("vpos"), F.col("sub").alias("vsub"),
+        F.coalesce(F.col("t"), F.lit(MIN_TIME)).alias("vt"), F.col("value_j").alias("vval"))
+    cand = ev.join(versions, (F.col("nkey") == F.col("vkey")) & (F.col("vpos") <= F.col("r")), "left")
+    best = F.max(F.when(F.col("vt") <= F.col("t"), F.struct("vt", "vpos", "vsub", "vval")))
+    aggs = [best.alias("best")]
+    if retention is not None:
+        dropped = (F.col("vt") > F.col("t")) & (F.col("vt") <= F.col("W_r") - F.lit(int(retention)))
+        aggs.append(F.max(F.when(dropped, 1).otherwise(0)).alias("dropped"))
+    res = cand.groupBy("pos", "r", "t", "key_j", "left_j").agg(*aggs)
+    right = F.col("best.vval")
+    if retention is not None:
+        right = F.when(F.col("dropped") == 1, F.lit(None)).otherwise(right)
+    res = res.select("r", "t", "pos", "key_j", "left_j", right.alias("right_j"))
+    if inner:
+        res = res.where(F.col("right_j").isNotNull())
+    return res.orderBy("r", "t", "pos")
+
+
+def table_table(recs, params):
+    by_key = Window.partitionBy("nkey").orderBy("pos", "sub").rowsBetween(Window.unboundedPreceding, -1)
+    df = recs.where(F.col("nkey").isNotNull())
+    # each side's row as it stood before this change: the last change of that side (a delete = null v)
+    for s, name in ((0, "l_before"), (1, "r_before")):
+        mark = F.when(F.col("side") == s, F.struct(F.col("value_j").alias("v")))
+        df = df.withColumn(name, F.last(mark, ignorenulls=True).over(by_key).getField("v"))
+    mine = F.when(F.col("side") == 0, F.col("l_before")).otherwise(F.col("r_before"))
+    theirs = F.when(F.col("side") == 0, F.col("r_before")).otherwise(F.col("l_before"))
+    upsert = F.col("value_j").isNotNull() & theirs.isNotNull()
+    delete = F.col("value_j").isNull() & mine.isNotNull() & theirs.isNotNull()
+    row_mine = F.when(F.col("value_j").isNotNull(), F.col("value_j")).otherwise(mine)
+    df = df.where(upsert | delete).select(
+        "pos", "sub", "key_j", F.when(upsert, F.lit("upsert")).otherwise(F.lit("delete")).alias("op"),
+        F.when(F.col("side") == 0, row_mine).otherwise(theirs).alias("left_j"),
+        F.when(F.col("side") == 1, row_mine).otherwise(theirs).alias("right_j"))
+    return df.orderBy("pos", "sub")
+
+
+def main(spark, params, out):
+    recs = records(spark, params)
+    kind = params["kind"]
+    if kind == "stream":
+        rows = stream_stream(recs, params)
+    elif kind == "tables":
+        rows = table_table(recs, params)
+    elif params.get("as_of") == "event-time":
+        rows = stream_table_as_of(recs, params)
+    else:
+        rows = stream_table_position(recs, params)
+    with_op = kind == "tables"
+    for row in rows.select("key_j", "left_j", "right_j", *(["op"] if with_op else [])).toLocalIterator(
+            prefetchPartitions=True):
+        line = '{"key":' + row[0] + ',"left":' + (row[1] or "null") + ',"right":' + (row[2] or "null")
+        out(line + (',"op":"' + row[3] + '"}' if with_op else "}"))
