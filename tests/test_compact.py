@@ -399,3 +399,69 @@ def test_compaction_beside_two_producers_and_followers(logdir: str) -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+# --- property: any appends, any options, any number of compactions ------------------------------
+
+try:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+except ImportError:  # pragma: no cover
+    given = None
+
+if given is not None:
+    _item = st.tuples(st.sampled_from(["a", "b", "c", "d", 'e"', None]), st.one_of(st.none(), st.integers(0, 9)))
+    _batch = st.tuples(st.integers(0, 3 * H), st.lists(_item, min_size=1, max_size=40))
+    _opts = st.tuples(st.booleans(), st.sampled_from([0, H, 24 * H]), st.sampled_from([0, H, 5 * H]),
+                      st.integers(0, 30 * H))
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(st.tuples(st.lists(_batch, min_size=1, max_size=6), _opts), min_size=1, max_size=4))
+    def test_property_compaction_keeps_the_table(steps) -> None:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "log")
+            open_or_create(path, 1, 1024, 0)
+            appended: list[bytes] = []
+            clock = {"t": H}
+            now = 0
+            for batches, (roll, tomb_ret, min_lag, wait) in steps:
+                lg = open_log(path)
+                with Appender(lg, fsync="never", clock=lambda: clock["t"]) as app:
+                    for dt, items in batches:
+                        clock["t"] += dt
+                        enc = [(record.key_json(k), orjson.dumps(v), None) for k, v in items]
+                        appended.extend(app.append(0, enc, want_lines=True).lines or [])
+                now = max(now, clock["t"]) + wait
+                active_before = segment_lines_of(lg.segments(0)[-1].path)
+                before = segment_lines(path)
+                compact(lg, CompactOptions(roll=roll, tombstone_retention_ms=tomb_ret, min_lag_ms=min_lag),
+                        now=now)
+                after = segment_lines(path)
+                offs = [record.offset_of(ln) for ln in after]
+                assert offs == sorted(set(offs))
+                original = {record.offset_of(ln): ln for ln in appended}
+                assert all(original[record.offset_of(ln)] == ln for ln in after)
+                assert table(after) == table(appended)
+                # latest values (not deletes) are never removed; nor is anything younger than min-lag
+                model = latest_lines(appended)
+                for ln in model.values():
+                    if not record.is_tombstone(ln):
+                        assert ln in after
+                if min_lag:
+                    young = [ln for ln in before if record.envelope(ln)[2] > now - min_lag]
+                    assert [ln for ln in after if record.envelope(ln)[2] > now - min_lag] == young
+                if not roll:
+                    assert after[len(after) - len(active_before):] == active_before
+                # null-key records are all still there
+                assert [ln for ln in after if record.key_bytes(ln) == b"null"] == \
+                    [ln for ln in appended if record.key_bytes(ln) == b"null"]
+                from streamctl.check import check
+
+                assert check(open_log(path)).ok
+
+
+def segment_lines_of(path: str) -> list[bytes]:
+    with open(path, "rb") as f:
+        return f.read().splitlines(keepends=True)
