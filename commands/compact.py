@@ -61,13 +61,16 @@ def compact(
     from streamctl.retention import RetentionOptions
     from streamctl.timeparse import parse_duration
 
+    def duration(text: str) -> int:
+        return 0 if text.strip() == "0" else parse_duration(text)  # a bare 0 needs no unit
+
     opts = CompactOptions(
         roll=roll,
-        tombstone_retention_ms=parse_duration(tombstone_retention),
-        min_lag_ms=parse_duration(min_lag) if min_lag.strip() != "0" else 0,
+        tombstone_retention_ms=duration(tombstone_retention),
+        min_lag_ms=duration(min_lag),
         dry_run=dry_run,
         retention=RetentionOptions(
-            retention_time_ms=parse_duration(retention_time) if retention_time is not None else None,
+            retention_time_ms=duration(retention_time) if retention_time is not None else None,
             retention_bytes=parse_size(retention_bytes) if retention_bytes is not None else None,
             force=force,
         ),
