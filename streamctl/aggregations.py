@@ -18,8 +18,7 @@ run exactly the same code as the local engine.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -33,8 +32,7 @@ class AggSpecError(ValueError):
     """A malformed --agg; the message says what is accepted."""
 
 
-@dataclass(frozen=True)
-class AggSpec:
+class AggSpec(NamedTuple):
     name: str
     func: str
     path: tuple[str, ...] | None  # a record path (value.x.y); None for a bare count
