@@ -45,13 +45,18 @@ Source = tuple[str, int, int]
 
 
 class _PartitionState:
-    __slots__ = ("scanned", "marks", "loaded", "since_cache")
+    __slots__ = ("scanned", "marks", "loaded", "since_cache", "ours", "tagged")
 
     def __init__(self) -> None:
         self.scanned = -1  # the next offset not yet scanned; -1 before the first look
         self.marks: dict[str, int] = {}  # "LOG/PARTITION" -> largest source offset appended
         self.loaded = False
         self.since_cache = 0
+        # (first offset, end offset, marks, last line's tag) of what our last filter let through:
+        # if the log then holds it, those records need no scan.
+        self.ours: tuple[int, int, dict[str, int], str] | None = None
+        # the list __call__ returned and each item's (source partition, offset): spares a parse
+        self.tagged: tuple[list[Item], list[tuple[str, int] | None]] | None = None
 
 
 def _source_of(headers: bytes | None) -> tuple[str, int] | None:
@@ -71,10 +76,22 @@ def _source_of(headers: bytes | None) -> tuple[str, int] | None:
     return src, int(off)
 
 
+def _line_source(line: bytes) -> tuple[str, int] | None:
+    """The source of a stored line (only lines holding the marker are parsed)."""
+    if _MARK not in line:
+        return None
+    h = record.parse(line).get("headers")
+    v = h.get(HEADER) if isinstance(h, dict) else None
+    if not isinstance(v, str):
+        return None
+    src, _, off = v.rpartition("/")
+    return (src, int(off)) if src and off.isdigit() else None
+
+
 def _with_header(headers: bytes | None, source: Source) -> bytes:
     tag = f"{source[0]}/{source[1]}/{source[2]}"
     if headers is None:
-        return orjson.dumps({HEADER: tag})
+        return b'{"streamctl.source":' + orjson.dumps(tag) + b"}"
     h = orjson.loads(headers)
     h[HEADER] = tag
     return orjson.dumps(h)
@@ -104,24 +121,30 @@ class Deduper:
         st = self._st(p)
         marks = st.marks
         out: list[Item] = []
+        srcs: list[tuple[str, int] | None] = []
         for item, src in zip(items, sources, strict=False):
             if src is None:
                 out.append(item)
+                srcs.append(_source_of(item[2]))
                 continue
             sp = f"{src[0]}/{src[1]}"
             if src[2] <= marks.get(sp, -1):
                 continue
             out.append((item[0], item[1], _with_header(item[2], src)))
+            srcs.append((sp, src[2]))
+        st.tagged = (out, srcs)
         return out
 
     def filter(self, p: int, items: Sequence[Item], next_offset: int) -> Sequence[Item]:
         """Under the partition lock: bring the marks up to `next_offset`, drop duplicates."""
         st = self._st(p)
         self._catch_up(p, st, next_offset)
+        tagged, st.tagged = st.tagged, None
+        srcs = tagged[1] if tagged is not None and tagged[0] is items else [_source_of(it[2]) for it in items]
         seen: dict[str, int] = {}
         out: list[Item] = []
-        for item in items:
-            src = _source_of(item[2])
+        last_tag = ""
+        for item, src in zip(items, srcs, strict=True):
             if src is None:
                 out.append(item)
                 continue
@@ -133,6 +156,8 @@ class Deduper:
                 continue
             seen[sp] = off
             out.append(item)
+            last_tag = f"{sp}/{off}"
+        st.ours = (next_offset, next_offset + len(out), seen, last_tag) if out else None
         return out
 
     # -- the marks: rebuilt from the log, cached under LOG/.exactly-once/
@@ -145,13 +170,19 @@ class Deduper:
             # Nothing cached, or the log is shorter than we knew (replaced): scan it all.
             st.scanned = 0
             st.marks.clear()
+        ours, st.ours = st.ours, None
+        if ours is not None and ours[0] == st.scanned and ours[1] <= next_offset and self._holds(p, ours):
+            # Our own last append (written under the lock right after our filter): no scan needed.
+            for sp, off in ours[2].items():
+                if off > st.marks.get(sp, -1):
+                    st.marks[sp] = off
+            st.since_cache += ours[1] - ours[0]
+            st.scanned = ours[1]
         if st.scanned < next_offset:
             n = 0
             for line in reader.iter_lines(self.log, p, st.scanned, next_offset):
                 n += 1
-                if _MARK not in line:
-                    continue
-                src = _source_of(orjson.dumps(record.parse(line).get("headers")))
+                src = _line_source(line)
                 if src is not None and src[1] > st.marks.get(src[0], -1):
                     st.marks[src[0]] = src[1]
             st.scanned = next_offset
@@ -161,6 +192,15 @@ class Deduper:
             self._save_cache(p, st)
             self._last_cache = now
             st.since_cache = 0
+
+    def _holds(self, p: int, ours: tuple[int, int, dict[str, int], str]) -> bool:
+        """Does the record where our last append ended carry its tag (the append happened)?"""
+        if not ours[3]:
+            return False
+        for line in reader.iter_lines(self.log, p, ours[1] - 1, ours[1]):
+            src = _line_source(line)
+            return src is not None and f"{src[0]}/{src[1]}" == ours[3]
+        return False
 
     def _cache_path(self, p: int) -> str:
         return os.path.join(self.log.path, STATE_DIR, f"p{p}.json")
