@@ -346,3 +346,32 @@ def test_closed_pipe_exits_141_quietly(run, tmp_path):
     p = subprocess.run(f"{sys.executable} -m streamctl window {f} --tumbling 1m | head -1", shell=True,
                        capture_output=True)
     assert p.stdout.count(b"\n") == 1 and b"Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("kind,size,hop", [("tumbling", M, 0), ("hopping", 5 * M, M), ("sliding", M, 0),
+                                           ("session", 2 * M, 0)])
+def test_state_is_bounded_by_open_windows_not_input_length(kind, size, hop):
+    cfg = WindowConfig(kind=kind, size=size, hop=hop, by=["u"], aggs=["count", "p99:v"], lateness=10 * S)
+    run = WindowRun(cfg, is_log=False)
+    peak = {"windows": 0, "events": 0}
+
+    def recs():
+        for i in range(30_000):
+            # 20 users, one event every 200 ms each; a session gap every 5 minutes per user
+            t = T0 + i * 10 + (i // 600) * 3 * M
+            yield {"offset": i, "partition": 0, "key": None, "value": {"ts": t, "u": f"u{i % 20}", "v": i % 7}}
+            if i % 1000 == 0:
+                op = run.op
+                peak["windows"] = max(peak["windows"], op.open_windows())
+                if kind == "sliding":
+                    peak["events"] = max(peak["events"], sum(len(e) for e in op.events.values()))
+
+    rows: list = []
+    run.feed(recs(), rows.extend)
+    assert run.stats.late == 0 and rows
+    # 30 000 events over ~2.5 h of event time; open state stays at a few minutes' worth
+    if kind == "sliding":
+        # pending rows: events within the lateness (10 s at 100 events/s); kept events: SIZE + lateness
+        assert peak["windows"] <= 1100 and peak["events"] <= 7100
+    else:
+        assert peak["windows"] <= 20 * (size // hop if hop else 1) + 20
