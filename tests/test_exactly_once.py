@@ -183,3 +183,15 @@ def test_crash_loop_pipeline_each_record_once(tmp_path) -> None:
     assert kills >= 20 and mid_run >= 15
     check_once_in_order(a, b, complete=True)
     assert run_cli("check", b).returncode == 0
+
+
+def test_null_keys_go_to_source_partition_mod_n(tmp_path) -> None:
+    """Round-robin would put a record elsewhere on a rerun; exactly-once pins it by its source partition."""
+    a, b = str(tmp_path / "A"), str(tmp_path / "B")
+    fill(a, 40, 4, keyed=False)
+    pipe = f"{' '.join(CLI)} consume {a} | {' '.join(CLI)} produce {b} --envelope --exactly-once --source A --partitions 3"
+    for _ in range(2):
+        subprocess.run(pipe, shell=True, check=True, capture_output=True, env=cli_env())
+    check_once_in_order(a, b, complete=True, name="A")
+    for bp, s in sources(b):
+        assert int(s.split("/")[1]) % 3 == bp
