@@ -143,15 +143,15 @@ def join(
         def emit_op(op: str, key: object, lv: object, rv: object) -> None:
             write(dumps({"key": key, "left": lv, "right": rv, "op": op}, option=nl))
     else:
-        from streamctl.formats.table import CsvWriter
-
-        csvw = CsvWriter()
+        with_op = spec.kind == "tables"
+        if rows_buffer is None:
+            write(_csv_header(with_op))
 
         def sink(row: dict) -> None:
             if rows_buffer is not None:
                 rows_buffer.append(row)
             else:
-                write(csvw.rows([row]))
+                write(_csv_row(row, with_op))
 
         def emit(key: object, lv: object, rv: object) -> None:
             sink({"key": key, "left": lv, "right": rv})
@@ -160,11 +160,8 @@ def join(
             sink({"key": key, "left": lv, "right": rv, "op": op})
 
     stats = joining.run(spec, emit, emit_op)
-    if rows_buffer is not None:
-        from streamctl.formats.table import table as render_table
-
-        if rows_buffer:
-            write(render_table(rows_buffer).encode() + b"\n")
+    if rows_buffer:
+        write(_table_text(rows_buffer))
     out.flush()
     skipped = sum(stats.no_time)
     if skipped:
@@ -201,13 +198,54 @@ def _run_spark(spec, specs, master, output, out) -> None:  # type: ignore[no-unt
         return
     import orjson
 
-    from streamctl.formats.table import CsvWriter, table
-
     blocks: list[bytes] = []
     run_job(text, blocks.append, master=master, what="Spark join job")
     rows = [orjson.loads(ln) for block in blocks for ln in block.splitlines() if ln]
     if output == "csv":
-        out.write(CsvWriter().rows(rows))
+        with_op = spec.kind == "tables"
+        out.write(_csv_header(with_op) + b"".join(_csv_row(r, with_op) for r in rows))
     elif rows:
-        out.write(table(rows).encode() + b"\n")
+        out.write(_table_text(rows))
     out.flush()
+
+
+# CSV streams, so its columns are fixed: key, left, right (and op), objects as JSON text.
+def _csv_header(with_op: bool) -> bytes:
+    return b"key,left,right,op\n" if with_op else b"key,left,right\n"
+
+
+def _csv_row(row: dict, with_op: bool) -> bytes:
+    import csv
+    import io
+
+    import orjson
+
+    def cell(v: object) -> object:
+        if v is None:
+            return ""
+        if isinstance(v, (dict, list, bool)):
+            return orjson.dumps(v).decode()
+        return v
+
+    buf = io.StringIO()
+    cells = [cell(row["key"]), cell(row["left"]), cell(row["right"])]
+    if with_op:
+        cells.append(row["op"])
+    csv.writer(buf, lineterminator="\n").writerow(cells)
+    return buf.getvalue().encode()
+
+
+def _table_text(rows: list[dict]) -> bytes:
+    """An aligned table for people: left and right flattened (left.user, right.plan), columns from all rows."""
+    from streamctl.formats.table import flatten, table
+
+    flat = [flatten(r) for r in rows]
+    cols: dict[str, None] = {}
+    for r in flat:
+        for k in r:
+            cols.setdefault(k, None)
+    # a side that is null in one row and an object in another shows as empty cells, not a "left" column
+    for side in ("left", "right"):
+        if side in cols and any(c.startswith(side + ".") for c in cols) and all(r.get(side) is None for r in flat):
+            del cols[side]
+    return table(flat, list(cols)).encode() + b"\n"

@@ -318,11 +318,17 @@ def test_cli_plain_files_and_outputs(tmp_path):
                     {"key": "b", "left": {"id": "b", "at": "2026-11-21T10:00:05Z"}, "right": None}]
     csvp = run_cli("join", str(s), str(c), "--within", "1s", "--on", "id=sid", "--time-field", "at",
                    "--output", "csv", "--engine", "local")
-    assert csvp.stdout.decode().splitlines() == ["key,left.id,left.at,right.sid,right.at",
-                                                 "a,a,2026-11-21T10:00:00Z,a,2026-11-21T10:00:01Z"]
+    assert csvp.stdout.decode().splitlines() == [
+        "key,left,right",
+        'a,"{""id"":""a"",""at"":""2026-11-21T10:00:00Z""}","{""sid"":""a"",""at"":""2026-11-21T10:00:01Z""}"']
     tbl = run_cli("join", str(s), str(c), "--within", "1s", "--on", "id=sid", "--time-field", "at",
                   "--output", "table", "--engine", "local")
-    assert tbl.returncode == 0 and b"left.id" in tbl.stdout.splitlines()[0]
+    assert tbl.returncode == 0 and tbl.stdout.split()[:5] == [b"key", b"left.id", b"left.at", b"right.sid", b"right.at"]
+    tbl = run_cli("join", str(s), str(c), "--within", "1s", "--on", "id=sid", "--time-field", "at", "--how", "left",
+                  "--output", "table", "--engine", "local")
+    assert tbl.stdout.split()[:5] == [b"key", b"left.id", b"left.at", b"right.sid", b"right.at"]
+    tables = run_cli("join", str(s), str(s), "--tables", "--on", "id", "--output", "csv", "--engine", "local")
+    assert tables.stdout.decode().splitlines()[0] == "key,left,right,op"
 
 
 def test_cli_enrichment_from_stdin_and_tables(tmp_path):
