@@ -12,7 +12,7 @@ EPILOG = example(
     "streamctl tail -f orders | jq -c 'select(.value.amount > 100)'",
     "streamctl tail -f -n 0 orders --value                # only new values, as they arrive",
     "streamctl tail --follow orders --format '%T p%p@%o %k %s\\n'",
-    "streamctl tail -n 5 events.jsonl                     # a plain file works too",
+    "streamctl tail -n 5 -f events.jsonl                  # a plain file works too",
 )
 
 
@@ -50,11 +50,15 @@ def tail(
             raise UsageError(f"{log}: not a streamctl log (no streamctl.json)")
         if log != "-" and not os.path.exists(log):
             raise UsageError(f"{log}: no such log or file")
-        if follow or partition not in (None, 0):
-            raise UsageError("-f and --partition need a log, not a plain file (use tail -f FILE)")
-        from streamctl.commands.consume import _consume_plain
+        if partition not in (None, 0):
+            raise UsageError("--partition needs a log; a plain file has only partition 0")
+        if log == "-":
+            if follow:
+                raise UsageError("-f needs a log or a file, not stdin")
+            from streamctl.commands.consume import _consume_plain
 
-        return _consume_plain(log, f"-{lines}" if lines else "latest", None, value, fmt, False)
+            return _consume_plain(log, f"-{lines}" if lines else "latest", None, value, fmt, False)
+        return _tail_plain(log, lines, follow, value, fmt)
 
     from streamctl import consumer, stopflag
     from streamctl.errors import Interrupted
@@ -69,6 +73,34 @@ def tail(
     if follow:
         stopflag.install()
     sig = tail_log(lg, parts, lines, follow, render, out.write, out.flush, info)
+    if sig is not None:
+        import signal
+
+        if sig == signal.SIGINT:
+            raise Interrupted("interrupted")
+
+
+def _tail_plain(path: str, lines: int, follow: bool, value: bool, fmt: str | None) -> None:
+    from streamctl import plainfile, stopflag
+    from streamctl.errors import Interrupted
+    from streamctl.formats.template import compile_plain_template
+    from streamctl.formats.writer import Output
+    from streamctl.live import tail_plain
+
+    out = Output()
+    tmpl = compile_plain_template(fmt) if fmt is not None else None
+
+    def emit(off: int, v: bytes) -> None:
+        if tmpl is not None:
+            out.write(tmpl(off, v))
+        elif value:
+            out.write(v + b"\n")
+        else:
+            out.write(plainfile.envelope_line(off, v))
+
+    if follow:
+        stopflag.install()
+    sig = tail_plain(path, lines, follow, emit, out.flush, info)
     if sig is not None:
         import signal
 

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+import orjson
+
 from streamctl import offsets, record, segment, stopflag
 from streamctl.consumer import Committer, plan, stream
 from streamctl.errors import BrokenPipe
@@ -472,5 +474,98 @@ def tail_log(log: Log, parts: list[int], n: int, follow: bool, render: Callable[
         return stopflag.signum()
     finally:
         follower.close()
+        if waiter is not None:
+            waiter.close()
+
+
+def tail_plain(path: str, n: int, follow: bool, emit: Callable[[int, bytes], None], flush: Callable[[], None],
+               say: Callable[[str], None] | None = None) -> int | None:
+    """`tail` of a plain .jsonl file: its last n values (offsets are line numbers), then follow it.
+
+    Like `tail -F`, a file that shrinks was truncated or replaced: it is read
+    again from its start (offsets restart at 0), and said so on stderr.
+    """
+    from collections import deque
+
+    from streamctl.errors import DataError, UsageError
+
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot open: {e.strerror}") from None
+    state = {"pos": 0, "count": 0, "lineno": 0, "fd": fd}
+
+    def read_new() -> Iterator[tuple[int, bytes]]:
+        fd = state["fd"]
+        try:
+            replaced = os.stat(path).st_ino != os.fstat(fd).st_ino
+        except FileNotFoundError:
+            replaced = False  # gone for now (rotation): keep the old file until a new one appears
+        if replaced:
+            # rotated or replaced by rename: follow the name, like tail -F
+            try:
+                new = os.open(path, os.O_RDONLY)
+            except OSError:
+                new = -1
+            if new >= 0:
+                # first drain what the old file still has
+                yield from _drain(fd)
+                os.close(fd)
+                fd = state["fd"] = new
+                if say is not None:
+                    say(f"{path}: file replaced; following the new file from its start")
+                state.update(pos=0, count=0, lineno=0)
+        yield from _drain(fd)
+
+    def _drain(fd: int) -> Iterator[tuple[int, bytes]]:
+        size = os.fstat(fd).st_size
+        if size < state["pos"]:
+            if say is not None:
+                say(f"{path}: file truncated; reading it from the start")
+            state.update(pos=0, count=0, lineno=0)
+        while state["pos"] < size:
+            buf = os.pread(fd, min(segment.CHUNK, size - state["pos"]), state["pos"])
+            i = buf.rfind(b"\n")
+            if i < 0:
+                if len(buf) >= size - state["pos"]:
+                    return  # a line still being written
+                end = segment.visible_end(fd, size)
+                if end <= state["pos"]:
+                    return
+                buf = os.pread(fd, end - state["pos"], state["pos"])
+                i = len(buf) - 1
+            state["pos"] += i + 1
+            for line in buf[: i + 1].splitlines():
+                state["lineno"] += 1
+                text = line.strip(b" \t\r")
+                if not text:
+                    continue
+                try:
+                    orjson.loads(text)
+                except orjson.JSONDecodeError as e:
+                    raise DataError(f"{path}:{state['lineno']}: invalid JSON: {e}") from None
+                yield state["count"], text
+                state["count"] += 1
+
+    waiter = Waiter(path) if follow else None
+    try:
+        for off, v in deque(read_new(), maxlen=n):
+            emit(off, v)
+        flush()
+        if waiter is None:
+            return None
+        while not stopflag.is_set():
+            got = False
+            for off, v in read_new():
+                emit(off, v)
+                got = True
+            if got:
+                flush()
+                continue
+            waiter.wait()
+        flush()
+        return stopflag.signum()
+    finally:
+        os.close(state["fd"])
         if waiter is not None:
             waiter.close()

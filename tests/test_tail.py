@@ -196,3 +196,27 @@ def test_follow_beside_compact_roll_and_retention(logdir: str) -> None:
     finally:
         stop(proc)
     assert got == [str(o).encode() for o in range(59, 86)]
+
+
+def test_follow_plain_file_like_tail_F(tmp_path) -> None:
+    f = tmp_path / "events.jsonl"
+    f.write_text('{"n":0}\n{"n":1}\n')
+    proc = start("tail", "-f", "-n", "1", str(f), "--format", "%o %s\\n")
+    try:
+        rd = Lines(proc)
+        assert rd.wait_for(1) == [b'1 {"n":1}']
+        with open(f, "a") as w:
+            w.write('{"n":2}\n{"n":')  # the second line is not complete yet
+            w.flush()
+            assert rd.wait_for(2)[1] == b'2 {"n":2}'
+            w.write('3}\n')
+        assert rd.wait_for(3)[2] == b'3 {"n":3}'
+        f.write_text('{"n":"again"}\n')  # truncated and rewritten: read from the start
+        assert rd.wait_for(4)[3] == b'0 {"n":"again"}'
+        new = tmp_path / "events.jsonl.new"  # rotated by rename: follow the name
+        new.write_text('{"n":"rotated"}\n')
+        os.replace(new, f)
+        assert rd.wait_for(5)[4] == b'0 {"n":"rotated"}'
+    finally:
+        rc, err = stop(proc)
+    assert rc == 130 and b"truncated" in err and b"replaced" in err
