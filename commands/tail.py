@@ -35,6 +35,10 @@ def tail(
     what one wake-up finds). tail never commits offsets. It keeps following
     across segment rolls and while compaction or retention rewrites or deletes
     segments beside it. Ctrl-C ends it with exit 130, SIGTERM with exit 0.
+
+    A plain .jsonl file works too (offsets are line numbers); with -f it is
+    followed like `tail -F`: by name across rotation, from the start after a
+    truncation.
     """
     from streamctl import log as logmod
     from streamctl.errors import UsageError
