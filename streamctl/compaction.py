@@ -254,7 +254,7 @@ def _count_lines(path: str) -> tuple[int, int]:
         os.close(fd)
 
 
-def _roll(pdir: str, p: int) -> bool:
+def _roll(pdir: str) -> bool:
     """Close the active segment (if it has records) by creating an empty one after it.
 
     Caller holds the partition lock. A torn tail is truncated first, as the
@@ -328,7 +328,7 @@ class Compactor:
             with self._locked(pdir):
                 swap.recover(pdir, owner=True)
                 if self.opts.roll:
-                    res.rolled = _roll(pdir, p)
+                    res.rolled = _roll(pdir)
         segs = list_segments(pdir)
         res.segments_before = len(segs) - (1 if res.rolled else 0)  # "before" = the log as it was
         res.bytes_before = sum(s.size() for s in segs)
