@@ -134,12 +134,10 @@ def _check_swaps(pdir: str, repair: bool, report: CheckReport) -> set[str]:
     """
     from streamctl import swap
 
-    names = swap.leftovers(pdir)
-    if not names:
-        return set()
-    stale = set() if repair else swap.superseded(pdir)
-    if repair:
+    names = swap.leftovers(pdir)  # none while a compaction runs: its files are live
+    if repair and names:
         swap.recover_partition(pdir)
+    stale = swap.superseded(pdir)
     for name in names:
         fix = "finishes" if name.endswith(swap.SWAP) else "removes"
         report.problems.append(Problem(
