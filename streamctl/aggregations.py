@@ -136,29 +136,35 @@ class Plan:
     # the paths and slots inlined is about 3x faster than looping over specs.
     # The generic versions below are the reference they must agree with.
 
-    def _compile_extract(self):
-        lines = ["def extract(r):"]
-        env: dict = {"_getters": self.getters, "_bad": self._bad, "_inf": (math.inf, -math.inf)}
+    def extract_source(self, env: dict, indent: str = "    ") -> tuple[list[str], str]:
+        """Straight-line code that reads this plan's inputs from record `r` (and `_val`, its value,
+        which the caller must have bound), and the tuple expression of the results."""
+        env.update({"_getters": self.getters, "_bad": self._bad, "_inf": (math.inf, -math.inf)})
+        lines: list[str] = []
         names = []
         for i, (spec, numeric) in enumerate(zip(self.specs, self.numeric, strict=True)):
-            v = f"v{i}"
+            v = f"_a{i}"
             names.append(v)
             if spec.path is None:
-                lines.append(f"    {v} = True")
+                lines.append(f"{v} = True")
                 continue
             if len(spec.path) == 2 and spec.path[0] == "value":
-                lines.append("    x = r.get('value')")
-                lines.append(f"    {v} = x.get({spec.path[1]!r}) if type(x) is dict else None")
+                lines.append(f"{v} = _val.get({spec.path[1]!r}) if type(_val) is dict else None")
             elif len(spec.path) == 1:
-                lines.append(f"    {v} = r.get({spec.path[0]!r})")
+                lines.append(f"{v} = r.get({spec.path[0]!r})")
             else:
-                lines.append(f"    {v} = _getters[{i}](r)")
+                lines.append(f"{v} = _getters[{i}](r)")
             if numeric:
-                lines.append(f"    if {v} is not None and type({v}) is not int"
+                lines.append(f"if {v} is not None and type({v}) is not int"
                              f" and (type({v}) is not float or {v} != {v} or {v} in _inf):")
-                lines.append(f"        {v} = _bad({i})")
-        lines.append(f"    return ({', '.join(names)},)")
-        exec("\n".join(lines), env)
+                lines.append(f"    {v} = _bad({i})")
+        return [indent + ln for ln in lines], f"({', '.join(names)},)"
+
+    def _compile_extract(self):
+        env: dict = {}
+        lines, result = self.extract_source(env)
+        src = ["def extract(r):", "    _val = r.get('value')", *lines, f"    return {result}"]
+        exec("\n".join(src), env)
         return env["extract"]
 
     def _bad(self, i: int) -> None:

@@ -100,6 +100,10 @@ class GridWindows:
     def open_windows(self) -> int:
         return sum(len(d) for d in self.open.values())
 
+    def fast_add(self):
+        """The per-event entry point the driver binds once (operators may return a specialised closure)."""
+        return self.add
+
     def dump(self) -> dict:
         dump = self.plan.dump
         return {
