@@ -78,11 +78,13 @@ def inputs(tmp_path_factory) -> dict[str, str]:
     return paths
 
 
+SLOW = pytest.mark.slow  # each --how is covered by the fast cases too; these add layouts and fields
+
 CASES = [
     ("s", "c", {"within": "1s"}),
-    ("s", "c", {"within": "2s", "how": "left"}),
+    pytest.param("s", "c", {"within": "2s", "how": "left"}, marks=SLOW),
     ("s", "c", {"within": "1500ms", "how": "right", "on": "k", "time_field": "at"}),
-    ("s", "c", {"within": "1s", "how": "outer", "time_field": "at"}),
+    pytest.param("s", "c", {"within": "1s", "how": "outer", "time_field": "at"}, marks=SLOW),
     ("s.jsonl", "c.jsonl", {"within": "1s", "how": "outer", "on": "k", "time_field": "at"}),
     ("s", "t", {"table": True, "how": "left"}),
     ("s", "t", {"table": True, "on": "k"}),
@@ -96,7 +98,12 @@ CASES = [
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("left,right,kw", CASES, ids=[f"{a}-{b}-{sorted(k.items())}" for a, b, k in CASES])
+def _case_id(case) -> str:
+    a, b, kw = case.values if hasattr(case, "values") else case
+    return f"{a}-{b}-" + ",".join(f"{k}={v}" for k, v in sorted(kw.items()))
+
+
+@pytest.mark.parametrize("left,right,kw", CASES, ids=[_case_id(c) for c in CASES])
 def test_parity_with_local(spark, inputs, left, right, kw):
     spec = joining.make_spec(inputs[left], inputs[right], **kw)
     local = local_lines(spec)
