@@ -20,7 +20,7 @@ import heapq
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import orjson
@@ -315,7 +315,6 @@ class LiveOptions:
 class LiveResult:
     records: int = 0
     stopped_by: int | None = None  # the signal that stopped it
-    notices: list[str] = field(default_factory=list)
 
 
 def _start_for(log: Log, p: int, group: str | None, from_spec: str | None, notices: list[str]) -> int:
