@@ -193,3 +193,34 @@ def test_late_correct_last_revision_equals_reference(evs, kind, lateness):
     if name == "sliding":  # events of a group at one time share a row
         ref = sorted(set(ref), key=repr)
     same(got, ref)
+
+
+@SETTINGS
+@given(evs=events, kind=window_kind, data=st.data())
+def test_checkpoint_and_restore_anywhere_changes_nothing(evs, kind, data):
+    """Follow mode's checkpoint: dump the state at any point, load it into a fresh run, carry on."""
+    name, size, hop = kind
+    late = data.draw(st.sampled_from(["drop", "correct"]))
+    emit = data.draw(st.sampled_from(["final", "update"]))
+    lateness = data.draw(st.integers(0, 400))
+    cut = data.draw(st.integers(0, len(evs)))
+    cfg = WindowConfig(kind=name, size=size, hop=hop, by=["k"], aggs=AGGS, lateness=lateness, late=late, emit=emit)
+
+    def recs(part):
+        return ({"offset": i, "partition": 0, "key": None, "value": {"ts": t, "k": k, "v": v}} for i, (t, k, v) in part)
+
+    whole = WindowRun(cfg, is_log=False)
+    want: list = []
+    whole.feed(recs(enumerate(evs)), want.extend)
+    whole.finish(want.extend)
+
+    first = WindowRun(cfg, is_log=False)
+    got: list = []
+    first.feed(recs(list(enumerate(evs))[:cut]), got.extend)
+    saved = orjson.loads(orjson.dumps(first.dump()))
+    second = WindowRun(cfg, is_log=False)
+    second.load(saved)
+    second.feed(recs(list(enumerate(evs))[cut:]), got.extend)
+    second.finish(got.extend)
+    assert got == want
+    assert second.stats.late == whole.stats.late
