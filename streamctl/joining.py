@@ -110,7 +110,9 @@ def make_spec(left: str, right: str, *, within: str | None = None, table: bool =
 
 def check_inputs(spec: JoinSpec) -> list[inputorder.InputSpec]:
     specs = [inputorder.classify(spec.left), inputorder.classify(spec.right)]
-    needs_time = (spec.kind == "stream", spec.kind == "stream" or spec.as_of == "event-time")
+    # A table record without a time is valid from the beginning, so only events need one.
+    needs_time = (spec.kind == "stream" or (spec.kind == "table" and spec.as_of == "event-time"),
+                  spec.kind == "stream")
     for i, s in enumerate(specs):
         side = ("LEFT", "RIGHT")[i]
         if not s.is_log and spec.on[i][0] in ("key", "offset", "partition", "ts", "headers"):

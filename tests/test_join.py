@@ -346,7 +346,8 @@ def test_cli_enrichment_from_stdin_and_tables(tmp_path):
 
 @pytest.mark.parametrize("args,code,msg", [
     (["--within", "1s"], 2, "plain file: it has no key"),
-    (["--table", "--on", "id", "--as-of", "event-time"], 2, "without append times"),
+    (["--table", "--on", "id", "--as-of", "event-time"], 2, "LEFT"),
+    (["--within", "1h", "--on", "id", "--time-field", "at=ts"], 2, "RIGHT"),
     (["--table", "--on", "id", "--output", "xml"], 2, "--output must be one of"),
 ])
 def test_cli_usage_errors(tmp_path, args, code, msg):
@@ -381,3 +382,20 @@ def test_cli_corrupt_log_record_is_reported(tmp_path):
         f.write(b'{"offset":2,"partition":1,"ts":"late","key":"x","value":1}\n')
     p = run_cli("join", s, s, "--within", "1s", "--engine", "local")
     assert p.returncode in (1, 2) and b"corrupt record" in p.stderr and b"Traceback" not in p.stderr
+
+
+def test_cli_as_of_with_timeless_table_file_and_closed_pipe(tmp_path):
+    prof = tmp_path / "profiles.jsonl"
+    prof.write_text('{"id":1,"plan":"free"}\n')
+    ev = tmp_path / "ev.jsonl"
+    ev.write_text("".join(f'{{"user":1,"at":{1763719200 + i}}}\n' for i in range(20000)))
+    rows = jl(run_cli("join", str(ev), str(prof), "--table", "--on", "user=id", "--as-of", "event-time",
+                      "--time-field", "at", "--engine", "local"))
+    assert len(rows) == 20000 and rows[0]["right"] == {"id": 1, "plan": "free"}
+    import subprocess
+    import sys
+
+    p = subprocess.run(f"{sys.executable} -m streamctl join {ev} {prof} --table --on user=id --engine local | head -1",
+                       shell=True, capture_output=True, executable="/bin/bash",
+                       env={**os.environ, "PYTHONWARNINGS": ""})
+    assert p.stdout.count(b"\n") == 1 and b"Traceback" not in p.stderr and b"Error" not in p.stderr
