@@ -51,6 +51,13 @@ p50, p90, p99 (exact, linear interpolation like Spark's percentile), distinct
 field is named FUNC_LASTSEGMENT by default. Values that are not numbers, for a
 numeric aggregation, are ignored and counted on stderr; missing ones are
 ignored like SQL NULLs.
+
+--follow --group G checkpoints input offsets and window state together,
+atomically, so a kill -9 and restart neither loses nor double-counts (rows
+written after the last checkpoint are written again, identically). The Spark
+engine (finite input, --late drop, --emit final) gives the same rows, order
+and late count: it replays the watermark as a running max over the input order.
+Memory is bounded by open windows and groups, not by input length.
 """
 
 
