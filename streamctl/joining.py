@@ -184,20 +184,23 @@ def _time_getter(parts: tuple[str, ...]) -> Callable[[Record], int | None]:
 
 class _RememberedTime:
     """A time getter that remembers its last answer: the input merge reads a plain file's times,
-    and the join reads the same record's time right after, without parsing it twice."""
+    and the join reads the same record's time right after, without parsing it twice.
+    `memo` is [record, time]; holding the record keeps `is` exact (no other dict can get its address)."""
 
-    __slots__ = ("get", "rec", "t")
+    __slots__ = ("get", "memo", "remember")
 
     def __init__(self, get: Callable[[Record], int | None]) -> None:
         self.get = get
-        self.rec: Record | None = None
-        self.t: int | None = None
+        memo: list[Any] = [None, None]
+        self.memo = memo
 
-    def __call__(self, rec: Record) -> int | None:
-        t = self.get(rec)
-        self.rec = rec  # holding it keeps `is` exact: no other dict can get its address
-        self.t = t
-        return t
+        def remember(rec: Record) -> int | None:
+            t = get(rec)
+            memo[0] = rec
+            memo[1] = t
+            return t
+
+        self.remember = remember
 
 
 _SORT = orjson.OPT_SORT_KEYS
@@ -242,7 +245,7 @@ def run(spec: JoinSpec, emit: Emit | None = None, emit_op: EmitOp | None = None,
         if spec.kind == "table":
             items, right_index = read_table_inputs(spec, specs), 0
         else:
-            items = read_inputs(spec, specs, list(remembered))
+            items = read_inputs(spec, specs, [remembered[0].remember, remembered[1].remember])
     stats = JoinStats()
     if spec.kind == "stream":
         assert emit is not None and spec.within is not None
@@ -284,12 +287,14 @@ def _run_stream(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit,
     no_time = stats.no_time
     push = j.push
     pos = 0
+    memos = (times[0].memo, times[1].memo)
+    gets = (times[0].get, times[1].get)
     with _gc_frozen():
         for side, rec in items:
             pos += 1
             counts[side] += 1
-            tm = times[side]
-            t = tm.t if tm.rec is rec else tm.get(rec)
+            memo = memos[side]
+            t = memo[1] if memo[0] is rec else gets[side](rec)
             if t is None:
                 no_time[side] += 1
                 continue

@@ -168,3 +168,41 @@ def test_table_table_fold_equals_batch_join(chs):
             tables[s][k] = v
     batch = {k: (tables[0][k], tables[1][k]) for k in tables[0] if k in tables[1]}
     assert folded == batch
+
+
+def _heap_reference(specs, times):
+    """The two-input merge as heapq.merge over (time carried forward, input, seq): the general path."""
+    import heapq
+
+    from streamctl import inputorder
+
+    def keyed(i, spec):
+        last = -(1 << 62)
+        for seq, rec in enumerate(inputorder.records(spec)):
+            t = rec.get("ts") if spec.is_log else times[i](rec)
+            if t is None:
+                t = last
+            else:
+                last = t
+            yield t, i, seq, rec
+
+    return [(i, rec) for _t, i, _s, rec in heapq.merge(*(keyed(i, s) for i, s in enumerate(specs)))]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.integers(0, 9)), max_size=15),
+       st.lists(st.one_of(st.none(), st.integers(0, 9)), max_size=15))
+def test_two_input_merge_equals_heap_merge(tmp_path_factory, ta, tb):
+    import orjson
+
+    from streamctl import inputorder
+
+    d = tmp_path_factory.mktemp("merge")
+    paths = []
+    for name, ts in (("a", ta), ("b", tb)):
+        p = d / f"{name}.jsonl"
+        p.write_bytes(b"".join(orjson.dumps({"n": i, "at": t}) + b"\n" for i, t in enumerate(ts)))
+        paths.append(str(p))
+    specs = [inputorder.classify(p) for p in paths]
+    times = [lambda r: r["value"]["at"], lambda r: r["value"]["at"]]
+    assert list(inputorder.merged(specs, times)) == _heap_reference(specs, times)
