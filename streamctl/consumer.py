@@ -166,7 +166,8 @@ class Committer:
 
 @dataclass
 class ConsumeStats:
-    records: int = 0
+    records: int = 0  # exact with a limit or a renderer; else blocks passed through uncounted
+    blocks: int = 0
 
 
 def run(items: Iterator[Item], render: Callable[[bytes], bytes] | None, write: Callable[[bytes], bool],
@@ -174,10 +175,15 @@ def run(items: Iterator[Item], render: Callable[[bytes], bytes] | None, write: C
     """Drive one consume: render, write, and commit only what a flush delivered."""
     stats = ConsumeStats()
     limit = max_records if max_records is not None else -1
+    # Counting the lines of every passed-through block costs as much as reading
+    # it (scripts/bench: 0.3 s of a 0.5 s consume of 1M records); only a limit
+    # or a renderer needs the count.
+    counting = limit >= 0 or render is not None
     for p, next_off, data in items:
         if stopflag.is_set():
             break
-        n = data.count(b"\n")
+        stats.blocks += 1
+        n = data.count(b"\n") if counting else 1
         if 0 <= limit < stats.records + n:
             lines = data.splitlines(keepends=True)[: limit - stats.records]
             data = b"".join(lines)
@@ -189,7 +195,8 @@ def run(items: Iterator[Item], render: Callable[[bytes], bytes] | None, write: C
                 data = b"".join(map(render, data.splitlines(keepends=True))) if n > 1 else render(data)
             except record.BadRecord as e:
                 raise _locate_corrupt(committer.log, p, committer.pending.get(p, 0), e) from None
-        stats.records += n
+        if counting:
+            stats.records += n
         if n:
             committer.queued(p, next_off)
         if write(data):
