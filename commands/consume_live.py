@@ -2,7 +2,7 @@
 
 Decisions (also in docs/readme-live.md):
 - Following commits after every wake-up's records are flushed, so a kill -9
-  repeats at most one poll's records (history: at most 0.1 s of output).
+  repeats at most one poll's records (history: at most 1 s of output).
 - A run with --group (following or not) reads only partitions no other
   member holds; consume.py routes every --group run here.
 - With --group, members split the partitions (flock claims in LOG/groups/);
@@ -17,7 +17,7 @@ from streamctl.commands.common import info
 
 FOLLOW_BATCH_TIMEOUT = 1.0
 # While catching up on history, commit at most this often (a commit is a rename and two fsyncs).
-COMMIT_INTERVAL = 0.1
+COMMIT_INTERVAL = 1.0
 
 
 def run(log: str, group: str | None, from_: str | None, partition: int | None, max_: int | None,
