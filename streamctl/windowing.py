@@ -281,6 +281,17 @@ class WindowRun:
             raise DataError(f"{st.bad_time_example} (ISO-8601 or epoch s/ms/us expected; "
                             f"--on-bad-time skip counts and skips such records)")
 
+    def tick(self, emit: Callable[[list], None]) -> None:
+        """With --processing-time, the clock moves the watermark even when no record arrives
+        (follow mode calls this on every wake-up, so windows close on time)."""
+        if not self.cfg.processing_time:
+            return
+        if self.watermark.observe(now_ms()):
+            out: list = []
+            self.op.close(self.watermark.value, out)
+            if out:
+                emit(out)
+
     def finish(self, emit: Callable[[list], None]) -> None:
         out: list = []
         self.op.flush(out)
@@ -484,6 +495,7 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
             recs = inputorder.log_records(path, starts=dict(positions))
             run.feed(until_stopped(itertools.islice(recs, FOLLOW_BATCH)), emit, source=path, progress=progress)
             got = run.seq + run.stats.bad_time - before
+            run.tick(emit)
             now = time.monotonic()
             if got:
                 dirty = True

@@ -154,3 +154,15 @@ def test_a_second_follower_on_the_group_is_refused(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_processing_time_windows_close_on_the_clock(tmp_path):
+    log = str(tmp_path / "events")
+    run_cli("produce", log, input='{"a": 1}\n{"a": 2}\n', check=True)
+    p = run_cli("window", log, "--tumbling", "200ms", "--processing-time", "--follow", "--group", "g",
+                "--idle-timeout", "1500ms", check=True)
+    rows = [orjson.loads(x) for x in p.stdout.splitlines()]
+    assert sum(r["count"] for r in rows) == 2
+    # closed by the clock before the idle timeout: nothing was left open in the checkpoint
+    ck = orjson.loads(open(os.path.join(log, "groups", "g.window.json"), "rb").read())
+    assert ck["run"]["state"]["open"] == []
