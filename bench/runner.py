@@ -153,7 +153,12 @@ class Bench:
         self.py = sys.executable
         venv_bin = Path(sys.executable).parent
         cli = venv_bin / "streamctl"
-        self.streamctl = [str(cli)] if cli.exists() else [self.py, "-m", "streamctl"]
+        if cli.exists():
+            self.streamctl = [str(cli)]
+        elif shutil.which("streamctl"):
+            self.streamctl = [str(shutil.which("streamctl"))]
+        else:
+            self.streamctl = [self.py, "-m", "streamctl"]
         self.work = Path(args.work_dir or tempfile.mkdtemp(prefix="streamctl-bench-"))
         self.work.mkdir(parents=True, exist_ok=True)
         self.data_root = Path(args.data_dir or Path(tempfile.gettempdir()) / "streamctl-bench-data")
@@ -175,11 +180,14 @@ class Bench:
 
     def ref(self, name: str, *args: str) -> list[str]:
         """A reference implementation from bench/refs.py, run by the same Python."""
-        return [self.py, "-m", "bench.refs", name, *args]
+        return [self.py, str(ROOT / "bench" / "refs.py"), name, *args]
+
+    def spark_ref(self, name: str, *args: str) -> list[str]:
+        """A hand-written PySpark reference from bench/refs_spark.py."""
+        return [self.py, str(ROOT / "bench" / "refs_spark.py"), name, *args]
 
     def env(self) -> dict[str, str]:
         e = dict(os.environ)
-        e["PYTHONPATH"] = str(ROOT) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
         e.pop("PYTHONWARNINGS", None)
         return e
 

@@ -35,7 +35,7 @@ def run(b: Bench) -> None:
                              b.sc("join", str(events), str(profiles), *flags, "--engine", "spark", "--master",
                                   "local[2]"), subject=True, spark=True))
         cs.append(Contestant("pyspark local[2] (hand-written)",
-                             [b.py, "-m", "bench.refs_spark", "join", "local[2]", str(out), "enrich", left, right],
+                             b.spark_ref("join", "local[2]", str(out), "enrich", left, right),
                              teardown=clean, spark=True))
     b.compare(group, cs, records=n, nbytes=size(ev_segs) + size(pr_segs))
     _targets(b, group, "join enrichment", sub)
@@ -54,8 +54,8 @@ def run(b: Bench) -> None:
                              b.sc("join", str(searches), str(clicks), *flags, "--engine", "spark", "--master",
                                   "local[2]"), subject=True, spark=True))
         cs.append(Contestant("pyspark local[2] (hand-written)",
-                             [b.py, "-m", "bench.refs_spark", "join", "local[2]", str(out), "window", str(searches),
-                              str(clicks)], teardown=clean, spark=True))
+                             b.spark_ref("join", "local[2]", str(out), "window", str(searches),
+                              str(clicks)), teardown=clean, spark=True))
     b.compare(group, cs, records=m, nbytes=size(searches) + size(clicks))
     _targets(b, group, "join searches x clicks", sub)
 

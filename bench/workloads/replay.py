@@ -33,8 +33,8 @@ def run(b: Bench) -> None:
     startup = None
     if spark:
         rows = b.compare("pyspark session start-up", [
-            Contestant("pyspark local[2] session start+stop", [b.py, "-m", "bench.refs_spark", "startup",
-                                                                "local[2]", str(out)], spark=True)], records=None, nbytes=None)
+            Contestant("pyspark local[2] session start+stop", b.spark_ref("startup",
+                                                                "local[2]", str(out)), spark=True)], records=None, nbytes=None)
         startup = rows[0].wall if rows[0].walls else None
 
     fits: dict[str, list[tuple[int, float, float]]] = {"replay": [], "replay --compact": []}
@@ -55,7 +55,7 @@ def run(b: Bench) -> None:
             if spark:
                 cs.append(Contestant(SPARK, b.sc("replay", str(log), *extra, "--engine", "spark", "--master",
                                                  "local[2]"), subject=True, spark=True))
-                cs.append(Contestant(HAND, [b.py, "-m", "bench.refs_spark", spark_ref, "local[2]", str(out), *segs],
+                cs.append(Contestant(HAND, b.spark_ref(spark_ref, "local[2]", str(out), *segs),
                                      teardown=clean, spark=True))
             b.compare(group, cs, records=n, nbytes=nbytes)
             lo, sp, hw = b.row(group, LOCAL), b.row(group, SPARK), b.row(group, HAND)

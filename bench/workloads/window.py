@@ -40,7 +40,7 @@ def run(b: Bench) -> None:
                                  b.sc("window", str(log), *flags, "--time-field", "time", "--engine", "spark",
                                       "--master", "local[2]"), subject=True, spark=True))
             cs.append(Contestant("pyspark local[2] (hand-written)",
-                                 [b.py, "-m", "bench.refs_spark", "window", "local[2]", str(out), kind, *segs],
+                                 b.spark_ref("window", "local[2]", str(out), kind, *segs),
                                  teardown=clean, spark=True))
         b.compare(group, cs, records=n, nbytes=size(segs))
         r = b.ratio(group, sub, "duckdb")
