@@ -394,6 +394,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--data-dir", metavar="DIR", help="where generated data is cached (default $TMPDIR/streamctl-bench-data)")
     ap.add_argument("--work-dir", metavar="DIR", help="scratch space (default: a new temp dir, removed at the end)")
     ap.add_argument("--seed", type=int, default=42, help="generator seed (default 42)")
+    ap.add_argument("--prepare", action="store_true",
+                    help="only generate (and cache) the data sets for these sizes, then exit")
     ap.add_argument("--no-install", action="store_true", help="do not install missing reference tools")
     return ap.parse_args(argv)
 
@@ -408,6 +410,14 @@ def main(argv: list[str] | None = None) -> int:
         say(f"unknown workload(s): {', '.join(unknown)} (known: {', '.join(WORKLOADS)})")
         return 2
     b = Bench(args)
+    if args.prepare:
+        for n in (b.records, b.records * (2 if b.quick else b.big_factor)):
+            b.data.events_log(n)
+            b.data.cdc_log(n)
+            b.data.searches_clicks(n)
+        b.data.head(b.data.events_jsonl(b.records), 2_000 if b.quick else 20_000)
+        say(f"data ready in {b.data_root}")
+        return 0
     from bench.tools import ensure_tools
 
     ensure_tools(b, install=not args.no_install)
