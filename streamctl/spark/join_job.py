@@ -173,15 +173,19 @@ def _read_side(spark, params, side):
 
 
 def records(spark, params):
-    """Both inputs as one DataFrame with `pos` (input order) and `W` (watermark after pos)."""
+    """Both inputs as one DataFrame with `pos` (input order) and, where the kind needs it,
+    `W` (the watermark after pos)."""
     df = spark.createDataFrame(_read_side(spark, params, 0).union(_read_side(spark, params, 1)), ROW_SCHEMA)
     # A plain file's merge time is the running max of its event times (records without
     # one keep their place): heapq.merge over a stream that is not sorted yields it so.
     own = Window.partitionBy("side").orderBy("o1", "o2", "o3").rowsBetween(Window.unboundedPreceding, 0)
     df = df.withColumn("merge_t", F.coalesce(F.max("order_t").over(own), F.lit(MIN_TIME)))
     df = df.withColumn("pos", F.dense_rank().over(Window.orderBy("merge_t", "rank", "o1", "o2", "o3")))
-    df = df.withColumn("W", F.max("t").over(Window.orderBy("pos", "sub").rowsBetween(Window.unboundedPreceding, 0)))
-    return df.drop("rank", "o1", "o2", "o3", "order_t", "merge_t").cache()
+    df = df.drop("rank", "o1", "o2", "o3", "order_t", "merge_t")
+    if params["kind"] == "stream" or (params["kind"] == "table" and params.get("as_of") == "event-time"):
+        running = Window.orderBy("pos", "sub").rowsBetween(Window.unboundedPreceding, 0)
+        df = df.withColumn("W", F.max("t").over(running))
+    return df.cache()
 
 
 def first_pos_above(df, value_col, steps):
