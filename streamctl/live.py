@@ -27,7 +27,7 @@ import orjson
 
 from streamctl import offsets, record, segment, stopflag
 from streamctl.consumer import Committer, plan, stream
-from streamctl.errors import BrokenPipe
+from streamctl.errors import BrokenPipe, StorageError
 from streamctl.follow import Waiter
 from streamctl.log import Log
 from streamctl.membership import Membership
@@ -84,8 +84,21 @@ class PartitionCursor:
     def _read_open(self, out: list[bytes], limit: int) -> int:
         size = os.fstat(self.fd).st_size
         if size < self.pos:
-            # The file shrank under us (repair, rewrite): find our offset again by listing.
+            # Our position is always at a line end, so no streamctl repair (which only cuts a
+            # torn tail) moves the end below it: the segment was truncated or rewritten from
+            # outside, or an append failed and was rolled back. If records we already
+            # delivered are gone, offsets will be reused: stop rather than skip silently.
+            path = segment.segment_name(self.base)
+            end = segment.visible_end(self.fd, size)
+            last = segment.last_line(self.fd, end)
+            now_next = record.offset_of(last) + 1 if last is not None else self.base
             self.close()
+            if now_next < self.next_offset:
+                raise StorageError(
+                    f"{self.log.partition_dir(self.p)}/{path}: shrank from {self.pos} to {size} bytes under "
+                    f"this follower; offsets {now_next}..{self.next_offset - 1}, already delivered, are gone "
+                    "(truncated or replaced outside streamctl?). Stopping rather than skip or repeat; "
+                    "run `streamctl check` on the log")
             return 0
         got = 0
         while self.pos < size and got < limit:
