@@ -7,8 +7,8 @@ import typer
 from streamctl.commands.common import example, info
 
 EPILOG = example(
-    "# click-through: each search with the clicks on it within 1h; never-clicked searches get right=null",
-    "streamctl join searches clicks --within 1h --on query_id --how left",
+    "# click-through: searches without a click within 1h (each comes out once the watermark is 1h past it)",
+    "streamctl join searches clicks --within 1h --on query_id --how left --unbuffered | jq -c 'select(.right == null)'",
     "streamctl join searches.jsonl clicks.jsonl --within 30m --on id=search_id --time-field at=clicked_at --how outer",
     "# profile enrichment: each event with the profile row current at its position (log keyed by user)",
     "streamctl join events profiles --table --how left --output table",

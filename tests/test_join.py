@@ -371,7 +371,7 @@ def test_cli_help_examples_cover_flags():
     text = p.stdout.decode()
     examples = text[text.index("Examples:"):]
     for flag in ("--within", "--table", "--tables", "--on", "--time-field", "--how", "--as-of", "--table-retention",
-                 "--output", "--engine", "--spark-threshold", "--master", "--emit-job"):
+                 "--output", "--engine", "--spark-threshold", "--master", "--emit-job", "--unbuffered"):
         assert flag in examples, flag
 
 
