@@ -102,10 +102,11 @@ def _path_getter(parts: tuple[str, ...]) -> Callable[[dict], Any]:
     return aggregations._getter(parts)
 
 
-def key_json_cached() -> Callable[[Any], bytes]:
+def key_json_cached(cache: dict[str, bytes] | None = None) -> Callable[[Any], bytes]:
     """JSON text of a key value, memoized for strings (keys repeat; orjson.dumps costs ~1-2 us a call)."""
     dumps = orjson.dumps
-    cache: dict[str, bytes] = {}
+    if cache is None:
+        cache = {}
 
     def key_json(k: Any) -> bytes:
         if type(k) is str:
@@ -159,8 +160,9 @@ def compile_prepare(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan) ->
     """One function per run: record -> (event time ms, key JSON, aggregation inputs), or (None, ...) when
     the record has no usable time. It is straight-line code generated for this run's paths, since it runs
     once per event: the same reads as time_getter, key_getter and Plan.extract, without their calls."""
-    env: dict = {"_etm": event_time_ms, "_now": now_ms, "_kj": key_json_cached(), "_dumps": orjson.dumps,
-                 "_g": []}
+    cache: dict[str, bytes] = {}
+    env: dict = {"_etm": event_time_ms, "_now": now_ms, "_kj": key_json_cached(cache), "_kc": cache,
+                 "_dumps": orjson.dumps, "_g": []}
 
     def expr(parts: tuple[str, ...]) -> str:
         if len(parts) == 2 and parts[0] == "value":
@@ -185,10 +187,12 @@ def compile_prepare(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan) ->
             src.append("    t = x if type(x) is int and 100_000_000_000 <= x < 100_000_000_000_000 else _etm(x)")
     src.append("    if type(t) is not int:")
     src.append("        return None, None, None")
-    if not cfg.by:
-        src.append("    k = _kj(r.get('key'))")
-    elif len(cfg.by) == 1:
-        src.append(f"    k = _kj({expr(paths.record_path(cfg.by[0]))})")
+    if not cfg.by or len(cfg.by) == 1:
+        # the key cache inlined: a string key seen before costs one dict lookup
+        src.append(f"    kv = {expr(paths.record_path(cfg.by[0])) if cfg.by else 'r.get(' + repr('key') + ')'}")
+        src.append("    k = _kc.get(kv) if type(kv) is str else None")
+        src.append("    if k is None:")
+        src.append("        k = _kj(kv)")
     else:
         src.append(f"    k = _dumps([{', '.join(expr(paths.record_path(p)) for p in cfg.by)}])")
     lines, result = plan.extract_source(env)
