@@ -224,3 +224,46 @@ def test_checkpoint_and_restore_anywhere_changes_nothing(evs, kind, data):
     second.finish(got.extend)
     assert got == want
     assert second.stats.late == whole.stats.late
+
+
+json_scalar = st.one_of(st.none(), st.booleans(), st.integers(-10**15, 10**15), st.text(max_size=4),
+                        st.floats(allow_nan=True, allow_infinity=True),
+                        st.sampled_from(["2026-11-21T10:00:00Z", "2026-11-21T10:00:00+02:00", "1763719200"]))
+json_value = st.recursive(json_scalar, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                               st.dictionaries(st.sampled_from("abk"), inner,
+                                                                               max_size=3)), max_leaves=6)
+
+
+@SETTINGS
+@given(value=st.dictionaries(st.sampled_from(["ts", "k", "v", "a", "b"]), json_value, max_size=5),
+       key=st.one_of(st.none(), st.text(max_size=3)), is_log=st.booleans(),
+       by=st.sampled_from([[], ["k"], ["a.b"], ["k", "value.v"], ["key"]]),
+       time_field=st.sampled_from(["ts", "v", "a.k"]))
+def test_compiled_prepare_agrees_with_the_reference_getters(value, key, is_log, by, time_field):
+    from streamctl.aggregations import Plan, parse_agg
+    from streamctl.paths import record_path
+    from streamctl.windowing import compile_prepare, key_getter, time_getter
+
+    rec = {"offset": 3, "partition": 0, "key": key, "value": value}
+    if is_log:
+        rec["ts"] = T0
+    specs = ["count", "count:v", "sum:v", "avg:a.b", "min:v", "max:k", "p50:v", "distinct:k", "first:a",
+             "last:value.v"]
+    cfg = WindowConfig(kind="tumbling", size=1000, by=by, time_field=time_field, aggs=specs)
+    compiled_plan = Plan([parse_agg(s, record_path) for s in specs])
+    reference_plan = Plan([parse_agg(s, record_path) for s in specs])
+    t, k, vals = compile_prepare(cfg, is_log, compiled_plan)(rec)
+    want_t = time_getter(cfg, is_log)(rec)
+    assert t == want_t
+    if t is None:
+        return
+    assert k == key_getter(by)(rec)
+    want_vals = reference_plan.extract_generic(rec)
+    assert repr(vals) == repr(want_vals)
+    assert compiled_plan.non_numeric == reference_plan.non_numeric
+    a, b = compiled_plan.new(), reference_plan.new_generic()
+    assert a == b
+    compiled_plan.add(a, vals, 1)
+    reference_plan.add_generic(b, want_vals, 1)
+    assert repr(a) == repr(b)
+    assert repr(compiled_plan.result(a)) == repr(reference_plan.result_generic(b))
