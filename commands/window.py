@@ -137,16 +137,20 @@ def window(
         if emit_job is not None:
             return _emit_job(input_, cfg, master, emit_job)
         return _spark(input_, cfg, master, output)
-    if engine == "auto" and not blocker:
+    if engine == "auto":
         from streamctl.commands.common import parse_size
         from streamctl.spark.engine import DEFAULT_SPARK_THRESHOLD, choose_engine
 
         threshold = parse_size(spark_threshold) if spark_threshold is not None else DEFAULT_SPARK_THRESHOLD
         size = input_bytes(input_)
         # below the threshold auto stays local quietly: a note on every small run is noise
-        if size >= threshold and choose_engine("auto", size, threshold, info) == "spark":
-            return _spark(input_, cfg, master, output)
-    elif engine not in ("local", "auto"):
+        if size >= threshold:
+            if blocker:
+                info(f"engine: local (input is above the Spark threshold, but the Spark engine cannot run this: "
+                     f"{blocker})")
+            elif choose_engine("auto", size, threshold, info) == "spark":
+                return _spark(input_, cfg, master, output)
+    elif engine != "local":
         raise UsageError(f"--engine must be local, spark or auto, not {engine!r}")
     _local(input_, cfg, late_out, output)
 
