@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from bench.runner import Bench
 
 KEYS = 10_000
-BASE_MS = 1_763_683_200_000  # 2026-11-21T00:00:00Z
+BASE_MS = 1_763_683_200_000  # 2025-11-21T00:00:00Z
 TYPES = ["view", "click", "add_to_cart", "purchase", "search", "scroll"]
 COUNTRIES = ["DE", "FR", "US", "GB", "JP", "BR", "IN", "NL", "ES", "IT"]
 DEVICES = ["mobile", "desktop", "tablet"]
