@@ -294,13 +294,15 @@ def test_cli_determinism_across_partition_layouts(tmp_path):
         s, c = str(tmp_path / f"s{n}"), str(tmp_path / f"c{n}")
         write_log(s, n, SEARCHES, place)
         write_log(c, n, sorted(CLICKS, key=lambda r: r[2]), place)
-        for how in ("inner", "outer"):
-            p1 = run_cli("join", s, c, "--within", "5s", "--how", how, "--engine", "local")
-            p2 = run_cli("join", s, c, "--within", "5s", "--how", how, "--engine", "local")
+        for how, flags in (("inner", ["--within", "5s"]), ("outer", ["--within", "5s", "--how", "outer"]),
+                           ("table", ["--table", "--how", "left"]), ("tables", ["--tables"])):
+            p1 = run_cli("join", s, c, *flags, "--engine", "local")
+            p2 = run_cli("join", s, c, *flags, "--engine", "local")
             assert p1.returncode == 0, p1.stderr
             assert p1.stdout == p2.stdout
+            assert p1.stdout
             outs.add((how, p1.stdout))
-    assert len(outs) == 2  # one output per --how, whatever the layout
+    assert len(outs) == 4  # one output per kind and --how, whatever the layout
     inner = [orjson.loads(x) for how, o in outs if how == "inner" for x in o.splitlines()]
     # clicks 0..4 s after their search: i % 5 * 3 s <= 5 s for i % 5 in (0, 1)
     assert [r["key"] for r in inner] == [f"q{i}" for i in range(0, 40, 2) if i % 5 in (0, 1)]
