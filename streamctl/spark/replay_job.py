@@ -15,8 +15,9 @@ the same lines in the same order as `streamctl replay --engine local`:
 4. Filter: each partition's end (a snapshot taken when streamctl started the
    job, or the visible end), --from/--until (offsets per partition, or times;
    half-open [from, until)), --key.
-5. --compact: per key, the last record in (ts, partition, offset) order;
-   a tombstone (value null) deletes the key; records without a key are left out.
+5. --compact: per key, the last record in (ts, partition, offset) order
+   (max of a struct in a hash-partitioned aggregate); a tombstone (value null)
+   deletes the key; records without a key are left out.
 6. Sort by (ts, partition, offset) and stream the original lines to the driver
    partition by partition (toLocalIterator), in order.
 """
@@ -31,8 +32,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 SEGMENT_FILE = re.compile(r"^(\d{20})\.jsonl$")
 PARTITION_DIR = re.compile(r"^p(\d+)$")
 # The canonical prefix of a stored line; streamctl writes every line this way.
-ENVELOPE = r'^\{"offset":(\d+),"partition":(\d+),"ts":(\d+),"key":(null|"(?:[^"\\]|\\.)*"),"value":'
-PY_ENVELOPE = re.compile(ENVELOPE.encode())
+PY_PREFIX = re.compile(rb'^\{"offset":(\d+),"partition":(\d+),"ts":(\d+),')
 
 
 def list_segments(spark, log):
@@ -62,7 +62,7 @@ def _read_range(spark, fs, path, start, length):
 
 
 def _offset_of(line):
-    m = PY_ENVELOPE.match(line)
+    m = PY_PREFIX.match(line)
     if m:
         return int(m.group(1))
     return int(json.loads(line)["offset"])
@@ -95,23 +95,40 @@ def visible_ends(spark, fs, segments):
 
 SCHEMA = StructType([StructField(n, t) for n, t in (
     ("line", StringType()), ("offset", LongType()), ("partition", LongType()), ("ts", LongType()))])
+PREFIX = r'^\{"offset":(\d+),"partition":(\d+),"ts":(\d+),'
 
 
-def _envelope_field(line, group, name):
-    fast = F.regexp_extract(line, ENVELOPE, group)
-    return F.when(fast != "", fast.cast("long")).otherwise(F.get_json_object(line, "$." + name).cast("long"))
+def _envelope(df):
+    """Add offset, partition, ts from the line's fixed prefix (JSON parsing only for other layouts).
+
+    Two projections, so each regular expression runs once per line (Spark keeps
+    a column that is used twice instead of inlining its expression twice).
+    """
+    line = F.col("line")
+    df = df.select(line, *[F.regexp_extract(line, PREFIX, i).alias(f"_{name}")
+                           for i, name in enumerate(("offset", "partition", "ts"), 1)])
+    return df.select(line, *[
+        F.when(F.col(f"_{name}") != "", F.col(f"_{name}").cast("long"))
+        .otherwise(F.get_json_object(line, "$." + name).cast("long")).alias(name)
+        for name in ("offset", "partition", "ts")])
 
 
-def _key(line):
-    """The key as a string (JSON-decoded), NULL for a null key."""
-    text = F.regexp_extract(line, ENVELOPE, 4)
+def _with_key(df):
+    """Add `key`: the key as a string (JSON-decoded), NULL for a null key.
+
+    Like streamctl.record.key_bytes: the JSON text between the first ,"key":
+    and the next ,"value": (a JSON string cannot hold either unescaped); it is
+    decoded only when it has escapes, and lines in another layout are parsed.
+    """
+    line = F.col("line")
+    df = df.withColumn("_key", F.substring_index(F.substring_index(line, ',"value":', 1), ',"key":', -1))
+    text = F.col("_key")
+    canonical = line.contains(',"key":') & line.contains(',"value":')
+    plain = text.substr(F.lit(2), F.length(text) - 2)  # the string without its quotes
     decoded = F.get_json_object(line, "$.key")
-    # the caller puts `text` in column k_text first; without a backslash the
-    # JSON string's content is the key itself
-    plain = F.expr("substring(k_text, 2, length(k_text) - 2)")
-    k_text = F.col("k_text")
-    return text, F.when(k_text == "", decoded).when(k_text == "null", F.lit(None)).when(
-        k_text.contains("\\"), decoded).otherwise(plain)
+    key = (F.when(~canonical, decoded).when(text == "null", F.lit(None))
+           .when(text.contains("\\"), decoded).otherwise(plain))
+    return df.withColumn("key", key).drop("_key")
 
 
 def _tombstone(line):
@@ -133,6 +150,20 @@ def _bound(spec, now_ms, bound):
     raise ValueError(f"bad {bound} bound in PARAMS: {spec!r}")
 
 
+RESULT_PARTITION_BYTES = 8 << 20
+
+
+def _size_result_partitions(spark, input_bytes, params):
+    """Keep the sorted result's partitions small: the driver receives them one at a
+    time (toLocalIterator) and must hold one in its heap (1 GiB by default)."""
+    target = int(params.get("result_partition_bytes") or RESULT_PARTITION_BYTES)
+    spark.conf.set("spark.sql.adaptive.enabled", "true")
+    spark.conf.set("spark.sql.adaptive.advisoryPartitionSizeInBytes", str(target))
+    wanted = input_bytes // target + 1
+    if wanted > int(spark.conf.get("spark.sql.shuffle.partitions")):
+        spark.conf.set("spark.sql.adaptive.coalescePartitions.initialPartitionNum", str(wanted))
+
+
 def replay_frame(spark, params):
     """The selected records as (line, offset, partition, ts), unordered."""
     segments, fs = list_segments(spark, params["log"])
@@ -144,14 +175,8 @@ def replay_frame(spark, params):
     files = [path for segs in segments.values() for _, path, size in segs if size > 0]
     if not files:
         return spark.createDataFrame([], SCHEMA)
-    df = spark.read.option("lineSep", "\n").text(files)
-    line = F.col("value")
-    df = df.select(
-        line.alias("line"),
-        _envelope_field(line, 1, "offset").alias("offset"),
-        _envelope_field(line, 2, "partition").alias("partition"),
-        _envelope_field(line, 3, "ts").alias("ts"),
-    )
+    _size_result_partitions(spark, sum(size for segs in segments.values() for _, _, size in segs), params)
+    df = _envelope(spark.read.option("lineSep", "\n").text(files).withColumnRenamed("value", "line"))
     if ends:
         cap = F.create_map(*[x for p, e in sorted(ends.items()) for x in (F.lit(p), F.lit(e))])
         df = df.where(F.coalesce(F.col("offset") < cap[F.col("partition")], F.lit(True)))
@@ -163,14 +188,16 @@ def replay_frame(spark, params):
     if hi:
         df = df.where(F.col(hi[0]) < hi[1])
     if params.get("key") is not None or params.get("compact"):
-        text, key = _key(F.col("line"))
-        df = df.withColumn("k_text", text).withColumn("key", key).drop("k_text")
+        df = _with_key(df)
         if params.get("key") is not None:
             df = df.where(F.col("key") == F.lit(params["key"]))
     if params.get("compact"):
-        df = df.where(F.col("key").isNotNull()).withColumn("tombstone", _tombstone(F.col("line")))
-        latest = F.max(F.struct("ts", "partition", "offset", "tombstone", "line")).alias("r")
-        df = df.groupBy("key").agg(latest).select("r.*").where(~F.col("tombstone"))
+        # Records without a key form one group whose every member is marked
+        # `drop`, like tombstones (a filter on the key would be pushed into the
+        # scan by the optimizer and compute the key twice per line).
+        df = df.withColumn("drop", F.col("key").isNull() | _tombstone(F.col("line")))
+        latest = F.max(F.struct("ts", "partition", "offset", "drop", "line")).alias("r")
+        df = df.groupBy("key").agg(latest).select("r.*").where(~F.col("drop"))
     return df.select("line", "offset", "partition", "ts")
 
 
