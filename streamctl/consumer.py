@@ -183,18 +183,31 @@ def run(items: Iterator[Item], render: Callable[[bytes], bytes] | None, write: C
         if stopflag.is_set():
             break
         stats.blocks += 1
-        n = data.count(b"\n") if counting else 1
-        if 0 <= limit < stats.records + n:
-            lines = data.splitlines(keepends=True)[: limit - stats.records]
-            data = b"".join(lines)
+        if render is not None and data.find(b"\n") < len(data) - 1:
+            # A block to render: split it once (its length is the count).
+            lines = data.splitlines(keepends=True)
+            if 0 <= limit < stats.records + len(lines):
+                lines = lines[: limit - stats.records]
+                if lines:
+                    next_off = record.offset_of(lines[-1]) + 1
             n = len(lines)
-            if lines:
-                next_off = record.offset_of(lines[-1]) + 1
-        if render is not None:
             try:
-                data = b"".join(map(render, data.splitlines(keepends=True))) if n > 1 else render(data)
+                data = b"".join(map(render, lines))
             except record.BadRecord as e:
                 raise _locate_corrupt(committer.log, p, committer.pending.get(p, 0), e) from None
+        else:
+            n = data.count(b"\n") if counting else 1
+            if 0 <= limit < stats.records + n:
+                lines = data.splitlines(keepends=True)[: limit - stats.records]
+                data = b"".join(lines)
+                n = len(lines)
+                if lines:
+                    next_off = record.offset_of(lines[-1]) + 1
+            if render is not None and n:
+                try:
+                    data = render(data)
+                except record.BadRecord as e:
+                    raise _locate_corrupt(committer.log, p, committer.pending.get(p, 0), e) from None
         if counting:
             stats.records += n
         if n:
