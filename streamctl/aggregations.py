@@ -288,6 +288,42 @@ class Plan:
                 st[i].append(v)
             i += 1
 
+    def result_of_events(self, events: list[tuple]) -> dict:
+        """result() of a state built by add() over `events` [(t, seq, vals)] in that order, computed
+        column by column with builtins (a sliding window re-aggregates its events for every row; this
+        is ~10x faster than folding them one by one, and gives the same values: the same additions in
+        the same order, the first minimum / maximum, the same percentile code)."""
+        out = {}
+        seqs = [e[1] for e in events]
+        for i, (spec, f) in enumerate(zip(self.specs, self.funcs, strict=True)):
+            col = [e[2][i] for e in events]
+            if f == "count":
+                v: Any = len(col) - col.count(None)
+            elif f in ("first", "last"):
+                if not col:
+                    v = None
+                else:
+                    pick = min if f == "first" else max
+                    v = col[pick(range(len(seqs)), key=seqs.__getitem__)]
+            else:
+                nums = [x for x in col if x is not None]
+                if f == "distinct":
+                    v = len({_distinct_key(x) for x in nums})
+                elif not nums:
+                    v = None
+                elif f == "sum":
+                    v = sum(nums)
+                elif f == "avg":
+                    v = sum(nums) / len(nums)
+                elif f == "min":
+                    v = min(nums)
+                elif f == "max":
+                    v = max(nums)
+                else:
+                    v = percentile(nums, PERCENTILES[f])
+            out[spec.name] = v
+        return out
+
     def merge(self, a: list, b: list) -> list:
         """Fold window state b into a (sessions that an event bridges); returns a."""
         for i, f in enumerate(self.funcs):

@@ -30,13 +30,9 @@ class Sliding:
         self._swept = None
 
     def _result(self, evs: list, t: int) -> dict:
-        plan = self.plan
         lo = bisect_left(evs, t - self.size, key=_time)
         hi = bisect_right(evs, t, key=_time)
-        st = plan.new()
-        for _t, seq, vals in evs[lo:hi]:
-            plan.add(st, vals, seq)
-        return plan.result(st)
+        return self.plan.result_of_events(evs[lo:hi])
 
     def add(self, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool:
         evs = self.events.get(key)
