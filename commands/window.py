@@ -244,6 +244,7 @@ def _report(cfg, run, late_out: str | None) -> None:
 
 
 def _local(path: str, cfg, late_out: str | None, output: str) -> None:
+    from streamctl.errors import DataError, StreamctlError
     from streamctl.windowing import WindowRun, records_of
 
     is_log, recs = records_of(path)
@@ -254,6 +255,14 @@ def _local(path: str, cfg, late_out: str | None, output: str) -> None:
         run.feed(recs, rows, source=path if path != "-" else "<stdin>")
         run.finish(rows)
         rows.finish()
+    except DataError:
+        # bad input stops the run (exit 65); the windows closed before it are still written, as jq would
+        try:
+            rows.finish()
+        except StreamctlError:
+            pass
+        _report(cfg, run, late_out)
+        raise
     finally:
         if f is not None:
             f.close()
