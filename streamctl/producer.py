@@ -121,32 +121,24 @@ def produce(log: Log, inputs: Iterable[Input], opts: ProduceOptions, appender: A
     fast = opts.validate_batch if not opts.per_record and opts.dedupe is None else None
     key_json = b"null" if opts.const_key is None else orjson.dumps(opts.const_key)
 
-    # The keyed fast lane (--key-field): a whole batch parsed in one tight loop,
-    # no per-record decode call; key JSON texts cached (a log has far fewer keys
-    # than records).
+    # The keyed fast lane (--key-field): a whole batch parsed in one tight loop into
+    # items, no per-record decode call (formats.inputs.keyed_items).
     keyed = getattr(decode, "batch", None) if fast is None and not opts.per_record and opts.dedupe is None else None
     key_texts: dict[str, bytes] = {}
+    fixed = opts.partition is not None or log.partitions == 1
 
-    def key_text(k: str) -> bytes:
-        j = orjson.dumps(k)
-        if len(key_texts) < 100_000:
-            key_texts[k] = j
-        return j
-
-    def append_keyed(pairs: list[tuple[str | None, bytes]]) -> None:
-        kt = key_texts.get
-        if opts.partition is not None or log.partitions == 1:
-            p = opts.partition if opts.partition is not None else 0
-            groups = {p: [(b"null" if k is None else kt(k) or key_text(k), v, None) for k, v in pairs]}
+    def append_keyed(items: list[Item], keys: list | None) -> None:
+        if fixed:
+            groups = {opts.partition if opts.partition is not None else 0: items}
         else:
             groups = {}
-            for k, v in pairs:
-                items = groups.get(pp := part(k))
-                if items is None:
-                    items = groups[pp] = []
-                items.append((b"null" if k is None else kt(k) or key_text(k), v, None))
-        for p, items in groups.items():
-            res = appender.append(p, items, want_lines=opts.echo is not None)
+            for k, item in zip(keys, items, strict=True):
+                group = groups.get(pp := part(k))
+                if group is None:
+                    group = groups[pp] = []
+                group.append(item)
+        for p, group in groups.items():
+            res = appender.append(p, group, want_lines=opts.echo is not None)
             stats.add(res)
             if opts.echo is not None and res.lines:
                 opts.echo(res.lines)
@@ -174,9 +166,9 @@ def produce(log: Log, inputs: Iterable[Input], opts: ProduceOptions, appender: A
                         append_fast(values)
                         continue
                 elif keyed is not None:
-                    pairs = keyed([ln for _, ln in batch])
-                    if pairs is not None:
-                        append_keyed(pairs)
+                    got = keyed([ln for _, ln in batch], key_texts, not fixed)
+                    if got is not None:
+                        append_keyed(*got)
                         continue
                 for lineno, line in batch:
                     if isinstance(line, TooLong):
