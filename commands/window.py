@@ -87,7 +87,7 @@ def window(
     engine: str = typer.Option("auto", "--engine", metavar="local|spark|auto", help="Engine for finite input: auto picks Spark above --spark-threshold when pyspark and Java are available."),
     spark_threshold: str | None = typer.Option(None, "--spark-threshold", metavar="BYTES", help="Input size from which auto picks Spark (e.g. 8GiB)."),
     master: str | None = typer.Option(None, "--master", metavar="URL", help="Spark master (default local[*])."),
-    emit_job: str | None = typer.Option(None, "--emit-job", metavar="FILE", help="Write the standalone PySpark job to FILE and exit (run it with spark-submit or python)."),
+    emit_job: str | None = typer.Option(None, "--emit-job", metavar="FILE", help="Write the standalone PySpark job to FILE (- for stdout) and exit; run it with spark-submit or python. INPUT may then be any Spark URI (hdfs://, s3a://)."),
 ) -> None:
     from streamctl.errors import UsageError
     from streamctl.timeparse import parse_duration
@@ -128,9 +128,13 @@ def window(
             raise UsageError("--engine spark and --emit-job are for finite input, not --follow")
         return _follow(input_, cfg, group, idle_timeout, late_out, output)
 
-    from streamctl.windowing import input_bytes, spark_blocker
+    from streamctl.windowing import input_bytes, is_uri, spark_blocker
 
     blocker = spark_blocker(cfg, input_, late_out)
+    if is_uri(input_) and emit_job is None and engine != "spark":
+        if engine == "local" or blocker:
+            raise UsageError(f"{input_} is a URI: only the Spark engine reads it (--engine spark, or --emit-job)")
+        engine = "spark"
     if emit_job is not None or engine == "spark":
         if blocker:
             raise UsageError(f"the Spark engine cannot run this: {blocker}; use --engine local")
@@ -300,16 +304,29 @@ def _follow(path: str, cfg, group: str | None, idle_timeout: str | None, late_ou
             raise Interrupted("interrupted; window state and offsets were checkpointed")
 
 
-def _job(path: str, cfg, master: str | None, stats_line: bool = False) -> str:
+def _job(path: str, cfg, master: str | None, stats_line: bool = False, snapshot: bool = True) -> str:
     from streamctl.windowing import spark_job
 
-    return spark_job(path, cfg, master, stats_line)
+    return spark_job(path, cfg, master, stats_line, snapshot)
 
 
 def _emit_job(path: str, cfg, master: str | None, target: str) -> None:
+    import os
+
+    from streamctl.windowing import is_uri
+
+    # absolute, so the job runs from any folder; it reads to the end of the log as it is when it runs
+    text = _job(path if is_uri(path) else os.path.abspath(path), cfg, master, snapshot=False)
+    if target == "-":
+        from streamctl.formats.writer import Output
+
+        w = Output()
+        w.write(text.encode())
+        w.flush()
+        return
     from streamctl.fsutil import atomic_write
 
-    atomic_write(target, _job(path, cfg, master).encode())
+    atomic_write(target, text.encode(), 0o755)
     info(f"wrote the Spark job to {target}; run it with: spark-submit {target}  (or: python {target})")
 
 
@@ -319,7 +336,9 @@ def _spark(path: str, cfg, master: str | None, output: str) -> None:
     from streamctl.spark.runner import run_job
 
     rows = _Rows(output, cfg)
-    job = _job(os.path.abspath(path), cfg, master, stats_line=True)
+    from streamctl.windowing import is_uri
+
+    job = _job(path if is_uri(path) else os.path.abspath(path), cfg, master, stats_line=True)
     counts: dict = {}
 
     def take(block: bytes) -> None:

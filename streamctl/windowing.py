@@ -375,7 +375,7 @@ def input_bytes(path: str) -> int:
 
     from streamctl import log as logmod
 
-    if path == "-":
+    if path == "-" or is_uri(path):
         return 0
     if logmod.is_log(path):
         lg = logmod.open_log(path)
@@ -397,6 +397,8 @@ def spark_blocker(cfg: WindowConfig, path: str, late_out: str | None) -> str | N
     """Why the Spark engine cannot run this window (None when it can)."""
     if path == "-":
         return "stdin cannot be handed to a Spark job"
+    if is_uri(path):
+        return None
     if cfg.processing_time:
         return "--processing-time depends on when the local process reads each record"
     if cfg.late == "correct":
@@ -543,8 +545,19 @@ def _embedded_source(module) -> str:
     return f"# ---- {module.__name__} (pasted from streamctl) ----\n" + "\n".join(keep).strip() + "\n"
 
 
-def spark_job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool = False) -> str:
-    """The standalone PySpark script for this window (see streamctl/spark/window_job.py)."""
+def is_uri(path: str) -> bool:
+    """hdfs://, s3a://, file://...: only a Spark job reads those."""
+    return "://" in path
+
+
+def spark_job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool = False,
+              snapshot: bool = True) -> str:
+    """The standalone PySpark script for this window (see streamctl/spark/window_job.py).
+
+    `snapshot` fixes each partition's end at its current end (a run now, like the
+    local engine); an emitted job (run later by cron or spark-submit) reads to the
+    end as it is then. A URI input is a log unless it names a .jsonl file.
+    """
     import inspect
 
     from streamctl import log as logmod
@@ -553,7 +566,10 @@ def spark_job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool
     from streamctl.windows import hopping, session, sliding, tumbling
 
     plan = make_plan(cfg)
-    is_log = path != "-" and logmod.is_log(path)
+    if is_uri(path):
+        is_log = not path.rstrip("/").endswith(".jsonl")
+    else:
+        is_log = path != "-" and logmod.is_log(path)
     params: dict[str, Any] = {
         "input": path, "is_log": is_log, "kind": cfg.kind, "size": cfg.size, "hop": cfg.hop,
         "lateness": cfg.lateness, "time_field": cfg.time_field,
@@ -564,7 +580,7 @@ def spark_job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool
     tparts = paths.record_path(cfg.time_field)
     params["time_path"] = None if tparts == ("ts",) and is_log else (
         ["value", "ts"] if tparts == ("ts",) else list(tparts))
-    if is_log:
+    if is_log and snapshot and not is_uri(path):
         lg = logmod.open_log(path)
         # the end of the input is the end as of now, like the local engine's snapshot
         params["end_offsets"] = {str(p): reader.partition_info(lg, p).next_offset for p in range(lg.partitions)}
