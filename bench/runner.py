@@ -49,6 +49,7 @@ class Contestant:
     teardown: Callable[[], None] | None = None
     ok_codes: tuple[int, ...] = (0,)
     spark: bool = False  # runs only --spark-runs times
+    max_runs: int | None = None  # a slow reference measured fewer times (said in the table)
 
 
 @dataclass
@@ -216,7 +217,7 @@ class Bench:
         env = self.env()
         for r in range(runs):
             for c, row in zip(contestants, rows, strict=True):
-                if row.error or (c.spark and r >= self.spark_runs):
+                if row.error or (c.spark and r >= self.spark_runs) or (c.max_runs and r >= c.max_runs):
                     continue
                 if c.setup:
                     c.setup()

@@ -34,7 +34,7 @@ def run(b: Bench) -> None:
         cs.append(Contestant("jq -c .value", ["jq", "-c", ".value", *segs]))
     if b.tools.get("mlr"):
         cs.append(Contestant("mlr --ijsonl --ojsonl cut -f value",
-                             ["mlr", "--ijsonl", "--ojsonl", "cut", "-f", "value", *segs]))
+                             ["mlr", "--ijsonl", "--ojsonl", "cut", "-f", "value", *segs], max_runs=1))
     b.compare(group, cs, records=n, nbytes=nbytes)
 
     group = "consume --format '%k %s\\n'"
