@@ -115,13 +115,14 @@ def stream_job(job_text: str, *, env: dict[str, str] | None = None, master: str 
     try:
         proc = subprocess.Popen(
             [sys.executable, run.job_path], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log_fd,
-            env=_env(env), cwd=folder, start_new_session=True)
+            env=_env(env), cwd=folder, start_new_session=True, preexec_fn=_pdeathsig_setter())
     except OSError as e:
         os.close(log_fd)
         run.cleanup()
         raise SparkJobError(f"cannot start the {what}: {e.strerror}") from None
     os.close(log_fd)
     finished = False
+    old_term = _on_sigterm()
     try:
         assert proc.stdout is not None
         fd = proc.stdout.fileno()
@@ -154,11 +155,64 @@ def stream_job(job_text: str, *, env: dict[str, str] | None = None, master: str 
         if carry:
             raise SparkJobError(f"the {what} ended with a partial line (no newline at the end of its output)")
     finally:
+        _restore_sigterm(old_term)
         if not finished:
             _stop(proc)
         if proc.stdout is not None:
             proc.stdout.close()
         run.cleanup()
+
+
+class Terminated(StreamctlError):
+    """SIGTERM while a job ran: the job was stopped and the output is incomplete."""
+
+    exit_code = 128 + signal.SIGTERM
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated("terminated; the Spark job was stopped and its output is incomplete")
+
+
+def _on_sigterm():
+    """While a job runs, SIGTERM unwinds through stream_job so the job's process group is stopped.
+
+    (The job runs in its own session so the terminal's Ctrl-C reaches only us;
+    Python's KeyboardInterrupt unwinds the same way.)
+    """
+    try:
+        return signal.signal(signal.SIGTERM, _raise_terminated)
+    except ValueError:  # not the main thread: leave signals alone
+        return None
+
+
+def _restore_sigterm(old) -> None:
+    if old is not None:
+        try:
+            signal.signal(signal.SIGTERM, old)
+        except ValueError:
+            pass
+
+
+def _pdeathsig_setter():
+    """A preexec_fn that makes the child get SIGTERM when streamctl dies, even by SIGKILL
+    (Linux prctl PR_SET_PDEATHSIG); None where that is not available.
+
+    The JVM then exits too: pyspark's gateway ends when its Python parent's pipe
+    closes. libc is resolved here, in the parent: nothing is imported after fork.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def setter() -> None:
+        prctl(1, int(signal.SIGTERM), 0, 0, 0)
+
+    return setter
 
 
 def _stop(proc: subprocess.Popen) -> None:
