@@ -128,7 +128,25 @@ class Session:
                 self.closed.setdefault(key, []).append(s)
 
     def fast_add(self):
-        return self.add
+        """`add` as a closure for the hot path (an event extending its group's only open session)."""
+        if self.update or self.correct:
+            return self.add
+        gap, opened, plan_add, slow = self.gap, self.open, self.plan.add, self.add
+
+        def add(key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool:
+            if t + gap > wm:
+                sessions = opened.get(key)
+                if sessions is not None and len(sessions) == 1:
+                    s = sessions[0]
+                    if s[0] - gap <= t <= s[1] + gap:
+                        plan_add(s[2], vals, seq)
+                        if t > s[1]:
+                            s[1] = t
+                        elif t < s[0]:
+                            s[0] = t
+                        return False
+            return slow(key, t, seq, vals, wm, out)
+        return add
 
     def open_windows(self) -> int:
         return sum(len(v) for v in self.open.values())
