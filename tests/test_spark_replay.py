@@ -215,6 +215,25 @@ def test_emitted_job_runs_with_plain_python(tmp_path, run):
 
 @pytest.mark.spark
 @pytest.mark.slow
+def test_emitted_job_runs_with_spark_submit(tmp_path, run):
+    import shutil
+
+    submit = shutil.which("spark-submit") or os.path.join(os.path.dirname(sys.executable), "spark-submit")
+    if not os.access(submit, os.X_OK):
+        pytest.skip("spark-submit not found")
+    path = str(tmp_path / "log")
+    make_log(path, 2, 20, seed=9)
+    job = tmp_path / "job.py"
+    assert run("replay", path, "--key", "user-2", "--emit-job", str(job)).returncode == 0
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    proc = subprocess.run([submit, "--master", "local[1]", str(job)], capture_output=True, timeout=300, env=env,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    assert proc.stdout == b"".join(run_local(path, core.ReplaySpec(key="user-2")))
+
+
+@pytest.mark.spark
+@pytest.mark.slow
 def test_cli_engine_spark_end_to_end(tmp_path, run):
     """streamctl runs the job itself: same bytes as local, Spark's noise kept off stderr."""
     pytest.importorskip("pyspark")
