@@ -463,10 +463,15 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
         except (OSError, orjson.JSONDecodeError) as e:
             raise StorageError(f"{ckpt}: unreadable checkpoint ({e}); move it away to start over") from None
         if data is not None:
-            if data.get("format") != CHECKPOINT_FORMAT:
-                raise StorageError(f"{ckpt}: unknown checkpoint format {data.get('format')!r}")
-            run.load(data["run"])
-            positions = {int(p): o for p, o in data["offsets"].items()}
+            if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT or "run" not in data:
+                raise StorageError(f"{ckpt}: not a window checkpoint (overwritten by hand or by a group reset?); "
+                                   "move it away to start over")
+            try:
+                run.load(data["run"])
+                positions = {int(p): int(o) for p, o in data["offsets"].items()}
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                raise StorageError(f"{ckpt}: damaged window checkpoint ({type(e).__name__}: {e}); "
+                                   "move it away to start over") from None
         else:
             positions = dict(offsets.load(lg, group))
 
