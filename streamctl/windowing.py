@@ -311,7 +311,9 @@ class WindowRun:
                 "non_numeric": self.plan.non_numeric, "state": self.op.dump()}
 
     def load(self, data: dict) -> None:
-        if data.get("config") != self.cfg.describe():
+        if "config" not in data:
+            raise KeyError("config")
+        if data["config"] != self.cfg.describe():
             raise UsageError("the checkpoint was made with different window options; use another --group "
                              "or delete the checkpoint file to start over")
         self.watermark = Watermark.load(data["watermark"])

@@ -166,3 +166,15 @@ def test_processing_time_windows_close_on_the_clock(tmp_path):
     # closed by the clock before the idle timeout: nothing was left open in the checkpoint
     ck = orjson.loads(open(os.path.join(log, "groups", "g.window.json"), "rb").read())
     assert ck["run"]["state"]["open"] == []
+
+
+def test_damaged_checkpoint_is_a_clear_error(tmp_path):
+    log = str(tmp_path / "events")
+    run_cli("produce", log, input=batches(1, 5)[0], check=True)
+    ck = os.path.join(log, "groups", "g.window.json")
+    os.makedirs(os.path.dirname(ck), exist_ok=True)
+    for text in ('{"format":1,"group":"g","offsets":{"0":3}}', '{"format":1,"offsets":{},"run":{"x":1}}', "{oops"):
+        with open(ck, "w") as f:
+            f.write(text)
+        p = run_cli("window", log, *WINDOW, "--follow", "--group", "g", "--idle-timeout", "100ms")
+        assert p.returncode == 1 and b"checkpoint" in p.stderr and b"Traceback" not in p.stderr, p.stderr
