@@ -439,7 +439,8 @@ def job_params(spec: JoinSpec, specs: list[inputorder.InputSpec], master: str | 
         "master": master,
         "app_name": "streamctl-join",
         "log_level": "WARN",
-        "spark_conf": {"spark.ui.enabled": "false"},
+        # local mode runs executors inside the driver's JVM: the global-order windows need room
+        "spark_conf": {"spark.ui.enabled": "false", "spark.driver.memory": "2g"},
     }
 
 

@@ -19,6 +19,7 @@ engine, by the rules written in streamctl/joins/*.py, as DataFrame operations:
 
 import json as _json
 
+from pyspark import StorageLevel
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
@@ -185,7 +186,8 @@ def records(spark, params):
     if params["kind"] == "stream" or (params["kind"] == "table" and params.get("as_of") == "event-time"):
         running = Window.orderBy("pos", "sub").rowsBetween(Window.unboundedPreceding, 0)
         df = df.withColumn("W", F.max("t").over(running))
-    return df.cache()
+    # Used two or three times per kind: kept on disk, not in the heap the driver shares in local mode.
+    return df.persist(StorageLevel.DISK_ONLY)
 
 
 def first_pos_above(df, value_col, steps):
@@ -310,7 +312,10 @@ def main(spark, params, out):
     else:
         rows = stream_table_position(recs, params)
     with_op = kind == "tables"
-    for row in rows.select("key_j", "left_j", "right_j", *(["op"] if with_op else [])).toLocalIterator(
-            prefetchPartitions=True):
+    # Result partitions come to the driver one at a time: keep them small.
+    spark.conf.set("spark.sql.adaptive.enabled", "true")
+    spark.conf.set("spark.sql.adaptive.advisoryPartitionSizeInBytes", str(params.get("result_partition_bytes")
+                                                                          or 8 << 20))
+    for row in rows.select("key_j", "left_j", "right_j", *(["op"] if with_op else [])).toLocalIterator():
         line = '{"key":' + row[0] + ',"left":' + (row[1] or "null") + ',"right":' + (row[2] or "null")
         out(line + (',"op":"' + row[3] + '"}' if with_op else "}"))
