@@ -11,13 +11,16 @@ EPILOG = example(
     "streamctl replay orders --group billing --to-earliest",
     "streamctl replay orders --group billing --to-datetime 2026-11-21T00:00:00Z --execute",
     "streamctl replay orders --group billing --by-duration 1h --partition 0 --execute",
-    "streamctl replay orders --group billing --shift-by -100          # also --to-latest, --to-offset 42",
+    "streamctl replay orders --group billing --shift-by -100          # re-read 100 records per partition",
+    "streamctl replay orders --group billing --to-latest --execute    # skip the backlog",
+    "streamctl replay orders --group billing --to-offset 42 --partition 1",
     "",
     "# 2. range replay and snapshots (ranges are [from, until); a bare integer is an offset)",
     "streamctl replay orders --from -1d > last-24h.jsonl               # relative times: now minus",
     "streamctl replay orders --from 2026-11-21T00:00:00Z --until @1763769600000 --key user-7",
     "streamctl replay orders --compact --until 2026-11-21T00:00:00Z --out orders-snapshot",
     "streamctl replay orders --from 1000 --until 2000 | jq .value",
+    "streamctl replay orders --key user-7 --unbuffered | grep -m1 refund",
     "",
     "# 3. the Spark engine (auto picks it above --spark-threshold when pyspark and Java exist)",
     "streamctl replay orders --compact --engine spark --master 'local[2]'",
@@ -32,7 +35,7 @@ def register(app: typer.Typer) -> None:
 
 
 def replay(
-    log: str = typer.Argument(..., metavar="LOG", help="Log folder (with --emit-job: any Spark URI, hdfs://, s3a://), a plain .jsonl file, or -."),
+    log: str = typer.Argument(..., metavar="LOG", help="Log folder; a Spark URI (hdfs://, s3a://, file://: read only by the Spark engine, or --emit-job); a plain .jsonl file, or -."),
     group: str | None = typer.Option(None, "--group", "-g", metavar="G", help="Reset the committed offsets of consumer group G (form 1)."),
     to_earliest: bool = typer.Option(False, "--to-earliest", help="Reset to the first offset still in the log."),
     to_latest: bool = typer.Option(False, "--to-latest", help="Reset to the end (skip everything not yet read)."),
