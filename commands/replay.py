@@ -131,9 +131,10 @@ def _reset(log: str, group: str, mode: str, to_offset: int | None, to_datetime: 
     parts = check_partition_arg(lg, partition)
     if not execute:
         busy = offsetreset.active_partitions(lg, group)
-        if busy:
-            info(f"note: group {group} is consuming now (partitions {', '.join(map(str, busy))}); "
-                 "--execute would be refused until its consumers stop")
+        members = offsetreset.live_members(lg, group)
+        if busy or members:
+            held = f"partitions {', '.join(map(str, busy))} held" if busy else f"{members} live member(s)"
+            info(f"note: group {group} is consuming now ({held}); --execute would be refused until its consumers stop")
     rows = offsetreset.reset(lg, group, spec, parts, execute)
     out = Output()
     out.write((table([r.as_row() for r in rows], ["partition", "current", "new", "lag-after"]) + "\n").encode())

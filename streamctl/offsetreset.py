@@ -6,10 +6,10 @@ after the reset; nothing changes until `execute`. New offsets are clamped into
 points into a hole left by retention or past the end.
 
 A reset is refused while a member of the group is consuming: live consumers
-(`consume --group G --follow` / `--exec`) hold an flock on
-`groups/.G.p<N>.claim` for each partition they own. We try a non-blocking
-flock on each of those files and keep it during the write, so no member can
-claim a partition half-way through. A one-shot `consume --group G` without
+(`consume --group G --follow` / `--exec`) hold an flock on their slot
+`groups/.G.m<N>.member` and on `groups/.G.p<N>.claim` for each partition they
+own. We try a non-blocking flock on each of those files and keep it during the
+write, so no member can join or claim a partition half-way through. A one-shot `consume --group G` without
 --follow holds no claim; resetting under it races with its final commit
 (last writer wins), exactly like Kafka's tool with an inactive group.
 """
@@ -122,11 +122,21 @@ class ClaimGuard:
                 busy.append(p)
                 continue
             self.fds.append(fd)
-        if busy:
+        members = 0
+        for path in member_paths(self.log, self.group):
+            fd = _try_hold(path)
+            if fd is None:
+                continue
+            if fd < 0:
+                members += 1
+            else:
+                self.fds.append(fd)
+        if busy or members:
             self._release()
-            parts = ", ".join(str(p) for p in busy)
+            held = f"a member holds partition(s) {', '.join(str(p) for p in busy)}" if busy else \
+                f"{members} live member(s), holding no partition yet"
             raise GroupActive(
-                f"group {self.group} is consuming {self.log.path} right now (a member holds partition(s) {parts}); "
+                f"group {self.group} is consuming {self.log.path} right now ({held}); "
                 "stop its consumers, then reset (Kafka refuses a reset of an active group too)")
         return self
 
@@ -140,6 +150,31 @@ class ClaimGuard:
 
     def __exit__(self, *exc: object) -> None:
         self._release()
+
+
+def member_paths(log: Log, group: str) -> list[str]:
+    """The group's member slot files (`groups/.G.m<N>.member`, locked by each live member)."""
+    prefix, suffix = f".{group}.m", ".member"
+    try:
+        names = os.listdir(log.groups_dir())
+    except FileNotFoundError:
+        return []
+    return [os.path.join(log.groups_dir(), n) for n in sorted(names)
+            if n.startswith(prefix) and n.endswith(suffix) and n[len(prefix):-len(suffix)].isdigit()]
+
+
+def _try_hold(path: str) -> int | None:
+    """An fd holding path's flock; -1 when a live process holds it; None when the file is gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY | NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return -1
+    return fd
 
 
 def active_partitions(log: Log, group: str) -> list[int]:
@@ -158,6 +193,18 @@ def active_partitions(log: Log, group: str) -> list[int]:
         finally:
             os.close(fd)
     return out
+
+
+def live_members(log: Log, group: str) -> int:
+    n = 0
+    for path in member_paths(log, group):
+        fd = _try_hold(path)
+        if fd == -1:
+            n += 1
+        elif fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+    return n
 
 
 def reset(log: Log, group: str, spec: ResetSpec, partitions: list[int], execute: bool) -> list[ResetRow]:

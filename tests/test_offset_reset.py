@@ -139,3 +139,43 @@ def test_bad_group_and_partition(log3, run):
     assert proc.returncode == 2
     proc = run("replay", log3, "--group", "g", "--by-duration", "soon")
     assert proc.returncode == 2 and b"duration" in proc.stderr
+
+
+def test_refused_while_a_live_consume_follows(log3, run):
+    """The real thing: `consume --group g --follow` holds its slot and claims until it stops."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import cli_env
+
+    lg = open_log(log3)
+    proc = subprocess.Popen([sys.executable, "-m", "streamctl", "consume", log3, "--group", "g", "--follow"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=cli_env())
+    try:
+        deadline = time.monotonic() + 15
+        while not offsetreset.active_partitions(lg, "g") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert offsetreset.active_partitions(lg, "g"), "the consumer never claimed a partition"
+        refused = run("replay", log3, "--group", "g", "--to-earliest", "--execute")
+        assert refused.returncode == 1 and b"group g is consuming" in refused.stderr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+    done = run("replay", log3, "--group", "g", "--to-earliest", "--execute")
+    assert done.returncode == 0, done.stderr
+    assert committed(log3, "g") == {p: f for p, (f, _) in bounds(log3).items()}
+
+
+def test_a_live_member_without_partitions_counts(log3, run):
+    lg = open_log(log3)
+    os.makedirs(lg.groups_dir(), exist_ok=True)
+    fd = os.open(os.path.join(lg.groups_dir(), ".g.m0.member"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        proc = run("replay", log3, "--group", "g", "--to-earliest", "--execute")
+        assert proc.returncode == 1 and b"1 live member(s)" in proc.stderr
+    finally:
+        os.close(fd)
+    assert run("replay", log3, "--group", "g", "--to-earliest", "--execute").returncode == 0
