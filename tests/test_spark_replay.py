@@ -256,3 +256,19 @@ def test_cli_bad_master_is_one_clear_error(tmp_path, run):
     err = proc.stderr.decode()
     assert err.startswith("streamctl: the Spark replay job failed: ") and "nonsense://nowhere" in err.splitlines()[0]
     assert "Traceback" not in err and "full Spark log:" in err
+
+
+@pytest.mark.spark
+def test_parity_on_a_log_compacted_by_streamctl(spark, tmp_path, run):
+    import random
+
+    path = str(tmp_path / "log")
+    rnd = random.Random(8)
+    lines = [json.dumps({"key": f"k{rnd.randint(0, 30)}", "value": None if rnd.random() < 0.1 else {"i": i}})
+             for i in range(400)]
+    assert run("produce", path, "--envelope", "--partitions", "3", "--segment-bytes", "1KiB",
+               input="\n".join(lines) + "\n").returncode == 0
+    assert run("compact", path, "--roll").returncode == 0
+    for spec in (core.ReplaySpec(), core.ReplaySpec(compact=True),
+                 core.ReplaySpec(start=core.Bound("offset", 50), until=core.Bound("offset", 120), key="k3")):
+        assert spark_lines(spark, path, spec) == run_local(path, spec)
