@@ -26,15 +26,23 @@ from streamctl.joins import Emit
 
 # An event in the state is a list (cheaper to make than an object, and compared
 # by identity below): [time, value, matched, side, normalized key, key].
-T, VALUE, MATCHED, SIDE, NKEY, KEY = range(6)
+# A key's buffer holds the event itself while it is the only one (most keys
+# in a click stream), and a list of events from the second on; an event's
+# first item is its time, an int, which tells the two apart.
 
 
-def _remove(lst: list[list], ev: list) -> None:
+def _unbuffer(buf: dict[Any, Any], nkey: Any, ev: list) -> None:
     """Remove exactly this event (by identity: equal-looking events can be different events)."""
-    for i, x in enumerate(lst):
+    cur = buf[nkey]
+    if cur is ev:
+        del buf[nkey]
+        return
+    for i, x in enumerate(cur):
         if x is ev:
-            del lst[i]
-            return
+            del cur[i]
+            break
+    if len(cur) == 1:
+        buf[nkey] = cur[0]
 
 
 class StreamStreamJoin:
@@ -42,8 +50,8 @@ class StreamStreamJoin:
         self.within = within
         self.keep = (how in ("left", "outer"), how in ("right", "outer"))
         self.emit = emit
-        # side -> normalized key -> events still in the window, in input order
-        self.buffers: tuple[dict[Any, list[list]], dict[Any, list[list]]] = ({}, {})
+        # side -> normalized key -> the event, or a list of events, still in the window (input order)
+        self.buffers: tuple[dict[Any, Any], dict[Any, Any]] = ({}, {})
         # Eviction order is (time, position). Input mostly comes in time order, so
         # events that keep that order queue in a deque (O(1)); the others go to a heap,
         # and eviction takes the smaller head of the two.
@@ -59,10 +67,10 @@ class StreamStreamJoin:
         within = self.within
         ev = [t, value, False, side, nkey, key]
         if nkey is not None:
-            others = self.buffers[1 - side].get(nkey)
-            if others:
+            found = self.buffers[1 - side].get(nkey)
+            if found is not None:
                 emit = self.emit
-                for o in others:
+                for o in ((found,) if found[0].__class__ is int else found):
                     ot = o[0]
                     if ot + within >= wm and -within <= ot - t <= within:
                         o[2] = True
@@ -72,11 +80,13 @@ class StreamStreamJoin:
                         else:
                             emit(key, value, o[1])
             buf = self.buffers[side]
-            lst = buf.get(nkey)
-            if lst is None:
-                buf[nkey] = [ev]
+            cur = buf.get(nkey)
+            if cur is None:
+                buf[nkey] = ev
+            elif cur[0].__class__ is int:
+                buf[nkey] = [cur, ev]
             else:
-                lst.append(ev)
+                cur.append(ev)
         end = t + within
         queue = self.queue
         if not queue or queue[-1][0] <= end:
@@ -93,13 +103,10 @@ class StreamStreamJoin:
             _t, value, matched, side, nkey, key = ev
             if nkey is not None:
                 buf = self.buffers[side]
-                lst = buf[nkey]
-                if len(lst) == 1:
+                if buf[nkey] is ev:
                     del buf[nkey]
-                elif lst[0] is ev:
-                    del lst[0]
                 else:
-                    _remove(lst, ev)
+                    _unbuffer(buf, nkey, ev)
             if not matched and self.keep[side]:
                 if side:
                     self.emit(key, None, value)
@@ -125,12 +132,7 @@ class StreamStreamJoin:
                 return
             _t, value, matched, side, nkey, key = ev
             if nkey is not None:
-                buf = buffers[side]
-                lst = buf[nkey]
-                if len(lst) == 1:
-                    del buf[nkey]
-                else:
-                    _remove(lst, ev)
+                _unbuffer(buffers[side], nkey, ev)
             if not matched and keep[side]:
                 if side:
                     emit(key, None, value)
