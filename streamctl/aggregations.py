@@ -294,7 +294,7 @@ class Plan:
         is ~10x faster than folding them one by one, and gives the same values: the same additions in
         the same order, the first minimum / maximum, the same percentile code)."""
         out = {}
-        seqs = [e[1] for e in events]
+        seqs: list | None = None
         for i, (spec, f) in enumerate(zip(self.specs, self.funcs, strict=True)):
             col = [e[2][i] for e in events]
             if f == "count":
@@ -303,6 +303,8 @@ class Plan:
                 if not col:
                     v = None
                 else:
+                    if seqs is None:
+                        seqs = [e[1] for e in events]
                     pick = min if f == "first" else max
                     v = col[pick(range(len(seqs)), key=seqs.__getitem__)]
             else:
