@@ -82,7 +82,7 @@ def window(
     emit: str = typer.Option("final", "--emit", metavar="final|update", help="final: each window once, when it closes; update: a row at every change."),
     output: str = typer.Option("jsonl", "--output", "-o", metavar="jsonl|csv|table", help="Output format (table is for people and is written at the end)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep running on a LOG, emitting windows as the watermark moves."),
-    group: str | None = typer.Option(None, "--group", "-g", metavar="G", help="With --follow: checkpoint input offsets and window state together in LOG/groups/G.window.json."),
+    group: str | None = typer.Option(None, "--group", "-g", metavar="G", help="With --follow: checkpoint input offsets and window state together in LOG/groups/.G.window.json."),
     idle_timeout: str | None = typer.Option(None, "--idle-timeout", metavar="DUR", help="With --follow: after DUR without new records, flush open windows and exit (the checkpoint keeps them open)."),
     engine: str = typer.Option("auto", "--engine", metavar="local|spark|auto", help="Engine for finite input: auto picks Spark above --spark-threshold when pyspark and Java are available."),
     spark_threshold: str | None = typer.Option(None, "--spark-threshold", metavar="BYTES", help="Input size from which auto picks Spark (e.g. 8GiB)."),

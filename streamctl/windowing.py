@@ -422,7 +422,7 @@ CHECKPOINT_INTERVAL = 1.0  # seconds; at most this much output is repeated after
 def checkpoint_path(log, group: str) -> str:
     import os
 
-    return os.path.join(os.path.dirname(log.group_path(group)), f"{group}.window.json")
+    return os.path.join(os.path.dirname(log.group_path(group)), f".{group}.window.json")
 
 
 def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list], None],
@@ -432,7 +432,7 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
     """Run a window on a log forever (until a stop signal or idle timeout), emitting as the watermark moves.
 
     With a group, input offsets and window state are written together, atomically,
-    to LOG/groups/G.window.json after the rows they produced were flushed: a
+    to LOG/groups/.G.window.json after the rows they produced were flushed: a
     kill -9 at any point restarts from a consistent (offsets, state) pair, so no
     event is lost or counted twice; rows emitted after the last checkpoint are
     written again (identically) after a restart.

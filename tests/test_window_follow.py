@@ -84,7 +84,7 @@ def test_kill_9_loop_equals_one_uninterrupted_run(tmp_path):
         r = orjson.loads(line)
         by_window.setdefault((r["window"]["start"], r["key"]), set()).add(line)
     assert all(len(v) == 1 for v in by_window.values()), "a window was emitted with two different contents"
-    ck = orjson.loads(open(os.path.join(log, "groups", "g.window.json"), "rb").read())
+    ck = orjson.loads(open(os.path.join(log, "groups", ".g.window.json"), "rb").read())
     assert ck["run"]["stats"]["events"] == 12 * 40
     assert sum(ck["offsets"].values()) == 12 * 40
     assert kills >= 4
@@ -122,7 +122,7 @@ def test_sigterm_checkpoints_and_exits_0(tmp_path):
     run_cli("produce", log, input=batches(1, 20)[0], check=True)
     proc = subprocess.Popen([*CLI, "window", log, *WINDOW, "--follow", "--group", "g"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env())
-    ck = os.path.join(log, "groups", "g.window.json")
+    ck = os.path.join(log, "groups", ".g.window.json")
     deadline = time.monotonic() + 20
     while not os.path.exists(ck) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -145,7 +145,7 @@ def test_a_second_follower_on_the_group_is_refused(tmp_path):
     proc = subprocess.Popen([*CLI, "window", log, *WINDOW, "--follow", "--group", "g"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cli_env())
     try:
-        ck = os.path.join(log, "groups", "g.window.json")
+        ck = os.path.join(log, "groups", ".g.window.json")
         deadline = time.monotonic() + 20
         while not os.path.exists(ck) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -164,14 +164,14 @@ def test_processing_time_windows_close_on_the_clock(tmp_path):
     rows = [orjson.loads(x) for x in p.stdout.splitlines()]
     assert sum(r["count"] for r in rows) == 2
     # closed by the clock before the idle timeout: nothing was left open in the checkpoint
-    ck = orjson.loads(open(os.path.join(log, "groups", "g.window.json"), "rb").read())
+    ck = orjson.loads(open(os.path.join(log, "groups", ".g.window.json"), "rb").read())
     assert ck["run"]["state"]["open"] == []
 
 
 def test_damaged_checkpoint_is_a_clear_error(tmp_path):
     log = str(tmp_path / "events")
     run_cli("produce", log, input=batches(1, 5)[0], check=True)
-    ck = os.path.join(log, "groups", "g.window.json")
+    ck = os.path.join(log, "groups", ".g.window.json")
     os.makedirs(os.path.dirname(ck), exist_ok=True)
     for text in ('{"format":1,"group":"g","offsets":{"0":3}}', '{"format":1,"offsets":{},"run":{"x":1}}', "{oops"):
         with open(ck, "w") as f:

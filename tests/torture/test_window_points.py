@@ -53,6 +53,6 @@ def test_window_follow_crash_points(strace, tmp_path, syscall):
             r = orjson.loads(ln)
             seen.setdefault((r["window"]["start"], json.dumps(r["key"])), set()).add(ln)
         assert all(len(v) == 1 for v in seen.values()), f"K={k}: a window was counted twice"
-        ck = orjson.loads(open(os.path.join(log, "groups", "g.window.json"), "rb").read())
+        ck = orjson.loads(open(os.path.join(log, "groups", ".g.window.json"), "rb").read())
         assert sum(ck["offsets"].values()) == total
         shutil.rmtree(log)
