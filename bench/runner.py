@@ -2,8 +2,9 @@
 
 Every number comes from running a real command in a subprocess: wall time with
 perf_counter around it, peak RSS from os.wait4 (Linux folds the peak of every
-waited-for descendant into it, so it is the largest process of the tree: the
-JVM for a Spark run, not the Python driver). Contestants of one workload run
+waited-for descendant into it, so it is the largest process of the tree); for
+Spark contestants, whose driver does not wait for its JVM, the summed RSS of the
+whole tree is also sampled from /proc (TreeSampler). Contestants of one workload run
 interleaved (A B C A B C ...) so a noisy neighbour hits all of them alike.
 """
 
@@ -105,8 +106,60 @@ class Target:
     holds: bool | None  # None: not measured (say why in measured)
 
 
+class TreeSampler:
+    """Peak of the summed RSS of a process and all its descendants, sampled from /proc.
+
+    wait4()'s ru_maxrss only covers descendants the process waited for, and a
+    PySpark driver does not wait for its JVM: without this a Spark run would
+    report the Python driver's ~40 MB. Sampling costs a /proc scan (~5 ms), so
+    it is used only for Spark contestants, every 0.25 s.
+    """
+
+    def __init__(self, pid: int, interval: float = 0.25) -> None:
+        self.pid = pid
+        self.interval = interval
+        self.peak_kb = 0
+        self._stop = threading.Event()
+        self._page_kb = os.sysconf("SC_PAGE_SIZE") // 1024
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _tree_kb(self) -> int:
+        children: dict[int, list[int]] = {}
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/stat", "rb") as f:
+                    st = f.read()
+                ppid = int(st[st.rindex(b")") + 2:].split(None, 2)[1])
+            except (OSError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+        total, todo = 0, [self.pid]
+        while todo:
+            pid = todo.pop()
+            try:
+                with open(f"/proc/{pid}/statm", "rb") as f:
+                    total += int(f.read().split()[1]) * self._page_kb
+            except (OSError, ValueError, IndexError):
+                pass
+            todo.extend(children.get(pid, ()))
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.peak_kb = max(self.peak_kb, self._tree_kb())
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak_kb
+
+
 def measure(argv: list[str], stdin: str | None = None, stdout: str | None = os.devnull,
-            env: dict[str, str] | None = None, timeout: float = 3600, limit_mb: int | None = None) -> Sample:
+            env: dict[str, str] | None = None, timeout: float = 3600, limit_mb: int | None = None,
+            tree: bool = False) -> Sample:
     """Run argv once; wall seconds and peak RSS (KiB) of its process tree."""
     fin = open(stdin, "rb") if stdin else subprocess.DEVNULL
     fout = open(stdout, "wb") if stdout else subprocess.DEVNULL
@@ -120,6 +173,7 @@ def measure(argv: list[str], stdin: str | None = None, stdout: str | None = os.d
 
                 resource.setrlimit(resource.RLIMIT_AS, (limit_mb << 20, limit_mb << 20))
         proc = subprocess.Popen(argv, stdin=fin, stdout=fout, stderr=ferr, env=env, preexec_fn=pre)
+        sampler = TreeSampler(proc.pid) if tree else None
         # A blocking wait4 (no polling jitter); a timer kills a runaway run.
         timer = threading.Timer(timeout, proc.kill)
         timer.start()
@@ -128,6 +182,9 @@ def measure(argv: list[str], stdin: str | None = None, stdout: str | None = os.d
         finally:
             timer.cancel()
         wall = time.perf_counter() - t0
+        rss_kb = ru.ru_maxrss
+        if sampler is not None:
+            rss_kb = max(rss_kb, sampler.stop())
         rc = os.waitstatus_to_exitcode(status)
         proc.returncode = rc
         ferr.seek(0)
@@ -137,7 +194,7 @@ def measure(argv: list[str], stdin: str | None = None, stdout: str | None = os.d
             if hasattr(f, "close"):
                 f.close()
         ferr.close()
-    return Sample(wall, ru.ru_maxrss, rc, err)
+    return Sample(wall, rss_kb, rc, err)
 
 
 class Bench:
@@ -221,7 +278,7 @@ class Bench:
                     continue
                 if c.setup:
                     c.setup()
-                s = measure(c.argv, c.stdin, c.stdout, c.env or env)
+                s = measure(c.argv, c.stdin, c.stdout, c.env or env, tree=c.spark)
                 if c.teardown:
                     c.teardown()
                 if s.rc not in c.ok_codes:
