@@ -194,8 +194,12 @@ def first_pos_above(df, value_col, steps):
     """Adds `first_p`: the first position whose watermark is above the row's value_col (null: none)."""
     q = df.select("qid", F.col(value_col).alias("val"), F.lit(1).alias("kind"), F.lit(None).cast("long").alias("p"))
     s = steps.select(F.lit(None).cast("long").alias("qid"), F.col("W").alias("val"), F.lit(0).alias("kind"), "p")
-    w = Window.orderBy("val", "kind", "qid").rowsBetween(1, Window.unboundedFollowing)
-    u = q.unionByName(s).withColumn("first_p", F.first("p", ignorenulls=True).over(w))
+    # Descending, so the steps above a value are the rows before it: a growing frame, which Spark
+    # computes incrementally (a frame to unboundedFollowing is recomputed per row). Steps at the
+    # value itself sort after it (kind 0 < 1), so only watermarks strictly above count; the
+    # positions of steps grow with W, so the nearest one is the smallest.
+    w = Window.orderBy(F.desc("val"), F.desc("kind"), F.desc("qid")).rowsBetween(Window.unboundedPreceding, -1)
+    u = q.unionByName(s).withColumn("first_p", F.min("p").over(w))
     return df.join(u.where(F.col("kind") == 1).select("qid", "first_p"), "qid")
 
 
