@@ -79,7 +79,7 @@ def _getter(parts: tuple[str, ...]):
         for p in parts:
             if type(r) is dict:
                 r = r.get(p)
-            elif type(r) is list and p.lstrip("-").isdigit() and -len(r) <= int(p) < len(r):
+            elif type(r) is list and p.lstrip("-").isdecimal() and -len(r) <= int(p) < len(r):
                 r = r[int(p)]
             else:
                 return None

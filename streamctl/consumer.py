@@ -33,16 +33,16 @@ def resolve_start(log: Log, p: int, spec: str, info: reader.PartitionInfo) -> in
         return info.first_offset
     if s == "latest":
         return info.next_offset
-    if s.isdigit():
+    if s.isdecimal():
         return min(max(int(s), info.first_offset), info.next_offset)
-    if s.startswith("-") and s[1:].isdigit():
+    if s.startswith("-") and s[1:].isdecimal():
         return reader.offset_from_end(log, p, int(s[1:]))
     return reader.offset_for_time(log, p, parse_time(s))
 
 
 def validate_from(spec: str) -> None:
     s = spec.strip()
-    if s in ("earliest", "latest") or s.isdigit() or (s.startswith("-") and s[1:].isdigit()):
+    if s in ("earliest", "latest") or s.isdecimal() or (s.startswith("-") and s[1:].isdecimal()):
         return
     parse_time(s)  # raises UsageError with the accepted forms
 

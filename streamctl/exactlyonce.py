@@ -71,7 +71,7 @@ def _source_of(headers: bytes | None) -> tuple[str, int] | None:
     if not isinstance(v, str):
         return None
     src, _, off = v.rpartition("/")
-    if not src or not off.isdigit():
+    if not src or not off.isdecimal():
         return None
     return src, int(off)
 
@@ -85,7 +85,7 @@ def _line_source(line: bytes) -> tuple[str, int] | None:
     if not isinstance(v, str):
         return None
     src, _, off = v.rpartition("/")
-    return (src, int(off)) if src and off.isdigit() else None
+    return (src, int(off)) if src and off.isdecimal() else None
 
 
 def _with_header(headers: bytes | None, source: Source) -> bytes:

@@ -108,7 +108,7 @@ def open_log(path: str) -> Log:
 
 
 def _own_leftover(name: str) -> bool:
-    return (name in ("groups", ".create.lock") or (name[:1] == "p" and name[1:].isdigit())
+    return (name in ("groups", ".create.lock") or (name[:1] == "p" and name[1:].isdecimal())
             or (name.startswith(f".{META}.") and name.endswith(".tmp")))
 
 

@@ -89,7 +89,7 @@ class Membership:
             if not (name.startswith(prefix) and name.endswith(suffix)):
                 continue
             num = name[len(prefix):-len(suffix)]
-            if not num.isdigit():
+            if not num.isdecimal():
                 continue
             n = int(num)
             if n == self.slot:

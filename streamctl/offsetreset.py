@@ -160,7 +160,7 @@ def member_paths(log: Log, group: str) -> list[str]:
     except FileNotFoundError:
         return []
     return [os.path.join(log.groups_dir(), n) for n in sorted(names)
-            if n.startswith(prefix) and n.endswith(suffix) and n[len(prefix):-len(suffix)].isdigit()]
+            if n.startswith(prefix) and n.endswith(suffix) and n[len(prefix):-len(suffix)].isdecimal()]
 
 
 def _try_hold(path: str) -> int | None:

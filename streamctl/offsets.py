@@ -41,7 +41,7 @@ def parse_offsets(raw: bytes, partitions: int, where: str = "offset file") -> di
         raise OffsetFileError(f"{where}: offset file must be an object with an \"offsets\" object; {hint}")
     out: dict[int, int] = {}
     for k, v in obj["offsets"].items():
-        if not (isinstance(k, str) and k.isdigit() and k.isascii()):
+        if not (isinstance(k, str) and k.isdecimal() and k.isascii()):
             raise OffsetFileError(f"{where}: partition {k!r} is not a partition number; {hint}")
         p = int(k)
         if p >= partitions:

@@ -38,7 +38,7 @@ def get(obj: Any, parts: tuple[str, ...], default: Any = None) -> Any:
             obj = obj.get(p, _MISSING)
             if obj is _MISSING:
                 return default
-        elif isinstance(obj, list) and p.lstrip("-").isdigit():
+        elif isinstance(obj, list) and p.lstrip("-").isdecimal():
             i = int(p)
             if -len(obj) <= i < len(obj):
                 obj = obj[i]

@@ -48,12 +48,12 @@ def select(values: Iterator[tuple[int, bytes]], from_spec: str | None) -> Iterat
     elif s == "latest":
         for _ in values:
             pass
-    elif s.isdigit():
+    elif s.isdecimal():
         start = int(s)
         for off, v in values:
             if off >= start:
                 yield off, v
-    elif s.startswith("-") and s[1:].isdigit():
+    elif s.startswith("-") and s[1:].isdecimal():
         yield from deque(values, maxlen=int(s[1:]))
     else:
         raise UsageError(f"--from {from_spec!r}: a plain file has no timestamps; use earliest, latest, OFFSET or -N")

@@ -56,9 +56,9 @@ class Bound:
 def parse_bound(text: str, flag: str, now: int | None = None) -> Bound:
     """`--from/--until` text -> Bound. A bare integer is always an offset."""
     s = text.strip()
-    if s.isdigit():
+    if s.isdecimal():
         return Bound("offset", int(s))
-    if s.startswith("-") and s[1:].isdigit():
+    if s.startswith("-") and s[1:].isdecimal():
         raise UsageError(f"{flag} {text!r}: a negative number is neither an offset nor a time "
                          "(for a relative time give a unit: -1h, -30m, -7d)")
     if now is None:

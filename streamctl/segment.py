@@ -23,7 +23,7 @@ def segment_name(base_offset: int) -> str:
 
 
 def parse_segment_name(name: str) -> int | None:
-    if len(name) == NAME_DIGITS + len(SUFFIX) and name.endswith(SUFFIX) and name[:NAME_DIGITS].isdigit():
+    if len(name) == NAME_DIGITS + len(SUFFIX) and name.endswith(SUFFIX) and name[:NAME_DIGITS].isdecimal():
         return int(name[:NAME_DIGITS])
     return None
 

@@ -53,7 +53,7 @@ def parse_run_name(name: str, suffix: str) -> tuple[int, int] | None:
         return None
     stem = name[: -len(suffix)]
     a, sep, b = stem.partition("-")
-    if sep and len(a) == NAME_DIGITS and len(b) == NAME_DIGITS and a.isdigit() and b.isdigit():
+    if sep and len(a) == NAME_DIGITS and len(b) == NAME_DIGITS and a.isdecimal() and b.isdecimal():
         return int(a), int(b)
     return None
 

@@ -75,7 +75,7 @@ def parse_time(text: str, now: int | None = None) -> int:
             return int(s[1:])
         except ValueError:
             raise UsageError(f"invalid time {text!r}: @ takes epoch milliseconds, e.g. @1763719200123") from None
-    if s.startswith("-") and len(s) > 1 and not s[1:].isdigit():
+    if s.startswith("-") and len(s) > 1 and not s[1:].isdecimal():
         return (now_ms() if now is None else now) - parse_duration(s[1:])
     try:
         return parse_iso(s)
@@ -118,7 +118,7 @@ def event_time_ms(value: object) -> int | None:
         return int(value // 1000)
     if isinstance(value, str):
         s = value.strip()
-        if s.lstrip("-").isdigit():
+        if s.lstrip("-").isdecimal():
             return event_time_ms(int(s))
         try:
             return parse_iso(s)

@@ -56,7 +56,7 @@ def _get(obj, parts):
             if p not in obj:
                 return None
             obj = obj[p]
-        elif isinstance(obj, list) and p.lstrip("-").isdigit():
+        elif isinstance(obj, list) and p.lstrip("-").isdecimal():
             i = int(p)
             if -len(obj) <= i < len(obj):
                 obj = obj[i]
@@ -96,7 +96,7 @@ def _event_time(value):
         return int(value // 1000)
     if isinstance(value, str):
         s = value.strip()
-        if s.lstrip("-").isdigit():
+        if s.lstrip("-").isdecimal():
             return _event_time(int(s))
         try:
             return _parse_iso(s)

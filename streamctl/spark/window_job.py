@@ -119,7 +119,8 @@ def _wj_prefix_max(maxima):
 
 def _wj_replay(params):
     """Per partition of groups: run the window operator over each group's events in input order."""
-    sliding = params["kind"] == "sliding"
+    # sliding rows and sessions close only once the watermark is strictly past their end
+    strict = params["kind"] in ("sliding", "session")
 
     def replay(groups):
         plan = _wj_plan(params)
@@ -132,8 +133,9 @@ def _wj_replay(params):
                 late += op.add(key, t, seq, vals, wm, out)
             op.flush(out)
             for start, end, k, values, _revision in out:
-                # the watermark value that closes it: end, or just past t for sliding (both ends inclusive)
-                yield ("row", (end + 1 if sliding else end, start, end, k, values))
+                # the watermark value that closes it: end, or just past it (sliding: both ends
+                # inclusive; session: an event exactly GAP after the last still joins)
+                yield ("row", (end + 1 if strict else end, start, end, k, values))
             if late:
                 yield ("late", late)
     return replay

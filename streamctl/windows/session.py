@@ -2,7 +2,7 @@
 
 An event merges every open session of its group that it is within GAP of (so
 one event can bridge two sessions). A session closes when the watermark
-reaches last + GAP; an event is late when t + GAP <= watermark, because no
+passes last + GAP (an event exactly GAP after the last still joins it); an event is late when t + GAP <= watermark, because no
 open session could take it any more (Kafka Streams' rule). A late event with
 `--late correct` joins the closed sessions it touches (or starts its own) and
 that session is emitted again with a revision number.
@@ -90,12 +90,14 @@ class Session:
             out.append((s[START], s[LAST] + self.gap, key, plan.result(s[STATE]), None))
 
     def close(self, wm: int, out: list) -> None:
+        # Strictly after the end: an event at exactly last + GAP is "at most GAP apart"
+        # and still joins the session, so the session cannot close while wm == end.
         heap = self.heap
-        if not heap or heap[0][0] > wm:
+        if not heap or heap[0][0] >= wm:
             return
         batch = []
         gap = self.gap
-        while heap and heap[0][0] <= wm:
+        while heap and heap[0][0] < wm:
             end, sid, key = heapq.heappop(heap)
             sessions = self.open.get(key)
             if not sessions:
