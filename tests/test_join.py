@@ -401,3 +401,15 @@ def test_cli_as_of_with_timeless_table_file_and_closed_pipe(tmp_path):
                        shell=True, capture_output=True, executable="/bin/bash",
                        env={**os.environ, "PYTHONWARNINGS": ""})
     assert p.stdout.count(b"\n") == 1 and b"Traceback" not in p.stderr and b"Error" not in p.stderr
+
+
+def test_cli_engine_choice_and_emit_job_to_stdout(tmp_path):
+    f = tmp_path / "f.jsonl"
+    f.write_text('{"id":1}\n')
+    p = run_cli("join", str(f), str(f), "--table", "--on", "id")
+    assert p.returncode == 0 and b"engine: local" in p.stderr
+    p = run_cli("join", "-", str(f), "--table", "--on", "id", "--engine", "spark", input=b'{"id":1}\n')
+    assert p.returncode == 2 and b"not stdin" in p.stderr
+    p = run_cli("join", str(f), str(f), "--tables", "--on", "id", "--emit-job", "-")
+    assert p.returncode == 0 and p.stdout.startswith(b"#!/usr/bin/env python3") and b"def main(spark" in p.stdout
+    compile(p.stdout, "job.py", "exec")
