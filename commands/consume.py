@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from streamctl.commands.common import example, info
+from streamctl.commands.common import example
 
 EPILOG = example(
     "streamctl consume orders                               # every record, then exit",
@@ -87,31 +87,25 @@ def consume(
         return consume_live.run(log, group, from_, partition, max_, value, fmt, follow, idle_timeout,
                                 exec_, batch, batch_timeout, unbuffered)
 
+    # no group: nothing to claim or commit; stream the stored lines straight through
     from streamctl import consumer, stopflag
-    from streamctl.errors import BrokenPipe, Interrupted
+    from streamctl.errors import Interrupted
     from streamctl.formats.records import renderer
     from streamctl.formats.writer import Output
 
     lg = logmod.open_log(log)
     parts = consumer.check_partition_arg(lg, partition)
-    pl = consumer.plan(lg, parts, from_, group)
-    for note in pl.notices:
-        info(note)
+    pl = consumer.plan(lg, parts, from_, None)
     render = renderer(value, fmt)
     out = Output(unbuffered=True if unbuffered else None)
-    committer = consumer.Committer(lg, group)
     items = consumer.stream(lg, pl, merge=True)
-    stopflag.install()  # Ctrl-C / SIGTERM: finish the record at hand, flush, commit, then exit
-    try:
-        consumer.run(items, render, out.write, out.flush, committer, max_)
-    except BrokenPipe:
-        committer.commit()
-        raise
+    stopflag.install()  # Ctrl-C / SIGTERM: finish the record at hand, flush, then exit
+    consumer.run(items, render, out.write, out.flush, consumer.Committer(lg, None), max_)
     if stopflag.is_set():
         import signal
 
         if stopflag.signum() == signal.SIGINT:
-            raise Interrupted("interrupted; offsets committed up to the last record written")
+            raise Interrupted("interrupted")
 
 
 def _consume_plain(path: str, from_: str | None, max_: int | None, value: bool, fmt: str | None,
