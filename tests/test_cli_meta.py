@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 from conftest import ROOT, run_cli
-
 from streamctl.commands.main import COMMANDS, build_app
 
 

@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+
 from conftest import CLI, cli_env, run_cli
 
 

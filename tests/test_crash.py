@@ -10,8 +10,8 @@ import subprocess
 import time
 
 import pytest
-from conftest import CLI, cli_env, run_cli
 
+from conftest import CLI, cli_env, run_cli
 from streamctl import log as logmod
 from streamctl import reader
 
