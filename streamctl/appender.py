@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import count
 
 from streamctl import record
 from streamctl.errors import StorageError
 from streamctl.fsutil import NOFOLLOW, flock, fsync_dir, unlock, write_all
 from streamctl.log import Log
-from streamctl.segment import last_line, list_segments, segment_name, visible_end
+from streamctl.segment import cut_torn_tail, last_line, list_segments, segment_name, visible_end
 from streamctl.swap import recover as _finish_interrupted_swaps
 from streamctl.timeparse import now_ms
 
@@ -132,34 +133,11 @@ class Appender:
 
     def _write_values(self, p: int, tail: _Tail, key_json: bytes, values: Sequence[bytes],
                       want_lines: bool) -> AppendResult:
-        seg_bytes = self.log.meta.segment_bytes
         ts = max(self.clock(), tail.last_ts)
         # record.encode's layout, with everything after the offset fixed for the batch
         middle = b',"partition":%d,"ts":%d,"key":%s,"value":' % (p, ts, key_json)
-        first = off = tail.next_offset
-        buf = bytearray()
-        lines: list[bytes] | None = [] if want_lines else None
-        size = tail.size
-        try:
-            for v in values:
-                if size + len(buf) >= seg_bytes and (size > 0 or buf):
-                    self._flush(tail, buf)
-                    buf.clear()
-                    tail.next_offset = off
-                    self._roll(p, tail)
-                    size = tail.size
-                line = b'{"offset":%d%s%s}\n' % (off, middle, v)
-                buf += line
-                if lines is not None:
-                    lines.append(line)
-                off += 1
-            self._flush(tail, buf)
-        except StorageError:
-            self._forget(p)
-            raise
-        tail.next_offset = off
-        tail.last_ts = ts
-        return AppendResult(p, first, off - 1, lines)
+        lines = (b'{"offset":%d%s%s}\n' % (off, middle, v) for off, v in zip(count(tail.next_offset), values))
+        return self._write_lines(p, tail, ts, lines, want_lines)
 
     def _refresh(self, p: int) -> _Tail:
         """Find the active segment's end under the lock; reuse what we knew if unchanged."""
@@ -179,16 +157,12 @@ class Appender:
         if tail.fd >= 0:
             os.close(tail.fd)
         fd = os.open(active.path, os.O_RDWR | NOFOLLOW)
-        size = os.fstat(fd).st_size
-        end = visible_end(fd, size)
-        if end < size:
-            # A crashed writer left a partial line: never visible, now removed.
-            try:
-                os.ftruncate(fd, end)
-                os.fsync(fd)
-            except OSError as e:
-                os.close(fd)
-                raise _os_error(e, active.path, "truncating a torn tail") from None
+        try:
+            # A crashed writer may have left a partial line: never visible, now removed.
+            end = cut_torn_tail(fd)
+        except OSError as e:
+            os.close(fd)
+            raise _os_error(e, active.path, "truncating a torn tail") from None
         last = last_line(fd, end)
         if last is not None:
             off, _, ts = record.envelope(last)
@@ -251,29 +225,33 @@ class Appender:
         tail.size = before + len(buf)
 
     def _write(self, p: int, tail: _Tail, items: Sequence[Item], want_lines: bool) -> AppendResult:
-        seg_bytes = self.log.meta.segment_bytes
         ts = max(self.clock(), tail.last_ts)
-        first = tail.next_offset
-        off = first
-        buf = bytearray()
-        lines: list[bytes] | None = [] if want_lines else None
         encode = record.encode
         middle = b',"partition":%d,"ts":%d,"key":' % (p, ts)
-        committed_size = tail.size
+        # record.encode's layout, inlined for the common no-headers record (hot loop)
+        lines = (b'{"offset":%d%s%s,"value":%s}\n' % (off, middle, key, value) if headers is None
+                 else encode(off, p, ts, key, value, headers)
+                 for off, (key, value, headers) in zip(count(tail.next_offset), items))
+        return self._write_lines(p, tail, ts, lines, want_lines)
+
+    def _write_lines(self, p: int, tail: _Tail, ts: int, lines: Iterator[bytes], want_lines: bool) -> AppendResult:
+        """Write encoded lines (offsets tail.next_offset, +1, ...) in one batch, rolling segments."""
+        seg_bytes = self.log.meta.segment_bytes
+        first = off = tail.next_offset
+        buf = bytearray()
+        kept: list[bytes] | None = [] if want_lines else None
+        size = tail.size
         try:
-            for key, value, headers in items:
-                if committed_size + len(buf) >= seg_bytes and (committed_size > 0 or buf):
+            for line in lines:
+                if size + len(buf) >= seg_bytes and (size > 0 or buf):
                     self._flush(tail, buf)
                     buf.clear()
                     tail.next_offset = off
                     self._roll(p, tail)
-                    committed_size = tail.size
-                # record.encode's layout, inlined for the common no-headers record (hot loop)
-                line = (b'{"offset":%d%s%s,"value":%s}\n' % (off, middle, key, value) if headers is None
-                        else encode(off, p, ts, key, value, headers))
+                    size = tail.size
                 buf += line
-                if lines is not None:
-                    lines.append(line)
+                if kept is not None:
+                    kept.append(line)
                 off += 1
             self._flush(tail, buf)
         except StorageError:
@@ -282,7 +260,7 @@ class Appender:
             raise
         tail.next_offset = off
         tail.last_ts = ts
-        return AppendResult(p, first, off - 1, lines)
+        return AppendResult(p, first, off - 1, kept)
 
     def _forget(self, p: int) -> None:
         tail = self._tails.pop(p, None)

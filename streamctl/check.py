@@ -9,7 +9,7 @@ import orjson
 
 from streamctl import offsets, reader, record, segment
 from streamctl.errors import StorageError
-from streamctl.fsutil import NOFOLLOW, flock, unlock
+from streamctl.fsutil import NOFOLLOW, folder_lock
 from streamctl.log import Log
 
 
@@ -149,22 +149,13 @@ def _check_swaps(pdir: str, repair: bool, report: CheckReport) -> set[str]:
 
 def _repair_tail(log: Log, p: int, seg: segment.Segment, problem: Problem) -> None:
     """Truncate a torn tail under the partition lock (so no producer is mid-append)."""
-    lock = os.open(log.partition_dir(p), os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW)
-    try:
-        flock(lock)
+    with folder_lock(log.partition_dir(p)):
         fd = os.open(seg.path, os.O_RDWR | NOFOLLOW)
         try:
-            size = os.fstat(fd).st_size
-            end = segment.visible_end(fd, size)
-            if end < size:
-                os.ftruncate(fd, end)
-                os.fsync(fd)
+            segment.cut_torn_tail(fd)
             problem.repaired = True
         finally:
             os.close(fd)
-    finally:
-        unlock(lock)
-        os.close(lock)
 
 
 def dumps(report: CheckReport) -> bytes:

@@ -266,12 +266,7 @@ def _roll(pdir: str) -> bool:
     active = segs[-1]
     fd = os.open(active.path, os.O_RDWR | NOFOLLOW)
     try:
-        size = os.fstat(fd).st_size
-        end = segment.visible_end(fd, size)
-        if end < size:
-            os.ftruncate(fd, end)
-            os.fsync(fd)
-        last = segment.last_line(fd, end)
+        last = segment.last_line(fd, segment.cut_torn_tail(fd))
     finally:
         os.close(fd)
     if last is None:

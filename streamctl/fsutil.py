@@ -6,6 +6,8 @@ import errno
 import fcntl
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from streamctl.errors import StorageError
 
@@ -105,3 +107,17 @@ def flock(fd: int, exclusive: bool = True, timeout: float | None = None, what: s
 
 def unlock(fd: int) -> None:
     fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+@contextmanager
+def folder_lock(path: str, timeout: float | None = None) -> Iterator[None]:
+    """An exclusive flock on a folder itself: the partition lock every segment writer takes."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW)
+    try:
+        flock(fd, timeout=timeout, what=path)
+        try:
+            yield
+        finally:
+            unlock(fd)
+    finally:
+        os.close(fd)

@@ -72,6 +72,20 @@ def visible_end(fd: int, size: int) -> int:
     return 0
 
 
+def cut_torn_tail(fd: int) -> int:
+    """Truncate bytes after the last `\n` (a crashed writer's partial line) and fsync.
+
+    Only the holder of the partition lock may call this: a live writer's
+    unfinished batch looks exactly like a torn tail. Returns the new size.
+    """
+    size = os.fstat(fd).st_size
+    end = visible_end(fd, size)
+    if end < size:
+        os.ftruncate(fd, end)
+        os.fsync(fd)
+    return end
+
+
 def last_line(fd: int, end: int) -> bytes | None:
     """The complete line that ends at `end` (which must follow a `\n`)."""
     if end <= 0:

@@ -32,10 +32,10 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from streamctl.errors import StorageError
-from streamctl.fsutil import NOFOLLOW, flock, fsync_dir, open_lock, unlock
+from streamctl.fsutil import NOFOLLOW, flock, folder_lock, fsync_dir, open_lock, unlock
 from streamctl.segment import NAME_DIGITS, list_segments, segment_name
 
 CLEANED = ".cleaned"
@@ -74,18 +74,9 @@ def _unlink(path: str) -> bool:
         return False
 
 
-@contextmanager
-def partition_lock(pdir: str, timeout: float | None = None) -> Iterator[None]:
+def partition_lock(pdir: str, timeout: float | None = None) -> AbstractContextManager[None]:
     """The Appender's lock: an exclusive flock on the partition folder itself."""
-    fd = os.open(pdir, os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW)
-    try:
-        flock(fd, timeout=timeout, what=pdir)
-        try:
-            yield
-        finally:
-            unlock(fd)
-    finally:
-        os.close(fd)
+    return folder_lock(pdir, timeout)
 
 
 @contextmanager
