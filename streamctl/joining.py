@@ -456,5 +456,5 @@ def job_text(params: dict) -> str:
     how = ("  spark-submit job.py > rows.jsonl                 # the master from spark-submit (default local[*])\n"
            "  spark-submit --master yarn job.py > rows.jsonl   # on a cluster\n"
            "  python job.py > rows.jsonl                       # plain Python with pyspark")
-    body = jobgen.body_source("replay_job") + "\n\n" + jobgen.body_source("join_job")
+    body = "\n\n".join([jobgen.body_source("replay_job"), jobgen.pasted_core(), jobgen.body_source("join_job")])
     return jobgen.render_job(title, how, params, body)

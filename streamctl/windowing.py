@@ -537,9 +537,6 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
 
 # -- the Spark engine -------------------------------------------------------------
 
-_EMBEDDED_TIME_FUNCS = ("parse_iso", "format_iso", "_td", "event_time_ms")
-
-
 def _embedded_source(module) -> str:
     """A core module's source for pasting into a job: streamctl imports dropped (the names are pasted too)."""
     import inspect
@@ -565,10 +562,9 @@ def spark_job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool
     local engine); an emitted job (run later by cron or spark-submit) reads to the
     end as it is then. A URI input is a log unless it names a .jsonl file.
     """
-    import inspect
 
     from streamctl import log as logmod
-    from streamctl import reader, timeparse, windows
+    from streamctl import reader, windows
     from streamctl.spark import jobgen
     from streamctl.windows import hopping, session, sliding, tumbling
 
@@ -597,11 +593,9 @@ def spark_job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool
     cut = replay_src.find("\ndef main(")
     if cut >= 0:
         replay_src = replay_src[:cut]
-    time_src = ["from datetime import UTC, datetime", "", "_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)", ""]
-    time_src += [inspect.getsource(getattr(timeparse, name)) for name in _EMBEDDED_TIME_FUNCS]
     body = "\n\n".join([
         "# ---- the log reader, shared with `streamctl replay` ----\n" + replay_src.strip(),
-        "# ---- streamctl.timeparse (pasted) ----\n" + "\n".join(time_src),
+        jobgen.pasted_core(),
         *(_embedded_source(m) for m in (aggregations, windows, tumbling, hopping, sliding, session)),
         "# ---- the window job ----\n" + jobgen.body_source("window_job").strip(),
     ])

@@ -164,3 +164,26 @@ def render_job(title: str, how_to_run: str, params: dict, body: str) -> str:
 def body_source(module: str) -> str:
     """The text of a job-body module in streamctl.spark (e.g. "replay_job"), without importing it."""
     return resources.files("streamctl.spark").joinpath(f"{module}.py").read_text(encoding="utf-8")
+
+
+# streamctl's own functions a job needs, pasted in: a job runs where streamctl is not
+# installed, and must read times and field paths exactly as the local engine does.
+_PASTED = (("timeparse", ("parse_iso", "format_iso", "_td", "event_time_ms")), ("paths", ("get",)))
+
+
+def pasted_core() -> str:
+    """Source of streamctl.timeparse's time functions and streamctl.paths.get for a job body.
+
+    They carry type hints like `int | None`, so jobs need Python 3.10+ on the cluster.
+    """
+    import importlib
+    import inspect
+
+    out = ["# ---- streamctl.timeparse and streamctl.paths (pasted from streamctl) ----",
+           "from datetime import datetime, timezone", "from typing import Any", "",
+           "UTC = timezone.utc", "_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)", "_MISSING = object()", ""]
+    for module, names in _PASTED:
+        mod = importlib.import_module(f"streamctl.{module}")
+        out += [inspect.getsource(getattr(mod, name)) for name in names]
+    return "\n".join(out)
+

@@ -17,6 +17,8 @@ engine, by the rules written in streamctl/joins/*.py, as DataFrame operations:
    the sort key of the moment the local engine emits it; then one global sort.
 """
 
+# ruff: noqa: F821  (get, event_time_ms and the log reader are pasted in above this body)
+
 import json as _json
 
 from pyspark import StorageLevel
@@ -48,62 +50,8 @@ ROW_SCHEMA = StructType([StructField(n, t) for n, t in (
     ("t", LongType()), ("value_j", StringType()))])
 
 
-# ---- reading one record: the same rules as streamctl.paths / timeparse / joining ----
-
-def _get(obj, parts):
-    for p in parts:
-        if isinstance(obj, dict):
-            if p not in obj:
-                return None
-            obj = obj[p]
-        elif isinstance(obj, list) and p.lstrip("-").isdecimal():
-            i = int(p)
-            if -len(obj) <= i < len(obj):
-                obj = obj[i]
-            else:
-                return None
-        else:
-            return None
-    return obj
-
-
-def _parse_iso(s):
-    from datetime import datetime, timezone
-
-    utc = timezone.utc  # noqa: UP017 - the job may run on a cluster's older Python
-
-    s = s.strip()
-    if s.endswith(("Z", "z")):
-        s = s[:-1] + "+00:00"
-    dt = datetime.fromisoformat(s)
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=utc)
-    delta = dt - datetime(1970, 1, 1, tzinfo=utc)
-    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
-
-
-def _event_time(value):
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, (int, float)):
-        if value != value or value in (float("inf"), float("-inf")):
-            return None
-        a = abs(value)
-        if a < 1e11:
-            return int(round(value * 1000))
-        if a < 1e14:
-            return int(value)
-        return int(value // 1000)
-    if isinstance(value, str):
-        s = value.strip()
-        if s.lstrip("-").isdecimal():
-            return _event_time(int(s))
-        try:
-            return _parse_iso(s)
-        except (ValueError, OverflowError):
-            return None
-    return None
-
+# ---- reading one record: the same rules as streamctl.joining (get and event_time_ms are
+# streamctl.paths / streamctl.timeparse, pasted in before this body) ----
 
 def _norm(k):
     if k is None:
@@ -138,14 +86,14 @@ def _extractor(params, side):
     def rows(rec, o1, o2, o3, order_t):
         """order_t: the log's ts; None for a plain file, whose merge time is its event time."""
         value = rec.get("value")
-        t = rec.get("ts") if tf == ("ts",) else _event_time(_get(rec, tf))
+        t = rec.get("ts") if tf == ("ts",) else event_time_ms(get(rec, tf))
         base = (side, rank, o1, o2, o3, t if order_t is None else order_t)
         if is_table and value is None and by_record_key:
             found = _tombstone_keys(rec.get("key"))
             if not found:
                 return [(*base, 0, None, "null", t, None)]
             return [(*base, i, _norm(k), _dumps(k), t, None) for i, k in enumerate(found)]
-        k = _get(rec, on)
+        k = get(rec, on)
         return [(*base, 0, _norm(k), _dumps(k), t, None if value is None else _dumps(value))]
 
     return rows
