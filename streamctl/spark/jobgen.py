@@ -40,6 +40,11 @@ def _session(params):
     conf = {
         "spark.ui.showConsoleProgress": "false",  # no progress bar on the terminal
         "spark.sql.session.timeZone": "UTC",
+        # Locally the driver is also the executor, and it receives the ordered result
+        # partition by partition (toLocalIterator): Spark's 1 GiB default heap lost task
+        # results on a 5M-record replay. Only takes effect when this process starts the
+        # JVM (python job.py, streamctl itself); spark-submit's --driver-memory wins.
+        "spark.driver.memory": "4g",
     }
     conf.update(params.get("spark_conf") or {})
     for key, value in conf.items():
