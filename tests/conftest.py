@@ -32,6 +32,17 @@ def run_cli(*args: str, input: bytes | str | None = None, check: bool = False, t
     return proc
 
 
+def log_records(log: str) -> list[dict]:
+    """Every record of a log as parsed JSON, partition by partition (for invariant checks)."""
+    import json
+
+    from streamctl import log as logmod
+    from streamctl import reader
+
+    lg = logmod.open_log(log)
+    return [json.loads(line) for p in range(lg.partitions) for line in reader.iter_lines(lg, p, 0, None)]
+
+
 @pytest.fixture
 def run():
     return run_cli

@@ -11,18 +11,9 @@ import time
 
 import pytest
 
-from conftest import CLI, cli_env, run_cli
-from streamctl import log as logmod
-from streamctl import reader
+from conftest import CLI, cli_env, log_records, run_cli
 
-
-def all_records(log: str) -> list[dict]:
-    lg = logmod.open_log(log)
-    out = []
-    for p in range(lg.partitions):
-        for line in reader.iter_lines(lg, p, 0, None):
-            out.append(json.loads(line))
-    return out
+all_records = log_records
 
 
 @pytest.mark.slow

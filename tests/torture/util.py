@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 
-from conftest import CLI, cli_env, run_cli
-from streamctl import log as logmod
-from streamctl import reader
+from conftest import CLI, cli_env, log_records, run_cli
 
-
-def records(log: str) -> list[dict]:
-    lg = logmod.open_log(log)
-    out = []
-    for p in range(lg.partitions):
-        for line in reader.iter_lines(lg, p, 0, None):
-            out.append(json.loads(line))
-    return out
+records = log_records
 
 
 def assert_log_sound(log: str, gaps_ok: bool = False) -> list[dict]:
