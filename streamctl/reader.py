@@ -218,6 +218,54 @@ def iter_located_blocks(log: Log, p: int, start: int, end: int | None) -> Iterat
             return
 
 
+def iter_blocks_reverse(log: Log, p: int, start: int, end: int,
+                        chunk: int = segment.CHUNK) -> Iterator[bytes]:
+    """Blocks of whole stored lines of partition p with offsets in [start, end), newest block first
+    (lines inside a block stay in offset order). For scans that want each key's latest record:
+    read backwards, the first sighting of a key is its latest.
+
+    Like iter_located_blocks it holds a segment's fd while reading it and moves on by
+    offset: the next segment is the last one whose base is below the lowest offset
+    delivered so far, found in a fresh listing, so a compaction swap or merge
+    underneath neither skips nor repeats a record.
+    """
+    upper = end  # every line with offset in [upper, end) has been delivered
+    while upper > start:
+        segs = [s for s in log.segments(p) if s.base < upper]
+        if not segs:
+            return
+        seg = segs[-1]
+        opened = _open(seg)
+        if opened is None:
+            continue  # swapped or deleted under us: list the folder again
+        fd, vend = opened
+        pos = 0
+        try:
+            hi = segment.bisect(fd, vend, segment.offset_key, upper)
+            lo = segment.bisect(fd, hi, segment.offset_key, start) if start > seg.base else 0
+            pos = hi
+            want = chunk
+            while pos > lo:
+                n = min(want, pos - lo)
+                buf = os.pread(fd, n, pos - n)
+                if len(buf) < n:
+                    raise StorageError(f"{seg.path}: segment shrank while reading it")
+                cut = 0 if pos - n == lo else buf.find(b"\n") + 1
+                if pos - n != lo and (cut == 0 or cut == n):
+                    want *= 2  # no whole line in the chunk: a line longer than it
+                    continue
+                want = chunk
+                block = buf[cut:] if cut else buf
+                pos -= n - cut
+                upper = record.offset_of(block[: block.find(b"\n") + 1])
+                yield block
+            upper = min(upper, seg.base)
+        except record.BadRecord as e:
+            raise corrupt(seg.path, _bad_line_pos(fd, pos, vend), e) from None
+        finally:
+            os.close(fd)
+
+
 def _bad_line_pos(fd: int, start: int, end: int) -> int | None:
     """Byte position of the first line from `start` that is not a record (for the error message)."""
     for pos, line in segment.iter_lines(fd, start, end):

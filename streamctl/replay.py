@@ -164,22 +164,51 @@ def replay(log: Log, spec: ReplaySpec, ranges: dict[int, Range], progress: Progr
     yield from _merge({p: _lines(log, p, r, key, progress) for p, r in live.items()})
 
 
+def _canonical_key(k: bytes) -> bytes:
+    return orjson.dumps(orjson.loads(k)) if b"\\" in k else k
+
+
 def _partition_table(log: Log, p: int, rng: Range, key: bytes | None,
                      progress: Progress | None) -> dict[bytes, bytes]:
-    """key -> last line of the partition's range (tombstones kept), in order of last write."""
+    """key -> last line of the partition's range (tombstones kept), in offset order.
+
+    The range is read backwards, so a key's first sighting is its latest record:
+    a block whose keys were all seen already (most of a long changelog) costs
+    two regex calls and a set difference, and only blocks that bring new keys
+    are split into lines. Memory is the table: one line per key.
+    """
     table: dict[bytes, bytes] = {}
-    pop = table.pop
-    for block in _blocks(log, p, rng, progress):
-        for line in block.splitlines(keepends=True):
-            k = record.key_bytes(line)
-            if b"\\" in k:
-                k = orjson.dumps(orjson.loads(k))
-            if k == b"null" or (key is not None and k != key):
+    seen: set[bytes] = set()  # key texts as spelled on disk, latest record found
+    if rng.start >= rng.end:
+        return table
+    for block in reader.iter_blocks_reverse(log, p, rng.start, rng.end):
+        if progress is not None:
+            progress(len(block))
+        keys = record.block_keys(block, len(block))
+        lines = None
+        if keys is None:
+            lines = block.splitlines(keepends=True)
+            keys = [record.key_bytes(line) for line in lines]
+        new = set(keys)
+        new.difference_update(seen)
+        if not new:
+            continue
+        seen.update(new)
+        if lines is None:
+            lines = block.splitlines(keepends=True)
+        last = dict(zip(keys, lines, strict=True))  # the later of equal keys wins
+        for k in new:
+            canon = _canonical_key(k)
+            if canon == b"null" or (key is not None and canon != key):
                 continue
-            # pop first so the dict's order is the order of each key's last write
-            pop(k, None)
-            table[k] = line
-    return table
+            line = last[k]
+            had = table.get(canon)
+            # two spellings of one key (`"é"`, `"\u00e9"`): the later record wins
+            if had is None or record.offset_of(had) < record.offset_of(line):
+                table[canon] = line
+        if key is not None and key in table:
+            break  # one key asked for, and its latest record is found
+    return dict(sorted(table.items(), key=lambda kv: record.offset_of(kv[1])))
 
 
 def _compact(log: Log, ranges: dict[int, Range], key: bytes | None, progress: Progress | None) -> Iterator[bytes]:
