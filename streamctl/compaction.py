@@ -35,13 +35,12 @@ Decisions (see docs/readme-compaction.md):
 from __future__ import annotations
 
 import os
-import re
 from bisect import bisect_left
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
-from streamctl import record, retention, segment, stopflag, swap
+from streamctl import forkmap, record, retention, segment, stopflag, swap
 from streamctl.errors import Interrupted, StorageError
 from streamctl.fsutil import NOFOLLOW, fsync_dir, write_all
 from streamctl.log import Log
@@ -50,12 +49,11 @@ from streamctl.timeparse import now_ms
 
 DEFAULT_TOMBSTONE_RETENTION_MS = 24 * 3600 * 1000
 SCAN_CHUNK = 4 << 20
+# The key scan runs on every core (up to MAX_SCAN_WORKERS forked processes) once
+# the segments to scan hold PARALLEL_SCAN_BYTES: below that a fork costs more than it saves.
+PARALLEL_SCAN_BYTES = 64 << 20
+MAX_SCAN_WORKERS = 4
 
-# The canonical prefix of a stored line, anchored at the `\n` before it (a record
-# line never contains a raw newline, so this only matches at line starts). The
-# key is a JSON string (unrolled loop: fast in `re`) or null.
-_CANON = re.compile(
-    rb'\n\{"offset":\d+,"partition":\d+,"ts":\d+,"key":(null|"[^"\\\n]*(?:\\.[^"\\\n]*)*"),"value":')
 _NULL = b"null"
 
 Progress = Callable[[int], None]  # called with bytes just processed
@@ -69,6 +67,7 @@ class CompactOptions:
     dry_run: bool = False
     lock_timeout: float | None = None
     retention: retention.RetentionOptions = field(default_factory=retention.RetentionOptions)
+    workers: int | None = None  # processes for the key scan; None: one per core for big logs
 
 
 @dataclass
@@ -106,10 +105,10 @@ class _Scanned:
     seg: Segment
     size: int          # visible bytes
     clean_end: int     # bytes [0, clean_end) are old enough to compact (--min-lag)
-    first_idx: int     # line number (over the partition's cleanable lines) of its first line
+    first_idx: int     # number of its first line: (segment ordinal << 32), see _scan_partition
     lines: int         # lines in [0, clean_end)
     nulls: int         # null-key lines among them
-    canonical: bool    # every line matched _CANON (pass 2 may use it again)
+    canonical: bool    # record.block_keys read every line (pass 2 may use it again)
     tail_lines: int    # lines in [clean_end, size), kept as they are
     first_ts: int | None
 
@@ -132,10 +131,12 @@ def _corrupt(path: str, pos: int | None, e: Exception) -> StorageError:
 
 
 def _slow_keys(lines: list[bytes], path: str, pos: int) -> list[bytes]:
-    """Keys of lines that are not in the canonical layout (written by hand, say): full parse."""
+    """Keys of lines that are not in the canonical layout (written by hand, say): each line is
+    fully parsed first, so a damaged line stops the compaction instead of being dropped as superseded."""
     out = []
     for line in lines:
         try:
+            record.parse(line)
             out.append(record.key_bytes(line))
         except record.BadRecord as e:
             raise _corrupt(path, pos, e) from None
@@ -151,24 +152,21 @@ def _scan(fd: int, path: str, end: int, first_idx: int, latest: dict[bytes, int]
     canonical = True
     pos = 0
     want = SCAN_CHUNK
-    findall = _CANON.findall
     while pos < end:
         n_read = min(want, end - pos)
-        # Start one byte early (the previous line's `\n`) so every line, the first
-        # included, is preceded by the newline the pattern anchors on.
-        buf = b"\n" + os.pread(fd, n_read, 0) if pos == 0 else os.pread(fd, n_read + 1, pos - 1)
-        last = buf.rfind(b"\n")
-        if last <= 0:
+        buf = os.pread(fd, n_read, pos)
+        last = buf.rfind(b"\n") + 1
+        if last == 0:
             if pos + n_read >= end:
                 break  # no complete line left (cannot happen below a visible end)
             want *= 2  # a line longer than the block
             continue
         want = SCAN_CHUNK
-        n = buf.count(b"\n", 1, last + 1)
-        keys = findall(buf, 0, last)
-        if len(keys) != n:
-            keys = _slow_keys(buf[1:last].split(b"\n"), path, pos)
+        keys = record.block_keys(buf, last)
+        if keys is None:
+            keys = _slow_keys(buf[:last - 1].split(b"\n"), path, pos)
             canonical = False
+        n = len(keys)
         latest.update(zip(keys, range(idx, idx + n), strict=True))
         nulls += keys.count(_NULL)
         idx += n
@@ -176,6 +174,21 @@ def _scan(fd: int, path: str, end: int, first_idx: int, latest: dict[bytes, int]
         if progress is not None:
             progress(last)
     return idx - first_idx, nulls, canonical
+
+
+def _chunks(jobs: list[tuple[int, str, int]], workers: int) -> list[list[tuple[int, str, int]]]:
+    """Consecutive runs of segments with about equal bytes, one per worker (at least one run)."""
+    total = sum(job[2] for job in jobs)
+    if workers <= 1 or len(jobs) <= 1 or total == 0:
+        return [jobs]
+    chunks: list[list[tuple[int, str, int]]] = [[]]
+    done = 0
+    for job in jobs:
+        if chunks[-1] and done >= total * len(chunks) / workers and len(chunks) < workers:
+            chunks.append([])
+        chunks[-1].append(job)
+        done += job[2]
+    return chunks
 
 
 def _read(path: str, size: int) -> bytes:
@@ -193,9 +206,8 @@ def _read(path: str, size: int) -> bytes:
 
 
 def _null_positions(sc: _Scanned, head: bytes, lines: list[bytes]) -> list[int]:
-    if sc.canonical:
-        keys = _CANON.findall(b"\n" + head)
-    else:
+    keys = record.block_keys(head, len(head)) if sc.canonical else None
+    if keys is None:
         keys = _slow_keys(lines, sc.seg.path, 0)
     return [i for i, k in enumerate(keys) if k == _NULL]
 
@@ -357,9 +369,55 @@ class Compactor:
         return res
 
     def _scan_partition(self, closed: list[Segment]) -> tuple[list[_Scanned], dict[bytes, int]]:
+        """Pass 1: which segments (and how much of each) to compact, then the key scan.
+
+        A line's number is (segment's ordinal << 32) + its line in the segment,
+        so segments can be scanned in any grouping and in parallel.
+        """
+        plans = self._plan_scan(closed)
+        jobs = [(i << 32, pl[0].path, pl[2]) for i, pl in enumerate(plans)]
+        chunks = _chunks(jobs, self._workers(sum(pl[2] for pl in plans)))
+        progress = self.progress
+
+        def scan(chunk: list[tuple[int, str, int]]) -> tuple[dict[bytes, int], list[tuple[int, int, bool]]]:
+            latest: dict[bytes, int] = {}
+            stats = []
+            report = progress if chunk is chunks[0] else None  # children have no terminal of their own
+            for first_idx, path, clean_end in chunk:
+                if stopflag.is_set():
+                    raise Interrupted("compaction interrupted before anything was swapped in; the log is unchanged")
+                try:
+                    fd = os.open(path, os.O_RDONLY | NOFOLLOW)
+                except FileNotFoundError:
+                    raise StorageError(f"{path}: vanished while compacting (is another tool deleting "
+                                       "segments?)") from None
+                try:
+                    stats.append(_scan(fd, path, clean_end, first_idx, latest, report))
+                finally:
+                    os.close(fd)
+            return latest, stats
+
         latest: dict[bytes, int] = {}
         out: list[_Scanned] = []
-        idx = 0
+        for chunk, (part, stats) in zip(chunks, forkmap.fork_map(scan, chunks), strict=True):
+            latest.update(part)  # chunks in segment order: a later segment's line wins
+            if chunk is not chunks[0] and progress is not None:
+                progress(sum(job[2] for job in chunk))
+            for (first_idx, _, _), (lines, nulls, canonical) in zip(chunk, stats, strict=True):
+                seg, vend, clean_end, tail_lines, first_ts = plans[first_idx >> 32]
+                out.append(_Scanned(seg, vend, clean_end, first_idx, lines, nulls, canonical, tail_lines,
+                                    first_ts))
+        latest.pop(_NULL, None)
+        return out, latest
+
+    def _workers(self, nbytes: int) -> int:
+        if self.opts.workers is not None:
+            return max(1, self.opts.workers)
+        return min(forkmap.cores(), MAX_SCAN_WORKERS) if nbytes >= PARALLEL_SCAN_BYTES else 1
+
+    def _plan_scan(self, closed: list[Segment]) -> list[tuple[Segment, int, int, int, int | None]]:
+        """(segment, visible end, clean end, lines after the clean end, first ts) of each segment to scan."""
+        plans = []
         past_cutoff = False
         for seg in closed:
             if stopflag.is_set():
@@ -385,17 +443,17 @@ class Compactor:
                 if clean_end == 0 and vend > 0:
                     break  # this segment and all after it are younger than --min-lag
                 first = segment.line_at_or_after(fd, 0, vend, vend)
-                first_ts = record.envelope(first[1])[2] if first else None
-                lines, nulls, canonical = _scan(fd, seg.path, clean_end, idx, latest, self.progress)
+                try:
+                    first_ts = record.envelope(first[1])[2] if first else None
+                except record.BadRecord as e:
+                    raise _corrupt(seg.path, 0, e) from None
                 tail_lines = sum(b.count(b"\n") for b in segment.iter_blocks(fd, clean_end, vend))
             finally:
                 os.close(fd)
-            out.append(_Scanned(seg, vend, clean_end, idx, lines, nulls, canonical, tail_lines, first_ts))
-            idx += lines
+            plans.append((seg, vend, clean_end, tail_lines, first_ts))
             if past_cutoff:
                 break
-        latest.pop(_NULL, None)
-        return out, latest
+        return plans
 
     def _compact(self, pdir: str, scanned: list[_Scanned], latest: dict[bytes, int]
                  ) -> tuple[int, int, int, int, int]:

@@ -304,6 +304,41 @@ def test_hand_written_lines_are_compacted_by_full_parse(tmp_path) -> None:
                                    b'{"offset":4,"partition":0,"ts":3600000,"key":"c","value":5}\n']
 
 
+@pytest.mark.parametrize("workers", [2, 3, 5])
+def test_parallel_key_scan_gives_the_same_segments(tmp_path, workers: int) -> None:
+    """The key scan forked over several processes (as for big logs) leaves byte-identical segments."""
+    import shutil
+
+    path = str(tmp_path / "log")
+    build(path, [(t * H, [(f"k{(t * 7 + i) % 23}", None if i % 11 == 0 else i) for i in range(60)] + [(None, t)])
+                 for t in range(1, 12)])
+    shutil.copytree(path, path + "-seq")
+    compact(open_log(path + "-seq"), CompactOptions(roll=True, workers=1), now=30 * H)
+    res = compact(open_log(path), CompactOptions(roll=True, workers=workers), now=30 * H)
+    assert res[0].records_after < res[0].records_before
+    for name in sorted(os.listdir(os.path.join(path, "p0"))):
+        with open(os.path.join(path, "p0", name), "rb") as a, open(os.path.join(path + "-seq", "p0", name), "rb") as b:
+            assert a.read() == b.read(), name
+    assert sorted(os.listdir(os.path.join(path, "p0"))) == sorted(os.listdir(os.path.join(path + "-seq", "p0")))
+
+
+def test_parallel_key_scan_reports_a_corrupt_segment(tmp_path) -> None:
+    path = str(tmp_path / "log")
+    build(path, [(t * H, [("a", i) for i in range(40)]) for t in range(1, 8)])
+    segs = open_log(path).segments(0)
+    victim = segs[-2].path  # scanned by a forked worker
+    data = open(victim, "rb").read()
+    with open(victim, "r+b") as f:
+        f.seek(data.index(b"\n") + 1)  # the second line: found by the worker's scan
+        f.write(b"X")
+    with pytest.raises(StorageError, match=os.path.basename(victim) + ": byte .*corrupt record"):
+        compact(open_log(path), CompactOptions(roll=True, workers=3), now=30 * H)
+    with open(victim, "r+b") as f:
+        f.write(b"X")  # the first line: found while planning the scan
+    with pytest.raises(StorageError, match=os.path.basename(victim) + ": byte 0: corrupt record"):
+        compact(open_log(path), CompactOptions(roll=True, workers=3), now=30 * H)
+
+
 def test_one_compaction_at_a_time(tmp_path) -> None:
     path = str(tmp_path / "log")
     build(path, [(H, [("a", i) for i in range(100)])])
@@ -413,7 +448,7 @@ if given is not None:
     _item = st.tuples(st.sampled_from(["a", "b", "c", "d", 'e"', None]), st.one_of(st.none(), st.integers(0, 9)))
     _batch = st.tuples(st.integers(0, 3 * H), st.lists(_item, min_size=1, max_size=40))
     _opts = st.tuples(st.booleans(), st.sampled_from([0, H, 24 * H]), st.sampled_from([0, H, 5 * H]),
-                      st.integers(0, 30 * H))
+                      st.integers(0, 30 * H), st.sampled_from([None, 1, 2, 3]))
 
     @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(st.lists(st.tuples(st.lists(_batch, min_size=1, max_size=6), _opts), min_size=1, max_size=4))
@@ -426,7 +461,7 @@ if given is not None:
             appended: list[bytes] = []
             clock = {"t": H}
             now = 0
-            for batches, (roll, tomb_ret, min_lag, wait) in steps:
+            for batches, (roll, tomb_ret, min_lag, wait, workers) in steps:
                 lg = open_log(path)
                 with Appender(lg, fsync="never", clock=lambda: clock["t"]) as app:
                     for dt, items in batches:
@@ -436,8 +471,8 @@ if given is not None:
                 now = max(now, clock["t"]) + wait
                 active_before = segment_lines_of(lg.segments(0)[-1].path)
                 before = segment_lines(path)
-                compact(lg, CompactOptions(roll=roll, tombstone_retention_ms=tomb_ret, min_lag_ms=min_lag),
-                        now=now)
+                compact(lg, CompactOptions(roll=roll, tombstone_retention_ms=tomb_ret, min_lag_ms=min_lag,
+                                           workers=workers), now=now)
                 after = segment_lines(path)
                 offs = [record.offset_of(ln) for ln in after]
                 assert offs == sorted(set(offs))
