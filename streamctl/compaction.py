@@ -6,7 +6,9 @@ Per partition, over the closed segments (the active one only after a roll):
    prefix with one regular expression per 4 MiB block (no JSON parsing) and
    records, per key, the position of its latest line. State: one dict entry
    per distinct key (key text -> line number), so memory is bounded by the
-   number of keys, not by the log size.
+   number of keys, not by the log size. For logs of PARALLEL_SCAN_BYTES or
+   more the segments are split into consecutive runs scanned by forked
+   processes, one per core (streamctl.forkmap), merged in segment order.
 2. Recopy: each segment keeps the lines that are the latest of their key,
    every null-key line (kept as is: there is nothing for them to supersede),
    and everything newer than --min-lag. Kept lines are the stored bytes,
