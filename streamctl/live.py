@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 import orjson
 
 from streamctl import offsets, record, segment, stopflag
-from streamctl.consumer import Committer, plan, stream
+from streamctl.consumer import Committer, plan, render_block, stream
 from streamctl.errors import BrokenPipe, StorageError
 from streamctl.follow import Waiter
 from streamctl.log import Log
@@ -288,13 +288,18 @@ class PrintSink:
         self.out = out
         self.render = render
         self.committer = committer
-        self.per_line = per_line or render is not None
+        self.per_line = per_line
 
     def put(self, p: int, next_offset: int, data: bytes) -> int:
-        n = 1 if self.per_line else data.count(b"\n")
-        self.committer.queued(p, next_offset)
-        if self.out.write(data if self.render is None else self.render(data)):
-            self.committer.flushed()
+        committer = self.committer
+        if self.render is None:
+            n = 1 if self.per_line else data.count(b"\n")
+        else:
+            # whole blocks, rendered line by line: no per-record trip through the reader and the merge
+            data, n = render_block(self.render, data, committer.log, p, committer.pending.get(p, 0))
+        committer.queued(p, next_offset)
+        if self.out.write(data):
+            committer.flushed()
         return n
 
     def sync(self) -> None:

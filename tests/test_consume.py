@@ -102,6 +102,27 @@ def test_group_commits_and_resumes(logdir):
     assert len(lines_of(run_cli("consume", logdir, "--group", "g1", "--from", "earliest", check=True))) == 10
 
 
+def test_group_renders_the_same_as_without_group(logdir):
+    """--group with --value/--format renders whole blocks; output equals the group-less run, and a
+    damaged line is reported with its segment and byte, nothing committed past it."""
+    make_log(logdir, 300, partitions=3, extra=("--segment-bytes", "2KiB"))
+    for flags in (["--value"], ["--format", r"%p:%o %k %s\n"]):
+        plain = run_cli("consume", logdir, *flags, check=True).stdout
+        grouped = run_cli("consume", logdir, "--group", "r" + flags[0][2:], *flags, check=True).stdout
+        assert grouped == plain and plain.count(b"\n") == 300
+    seg = os.path.join(logdir, "p1", "00000000000000000000.jsonl")
+    data = open(seg, "rb").read()
+    with open(seg, "r+b") as f:
+        f.seek(data.index(b"\n", data.index(b"\n") + 1) - 1)  # the second line's closing brace
+        f.write(b"]")
+    r = run_cli("consume", logdir, "--group", "broken", "--value")
+    assert r.returncode == 1
+    assert b"00000000000000000000.jsonl: byte" in r.stderr and b"Traceback" not in r.stderr
+    committed = json.load(open(os.path.join(logdir, "groups", "broken.json")))["offsets"] if \
+        os.path.exists(os.path.join(logdir, "groups", "broken.json")) else {}
+    assert committed.get("1", 0) <= 1
+
+
 @pytest.mark.parametrize("bad", ["", "..", ".", "a/b", "a b", "x" * 250, "../etc", "a\nb"])
 def test_bad_group_names_refused_before_any_file_access(logdir, bad):
     make_log(logdir, 1)
