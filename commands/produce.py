@@ -54,7 +54,8 @@ def produce(
     from streamctl.errors import UsageError
     from streamctl.formats import inputs
     from streamctl.names import check_partition
-    from streamctl.producer import Input, ProduceOptions
+    from streamctl.paths import value_path
+    from streamctl.producer import Input, ProduceOptions, validate_values
     from streamctl.producer import produce as run_produce
     from streamctl.timeparse import now_ms, parse_duration
 
@@ -128,8 +129,11 @@ def produce(
         decoder=decoder, partition=partition, max_record_bytes=max_bytes, on_error=mode,
         dead_letter=dead_letter, per_record=fsync == "always", echo=echo_fn,
     )
-    if not raw and not envelope and key_field is None:
-        opts.validate_batch, opts.const_key = inputs.validate_values, key
+    if not raw and not envelope:
+        if key_field is None:
+            opts.validate_batch, opts.const_key = validate_values, key
+        else:
+            opts.key_path = value_path(key_field)
     with Appender(lg, fsync=fsync, lock_timeout=timeout) as app_:
         if exactly_once:
             from streamctl.exactlyonce import Deduper

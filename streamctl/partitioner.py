@@ -6,6 +6,7 @@ import itertools
 
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
+_CACHE_KEYS = 100_000  # partitions remembered per key string (a log has far fewer keys than records)
 
 
 def murmur2(data: bytes) -> int:
@@ -61,6 +62,28 @@ class Partitioner:
         p = self._cache.get(key)
         if p is None:
             p = partition_for_key(key, self.partitions)
-            if len(self._cache) < 100_000:
+            if len(self._cache) < _CACHE_KEYS:
                 self._cache[key] = p
         return p
+
+    def many(self, keys: list[str | None]) -> list[int]:
+        """The partition of each key in order: the same as calling self on each, in fewer steps.
+
+        Keys repeat, so a batch is mostly cache hits looked up by a C-level map; murmur2
+        runs once per new key. A null key's place in the round-robin depends on the
+        records before it, so a batch with one takes the plain per-key loop.
+        """
+        cache = self._cache
+        try:
+            return list(map(cache.__getitem__, keys))
+        except KeyError:
+            pass
+        missing = set(keys).difference(cache)
+        if None in missing:
+            return [self(k) for k in keys]
+        if len(cache) + len(missing) > _CACHE_KEYS:
+            cache.clear()  # bounded: start over rather than grow with a stream of new keys
+        n = self.partitions
+        for k in missing:
+            cache[k] = partition_for_key(k, n)
+        return list(map(cache.__getitem__, keys))

@@ -181,3 +181,131 @@ def test_not_a_log_folder(tmp_path):
     (d / "file.txt").write_text("hi")
     p = run_cli("produce", str(d), input="1\n")
     assert p.returncode == 1 and b"not a streamctl log" in p.stderr
+
+
+# --- the fast lanes against the per-line decoder ----------------------------------------
+# produce validates whole batches in C-level loops (producer.validate_values, KeyedLane) and
+# falls back to the per-line decoder for a batch it cannot take. Both must store the same
+# bytes, reject the same lines, and choose the same partitions; these run both in-process
+# with a fixed clock and compare the segment files byte for byte.
+
+import json as _json  # noqa: E402
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+def _produce_bytes(tmp: str, name: str, data: bytes, *, key_field: str | None, partitions: int,
+                   fast: bool, const_key: str | None = None, batch_bytes: int = 300) -> tuple:
+    from streamctl import log as logmod
+    from streamctl import paths
+    from streamctl.appender import Appender
+    from streamctl.errors import DataError
+    from streamctl.formats import inputs
+    from streamctl.producer import Input, ProduceOptions, produce, validate_values
+
+    src = os.path.join(tmp, name + ".in")
+    with open(src, "wb") as f:
+        f.write(data)
+    lg = logmod.open_or_create(os.path.join(tmp, name), partitions, None, 1)
+    opts = ProduceOptions(decoder=inputs.value_decoder(key_field, const_key), on_error="skip",
+                          batch_bytes=batch_bytes)
+    if fast:
+        if key_field is None:
+            opts.validate_batch, opts.const_key = validate_values, const_key
+        else:
+            opts.key_path = paths.value_path(key_field)
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        with Appender(lg, fsync="never", clock=lambda: 1763683200000) as app:
+            stats = produce(lg, [Input(name, fd)], opts, app)
+    except DataError as e:  # pragma: no cover - on_error=skip never raises
+        return ("error", str(e))
+    finally:
+        os.close(fd)
+    out = {}
+    for p in range(partitions):
+        pdir = lg.partition_dir(p)
+        out[p] = b"".join(open(os.path.join(pdir, s), "rb").read() for s in sorted(os.listdir(pdir)))
+    return stats.records, stats.rejected, out
+
+
+_scalar_keys = st.one_of(
+    st.text(max_size=6), st.sampled_from(["u1", "u2", "é", "😀", 'q"t', "b\\s", "\u2028", "1", "true"]),
+    st.integers(min_value=-(2**65), max_value=2**65), st.floats(allow_nan=False, allow_infinity=False),
+    st.booleans(), st.none(),
+)
+_keys = st.one_of(_scalar_keys, st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=2), st.integers(), max_size=2))
+
+
+@st.composite
+def _value_lines(draw) -> bytes:
+    kind = draw(st.sampled_from(["flat", "flat", "flat", "nested", "missing", "scalar", "list", "bad", "blank"]))
+    if kind == "bad":
+        return draw(st.sampled_from([b"{", b'{"user":1', b"nope", b"\x0c{}", b'"\xff"', b"[1,]"]))
+    if kind == "blank":
+        return draw(st.sampled_from([b"", b"  ", b"\t"]))
+    key = draw(_keys)
+    if kind == "flat":
+        value = {"user": key, "n": draw(st.integers(min_value=-(2**70), max_value=2**70))}
+    elif kind == "nested":
+        value = {"u": {"id": key}, "l": [key]}
+    elif kind == "missing":
+        value = {"other": key}
+    elif kind == "scalar":
+        value = key
+    else:
+        value = [key, {"user": key}]
+    text = _json.dumps(value, ensure_ascii=draw(st.booleans()),
+                       separators=draw(st.sampled_from([(",", ":"), (", ", ": ")])))
+    pad = draw(st.sampled_from(["", "", "", " ", "\t", " \r"]))
+    return (draw(st.sampled_from(["", "", " ", "\t"])) + text + pad).encode()
+
+
+_settings = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@_settings
+@given(lines=st.lists(_value_lines(), max_size=25), key_field=st.sampled_from(["user", "u.id", "value.user", "l.0", "value"]),
+       partitions=st.sampled_from([1, 3]), crlf=st.booleans())
+def test_keyed_lane_writes_what_the_decoder_writes(tmp_path_factory, lines, key_field, partitions, crlf):
+    tmp = str(tmp_path_factory.mktemp("lane"))
+    data = (b"\r\n" if crlf else b"\n").join(lines) + b"\n"
+    fast = _produce_bytes(tmp, "fast", data, key_field=key_field, partitions=partitions, fast=True)
+    slow = _produce_bytes(tmp, "slow", data, key_field=key_field, partitions=partitions, fast=False)
+    assert fast == slow
+
+
+@_settings
+@given(lines=st.lists(_value_lines(), max_size=25), partitions=st.sampled_from([1, 3]),
+       const_key=st.sampled_from([None, "k", "é"]))
+def test_plain_lane_writes_what_the_decoder_writes(tmp_path_factory, lines, partitions, const_key):
+    tmp = str(tmp_path_factory.mktemp("plain"))
+    data = b"\n".join(lines) + b"\n"
+    fast = _produce_bytes(tmp, "fast", data, key_field=None, partitions=partitions, fast=True, const_key=const_key)
+    slow = _produce_bytes(tmp, "slow", data, key_field=None, partitions=partitions, fast=False, const_key=const_key)
+    assert fast == slow
+
+
+def test_keyed_lane_on_many_repeating_keys(tmp_path):
+    """Large batches through the lane itself (cache hits, new keys, several partitions)."""
+    rows = [{"user": f"user-{i % 37}", "i": i} for i in range(3000)]
+    rows[1500]["user"] = 15  # a number among strings: that batch takes the coercing branch
+    rows[2100]["user"] = None  # a null key: round-robin among keyed records
+    data = b"".join(_json.dumps(r).encode() + b"\n" for r in rows)
+    for parts in (1, 4):
+        fast = _produce_bytes(str(tmp_path), f"f{parts}", data, key_field="user", partitions=parts, fast=True,
+                              batch_bytes=16 << 10)
+        slow = _produce_bytes(str(tmp_path), f"s{parts}", data, key_field="user", partitions=parts, fast=False,
+                              batch_bytes=16 << 10)
+        assert fast == slow and fast[0] == 3000
+
+
+def test_partitioner_many_matches_one_by_one():
+    from streamctl import partitioner
+
+    keys = [f"k{i % 50}" for i in range(500)] + [None, "k1", None] + [f"n{i}" for i in range(300)]
+    a = partitioner.Partitioner(5, start=3)
+    b = partitioner.Partitioner(5, start=3)
+    got = a.many(keys[:200]) + a.many(keys[200:])
+    assert got == [b(k) for k in keys]
