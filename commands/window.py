@@ -181,12 +181,15 @@ class _Rows:
             self.out.write(",".join(cols).encode() + b"\n")
 
     def __call__(self, rows: list) -> None:
-        from streamctl.windowing import row_dict, row_json
+        from streamctl.windowing import row_dict, row_json, rows_jsonl
 
         if self.output == "jsonl":
             write = self.out.write
-            for r in rows:
-                write(row_json(r))
+            try:
+                write(rows_jsonl(rows))
+            except (TypeError, ValueError):
+                for r in rows:  # raises at the row orjson cannot write, after the rows before it
+                    write(row_json(r))
         elif self.output == "csv":
             self.out.write(self.csv.rows(row_dict(r) for r in rows))
         else:

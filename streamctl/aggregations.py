@@ -171,30 +171,41 @@ class Plan:
         name = self.specs[i].name
         self.non_numeric[name] = self.non_numeric.get(name, 0) + 1
 
-    def _compile_add(self):
-        lines = ["def add(st, vals, seq):"]
-        names = [f"v{i}" for i in range(self.n)]
-        lines.append(f"    {', '.join(names)}, = vals")
-        env: dict = {"_dk": _distinct_key}
+    def add_lines(self, st: str = "st", vals: list[str] | None = None, seq: str = "seq") -> list[str]:
+        """The body of add(): straight-line code folding values named `vals` (one per aggregation;
+        the literal `True` for a bare count) into state `st`. Batch loops inline it too."""
+        vals = vals or [f"v{i}" for i in range(self.n)]
+        lines = []
         for i, f in enumerate(self.funcs):
-            v = f"v{i}"
+            v = vals[i]
             if f == "count":
-                lines.append(f"    if {v} is not None: st[{i}] += 1")
+                lines.append(f"{st}[{i}] += 1" if v == "True" else f"if {v} is not None: {st}[{i}] += 1")
             elif f in ("sum", "avg"):
-                lines.append(f"    if {v} is not None:")
-                lines.append(f"        a = st[{i}]; a[0] += {v}; a[1] += 1")
+                lines.append(f"if {v} is not None:")
+                lines.append(f"    a = {st}[{i}]; a[0] += {v}; a[1] += 1")
             elif f == "min":
-                lines.append(f"    if {v} is not None and (st[{i}] is None or {v} < st[{i}]): st[{i}] = {v}")
+                lines.append(f"if {v} is not None and ({st}[{i}] is None or {v} < {st}[{i}]): {st}[{i}] = {v}")
             elif f == "max":
-                lines.append(f"    if {v} is not None and (st[{i}] is None or {v} > st[{i}]): st[{i}] = {v}")
+                lines.append(f"if {v} is not None and ({st}[{i}] is None or {v} > {st}[{i}]): {st}[{i}] = {v}")
             elif f == "distinct":
-                lines.append(f"    if {v} is not None: st[{i}].add(_dk({v}))")
+                lines.append(f"if {v} is not None: {st}[{i}].add(_dk({v}))")
             elif f == "first":
-                lines.append(f"    if st[{i}] is None or seq < st[{i}][0]: st[{i}] = (seq, {v})")
+                lines.append(f"if {st}[{i}] is None or {seq} < {st}[{i}][0]: {st}[{i}] = ({seq}, {v})")
             elif f == "last":
-                lines.append(f"    if st[{i}] is None or seq > st[{i}][0]: st[{i}] = (seq, {v})")
+                lines.append(f"if {st}[{i}] is None or {seq} > {st}[{i}][0]: {st}[{i}] = ({seq}, {v})")
             else:
-                lines.append(f"    if {v} is not None: st[{i}].append({v})")
+                lines.append(f"if {v} is not None: {st}[{i}].append({v})")
+        return lines
+
+    def add_env(self) -> dict:
+        """The names add_lines' code uses."""
+        return {"_dk": _distinct_key}
+
+    def _compile_add(self):
+        names = [f"v{i}" for i in range(self.n)]
+        lines = ["def add(st, vals, seq):", f"    {', '.join(names)}, = vals"]
+        lines += ["    " + ln for ln in self.add_lines("st", names, "seq")]
+        env = self.add_env()
         exec("\n".join(lines), env)
         return env["add"]
 

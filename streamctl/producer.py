@@ -266,13 +266,15 @@ def produce(log: Log, inputs: Iterable[Input], opts: ProduceOptions, appender: A
     fixed = opts.partition if opts.partition is not None else 0 if log.partitions == 1 else None
 
     def append_keyed(key_texts: list[bytes], values: list[bytes], keys: list[str | None]) -> None:
-        items = list(zip(key_texts, values, repeat(None)))
         if fixed is not None:
-            groups = [(fixed, items)]
+            shares = [(fixed, key_texts, values)]
         else:
-            groups = split_by_partition(part.many(keys), items, log.partitions)
-        for p, group in groups:
-            res = appender.append(p, group, want_lines=opts.echo is not None)
+            ps = part.many(keys)
+            n = log.partitions
+            shares = [(p, kt, vs) for (p, kt), (_, vs) in zip(split_by_partition(ps, key_texts, n),
+                                                               split_by_partition(ps, values, n), strict=True)]
+        for p, kt, vs in shares:
+            res = appender.append_keyed(p, kt, vs, want_lines=opts.echo is not None)
             stats.add(res)
             if opts.echo is not None and res.lines:
                 opts.echo(res.lines)

@@ -13,8 +13,12 @@ Memory is the operator's open windows and groups; the input is streamed.
 from __future__ import annotations
 
 import gc
+import itertools
+import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
+from operator import le
 from typing import Any
 
 import orjson
@@ -202,6 +206,120 @@ def compile_prepare(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan) ->
     return env["prepare"]
 
 
+_INT = {int}
+_DICT = {dict}
+_INT_NONE = {int, type(None)}
+_NUMBERS = {int, float, type(None)}
+
+
+def _numeric_column(col: list) -> tuple[list, int]:
+    """A numeric aggregation's column with the values that are not numbers (nor null) replaced by None,
+    and how many there were: compile_prepare's per-value check, for a whole column at once."""
+    types = {*map(type, col)}
+    if types <= _INT_NONE:
+        return col, 0
+    if types <= _NUMBERS:
+        try:
+            # a NaN or an infinity makes the sum non-finite (falsy values cannot, so filter(None) may drop them)
+            if math.isfinite(sum(filter(None, col))):
+                return col, 0
+        except OverflowError:
+            pass
+    inf = (math.inf, -math.inf)
+    clean = [x if x is None or type(x) is int or (type(x) is float and x == x and x not in inf) else None
+             for x in col]
+    return clean, clean.count(None) - col.count(None)
+
+
+def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
+                    key_cache: dict[str, bytes]) -> Callable[[list[dict]], tuple]:
+    """compile_prepare for a list of records: `columns(recs) -> (ts, rest)`, the event times (as
+    compile_prepare reads them; anything but an int is a bad time) and, when every time is good,
+    rest = (key JSON list, one column per aggregation that reads a field), else rest = None.
+
+    Nothing is counted before every column is made (a caller that gets an exception can hand the
+    records to the per-record path); non-numeric values are counted at the end, as compile_prepare
+    counts them for records with a good time.
+    """
+    env: dict = {"_etm": event_time_ms, "_kj": key_json_cached(key_cache), "_kc": key_cache,
+                 "_dumps": orjson.dumps, "_g": [], "_dget": dict.get, "_rep": itertools.repeat,
+                 "_INT": _INT, "_DICT": _DICT, "_num": _numeric_column, "_nn": plan.non_numeric,
+                 "_names": [s.name for s in plan.specs]}
+
+    def one(parts: tuple[str, ...]) -> str:
+        """An expression of one record's field (names `r` and `_val`, its value) for a comprehension."""
+        if len(parts) == 2 and parts[0] == "value":
+            return f"(_val.get({parts[1]!r}) if type(_val) is dict else None)"
+        if len(parts) == 1:
+            return f"r.get({parts[0]!r})"
+        env["_g"].append(aggregations._getter(parts))
+        return f"_g[{len(env['_g']) - 1}](r)"
+
+    def column(parts: tuple[str, ...]) -> str:
+        """An expression of the column of a field over `recs` (values in `_vals`, all dicts if `_vd`)."""
+        if len(parts) == 2 and parts[0] == "value":
+            return (f"(list(map(_dget, _vals, _rep({parts[1]!r}))) if _vd else "
+                    f"[_val.get({parts[1]!r}) if type(_val) is dict else None for _val in _vals])")
+        if len(parts) == 1:
+            return f"list(map(_dget, recs, _rep({parts[0]!r})))"
+        return f"[{one(parts)} for r in recs]"
+
+    src = ["def columns(recs):",
+           "    _vals = list(map(_dget, recs, _rep('value')))",
+           "    _vd = {*map(type, _vals)} == _DICT"]
+    parts = paths.record_path(cfg.time_field)
+    if parts == ("ts",) and not is_log:
+        parts = ("value", "ts")  # a plain file has no append time: its own ts field
+    if parts == ("ts",):
+        src.append("    ts = list(map(_dget, recs, _rep('ts')))")
+    else:
+        src.append(f"    x = {column(parts)}")
+        src.append("    if {*map(type, x)} == _INT and min(x) >= 100_000_000_000 and max(x) < 100_000_000_000_000:")
+        src.append("        ts = x")
+        src.append("    else:")
+        src.append("        ts = [v if type(v) is int and 100_000_000_000 <= v < 100_000_000_000_000 else _etm(v) "
+                   "for v in x]")
+    src.append("    if {*map(type, ts)} != _INT:")
+    src.append("        return ts, None")
+    if not cfg.by or len(cfg.by) == 1:
+        src.append(f"    kv = {column(paths.record_path(cfg.by[0])) if cfg.by else column(('key',))}")
+        src.append("    try:")
+        src.append("        ks = list(map(_kc.get, kv))")
+        src.append("    except TypeError:  # a list or an object as the key")
+        src.append("        ks = [_kc.get(v) if type(v) is str else None for v in kv]")
+        src.append("    if None in ks:")
+        src.append("        ks = [k if k is not None else _kj(v) for k, v in zip(ks, kv)]")
+    else:
+        exprs = ", ".join(one(paths.record_path(p)) for p in cfg.by)
+        src.append(f"    ks = [_dumps([{exprs}]) for r, _val in zip(recs, _vals)]")
+    cols, counts = [], []
+    for i, (spec, numeric) in enumerate(zip(plan.specs, plan.numeric, strict=True)):
+        if spec.path is None:
+            continue
+        src.append(f"    c{i} = {column(spec.path)}")
+        if numeric:
+            src.append(f"    c{i}, n{i} = _num(c{i})")
+            counts.append(i)
+        cols.append(f"c{i}")
+    for i in counts:
+        src.append(f"    if n{i}:")
+        src.append(f"        _nn[_names[{i}]] = _nn.get(_names[{i}], 0) + n{i}")
+    src.append(f"    return ts, (ks, ({''.join(c + ', ' for c in cols)}))")
+    exec("\n".join(src), env)
+    return env["columns"]
+
+
+class RecordBlocks:
+    """Records that come in lists (a log read a block at a time). Iterating gives them one by one;
+    WindowRun.feed takes the lists as they are."""
+
+    def __init__(self, batches: Iterable[list[dict]]) -> None:
+        self.batches = batches
+
+    def __iter__(self) -> Iterator[dict]:
+        return itertools.chain.from_iterable(self.batches)
+
+
 class WindowRun:
     """One window computation: feed it records in input order, take rows out."""
 
@@ -218,6 +336,7 @@ class WindowRun:
         self.plan = make_plan(cfg)
         self.op = make_operator(cfg, self.plan)
         self.prepare = compile_prepare(cfg, is_log, self.plan)
+        self.columns = None if cfg.processing_time else compile_columns(cfg, is_log, self.plan, {})
         self.watermark = Watermark(cfg.lateness)
         self.stats = WindowStats()
         self.seq = 0
@@ -228,8 +347,16 @@ class WindowRun:
         """Process records; `emit(rows)` gets each non-empty batch of rows as they are ready.
 
         `progress(rec)` is called after each record is fully processed (follow
-        mode tracks input offsets with it).
+        mode tracks input offsets with it). RecordBlocks go through feed_batches.
         """
+        if isinstance(records, RecordBlocks) and progress is None:
+            self.feed_batches(records.batches, emit, source)
+            return
+        self.feed_records(records, emit, source, progress)
+
+    def feed_records(self, records: Iterable[dict], emit: Callable[[list], None],
+                     source: str = "input", progress: Callable[[dict], None] | None = None) -> None:
+        """feed() one record at a time: the reference that feed_batches must agree with."""
         op, stats, wmark = self.op, self.stats, self.watermark
         add, close, prepare = op.fast_add(), op.close, self.prepare
         late_sink = self.late_sink
@@ -267,6 +394,99 @@ class WindowRun:
                     progress(rec)
         finally:
             stats.events += seq - self.seq
+            self.seq = seq
+            if maxt != NO_WATERMARK:
+                wmark.observe(maxt)
+            if gc_was_enabled:
+                gc.enable()
+
+    def feed_batches(self, batches: Iterable[list[dict]], emit: Callable[[list], None],
+                     source: str = "input", done: Callable[[list[dict]], None] | None = None) -> None:
+        """feed() for records that come in lists, with the same rows, order, counts and state.
+
+        Each list's fields are read column by column (compile_columns) and folded
+        in by the operator's batch loop (batch_fold), which does per event what
+        feed_records does (add against the watermark before it, late handling,
+        close when the watermark moves) with less work around it; rows are emitted
+        after each list. A list with bad times under --on-bad-time fail, or one
+        whose columns cannot be read as columns, goes through feed_records.
+        `done(recs)` is called after each list is processed.
+        """
+        if self.columns is None:  # --processing-time reads the clock per record
+            for recs in batches:
+                self.feed_records(recs, emit, source)
+                if done is not None:
+                    done(recs)
+            return
+        stats, wmark = self.stats, self.watermark
+        general, inorder = self.op.batch_folds(wmark.lateness)
+        columns, sink = self.columns, self.late_sink
+        fail = self.cfg.on_bad_time == "fail"
+        out: list = []
+        gc_was_enabled = gc.isenabled()
+        gc.disable()  # as in feed_records
+        seq = self.seq
+        maxt = wmark.max_time if wmark.max_time is not None else NO_WATERMARK
+        wm = wmark.value
+        try:
+            for batch in batches:
+                if not batch:
+                    continue
+                recs = batch
+                try:
+                    ts, rest = columns(recs)
+                except Exception:
+                    rest = ts = None
+                if rest is None and ts is not None and not fail:
+                    good = []
+                    for rec, t in zip(recs, ts, strict=True):
+                        if type(t) is int:
+                            good.append(rec)
+                        else:
+                            self._bad_time(rec, source, False)
+                    if good:
+                        try:
+                            ts, rest = columns(good)
+                        except Exception:
+                            rest = None
+                        recs = good
+                    else:
+                        ts = ()  # nothing left to fold
+                if rest is None and ts != ():
+                    # the per-record path: it raises at the first bad time (--on-bad-time fail) after
+                    # emitting the rows before it, or meets whatever made the columns fail
+                    self.seq = seq
+                    if maxt != NO_WATERMARK:
+                        wmark.observe(maxt)
+                    try:
+                        self.feed_records(recs, emit, source)
+                    finally:
+                        seq = self.seq
+                        maxt = wmark.max_time if wmark.max_time is not None else NO_WATERMARK
+                        wm = wmark.value
+                    if done is not None:
+                        done(batch)
+                    continue
+                if rest is not None:
+                    ks, cols = rest
+                    before = seq
+                    if inorder is not None and ts[0] >= maxt and (len(ts) < 2 or ts[-1] >= ts[0]) \
+                            and all(map(le, ts, islice(ts, 1, None))):
+                        seq, maxt, wm = inorder(ts, ks, cols, seq, maxt, wm, out)
+                    else:
+                        seq, maxt, wm, lates = general(ts, ks, cols, seq, maxt, wm, out)
+                        if lates:
+                            stats.late += len(lates)
+                            if sink is not None:
+                                for i in lates:
+                                    sink(recs[i - before])
+                    stats.events += seq - before
+                if out:
+                    emit(out)
+                    out = []
+                if done is not None:
+                    done(batch)
+        finally:
             self.seq = seq
             if maxt != NO_WATERMARK:
                 wmark.observe(maxt)
@@ -356,6 +576,27 @@ def row_json(row: tuple) -> bytes:
     return orjson.dumps(out) + b"\n"
 
 
+def rows_jsonl(rows: list[tuple]) -> bytes:
+    """row_json() of each row, joined: the same bytes, with each window's `{"window":...,"key":` prefix
+    made once and the aggregates encoded as their own object (a row is the prefix, the key's JSON
+    text, and that object without its `{`). Raises where row_json would (a value orjson cannot
+    write): the caller then writes row by row, so the rows before it still come out."""
+    dumps = orjson.dumps
+    parts: list[bytes] = []
+    last: tuple | None = None
+    prefix = b""
+    for row in rows:
+        start, end, key, values, revision = row
+        if revision is not None or not values:
+            parts.append(row_json(row))
+            continue
+        if (start, end) != last:
+            last = (start, end)
+            prefix = b'{"window":{"start":' + dumps(_iso(start)) + b',"end":' + dumps(_iso(end)) + b'},"key":'
+        parts += (prefix, key, b",", dumps(values)[1:], b"\n")
+    return b"".join(parts)
+
+
 def late_line(rec: dict, is_log: bool) -> bytes:
     """A late event as written to --late-out: the record (log) or the value line (plain file)."""
     return orjson.dumps(rec if is_log else rec.get("value")) + b"\n"
@@ -367,8 +608,11 @@ def records_of(path: str) -> tuple[bool, Iterator[dict]]:
     from streamctl import inputorder
 
     spec = inputorder.classify(path)
+    if spec.is_log:
+        # a block of lines at a time (feed takes the lists as they are)
+        return True, RecordBlocks(inputorder.log_batches(path))
     # map/itemgetter rather than a generator expression: one less Python frame per record
-    return spec.is_log, map(itemgetter(1), inputorder.merged([spec], lambda r: None))
+    return False, map(itemgetter(1), inputorder.merged([spec], lambda r: None))
 
 
 def input_bytes(path: str) -> int:

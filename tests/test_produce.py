@@ -309,3 +309,23 @@ def test_partitioner_many_matches_one_by_one():
     b = partitioner.Partitioner(5, start=3)
     got = a.many(keys[:200]) + a.many(keys[200:])
     assert got == [b(k) for k in keys]
+
+
+def test_append_keyed_writes_what_append_writes(tmp_path):
+    from streamctl import log as logmod
+    from streamctl.appender import Appender
+
+    keys = [b'"a"', b"null", b'"\\u00e9"'] * 40
+    values = [b'{"i":%d}' % i for i in range(120)]
+    out = []
+    for name, keyed in (("a", True), ("b", False)):
+        lg = logmod.open_or_create(str(tmp_path / name), 1, 1024, 1)
+        with Appender(lg, fsync="never", clock=lambda: 5) as app:
+            for lo in (0, 50):  # two appends, rolling 1 KiB segments on the way
+                ks, vs = keys[lo:lo + 70], values[lo:lo + 70]
+                res = (app.append_keyed(0, ks, vs, want_lines=True) if keyed
+                       else app.append(0, list(zip(ks, vs, [None] * len(vs), strict=True)), want_lines=True))
+                assert res.lines is not None and len(res.lines) == len(vs)
+        pdir = lg.partition_dir(0)
+        out.append([(s, open(os.path.join(pdir, s), "rb").read()) for s in sorted(os.listdir(pdir))])
+    assert out[0] == out[1] and len(out[0]) > 3

@@ -31,6 +31,80 @@ def _row_order(row: tuple) -> tuple:
     return row[0], row[2]
 
 
+def compile_fold(plan, head: list[str], fast: list[str], env: dict):
+    """The general batch loop: `fold(ts, ks, cols, seq, maxt, wm, out) -> (seq, maxt, wm, lates)` does
+    for each event what the driver's per-event loop does with fast_add and close, in the same order,
+    and lists the late events (their seq) for the driver to count and write. `cols` holds one column
+    per aggregation that reads a field (a bare count reads none: its value is `True`).
+
+    `fast` is the operator's hot path, inlined with the aggregations' add(): it ends with
+    fold_tail() when it took the event, or falls through to the generic `add`. `head` sets up names
+    the loop uses, `env` binds the operator's objects, and env["close_due"] (an expression of `wm`)
+    says whether close() has anything to do.
+    """
+    names = col_names(plan)
+    vals = ", ".join(val_names(plan))
+    src = ["def fold(ts, ks, cols, seq, maxt, wm, out):",
+           f"    {', '.join(names)}, = cols" if names else "    pass",
+           "    lates = []",
+           *("    " + ln for ln in head),
+           f"    for t, k{''.join(', ' + n for n in names)} in zip(ts, ks{''.join(', col_' + n for n in names)}):",
+           *("        " + ln for ln in fast),
+           f"        if add(k, t, seq, ({vals},), wm, out):",
+           "            lates.append(seq)",
+           *("        " + ln for ln in fold_tail()[:-1]),
+           "    return seq, maxt, wm, lates"]
+    return _exec(src, env, names)
+
+
+def _exec(src: list[str], env: dict, names: list[str]):
+    # the columns are unpacked as col_NAME, the loop variables are NAME
+    if names:
+        src[1] = f"    {', '.join('col_' + n for n in names)}, = cols"
+    text = "\n".join(src).replace("close_due", env.pop("close_due", "True"))
+    exec(text, env)
+    return env[src[0][4:src[0].index("(")]]
+
+
+def compile_inorder(plan, body: list[str], env: dict, loop: str = "per_event"):
+    """The batch loop for a batch whose event times never go down and start at or above the largest
+    time seen so far (the driver checks): no event in it can be late, each one moves the watermark
+    to its own time (minus lateness), so the checks that depend on it collapse.
+    `inorder(ts, ks, cols, seq, maxt, wm, out) -> (seq, maxt, wm)`; `body` is the operator's loop."""
+    names = col_names(plan)
+    src = ["def inorder(ts, ks, cols, seq, maxt, wm, out):",
+           "    pass",
+           *("    " + ln for ln in body),
+           "    maxt = ts[-1]",
+           "    return seq + len(ts), maxt, maxt - lateness"]
+    return _exec(src, env, names)
+
+
+def col_names(plan) -> list[str]:
+    """The loop variables of the aggregations that read a field, in compiled batch loops."""
+    return [f"c{i}" for i, s in enumerate(plan.specs) if s.path is not None]
+
+
+def val_names(plan) -> list[str]:
+    """The value of each aggregation in compiled batch loops (`True` for a bare count)."""
+    return [f"c{i}" if s.path is not None else "True" for i, s in enumerate(plan.specs)]
+
+
+def uses_seq(plan) -> bool:
+    return any(f in ("first", "last") for f in plan.funcs)
+
+
+def fold_tail() -> list[str]:
+    """What `fast` ends with after taking an event (the generic path's tail too, but for `continue`)."""
+    return ["seq += 1",
+            "if t > maxt:",
+            "    maxt = t",
+            "    wm = t - lateness",
+            "    if close_due:",
+            "        close(wm, out)",
+            "continue"]
+
+
 class GridWindows:
     """Windows on a fixed grid aligned to the epoch (tumbling, hopping): [start, start + size)."""
 
@@ -103,6 +177,12 @@ class GridWindows:
     def fast_add(self):
         """The per-event entry point the driver binds once (operators may return a specialised closure)."""
         return self.add
+
+    def batch_folds(self, lateness: int) -> tuple:
+        """The driver's loops over a batch of events: (general, in-order or None); see compile_fold
+        and compile_inorder. Operators with a hot path inline it."""
+        return compile_fold(self.plan, [], [], {"add": self.fast_add(), "close": self.close,
+                                                 "lateness": lateness}), None
 
     def dump(self) -> dict:
         dump = self.plan.dump

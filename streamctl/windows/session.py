@@ -18,6 +18,8 @@ from __future__ import annotations
 import heapq
 import itertools
 
+from streamctl.windows import NO_WATERMARK, col_names, compile_fold, compile_inorder, fold_tail, val_names
+
 # an open session: [start, last, state, revision, id]
 START, LAST, STATE, REV, SID = range(5)
 
@@ -149,6 +151,55 @@ class Session:
                         return False
             return slow(key, t, seq, vals, wm, out)
         return add
+
+    def batch_folds(self, lateness: int) -> tuple:
+        """The driver's batch loops (windows.compile_fold, compile_inorder) with fast_add's hot path
+        inlined. In order, an event cannot be late and is at or after its group's last one, so the
+        hot path is one bound check; the closing check compares the event time with the smallest
+        end in the heap plus lateness (`due`), kept up to date when add() or close() change it."""
+        head: list[str] = []
+        fast: list[str] = []
+        env = {"gap": self.gap, "opened": self.open, "heap": self.heap, "add": self.fast_add(),
+               "close": self.close, "lateness": lateness, "NO_WATERMARK": NO_WATERMARK,
+               "INF": float("inf"), **self.plan.add_env()}
+        if self.update or self.correct:
+            return compile_fold(self.plan, head, fast, dict(env, close_due="heap and heap[0][0] < wm")), None
+        add = self.plan.add_lines("st", val_names(self.plan), "seq")
+        fast = ["if t + gap > wm:",
+                "    sessions = opened.get(k)",
+                "    if sessions is not None and len(sessions) == 1:",
+                "        s = sessions[0]",
+                "        if s[0] - gap <= t <= s[1] + gap:",
+                "            st = s[2]",
+                *("            " + ln for ln in add),
+                "            if t > s[1]:",
+                "                s[1] = t",
+                "            elif t < s[0]:",
+                "                s[0] = t",
+                *("            " + ln for ln in fold_tail())]
+        general = compile_fold(self.plan, head, fast, dict(env, close_due="heap and heap[0][0] < wm"))
+        names = col_names(self.plan)
+        vals = ", ".join(val_names(self.plan))
+        body = ["base = seq",
+                "prevs = [maxt]",
+                "prevs += ts[:-1]",
+                "due = heap[0][0] + lateness if heap else INF",
+                f"for seq, t, p, k{''.join(', ' + n for n in names)} in zip(range(base, base + len(ts)), ts, prevs, ks"
+                + "".join(f", col_{n}" for n in names) + "):",
+                "    sessions = opened.get(k)",
+                "    if sessions is not None and len(sessions) == 1 and t <= (s := sessions[0])[1] + gap:",
+                "        st = s[2]",
+                *("        " + ln for ln in add),
+                "        s[1] = t",
+                "    else:",
+                "        # the watermark before this event: the previous event's time (or the batch's start)",
+                f"        add(k, t, seq, ({vals},), p - lateness if p != NO_WATERMARK else NO_WATERMARK, out)",
+                "        due = heap[0][0] + lateness if heap else INF",
+                "    if t > due:",
+                "        close(t - lateness, out)",
+                "        due = heap[0][0] + lateness if heap else INF",
+                "seq = base"]
+        return general, compile_inorder(self.plan, body, env)
 
     def open_windows(self) -> int:
         return sum(len(v) for v in self.open.values())

@@ -13,6 +13,8 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right, insort
 
+from streamctl.windows import compile_fold
+
 
 def _time(ev: tuple) -> int:
     return ev[0]
@@ -113,6 +115,10 @@ class Sliding:
 
     def fast_add(self):
         return self.add
+
+    def batch_folds(self, lateness: int) -> tuple:
+        """The driver's batch loop (windows.compile_fold); close() runs on every watermark move (it sweeps)."""
+        return compile_fold(self.plan, [], [], {"add": self.add, "close": self.close, "lateness": lateness}), None
 
     def open_windows(self) -> int:
         return len(self.pending)
