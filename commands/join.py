@@ -130,6 +130,7 @@ def join(
         _run_spark(spec, specs, master, output, out)
         return
     rows_buffer: list[dict] | None = [] if output == "table" else None
+    write_jsonl = None
     write = out.write
     if output == "jsonl":
         import orjson
@@ -142,6 +143,14 @@ def join(
 
         def emit_op(op: str, key: object, lv: object, rv: object) -> None:
             write(dumps({"key": key, "left": lv, "right": rv, "op": op}, option=nl))
+
+        def write_jsonl(data: bytes) -> None:
+            # a batch of rows; a terminal still gets them row by row
+            if out.limit:
+                write(data)
+            else:
+                for line in data[:-1].split(b"\n"):
+                    write(line + b"\n")
     else:
         with_op = spec.kind == "tables"
         if rows_buffer is None:
@@ -159,7 +168,7 @@ def join(
         def emit_op(op: str, key: object, lv: object, rv: object) -> None:
             sink({"key": key, "left": lv, "right": rv, "op": op})
 
-    stats = joining.run(spec, emit, emit_op)
+    stats = joining.run(spec, emit, emit_op, write_jsonl=write_jsonl)
     if rows_buffer:
         write(_table_text(rows_buffer))
     out.flush()

@@ -11,9 +11,10 @@ the same inputs gives the same order, on every engine.
 from __future__ import annotations
 
 import heapq
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import accumulate, repeat
 from operator import itemgetter
 from typing import Any
 
@@ -178,16 +179,123 @@ _INT = {int}
 _get_ts, _get_offset, _get_partition, _get_value = (itemgetter(k) for k in ("ts", "offset", "partition", "value"))
 
 
+PLAIN_BLOCK = 1 << 20  # bytes read from a plain file at a time
+
+
+def plain_blocks(path: str, block_bytes: int = PLAIN_BLOCK) -> Iterator[list[Any]]:
+    """A plain file's values (one per non-blank line), parsed a block of lines at a time.
+
+    The same values as reading line by line: lines split on \\n, a line of only
+    JSON whitespace is skipped (orjson reads the others with their whitespace
+    as they are). An invalid line is a DataError naming its record number (the
+    count of non-blank lines before it), raised after the block's good values
+    before it have been handed out.
+    """
+    for values, _payloads in plain_blocks_raw(path, block_bytes, raw=False):
+        yield values
+
+
+def plain_blocks_raw(path: str, block_bytes: int = PLAIN_BLOCK,
+                     raw: bool = True) -> Iterator[tuple[list[Any], list[Any]]]:
+    """plain_blocks() with each value's payload: (values, payloads). A payload is the line's
+    own bytes when they are exactly what orjson.dumps makes of its value (so they can be
+    pasted into output as they are), else the value itself (JSON values are never bytes).
+    With raw=False the payloads are the values."""
+    import os
+
+    _name, fd = plainfile.open_plain(path)
+    n = 0  # values handed out so far: the next one's record number
+    rest: list[bytes] = []  # the line the last read ended in
+    try:
+        while True:
+            data = os.read(fd, block_bytes)
+            if not data:
+                text = b"".join(rest)
+            else:
+                cut = data.rfind(b"\n")
+                if cut < 0:
+                    rest.append(data)
+                    continue
+                if rest:
+                    rest.append(data[:cut])
+                    text = b"".join(rest)
+                else:
+                    text = data[:cut]
+                rest = [data[cut + 1:]] if cut + 1 < len(data) else []
+            if text:
+                values, payloads, error = _plain_values(text, raw)
+                if values:
+                    n += len(values)
+                    yield values, payloads
+                if error is not None:
+                    from streamctl.errors import DataError
+
+                    raise DataError(f"{path}: record {n}: invalid JSON: {error}") from None
+            if not data:
+                return
+    finally:
+        if path != "-":
+            os.close(fd)
+
+
+# In a block of dicts parsed as one array, a line can only hand a neighbour part of its
+# value if some line holds two dicts side by side: `}` `,` `{` with JSON whitespace between.
+_PLAIN_SIDE_BY_SIDE = re.compile(rb"\}[ \t\r]*,[ \t\r]*\{")
+_DICT = {dict}
+
+
+def _plain_values(text: bytes, raw: bool) -> tuple[list[Any], list[Any], orjson.JSONDecodeError | None]:
+    """The values of the lines of `text` (no final newline), their payloads (plain_blocks_raw),
+    and the error of the first invalid line (the values are those before it)."""
+    loads = orjson.loads
+    # One parse for the block when every line is one object (the usual JSONL file): the
+    # array has as many elements as lines, all objects, and no line holds two objects.
+    if not _PLAIN_SIDE_BY_SIDE.search(text):
+        array = b"[" + text.replace(b"\n", b",") + b"]"
+        try:
+            values = loads(array)
+        except orjson.JSONDecodeError:
+            pass
+        else:
+            if len(values) == text.count(b"\n") + 1 and {*map(type, values)} == _DICT:
+                return values, _payloads(values, text, array, raw), None
+    lines = text.split(b"\n")
+    try:
+        values = list(map(loads, lines))
+    except orjson.JSONDecodeError:
+        pass
+    else:
+        return values, _payloads(values, text, b"[" + b",".join(lines) + b"]", raw, lines), None
+    values = []
+    for line in lines:
+        line = line.strip(b" \t\r\n")
+        if not line:
+            continue
+        try:
+            values.append(loads(line))
+        except orjson.JSONDecodeError as e:
+            return values, values, e
+    return values, values, None
+
+
+def _payloads(values: list[Any], text: bytes, array: bytes, raw: bool,
+              lines: list[bytes] | None = None) -> list[Any]:
+    """The lines themselves when the block's lines are all exactly orjson's bytes for their values,
+    else the values. One comparison decides: `array` is the lines joined with commas in
+    brackets, and when it equals orjson.dumps(values) each line equals its value's dumps
+    (both are complete JSON values at the same place, so they end at the same byte)."""
+    if raw and orjson.dumps(values) == array:
+        return lines if lines is not None else text.split(b"\n")
+    return values
+
+
 def plain_records(path: str) -> Iterator[Record]:
     """A plain file's lines as records: offset = line number from 0, partition 0, no ts."""
-    for off, text in plainfile.iter_values(path, validate=False):
-        try:
-            value = orjson.loads(text)
-        except orjson.JSONDecodeError as e:
-            from streamctl.errors import DataError
-
-            raise DataError(f"{path}: record {off}: invalid JSON: {e}") from None
-        yield {"offset": off, "partition": 0, "key": None, "value": value}
+    off = 0
+    for values in plain_blocks(path):
+        for value in values:
+            yield {"offset": off, "partition": 0, "key": None, "value": value}
+            off += 1
 
 
 def records(spec: InputSpec) -> Iterator[Record]:
@@ -268,3 +376,104 @@ def _merge_two(specs: list[InputSpec], times: list[Callable[[Record], int | None
 
 def _log_ts(rec: Record) -> int | None:
     return rec["ts"]
+
+
+Batch = tuple[list[bool], list[Any], list[Any], list[Any]]
+Column = Callable[[list[Any]], list[Any]]
+
+
+def merged_plain(paths: Sequence[str], times_of: Sequence[Column], keys_of: Sequence[Column],
+                 raw: bool = False, block_bytes: int = PLAIN_BLOCK) -> Iterator[Batch]:
+    """merged() of two plain files, a batch at a time: (sides, times, keys, payloads), sides
+    False for the first input and True for the second, times and keys as `times_of[i]` and
+    `keys_of[i]` read them from a block of input i's values, payloads as plain_blocks_raw
+    gives them (the values themselves unless `raw`).
+
+    The order is merged()'s, computed per block instead of per record. A two-way merge
+    of heads by the time carried forward (ties to the first input) takes each input in
+    the order of its running maximum of those times: a record whose time is below an
+    earlier one of its input comes right after that earlier one whatever the other input
+    holds. Running maxima never go down, so the merge is a stable sort of two sorted
+    runs. A record can go out once the other input is known up to its key: the first
+    input's records up to the second's last key read, the second's below the first's.
+    """
+    from bisect import bisect_left, bisect_right
+
+    blocks = [plain_blocks_raw(p, block_bytes, raw) for p in paths]
+    # per input: what is left of its block (from start): times, keys, payloads, merge keys
+    cols: list[list[list[Any]]] = [[[], [], [], []], [[], [], [], []]]
+    start = [0, 0]
+    state: list[list[Any]] = [[None, _NO_TIME], [None, _NO_TIME]]  # running max (None: none yet), last time
+    more = [True, True]
+    while True:
+        for i in (0, 1):
+            while more[i] and start[i] == len(cols[i][0]):
+                block = next(blocks[i], None)
+                if block is None:
+                    more[i] = False
+                    break
+                values, payloads = block
+                ts = times_of[i](values)
+                cols[i] = [ts, keys_of[i](values), payloads, _running_max(ts, state[i])]
+                start[i] = 0
+        sa, sb = start
+        a, b = cols
+        na, nb = len(a[0]), len(b[0])
+        if sa == na and sb == nb:
+            return
+        if sa == na or sb == nb:
+            ea, eb = na, nb
+        else:
+            last_a, last_b = a[3][-1], b[3][-1]
+            if last_a <= last_b:
+                ea, eb = na, bisect_left(b[3], last_a, sb)
+            else:
+                ea, eb = bisect_right(a[3], last_b, sa), nb
+        start[0], start[1] = ea, eb
+        if eb == sb:
+            yield [False] * (ea - sa), a[0][sa:ea], a[1][sa:ea], a[2][sa:ea]
+        elif ea == sa:
+            yield [True] * (eb - sb), b[0][sb:eb], b[1][sb:eb], b[2][sb:eb]
+        else:
+            ka, kb = a[3][sa:ea], b[3][sb:eb]
+            n = len(ka)
+            if ka[-1] <= kb[0]:
+                yield ([False] * n + [True] * len(kb), a[0][sa:ea] + b[0][sb:eb], a[1][sa:ea] + b[1][sb:eb],
+                       a[2][sa:ea] + b[2][sb:eb])
+                continue
+            both = ka + kb
+            order = sorted(range(len(both)), key=both.__getitem__)  # stable: ties to the first input
+            yield (list(map(n.__le__, order)), *(list(map((a[c][sa:ea] + b[c][sb:eb]).__getitem__, order))
+                                                 for c in (0, 1, 2)))
+
+
+_NO_TIME = -(1 << 62)  # the time carried before an input's first timed record (as in _merge_two)
+
+
+def _running_max(ts: list[Any], state: list[Any]) -> list[Any]:
+    """Merge keys of one block: the running maximum of the times carried forward over None.
+    `state` is [running max or None, last time] across blocks."""
+    high = state[0]
+    if None not in ts:
+        state[1] = ts[-1]
+        if high is None or ts[0] >= high:
+            if ts == sorted(ts):  # in order already (the usual case): the keys are the times
+                state[0] = ts[-1]
+                return ts
+        out = list(accumulate(ts, max) if high is None else accumulate(ts, max, initial=high))
+        if high is not None:
+            del out[0]
+        state[0] = out[-1]
+        return out
+    last = state[1]
+    out = []
+    for t in ts:
+        if t is None:
+            t = last
+        else:
+            last = t
+        if high is None or t > high:
+            high = t
+        out.append(high)
+    state[0], state[1] = high, last
+    return out

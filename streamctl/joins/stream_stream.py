@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Callable, Iterable
 from typing import Any
+
+import orjson
 
 from streamctl.joins import Emit
 
@@ -145,3 +148,137 @@ class StreamStreamJoin:
 
     def state_size(self) -> int:
         return len(self.queue) + len(self.heap)
+
+
+# Output rows as JSON lines, pieced together: a payload is a value's JSON text (bytes) or a value.
+_KEY, _LEFT, _RIGHT, _END = b'{"key":', b',"left":', b',"right":', b"}\n"
+
+
+def join_batches(batches: Iterable[tuple[list[bool], list[Any], list[Any], list[Any]]],
+                 norm: Callable[[Any], Any], within: int, how: str, write: Callable[[bytes], None],
+                 counts: list[int], no_time: list[int]) -> None:
+    """The rows StreamStreamJoin makes when fed record by record, as JSON lines (the bytes of
+    orjson.dumps({"key", "left", "right"}) + newline per row), for input that comes in batches
+    of (sides, times, keys, payloads) (inputorder.merged_plain). A payload is the value's JSON
+    text (pasted into the row as it is) or the value (dumped). `write` gets each batch's rows;
+    `norm` makes a key that is not a string hashable (joining.norm_key)."""
+    if how == "inner":
+        _inner_batches(batches, norm, within, write, counts, no_time)
+        return
+    dumps = orjson.dumps
+    join = b"".join
+    parts: list[bytes] = []
+    add = parts.append
+
+    def emit(key: Any, lv: Any, rv: Any) -> None:
+        # each row joined at once: orjson's bytes are 4 KiB buffers while they live
+        add(join((_KEY, dumps(key), _LEFT, b"null" if lv is None else lv if lv.__class__ is bytes else dumps(lv),
+                  _RIGHT, b"null" if rv is None else rv if rv.__class__ is bytes else dumps(rv), _END)))
+
+    j = StreamStreamJoin(within, how, emit)
+    push = j.push
+    pos = 0
+    for sides, times, keys, payloads in batches:
+        for side, t, k, v in zip(sides, times, keys, payloads, strict=True):
+            pos += 1
+            if t is None:
+                no_time[side] += 1
+                continue
+            push(side, k if k.__class__ is str else norm(k), k, t, v, pos)
+        n1 = sum(sides)
+        counts[0] += len(sides) - n1
+        counts[1] += n1
+        if parts:
+            write(b"".join(parts))
+            parts.clear()
+    j.finish()
+    if parts:
+        write(b"".join(parts))
+
+
+def _inner_batches(batches: Iterable[tuple[list[bool], list[Any], list[Any], list[Any]]],
+                   norm: Callable[[Any], Any], within: int, write: Callable[[bytes], None],
+                   counts: list[int], no_time: list[int]) -> None:
+    """Inner joins emit only pairs, so when an event leaves the state does not show in the output
+    (a pair needs the earlier event still in the window, which the match checks itself).
+
+    That allows one dict for both sides, one lookup per event: normalized key -> entry
+    [left events, right events, normalized key, queued time, newest time], each side None,
+    one event (time, payload) or a list of them in input order. An event already behind
+    the window when it arrives is matched but never stored. Entries queue in the order they
+    were made; after each batch, entries queued with a time behind the window leave: the
+    whole entry when its newest event is behind it too, else it queues again with that time
+    and its lists keep only the events still in the window (so an event stays at most a
+    window after it left it, and a key's state stays bounded however long the key lives).
+    """
+    dumps = orjson.dumps
+    join = b"".join
+    buf: dict[Any, list[Any]] = {}
+    get = buf.get
+    queue: deque[list[Any]] = deque()
+    enqueue = queue.append
+    popleft = queue.popleft
+    wm: float = float("-inf")
+    floor: float = wm  # wm - within: an event with a smaller time is out of the window
+    for sides, times, keys, payloads in batches:
+        parts: list[bytes] = []
+        add = parts.append
+        for side, t, k, v in zip(sides, times, keys, payloads, strict=True):
+            if t is None:
+                no_time[side] += 1
+                continue
+            if t > wm:
+                wm = t
+                floor = t - within
+            if k is None:
+                continue
+            nk = k if k.__class__ is str else norm(k)
+            e = get(nk)
+            if e is None:
+                if t >= floor:
+                    e = [None, (t, v), nk, t, t] if side else [(t, v), None, nk, t, t]
+                    buf[nk] = e
+                    enqueue(e)
+                continue
+            o = e[0] if side else e[1]
+            if o is not None:
+                for x in ((o,) if o.__class__ is tuple else o):
+                    ot = x[0]
+                    if ot >= floor and -within <= ot - t <= within:
+                        # each row joined at once: orjson's bytes are 4 KiB buffers while they live
+                        ov = x[1]
+                        vb = v if v.__class__ is bytes else dumps(v)
+                        ob = ov if ov.__class__ is bytes else dumps(ov)
+                        if side:
+                            add(join((_KEY, dumps(k), _LEFT, ob, _RIGHT, vb, _END)))
+                        else:
+                            add(join((_KEY, dumps(k), _LEFT, vb, _RIGHT, ob, _END)))
+            if t >= floor:
+                if t > e[4]:
+                    e[4] = t
+                cur = e[side]
+                if cur is None:
+                    e[side] = (t, v)
+                elif cur.__class__ is tuple:
+                    e[side] = [cur, (t, v)] if cur[0] >= floor else (t, v)
+                else:
+                    cur.append((t, v))
+        n1 = sum(sides)
+        counts[0] += len(sides) - n1
+        counts[1] += n1
+        if parts:
+            write(join(parts))
+        while queue and queue[0][3] < floor:
+            e = popleft()
+            if e[4] < floor:
+                del buf[e[2]]
+                continue
+            e[3] = e[4]
+            enqueue(e)
+            for s in (0, 1):
+                cur = e[s]
+                if cur.__class__ is list:
+                    kept = [x for x in cur if x[0] >= floor]
+                    e[s] = None if not kept else kept[0] if len(kept) == 1 else kept
+                elif cur is not None and cur[0] < floor:
+                    e[s] = None
