@@ -33,14 +33,37 @@ def job_namespace(params: dict) -> dict:
     return ns
 
 
-def spark_lines(spark, path: str, spec: core.ReplaySpec, end_snapshot: bool = True) -> list[bytes]:
+class BytesOut:
+    """Takes result bytes like the job's own _Output (write_bytes), and lines too."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def __call__(self, line: str) -> None:
+        self.data += line.encode() + b"\n"
+
+    def write_bytes(self, data: bytes) -> None:
+        self.data += data
+
+
+def spark_lines(spark, path: str, spec: core.ReplaySpec, end_snapshot: bool = True, via: str = "bytes",
+                **extra) -> list[bytes]:
+    """The job's result lines. via: "bytes" (sorted part files copied as bytes, as when the job
+    runs), "lines" (part files handed over line by line to a plain callable), "driver"
+    (PARAMS scratch=false: streamed through the driver with toLocalIterator)."""
     params = {"log": path, "from": spec.start.job_param(False) if spec.start else None,
               "until": spec.until.job_param(False) if spec.until else None,
-              "key": spec.key, "compact": spec.compact}
-    if end_snapshot:
+              "key": spec.key, "compact": spec.compact, **extra}
+    if via == "driver":
+        params["scratch"] = False
+    if end_snapshot and "end_offsets" not in params:
         lg = open_log(path)
         params["end_offsets"] = {str(p): r.end for p, r in core.plan(lg, spec).items()}
     ns = job_namespace(params)
+    if via == "bytes":
+        sink = BytesOut()
+        ns["main"](spark, ns["PARAMS"], sink)
+        return bytes(sink.data).splitlines(keepends=True)
     out: list[str] = []
     ns["main"](spark, ns["PARAMS"], out.append)
     return [ln.encode() + b"\n" for ln in out]
@@ -75,6 +98,44 @@ def test_parity_with_local(spark, parity_log, spec):
     local = run_local(path, spec)
     assert local == model(lines, spec)
     assert spark_lines(spark, path, spec) == local
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("via", ["lines", "driver"])
+@pytest.mark.parametrize("spec", [SPECS[0], SPECS[2], SPECS[7], SPECS[9]], ids=lambda s: repr(s)[11:60])
+def test_parity_other_result_paths(spark, parity_log, spec, via):
+    """The part files handed over line by line, and the driver stream used on a cluster."""
+    path, _ = parity_log
+    assert spark_lines(spark, path, spec, via=via) == run_local(path, spec)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("compact", [False, True])
+def test_end_snapshot_caps_sealed_segments_too(spark, parity_log, compact):
+    """A snapshot older than a segment roll: whole segments past the end are skipped, the one
+    holding the end is capped (the same records as --until at that offset)."""
+    path, _ = parity_log
+    for end in (0, 9, 23, 41):
+        ends = {str(p): end for p in range(4)}
+        want = run_local(path, core.ReplaySpec(until=core.Bound("offset", end), compact=compact))
+        got = spark_lines(spark, path, core.ReplaySpec(compact=compact), end_offsets=ends)
+        assert got == want, end
+
+
+@pytest.mark.spark
+def test_result_split_into_many_part_files_keeps_order(spark, parity_log, tmp_path):
+    """Several files per task (spark.sql.files.maxRecordsPerFile) and a given scratch folder,
+    which is left without the job's files afterwards."""
+    path, _ = parity_log
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    spark.conf.set("spark.sql.files.maxRecordsPerFile", "7")
+    try:
+        got = spark_lines(spark, path, core.ReplaySpec(), scratch=str(scratch))
+    finally:
+        spark.conf.unset("spark.sql.files.maxRecordsPerFile")
+    assert got == run_local(path, core.ReplaySpec())
+    assert list(scratch.iterdir()) == []
 
 
 @pytest.mark.spark

@@ -79,6 +79,14 @@ class _Output:
         if self._size >= 1 << 20:
             self.flush()
 
+    def write_bytes(self, data):
+        """Bytes that already are whole result lines, ending in a newline (copied part files)."""
+        self.flush()
+        if self._java is not None:
+            self._java.write(bytearray(data))
+        else:
+            self._file.write(data)
+
     def flush(self):
         data = b"".join(self._buf)
         self._buf.clear()

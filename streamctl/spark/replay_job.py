@@ -18,13 +18,23 @@ the same lines in the same order as `streamctl replay --engine local`:
 5. --compact: per key, the last record in (ts, partition, offset) order
    (max of a struct in a hash-partitioned aggregate); a tombstone (value null)
    deletes the key; records without a key are left out.
-6. Sort by (ts, partition, offset) and stream the original lines to the driver
-   partition by partition (toLocalIterator), in order.
+6. Sort by (ts, partition, offset) (a range-partitioned sort) and hand the
+   original lines out in order. With a local master (and whenever
+   PARAMS["scratch"] names a folder every executor and the driver can reach) the
+   sorted result is written as text part files by Spark's parallel writer,
+   whose part numbers follow the sort's ranges; the driver then copies the part
+   files, in part order, byte for byte to the output and deletes them. Otherwise
+   (a cluster without a scratch folder, or PARAMS["scratch"] = false) the lines
+   stream through the driver partition by partition (toLocalIterator).
 """
 
 import json
+import os
 import re
+import shutil
+import tempfile
 import time
+import uuid
 
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
@@ -95,22 +105,33 @@ def visible_ends(spark, fs, segments):
 
 SCHEMA = StructType([StructField(n, t) for n, t in (
     ("line", StringType()), ("offset", LongType()), ("partition", LongType()), ("ts", LongType()))])
-PREFIX = r'^\{"offset":(\d+),"partition":(\d+),"ts":(\d+),'
+
+
+def _to_long(col):
+    # try_cast: "" (no match) gives NULL, not an error, under ANSI mode (Spark 4's default).
+    return col.try_cast("long") if hasattr(col, "try_cast") else col.cast("long")
+
+
+# One anchored pattern per envelope field, each as short as the field allows (the
+# canonical prefix up to that field): a canonical line gives the same values as one
+# pattern for the whole prefix, and Java's regex engine does less work than
+# matching that three times.
+FIELD_PATTERNS = (("offset", r'^\{"offset":(\d+),'),
+                  ("partition", r'^\{"offset":\d+,"partition":(\d+),'),
+                  ("ts", r'^\{"offset":\d+,"partition":\d+,"ts":(\d+),'))
 
 
 def _envelope(df):
     """Add offset, partition, ts from the line's fixed prefix (JSON parsing only for other layouts).
 
-    Two projections, so each regular expression runs once per line (Spark keeps
-    a column that is used twice instead of inlining its expression twice).
+    Each field is one expression that reads the line once (coalesce evaluates the
+    JSON fallback only when the prefix does not match): the optimizer copies a
+    field's expression into every filter on it, so it must be cheap to repeat.
     """
     line = F.col("line")
-    df = df.select(line, *[F.regexp_extract(line, PREFIX, i).alias(f"_{name}")
-                           for i, name in enumerate(("offset", "partition", "ts"), 1)])
     return df.select(line, *[
-        F.when(F.col(f"_{name}") != "", F.col(f"_{name}").cast("long"))
-        .otherwise(F.get_json_object(line, "$." + name).cast("long")).alias(name)
-        for name in ("offset", "partition", "ts")])
+        F.coalesce(_to_long(F.regexp_extract(line, pattern, 1)), F.get_json_object(line, "$." + name).cast("long"))
+        .alias(name) for name, pattern in FIELD_PATTERNS])
 
 
 def _with_key(df):
@@ -150,21 +171,57 @@ def _bound(spec, now_ms, bound):
     raise ValueError(f"bad {bound} bound in PARAMS: {spec!r}")
 
 
-RESULT_PARTITION_BYTES = 8 << 20
+RESULT_PARTITION_BYTES = 8 << 20  # streamed through the driver: small partitions
+FILE_PARTITION_BYTES = 64 << 20  # written as part files: Spark's usual split size
 
 
-def _size_result_partitions(spark, input_bytes, params):
-    """Keep the sorted result's partitions small: the driver receives them one at a
-    time (toLocalIterator) and must hold one in its heap (1 GiB by default)."""
-    target = int(params.get("result_partition_bytes") or RESULT_PARTITION_BYTES)
+def _size_result_partitions(spark, input_bytes, params, via_files):
+    """Size the sort's partitions from the input. Streamed through the driver
+    (toLocalIterator), they are kept small: the driver holds one at a time in
+    its heap. Written as part files, they are ~64 MiB each (at least two per
+    core), so a small log does not pay for Spark's default 200 shuffle partitions."""
+    default = FILE_PARTITION_BYTES if via_files else RESULT_PARTITION_BYTES
+    target = int(params.get("result_partition_bytes") or default)
     spark.conf.set("spark.sql.adaptive.enabled", "true")
     spark.conf.set("spark.sql.adaptive.advisoryPartitionSizeInBytes", str(target))
     wanted = input_bytes // target + 1
-    if wanted > int(spark.conf.get("spark.sql.shuffle.partitions")):
+    if via_files:
+        wanted = max(wanted, 2 * spark.sparkContext.defaultParallelism)
+        spark.conf.set("spark.sql.adaptive.coalescePartitions.initialPartitionNum", str(wanted))
+    elif wanted > int(spark.conf.get("spark.sql.shuffle.partitions")):
         spark.conf.set("spark.sql.adaptive.coalescePartitions.initialPartitionNum", str(wanted))
 
 
-def replay_frame(spark, params):
+def _offset_bound(spec):
+    return int(spec["offset"]) if spec and "offset" in spec else None
+
+
+def _pick_files(segments, ends, lo, hi):
+    """Split the segment files into (whole, capped, bytes): files read as they are, files
+    whose records may reach past their partition's end (the cap filter applies to those
+    only: usually just the active segment), and the bytes to read.
+
+    A segment holds offsets from its base up to the next segment's base, so files
+    entirely past the end or outside --from/--until offsets are not read at all.
+    """
+    whole, capped, nbytes = [], [], 0
+    for p, segs in segments.items():
+        end = ends.get(p)
+        for i, (base, path, size) in enumerate(segs):
+            upto = segs[i + 1][0] if i + 1 < len(segs) else None  # None: the active segment
+            if size == 0 or (end is not None and base >= end) or (hi is not None and base >= hi) or (
+                    lo is not None and upto is not None and upto <= lo):
+                continue
+            (capped if end is not None and (upto is None or upto > end) else whole).append(path)
+            nbytes += size
+    return whole, capped, nbytes
+
+
+def _scan(spark, files):
+    return _envelope(spark.read.option("lineSep", "\n").text(files).withColumnRenamed("value", "line"))
+
+
+def replay_frame(spark, params, via_files=False):
     """The selected records as (line, offset, partition, ts), unordered."""
     segments, fs = list_segments(spark, params["log"])
     if not segments:
@@ -172,14 +229,16 @@ def replay_frame(spark, params):
     ends = visible_ends(spark, fs, segments)
     for p, end in (params.get("end_offsets") or {}).items():
         ends[int(p)] = min(int(end), ends.get(int(p), int(end)))
-    files = [path for segs in segments.values() for _, path, size in segs if size > 0]
-    if not files:
+    whole, capped, input_bytes = _pick_files(
+        segments, ends, _offset_bound(params.get("from")), _offset_bound(params.get("until")))
+    if not whole and not capped:
         return spark.createDataFrame([], SCHEMA)
-    _size_result_partitions(spark, sum(size for segs in segments.values() for _, _, size in segs), params)
-    df = _envelope(spark.read.option("lineSep", "\n").text(files).withColumnRenamed("value", "line"))
-    if ends:
+    _size_result_partitions(spark, input_bytes, params, via_files)
+    frames = [_scan(spark, whole)] if whole else []
+    if capped:
         cap = F.create_map(*[x for p, e in sorted(ends.items()) for x in (F.lit(p), F.lit(e))])
-        df = df.where(F.coalesce(F.col("offset") < cap[F.col("partition")], F.lit(True)))
+        frames.append(_scan(spark, capped).where(F.coalesce(F.col("offset") < cap[F.col("partition")], F.lit(True))))
+    df = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
     now_ms = params.get("now_ms") or int(time.time() * 1000)
     lo = _bound(params.get("from"), now_ms, "from")
     hi = _bound(params.get("until"), now_ms, "until")
@@ -201,7 +260,98 @@ def replay_frame(spark, params):
     return df.select("line", "offset", "partition", "ts")
 
 
+def _scratch_folder(spark, params):
+    """(folder URI for the sorted part files, its local path or None), or None to stream
+    the result through the driver. The folder does not exist yet; the job deletes it."""
+    scratch = params.get("scratch")
+    if scratch is False:
+        return None
+    if scratch:
+        if scratch.startswith("file://") or "://" not in scratch:
+            local = os.path.join(scratch.removeprefix("file://"), "streamctl-replay-" + uuid.uuid4().hex)
+            return "file://" + local, local
+        return scratch.rstrip("/") + "/streamctl-replay-" + uuid.uuid4().hex, None
+    if spark.sparkContext.master.startswith("local"):
+        # The executors run in this process: the driver's temp folder is theirs too.
+        local = os.path.join(tempfile.mkdtemp(prefix="streamctl-replay-"), "result")
+        return "file://" + local, local
+    return None
+
+
+PART_FILE = re.compile(r"^part-(\d+)-.*?(?:-c(\d+))?(?:\.txt)?$")
+BLOCK = 4 << 20
+
+
+def _part_order(name):
+    """Sort key of a part file written by Spark, or None: by task (= sort range) number,
+    then by file number within a task (spark.sql.files.maxRecordsPerFile)."""
+    m = PART_FILE.match(name)
+    return (int(m.group(1)), int(m.group(2) or 0)) if m else None
+
+
+def _local_blocks(local):
+    if not os.path.isdir(local):
+        return
+    names = sorted((key, name) for name in os.listdir(local) if (key := _part_order(name)) is not None)
+    for _, name in names:
+        with open(os.path.join(local, name), "rb") as f:
+            while data := f.read(BLOCK):
+                yield data
+
+
+def _hadoop_blocks(spark, fs, folder):
+    jvm = spark.sparkContext._jvm
+    parts = []
+    for status in fs.listStatus(jvm.org.apache.hadoop.fs.Path(folder)):
+        key = _part_order(status.getPath().getName())
+        if key is not None and status.isFile():
+            parts.append((key, status.getPath(), status.getLen()))
+    read = jvm.org.apache.commons.io.IOUtils.toByteArray
+    for _, path, size in sorted(parts, key=lambda part: part[0]):
+        stream = fs.open(path)
+        try:
+            done = 0
+            while done < size:
+                data = bytes(read(stream, min(BLOCK, size - done)))
+                done += len(data)
+                yield data
+        finally:
+            stream.close()
+
+
+def _copy(blocks, out):
+    """Hand the result bytes to the output: whole blocks when it takes bytes (the job's
+    own _Output), else one decoded line at a time (a plain callable, as in tests)."""
+    write = getattr(out, "write_bytes", None)
+    carry = b""
+    for data in blocks:
+        if write is not None:
+            write(data)
+            continue
+        lines = (carry + data).split(b"\n")
+        carry = lines.pop()
+        for line in lines:
+            out(line.decode("utf-8"))
+    if carry:
+        raise ValueError("the sorted result ended without a newline")
+
+
 def main(spark, params, out):
-    ordered = replay_frame(spark, params).orderBy("ts", "partition", "offset").select("line")
-    for row in ordered.toLocalIterator(prefetchPartitions=True):
-        out(row[0])
+    scratch = _scratch_folder(spark, params)
+    ordered = replay_frame(spark, params, via_files=scratch is not None)
+    ordered = ordered.orderBy("ts", "partition", "offset").select("line")
+    if scratch is None:
+        for row in ordered.toLocalIterator(prefetchPartitions=True):
+            out(row[0])
+        return
+    folder, local = scratch
+    hadoop_path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path
+    fs = hadoop_path(folder).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    try:
+        ordered.write.mode("errorifexists").option("compression", "none").option("lineSep", "\n").text(folder)
+        _copy(_local_blocks(local) if local else _hadoop_blocks(spark, fs, folder), out)
+    finally:
+        if local and params.get("scratch") is None:
+            shutil.rmtree(os.path.dirname(local), ignore_errors=True)  # the mkdtemp folder
+        else:
+            fs.delete(hadoop_path(folder), True)
