@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -333,35 +334,42 @@ def _value_reader(parts: tuple[str, ...]) -> Callable[[Any], Any]:
     return lambda v: paths.get(v, sub)
 
 
+_MS_LOW, _MS_HIGH = 100_000_000_000, 100_000_000_000_000  # epoch milliseconds, by magnitude
+_INT = {int}
+
+
 def _block_times(parts: tuple[str, ...]) -> Callable[[list[Any]], list[int | None]]:
     """The event times of a block of plain-file values (what _time_getter reads from each record)."""
-    sub = parts[1:]
-    lo, hi = 100_000_000_000, 100_000_000_000_000
+    lo, hi = _MS_LOW, _MS_HIGH
     conv = event_time_ms
-    if len(sub) == 1:
-        name = sub[0]
+    raw = _block_column(parts)
 
-        def times(values: list[Any]) -> list[int | None]:
-            # epoch milliseconds, the common case, without event_time_ms's checks
-            return [t if (t := v.get(name) if v.__class__ is dict else None).__class__ is int and lo <= t < hi
-                    else conv(t) for v in values]
+    def times(values: list[Any]) -> list[int | None]:
+        ts = raw(values)
+        # all epoch milliseconds (the common case): the times as they are, checked in C
+        if ts and {*map(type, ts)} == _INT and lo <= min(ts) and max(ts) < hi:
+            return ts
+        return [t if t.__class__ is int and lo <= t < hi else conv(t) for t in ts]
 
-        return times
-    get = _value_reader(parts)
-
-    def times_any(values: list[Any]) -> list[int | None]:
-        return [t if (t := get(v)).__class__ is int and lo <= t < hi else conv(t) for v in values]
-
-    return times_any
+    return times
 
 
-def _block_keys(parts: tuple[str, ...]) -> Callable[[list[Any]], list[Any]]:
-    """The join keys of a block of plain-file values (what _key_getter reads from each record)."""
-    if len(parts) == 2:
-        name = parts[1]
-        return lambda values: [v.get(name) if v.__class__ is dict else None for v in values]
-    get = _value_reader(parts)
-    return lambda values: list(map(get, values))
+def _block_column(parts: tuple[str, ...]) -> Callable[[list[Any]], list[Any]]:
+    """A value path read from each of a block of plain-file values (what _key_getter reads from
+    each record): in one C-level pass when every value is an object holding the field."""
+    if len(parts) != 2:
+        get = _value_reader(parts)
+        return lambda values: list(map(get, values))
+    name = parts[1]
+    item = itemgetter(name)
+
+    def column(values: list[Any]) -> list[Any]:
+        try:
+            return list(map(item, values))
+        except (KeyError, TypeError, IndexError):  # a value without the field, or not an object
+            return [v.get(name) if v.__class__ is dict else None for v in values]
+
+    return column
 
 
 def _run_stream_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], block_bytes: int | None) -> JoinStats:
@@ -373,7 +381,7 @@ def _run_stream_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], bloc
     assert spec.within is not None
     stats = JoinStats()
     times = [_block_times(spec.time_field[0]), _block_times(spec.time_field[1])]
-    keys = [_block_keys(spec.on[0]), _block_keys(spec.on[1])]
+    keys = [_block_column(spec.on[0]), _block_column(spec.on[1])]
     kw = {} if block_bytes is None else {"block_bytes": block_bytes}
     batches = inputorder.merged_plain([spec.left, spec.right], times, keys, raw=True, **kw)
     with _gc_frozen():
