@@ -40,8 +40,9 @@ class ProduceOptions:
     batch_bytes: int = 4 << 20
     per_record: bool = False  # --fsync always: one append (and fsync) per record
     echo: Callable[[list[bytes]], None] | None = None
-    # Fast lane for plain JSON values: validates a whole batch of lines and returns
-    # them as value texts, or None to send the batch through `decoder` line by line.
+    # Fast lane for plain JSON values: validates a whole read batch ((line number, line)
+    # pairs) and returns its value texts, or None to send the batch through `decoder`
+    # line by line.
     validate_batch: Callable[[list], list[bytes] | None] | None = None
     const_key: str | None = None
     # --key-field as a value path (paths.value_path): the keyed fast lane (KeyedLane)
@@ -82,13 +83,13 @@ _CACHE_KEYS = 100_000  # key texts kept across batches (a log has far fewer keys
 line_of = itemgetter(1)  # (line number, line) -> line
 
 
-def _stripped(lines: list) -> list[bytes]:
-    """The lines as the per-line decoder reads them; TypeError for an over-long line.
+def _stripped(batch: list) -> list[bytes]:
+    """A read batch's lines as the per-line decoder reads them; TypeError for an over-long line.
 
     bytes.strip hands back the line itself when there is nothing to strip, so this
     costs one C call per line and no copy.
     """
-    return list(map(bytes.strip, lines, repeat(_WS)))
+    return list(map(bytes.strip, map(line_of, batch), repeat(_WS)))
 
 
 def _may_hold_big_int(values: list[bytes]) -> bool:
@@ -107,10 +108,10 @@ def _may_hold_big_int(values: list[bytes]) -> bool:
     return _BIG in joined.translate(_DIGITS)
 
 
-def validate_values(lines: list) -> list[bytes] | None:
+def validate_values(batch: list) -> list[bytes] | None:
     """The plain fast lane: the batch's value texts if every line is a JSON value, else None."""
     try:
-        values = _stripped(lines)
+        values = _stripped(batch)
         deque(map(orjson.loads, values), maxlen=0)
     except (orjson.JSONDecodeError, TypeError):
         return None
@@ -134,9 +135,9 @@ class KeyedLane:
         self.texts: dict[str | None, bytes] = {None: b"null"}
         self.chain = True  # False after a batch the dict.get chain could not take
 
-    def __call__(self, lines: list) -> tuple[list[bytes], list[bytes], list[str | None]] | None:
+    def __call__(self, batch: list) -> tuple[list[bytes], list[bytes], list[str | None]] | None:
         try:
-            values = _stripped(lines)
+            values = _stripped(batch)
         except TypeError:  # an over-long line
             return None
         keys = self._keys(values)
@@ -297,12 +298,12 @@ def produce(log: Log, inputs: Iterable[Input], opts: ProduceOptions, appender: A
         for inp in inputs:
             for batch in read_batches(inp.fd, opts.max_record_bytes, opts.batch_bytes):
                 if fast is not None:
-                    values = fast(list(map(line_of, batch)))
+                    values = fast(batch)
                     if values is not None:
                         append_fast(values)
                         continue
                 elif lane is not None:
-                    got = lane(list(map(line_of, batch)))
+                    got = lane(batch)
                     if got is not None:
                         append_keyed(*got)
                         continue
