@@ -233,9 +233,10 @@ def _numeric_column(col: list) -> tuple[list, int]:
 
 def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
                     key_cache: dict[str, bytes]) -> Callable[[list[dict]], tuple]:
-    """compile_prepare for a list of records: `columns(recs) -> (ts, rest)`, the event times (as
-    compile_prepare reads them; anything but an int is a bad time) and, when every time is good,
-    rest = (key JSON list, one column per aggregation that reads a field), else rest = None.
+    """compile_prepare for a list of records: `columns(recs) -> (ts, rest, ordered)`: the event times
+    (as compile_prepare reads them; anything but an int is a bad time); when every time is good,
+    rest = (key JSON list, one column per aggregation that reads a field), else None; and whether
+    the times never go down (None: not known).
 
     Nothing is counted before every column is made (a caller that gets an exception can hand the
     records to the per-record path); non-numeric values are counted at the end, as compile_prepare
@@ -244,7 +245,7 @@ def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
     env: dict = {"_etm": event_time_ms, "_kj": key_json_cached(key_cache), "_kc": key_cache,
                  "_dumps": orjson.dumps, "_g": [], "_dget": dict.get, "_rep": itertools.repeat,
                  "_INT": _INT, "_DICT": _DICT, "_num": _numeric_column, "_nn": plan.non_numeric,
-                 "_names": [s.name for s in plan.specs]}
+                 "_names": [s.name for s in plan.specs], "_le": le, "_islice": islice}
 
     def one(parts: tuple[str, ...]) -> str:
         """An expression of one record's field (names `r` and `_val`, its value) for a comprehension."""
@@ -255,40 +256,50 @@ def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
         env["_g"].append(aggregations._getter(parts))
         return f"_g[{len(env['_g']) - 1}](r)"
 
-    def column(parts: tuple[str, ...]) -> str:
-        """An expression of the column of a field over `recs` (values in `_vals`, all dicts if `_vd`)."""
+    def column(parts: tuple[str, ...], lazy: bool = False) -> str:
+        """An expression of the column of a field over `recs` (values in `_vals`, all dicts if `_vd`);
+        `lazy`: an iterator is enough."""
+        wrap = (lambda e: e) if lazy else (lambda e: f"list({e})")
         if len(parts) == 2 and parts[0] == "value":
-            return (f"(list(map(_dget, _vals, _rep({parts[1]!r}))) if _vd else "
+            return (f"({wrap(f'map(_dget, _vals, _rep({parts[1]!r}))')} if _vd else "
                     f"[_val.get({parts[1]!r}) if type(_val) is dict else None for _val in _vals])")
         if len(parts) == 1:
-            return f"list(map(_dget, recs, _rep({parts[0]!r})))"
-        return f"[{one(parts)} for r in recs]"
+            return wrap(f"map(_dget, recs, _rep({parts[0]!r}))")
+        return f"[{one(parts)} for r, _val in zip(recs, _vals)]"
 
     src = ["def columns(recs):",
            "    _vals = list(map(_dget, recs, _rep('value')))",
-           "    _vd = {*map(type, _vals)} == _DICT"]
+           "    _vd = {*map(type, _vals)} == _DICT",
+           "    ordered = None"]
     parts = paths.record_path(cfg.time_field)
     if parts == ("ts",) and not is_log:
         parts = ("value", "ts")  # a plain file has no append time: its own ts field
     if parts == ("ts",):
         src.append("    ts = list(map(_dget, recs, _rep('ts')))")
+        src.append("    if {*map(type, ts)} != _INT:")
+        src.append("        return ts, None, None")
+        src.append("    ordered = all(map(_le, ts, _islice(ts, 1, None)))")
     else:
         src.append(f"    x = {column(parts)}")
-        src.append("    if {*map(type, x)} == _INT and min(x) >= 100_000_000_000 and max(x) < 100_000_000_000_000:")
-        src.append("        ts = x")
+        src.append("    if {*map(type, x)} == _INT:")
+        src.append("        ordered = all(map(_le, x, _islice(x, 1, None)))")
+        src.append("        lo, hi = (x[0], x[-1]) if ordered else (min(x), max(x))")
+        src.append("    if ordered is not None and lo >= 100_000_000_000 and hi < 100_000_000_000_000:")
+        src.append("        ts = x  # all epoch ms, the common case")
         src.append("    else:")
+        src.append("        ordered = None")
         src.append("        ts = [v if type(v) is int and 100_000_000_000 <= v < 100_000_000_000_000 else _etm(v) "
                    "for v in x]")
-    src.append("    if {*map(type, ts)} != _INT:")
-    src.append("        return ts, None")
+        src.append("        if {*map(type, ts)} != _INT:")
+        src.append("            return ts, None, None")
     if not cfg.by or len(cfg.by) == 1:
-        src.append(f"    kv = {column(paths.record_path(cfg.by[0])) if cfg.by else column(('key',))}")
+        kparts = paths.record_path(cfg.by[0]) if cfg.by else ("key",)
         src.append("    try:")
-        src.append("        ks = list(map(_kc.get, kv))")
-        src.append("    except TypeError:  # a list or an object as the key")
-        src.append("        ks = [_kc.get(v) if type(v) is str else None for v in kv]")
-        src.append("    if None in ks:")
-        src.append("        ks = [k if k is not None else _kj(v) for k, v in zip(ks, kv)]")
+        src.append(f"        ks = list(map(_kc.get, {column(kparts, lazy=True)}))")
+        src.append("    except TypeError:  # a list or an object as the key: not in the cache")
+        src.append("        ks = [None] * len(recs)")
+        src.append("    if None in ks:  # not in the cache (yet)")
+        src.append(f"        ks = [k if k is not None else _kj(v) for k, v in zip(ks, {column(kparts)})]")
     else:
         exprs = ", ".join(one(paths.record_path(p)) for p in cfg.by)
         src.append(f"    ks = [_dumps([{exprs}]) for r, _val in zip(recs, _vals)]")
@@ -304,7 +315,7 @@ def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
     for i in counts:
         src.append(f"    if n{i}:")
         src.append(f"        _nn[_names[{i}]] = _nn.get(_names[{i}], 0) + n{i}")
-    src.append(f"    return ts, (ks, ({''.join(c + ', ' for c in cols)}))")
+    src.append(f"    return ts, (ks, ({''.join(c + ', ' for c in cols)})), ordered")
     exec("\n".join(src), env)
     return env["columns"]
 
@@ -434,9 +445,9 @@ class WindowRun:
                     continue
                 recs = batch
                 try:
-                    ts, rest = columns(recs)
+                    ts, rest, ordered = columns(recs)
                 except Exception:
-                    rest = ts = None
+                    rest = ts = ordered = None
                 if rest is None and ts is not None and not fail:
                     good = []
                     for rec, t in zip(recs, ts, strict=True):
@@ -446,7 +457,7 @@ class WindowRun:
                             self._bad_time(rec, source, False)
                     if good:
                         try:
-                            ts, rest = columns(good)
+                            ts, rest, ordered = columns(good)
                         except Exception:
                             rest = None
                         recs = good
@@ -470,8 +481,9 @@ class WindowRun:
                 if rest is not None:
                     ks, cols = rest
                     before = seq
-                    if inorder is not None and ts[0] >= maxt and (len(ts) < 2 or ts[-1] >= ts[0]) \
-                            and all(map(le, ts, islice(ts, 1, None))):
+                    if ordered is None and inorder is not None and ts[0] >= maxt:
+                        ordered = all(map(le, ts, islice(ts, 1, None)))
+                    if inorder is not None and ordered and ts[0] >= maxt:
                         seq, maxt, wm = inorder(ts, ks, cols, seq, maxt, wm, out)
                     else:
                         seq, maxt, wm, lates = general(ts, ks, cols, seq, maxt, wm, out)

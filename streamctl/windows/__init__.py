@@ -27,10 +27,6 @@ import heapq
 NO_WATERMARK = -(1 << 62)  # before the first event: nothing is late, nothing closes
 
 
-def _row_order(row: tuple) -> tuple:
-    return row[0], row[2]
-
-
 def compile_fold(plan, head: list[str], fast: list[str], env: dict):
     """The general batch loop: `fold(ts, ks, cols, seq, maxt, wm, out) -> (seq, maxt, wm, lates)` does
     for each event what the driver's per-event loop does with fast_add and close, in the same order,
@@ -146,30 +142,28 @@ class GridWindows:
         ends = self.ends
         if not ends or ends[0] > wm:
             return
-        batch = []
         while ends and ends[0] <= wm:
             end = heapq.heappop(ends)
-            for key, st in self.open.pop(end).items():
-                batch.append((end - self.size, end, key, st))
-        self._emit(batch, out)
+            self._emit(end, self.open.pop(end), out)
 
     def flush(self, out: list) -> None:
-        batch = []
         for end in sorted(self.open):
-            for key, st in self.open[end].items():
-                batch.append((end - self.size, end, key, st))
+            self._emit(end, self.open[end], out)
         self.open.clear()
         self.ends.clear()
-        self._emit(batch, out)
 
-    def _emit(self, batch: list, out: list) -> None:
-        batch.sort(key=_row_order)
-        result = self.plan.result
-        for start, end, key, st in batch:
-            if not self.update:
-                out.append((start, end, key, result(st), None))
-            if self.correct:
-                self.closed[(end, key)] = [st, 0]
+    def _emit(self, end: int, d: dict, out: list) -> None:
+        """One closed window's rows, by key. Windows close in end order and start = end - size, so
+        rows come out by (start, key) within a close (the order the module docstring promises)."""
+        start = end - self.size
+        keys = sorted(d)
+        if not self.update:
+            result = self.plan.result
+            out += [(start, end, key, result(d[key]), None) for key in keys]
+        if self.correct:
+            closed = self.closed
+            for key in keys:
+                closed[(end, key)] = [d[key], 0]
 
     def open_windows(self) -> int:
         return sum(len(d) for d in self.open.values())
