@@ -17,8 +17,8 @@ import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import islice
-from operator import le
+from itertools import chain, groupby, islice, repeat
+from operator import itemgetter, le
 from typing import Any
 
 import orjson
@@ -589,24 +589,35 @@ def row_json(row: tuple) -> bytes:
 
 
 def rows_jsonl(rows: list[tuple]) -> bytes:
-    """row_json() of each row, joined: the same bytes, with each window's `{"window":...,"key":` prefix
-    made once and the aggregates encoded as their own object (a row is the prefix, the key's JSON
-    text, and that object without its `{`). Raises where row_json would (a value orjson cannot
-    write): the caller then writes row by row, so the rows before it still come out."""
+    """row_json() of each row, joined: the same bytes, made a window at a time.
+
+    Rows of one window (consecutive, same start and end, no revision) share the
+    `{"window":...,"key":` prefix, and their aggregates are encoded in one call
+    as a list of objects, cut apart at `},{` (kept only when that gives one piece
+    per row: a string holding `},{` would make more). A row is then the prefix,
+    the key's JSON text, `,`, its piece and `}`. Raises where row_json would (a
+    value orjson cannot write); the caller then writes row by row, so the rows
+    before it still come out.
+    """
     dumps = orjson.dumps
     parts: list[bytes] = []
-    last: tuple | None = None
-    prefix = b""
-    for row in rows:
-        start, end, key, values, revision = row
-        if revision is not None or not values:
-            parts.append(row_json(row))
-            continue
-        if (start, end) != last:
-            last = (start, end)
-            prefix = b'{"window":{"start":' + dumps(_iso(start)) + b',"end":' + dumps(_iso(end)) + b'},"key":'
-        parts += (prefix, key, b",", dumps(values)[1:], b"\n")
+    for (start, end), group in groupby(rows, _row_window):
+        grp = list(group)
+        values = list(map(_row_values, grp))
+        if {*map(_row_revision, grp)} == _NONE and all(values):
+            pieces = dumps(values)[2:-2].split(b"},{")
+            if len(pieces) == len(grp):
+                prefix = b'{"window":{"start":' + dumps(_iso(start)) + b',"end":' + dumps(_iso(end)) + b'},"key":'
+                parts += chain.from_iterable(zip(repeat(prefix), map(_row_key, grp), repeat(b","), pieces,
+                                                 repeat(b"}\n")))
+                continue
+        parts += map(row_json, grp)
     return b"".join(parts)
+
+
+_row_window = itemgetter(0, 1)
+_row_key, _row_values, _row_revision = itemgetter(2), itemgetter(3), itemgetter(4)
+_NONE = {None}
 
 
 def late_line(rec: dict, is_log: bool) -> bytes:

@@ -142,11 +142,13 @@ def test_state_after_batches_checkpoints_like_records():
     st.sampled_from([b'"a"', b"null", b"[1,2]", b'{"x":1}']),
     st.dictionaries(st.sampled_from(["count", "avg_v", "first_v"]),
                     st.one_of(st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=True), st.text(max_size=3),
-                              st.none())),
+                              st.none(), st.sampled_from(["},{", "x}", [{"a": 1}, {"b": "},{"}], {"n": {}}]))),
     st.sampled_from([None, None, 1, 2]))))
 def test_rows_jsonl_equals_row_json(rows):
     rows = [(s, s + d * M, k, v, r) for s, d, k, v, r in rows]
     assert rows_jsonl(rows) == b"".join(map(row_json, rows))
+    same_window = [(0, M, k, v, None) for _s, _e, k, v, _r in rows]
+    assert rows_jsonl(same_window) == b"".join(map(row_json, same_window))
 
 
 def test_rows_jsonl_raises_where_row_json_does():

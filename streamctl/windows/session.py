@@ -186,8 +186,11 @@ class Session:
                 "due = heap[0][0] + lateness if heap else INF",
                 f"for seq, t, p, k{''.join(', ' + n for n in names)} in zip(range(base, base + len(ts)), ts, prevs, ks"
                 + "".join(f", col_{n}" for n in names) + "):",
-                "    sessions = opened.get(k)",
-                "    if sessions is not None and len(sessions) == 1 and t <= (s := sessions[0])[1] + gap:",
+                "    try:",
+                "        s, = opened[k]  # the group's only open session",
+                "    except (KeyError, ValueError):  # none, or several",
+                "        s = None",
+                "    if s is not None and t <= s[1] + gap:",
                 "        st = s[2]",
                 *("        " + ln for ln in add),
                 "        s[1] = t",
