@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from streamctl import aggregations, paths
+from streamctl import aggregations, inputorder, paths
 from streamctl.errors import DataError, UsageError
 from streamctl.timeparse import event_time_ms, format_iso, now_ms
 from streamctl.watermark import Watermark
@@ -245,7 +245,8 @@ def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
     env: dict = {"_etm": event_time_ms, "_kj": key_json_cached(key_cache), "_kc": key_cache,
                  "_dumps": orjson.dumps, "_g": [], "_dget": dict.get, "_rep": itertools.repeat,
                  "_INT": _INT, "_DICT": _DICT, "_num": _numeric_column, "_nn": plan.non_numeric,
-                 "_names": [s.name for s in plan.specs], "_le": le, "_islice": islice}
+                 "_names": [s.name for s in plan.specs], "_le": le, "_islice": islice,
+                 "_Batch": inputorder.RecordBatch}
 
     def one(parts: tuple[str, ...]) -> str:
         """An expression of one record's field (names `r` and `_val`, its value) for a comprehension."""
@@ -268,7 +269,8 @@ def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
         return f"[{one(parts)} for r, _val in zip(recs, _vals)]"
 
     src = ["def columns(recs):",
-           "    _vals = list(map(_dget, recs, _rep('value')))",
+           "    # a log's batch comes with its records' keys and values (inputorder.RecordBatch)",
+           "    _vals = recs.values if type(recs) is _Batch else list(map(_dget, recs, _rep('value')))",
            "    _vd = {*map(type, _vals)} == _DICT",
            "    ordered = None"]
     parts = paths.record_path(cfg.time_field)
@@ -294,12 +296,23 @@ def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
         src.append("            return ts, None, None")
     if not cfg.by or len(cfg.by) == 1:
         kparts = paths.record_path(cfg.by[0]) if cfg.by else ("key",)
+        kcol = column(kparts) if cfg.by else "(recs.keys if type(recs) is _Batch else list(map(_dget, recs, _rep('key'))))"
+        # The keys' JSON texts from one orjson call for the column, cut at its commas: each element
+        # is written as dumps() writes it alone, and when no key holds a comma there is one piece
+        # per key (the cut is kept only then). Cheaper than a cache lookup per key, whose 10k+
+        # entries are mostly out of the CPU cache.
+        src.append(f"    kv = {kcol}")
         src.append("    try:")
-        src.append(f"        ks = list(map(_kc.get, {column(kparts, lazy=True)}))")
-        src.append("    except TypeError:  # a list or an object as the key: not in the cache")
-        src.append("        ks = [None] * len(recs)")
-        src.append("    if None in ks:  # not in the cache (yet)")
-        src.append(f"        ks = [k if k is not None else _kj(v) for k, v in zip(ks, {column(kparts)})]")
+        src.append("        ks = _dumps(kv)[1:-1].split(b',')")
+        src.append("    except TypeError:")
+        src.append("        ks = ()")
+        src.append("    if len(ks) != len(kv):")
+        src.append("        try:")
+        src.append("            ks = list(map(_kc.get, kv))")
+        src.append("        except TypeError:  # a list or an object as the key: not in the cache")
+        src.append("            ks = [None] * len(kv)")
+        src.append("        if None in ks:  # not in the cache (yet)")
+        src.append("            ks = [k if k is not None else _kj(v) for k, v in zip(ks, kv)]")
     else:
         exprs = ", ".join(one(paths.record_path(p)) for p in cfg.by)
         src.append(f"    ks = [_dumps([{exprs}]) for r, _val in zip(recs, _vals)]")
