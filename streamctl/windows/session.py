@@ -181,10 +181,8 @@ class Session:
         names = col_names(self.plan)
         vals = ", ".join(val_names(self.plan))
         body = ["base = seq",
-                "prevs = [maxt]",
-                "prevs += ts[:-1]",
                 "due = heap[0][0] + lateness if heap else INF",
-                f"for seq, t, p, k{''.join(', ' + n for n in names)} in zip(range(base, base + len(ts)), ts, prevs, ks"
+                f"for seq, t, k{''.join(', ' + n for n in names)} in zip(range(base, base + len(ts)), ts, ks"
                 + "".join(f", col_{n}" for n in names) + "):",
                 "    try:",
                 "        s, = opened[k]  # the group's only open session",
@@ -195,7 +193,8 @@ class Session:
                 *("        " + ln for ln in add),
                 "        s[1] = t",
                 "    else:",
-                "        # the watermark before this event: the previous event's time (or the batch's start)",
+                "        # the watermark before this event: from the previous event's time (or the batch's start)",
+                "        p = ts[seq - base - 1] if seq > base else maxt",
                 f"        add(k, t, seq, ({vals},), p - lateness if p != NO_WATERMARK else NO_WATERMARK, out)",
                 "        due = heap[0][0] + lateness if heap else INF",
                 "    if t > due:",
