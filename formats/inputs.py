@@ -9,7 +9,6 @@ fast (no re-serialization), and it keeps numbers as the producer wrote them.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -76,66 +75,7 @@ def value_decoder(key_field: str | None, const_key: str | None) -> Decoder:
             key = coerce_key(paths.get(obj, kpath))
         return key, text, None, None
 
-    if kpath is not None:
-        # produce's keyed fast lane (see keyed_values); the per-line `decode` stays the fallback.
-        decode.batch = functools.partial(keyed_items, kpath)  # type: ignore[attr-defined]
     return decode
-
-
-def keyed_items(kpath: tuple[str, ...], lines: list, key_texts: dict[str, bytes],
-                want_keys: bool) -> tuple[list[tuple[bytes, bytes, None]], list[str | None] | None] | None:
-    """produce's fast lane with --key-field: ((key JSON, value text, None) per line, keys), or None.
-
-    Like validate_values, but keeps each parsed value just long enough to take its
-    key; `key_texts` caches key JSON texts across batches (a log has far fewer keys
-    than records). The keys themselves are returned only if `want_keys` (to choose
-    partitions). None (a bad, blank or over-long line, a key that is an object)
-    sends the batch through the per-line decoder, which names the line.
-    """
-    loads, dumps, get = orjson.loads, orjson.dumps, paths.get
-    cached = key_texts.get
-    items: list[tuple[bytes, bytes, None]] = []
-    keys: list[str | None] | None = [] if want_keys else None
-    add = items.append
-    first = kpath[0] if len(kpath) == 1 else None
-    try:
-        for ln in lines:
-            obj = loads(ln)
-            key = obj.get(first) if first is not None and type(obj) is dict else get(obj, kpath)
-            if key is None:
-                add((b"null", ln, None))
-            else:
-                if type(key) is not str:
-                    key = coerce_key(key)
-                kj = cached(key)
-                if kj is None:
-                    kj = dumps(key)
-                    if len(key_texts) < 100_000:
-                        key_texts[key] = kj
-                add((kj, ln, None))
-            if keys is not None:
-                keys.append(key)
-    except (orjson.JSONDecodeError, TypeError, BadLine):
-        return None
-    if _BIG in b"\n".join(lines).translate(_DIGITS):
-        return None
-    return items, keys
-
-
-def validate_values(lines: list) -> list[bytes] | None:
-    """produce's fast lane: the batch's lines if every one is a JSON value as it stands, else None.
-
-    None sends the batch through the per-line decoder, which names the bad line.
-    """
-    loads = orjson.loads
-    try:
-        for ln in lines:
-            loads(ln)
-    except (orjson.JSONDecodeError, TypeError):
-        return None
-    if _BIG in b"\n".join(lines).translate(_DIGITS):
-        return None
-    return lines
 
 
 def _headers_json(h: Any) -> bytes | None:
