@@ -695,6 +695,7 @@ def spark_blocker(cfg: WindowConfig, path: str, late_out: str | None) -> str | N
 # -- follow mode ------------------------------------------------------------------
 
 CHECKPOINT_FORMAT = 1
+_partition_offset = itemgetter("partition", "offset")
 FOLLOW_BATCH = 50_000  # records per round between checkpoints on a large backlog
 CHECKPOINT_INTERVAL = 1.0  # seconds; at most this much output is repeated after a kill -9
 
@@ -717,7 +718,6 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
     event is lost or counted twice; rows emitted after the last checkpoint are
     written again (identically) after a restart.
     """
-    import itertools
     import os
     import time
 
@@ -769,14 +769,21 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
             # the group file is for `stat` (lag); the checkpoint above is what a restart trusts
             offsets.commit(lg, group, dict(positions))
 
-    def progress(rec: dict) -> None:
-        positions[rec["partition"]] = rec["offset"] + 1
+    def done(batch: list[dict]) -> None:
+        # the last record of each partition in the batch (later pairs overwrite earlier ones)
+        for p, off in dict(map(_partition_offset, batch)).items():
+            positions[p] = off + 1
 
-    def until_stopped(recs: Iterator[dict]) -> Iterator[dict]:
-        for i, rec in enumerate(recs):
-            if i & 1023 == 0 and stopflag.is_set():
+    def round_of(batches: Iterator[list[dict]]) -> Iterator[list[dict]]:
+        """About FOLLOW_BATCH records, a batch at a time, until a stop signal."""
+        n = 0
+        for batch in batches:
+            if stopflag.is_set():
                 return
-            yield rec
+            yield batch
+            n += len(batch)
+            if n >= FOLLOW_BATCH:
+                return
 
     waiter = Waiter(path)
     last_new = time.monotonic()
@@ -785,8 +792,9 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
     try:
         while not stopflag.is_set():
             before = run.seq + run.stats.bad_time
-            recs = inputorder.log_records(path, starts=dict(positions))
-            run.feed(until_stopped(itertools.islice(recs, FOLLOW_BATCH)), emit, source=path, progress=progress)
+            batches = inputorder.log_batches(path, starts=dict(positions))
+            run.feed_batches(round_of(batches), emit, source=path, done=done)
+            batches.close()
             got = run.seq + run.stats.bad_time - before
             run.tick(emit)
             now = time.monotonic()
