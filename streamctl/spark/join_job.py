@@ -125,11 +125,27 @@ def records(spark, params):
     """Both inputs as one DataFrame with `pos` (input order) and, where the kind needs it,
     `W` (the watermark after pos)."""
     df = spark.createDataFrame(_read_side(spark, params, 0).union(_read_side(spark, params, 1)), ROW_SCHEMA)
-    # A plain file's merge time is the running max of its event times (records without
-    # one keep their place): heapq.merge over a stream that is not sorted yields it so.
-    own = Window.partitionBy("side").orderBy("o1", "o2", "o3").rowsBetween(Window.unboundedPreceding, 0)
-    df = df.withColumn("merge_t", F.coalesce(F.max("order_t").over(own), F.lit(MIN_TIME)))
-    df = df.withColumn("pos", F.dense_rank().over(Window.orderBy("merge_t", "rank", "o1", "o2", "o3")))
+    # The records are read (in Python) once: the range-partitioned sort below samples them first.
+    df = df.persist(StorageLevel.DISK_ONLY)
+    if all(inp["is_log"] for inp in params["inputs"]):
+        # A log's records come in (ts, partition, offset) order, so the running max of its
+        # ts is its ts: no window over a whole input (one task would sort all of it).
+        df = df.withColumn("merge_t", F.coalesce(F.col("order_t"), F.lit(MIN_TIME)))
+    else:
+        # A plain file's merge time is the running max of its event times (records without
+        # one keep their place): heapq.merge over a stream that is not sorted yields it so.
+        own = Window.partitionBy("side").orderBy("o1", "o2", "o3").rowsBetween(Window.unboundedPreceding, 0)
+        df = df.withColumn("merge_t", F.coalesce(F.max("order_t").over(own), F.lit(MIN_TIME)))
+    # pos: a number that grows with the input order (merge_t, rank, own order), equal for the
+    # rows of one record (sub 0, 1: a tombstone's two key forms). Only compared, never counted,
+    # so it need not be dense: a range-partitioned sort numbers rows in every partition in
+    # parallel (monotonically_increasing_id follows the partitions' order), where a rank over
+    # one global window would send every record through a single task.
+    order = ("merge_t", "rank", "o1", "o2", "o3")
+    # As many partitions as were read, or PARAMS["order_partitions"] when set.
+    n = int(params.get("order_partitions") or max(df.rdd.getNumPartitions(), spark.sparkContext.defaultParallelism))
+    df = df.repartitionByRange(n, *order).sortWithinPartitions(*order, "sub")
+    df = df.withColumn("pos", F.monotonically_increasing_id() - F.col("sub"))
     df = df.drop("rank", "o1", "o2", "o3", "order_t", "merge_t")
     if params["kind"] == "stream" or (params["kind"] == "table" and params.get("as_of") == "event-time"):
         running = Window.orderBy("pos", "sub").rowsBetween(Window.unboundedPreceding, 0)
