@@ -10,11 +10,13 @@ the same lines in the same order as `streamctl replay --engine local`:
    crashed mid-append); it is never visible, as in streamctl itself.
 2. Read the segments as text: one row per stored line, kept as is.
 3. Extract only the envelope (offset, partition, ts, key) from the line's fixed
-   prefix with a regular expression (JSON parsing only for lines written by
-   hand in another layout); the value is never parsed.
+   prefix with short anchored regular expressions (JSON parsing only for lines
+   written by hand in another layout); the value is never parsed.
 4. Filter: each partition's end (a snapshot taken when streamctl started the
    job, or the visible end), --from/--until (offsets per partition, or times;
-   half-open [from, until)), --key.
+   half-open [from, until)), --key. Segment files wholly past a partition's end
+   or outside --from/--until offsets are not read, and the end filter applies
+   only to the files that can reach past it (usually the active segment).
 5. --compact: per key, the last record in (ts, partition, offset) order
    (max of a struct in a hash-partitioned aggregate); a tombstone (value null)
    deletes the key; records without a key are left out.
