@@ -253,12 +253,14 @@ def replay_frame(spark, params, via_files=False):
         if params.get("key") is not None:
             df = df.where(F.col("key") == F.lit(params["key"]))
     if params.get("compact"):
-        # Records without a key form one group whose every member is marked
-        # `drop`, like tombstones (a filter on the key would be pushed into the
-        # scan by the optimizer and compute the key twice per line).
-        df = df.withColumn("drop", F.col("key").isNull() | _tombstone(F.col("line")))
-        latest = F.max(F.struct("ts", "partition", "offset", "drop", "line")).alias("r")
-        df = df.groupBy("key").agg(latest).select("r.*").where(~F.col("drop"))
+        # Records without a key form one group whose members are marked `nokey`
+        # (a filter on the key would be pushed into the scan by the optimizer and
+        # compute the key twice per line). The tombstone test runs on each key's
+        # last record only, after the aggregate.
+        df = df.withColumn("nokey", F.col("key").isNull())
+        latest = F.max(F.struct("ts", "partition", "offset", "nokey", "line")).alias("r")
+        df = df.groupBy("key").agg(latest).select("r.*")
+        df = df.where(~F.col("nokey") & ~_tombstone(F.col("line")))
     return df.select("line", "offset", "partition", "ts")
 
 
