@@ -301,6 +301,10 @@ def _job_params(log_uri: str, spec, relative: bool) -> dict:
         "key": spec.key,
         "compact": spec.compact,
         "output": None,
+        # a folder (file://, hdfs://, s3a://) the driver and every executor can reach: the sorted
+        # result is written there by Spark's parallel writer and copied out in order; None = the
+        # driver's temp folder on a local master, else the lines stream through the driver
+        "scratch": None,
         "master": None,
         "app_name": "streamctl-replay",
         "log_level": "WARN",
