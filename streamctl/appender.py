@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import count, repeat
 
@@ -103,17 +104,22 @@ class Appender:
         """Append items to partition p as one batch; returns the offsets they got."""
         if not items:
             raise ValueError("empty batch")
-        lock = self._lock_fd(p)
-        flock(lock, timeout=self.lock_timeout, what=f"{self.log.path}/p{p}")
-        try:
-            if self.recover is not None:
-                self.recover(self.log.partition_dir(p))
-            tail = self._refresh(p)
+        with self._locked(p) as tail:
             if self.filter is not None:
                 items = self.filter(p, items, tail.next_offset)
                 if not items:
                     return AppendResult(p, tail.next_offset, tail.next_offset - 1, [] if want_lines else None)
             return self._write(p, tail, items, want_lines)
+
+    @contextmanager
+    def _locked(self, p: int) -> Iterator[_Tail]:
+        """Partition p's lock held, leftovers of a crashed compaction swap recovered, its tail found."""
+        lock = self._lock_fd(p)
+        flock(lock, timeout=self.lock_timeout, what=f"{self.log.path}/p{p}")
+        try:
+            if self.recover is not None:
+                self.recover(self.log.partition_dir(p))
+            yield self._refresh(p)
         finally:
             unlock(lock)
 
@@ -121,15 +127,8 @@ class Appender:
         """Append values that share one key: produce's fast lane (no per-record tuples)."""
         if self.filter is not None:
             return self.append(p, [(key_json, v, None) for v in values], want_lines)
-        lock = self._lock_fd(p)
-        flock(lock, timeout=self.lock_timeout, what=f"{self.log.path}/p{p}")
-        try:
-            if self.recover is not None:
-                self.recover(self.log.partition_dir(p))
-            tail = self._refresh(p)
+        with self._locked(p) as tail:
             return self._write_values(p, tail, key_json, values, want_lines)
-        finally:
-            unlock(lock)
 
     def append_keyed(self, p: int, key_jsons: Sequence[bytes], values: Sequence[bytes],
                      want_lines: bool = False) -> AppendResult:
@@ -139,19 +138,12 @@ class Appender:
         """
         if self.filter is not None:
             return self.append(p, list(zip(key_jsons, values, repeat(None))), want_lines)
-        lock = self._lock_fd(p)
-        flock(lock, timeout=self.lock_timeout, what=f"{self.log.path}/p{p}")
-        try:
-            if self.recover is not None:
-                self.recover(self.log.partition_dir(p))
-            tail = self._refresh(p)
+        with self._locked(p) as tail:
             ts = max(self.clock(), tail.last_ts)
             middle = b',"partition":%d,"ts":%d,"key":' % (p, ts)
             lines = (b'{"offset":%d%s%s,"value":%s}\n' % (off, middle, k, v)
                      for off, k, v in zip(count(tail.next_offset), key_jsons, values))
             return self._write_lines(p, tail, ts, lines, want_lines)
-        finally:
-            unlock(lock)
 
     def _write_values(self, p: int, tail: _Tail, key_json: bytes, values: Sequence[bytes],
                       want_lines: bool) -> AppendResult:
