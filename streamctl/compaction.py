@@ -170,7 +170,8 @@ def _scan(fd: int, path: str, end: int, first_idx: int, latest: dict[bytes, int]
             canonical = False
         n = len(keys)
         latest.update(zip(keys, range(idx, idx + n), strict=True))
-        nulls += keys.count(_NULL)
+        if latest.get(_NULL, -1) >= idx:  # a null key in this block (it would have moved latest[null] here)
+            nulls += keys.count(_NULL)
         idx += n
         pos += last
         if progress is not None:
