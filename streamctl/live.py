@@ -308,7 +308,7 @@ class PrintSink:
         self.committer.commit()
 
     def tick(self) -> None:
-        pass
+        """Nothing is time-driven here: stdout is flushed on each poll's sync (ExecBatcher's batch timeout uses it)."""
 
     def idle(self) -> bool:
         return self.out.pending() == 0
