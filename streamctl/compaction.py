@@ -2,17 +2,18 @@
 
 Per partition, over the closed segments (the active one only after a roll):
 
-1. Scan: one pass over the bytes pulls each line's key out of its canonical
-   prefix with one regular expression per 4 MiB block (no JSON parsing) and
-   records, per key, the position of its latest line. State: one dict entry
-   per distinct key (key text -> line number), so memory is bounded by the
-   number of keys, not by the log size. For logs of PARALLEL_SCAN_BYTES or
-   more the segments are split into consecutive runs scanned by forked
-   processes, one per core (streamctl.forkmap), merged in segment order.
+1. Scan (streamctl.keyscan): each segment is read newest block first, so the
+   first sighting of a key is its latest line; a block whose keys were all
+   seen costs one regex findall and one set test, no JSON parsing. State: one
+   dict entry per distinct key (key text -> place of its latest line), so
+   memory is bounded by the number of keys, not by the log size. For logs of
+   PARALLEL_SCAN_BYTES or more the segments are split into consecutive runs
+   scanned by forked processes, one per core (streamctl.forkmap), merged in
+   segment order.
 2. Recopy: each segment keeps the lines that are the latest of their key,
    every null-key line (kept as is: there is nothing for them to supersede),
    and everything newer than --min-lag. Kept lines are the stored bytes,
-   sliced out of the segment, never re-serialized. A latest record that is a
+   sliced out of the segment at their places, never re-serialized. A latest record that is a
    tombstone goes once its ts is --tombstone-retention old.
 3. Runs of neighbouring segments whose cleaned size fits in one segment are
    merged into one (named by the first one's base offset); a segment that
@@ -42,7 +43,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
-from streamctl import forkmap, record, retention, segment, stopflag, swap
+from streamctl import forkmap, keyscan, record, retention, segment, stopflag, swap
 from streamctl.errors import Interrupted, StorageError
 from streamctl.fsutil import NOFOLLOW, fsync_dir, write_all
 from streamctl.log import Log
@@ -50,13 +51,11 @@ from streamctl.segment import Segment, list_segments, segment_name
 from streamctl.timeparse import now_ms
 
 DEFAULT_TOMBSTONE_RETENTION_MS = 24 * 3600 * 1000
-SCAN_CHUNK = 4 << 20
 # The key scan runs on every core (up to MAX_SCAN_WORKERS forked processes) once
 # the segments to scan hold PARALLEL_SCAN_BYTES: below that a fork costs more than it saves.
 PARALLEL_SCAN_BYTES = 64 << 20
 MAX_SCAN_WORKERS = 4
 
-_NULL = b"null"
 
 Progress = Callable[[int], None]  # called with bytes just processed
 
@@ -107,10 +106,9 @@ class _Scanned:
     seg: Segment
     size: int          # visible bytes
     clean_end: int     # bytes [0, clean_end) are old enough to compact (--min-lag)
-    first_idx: int     # number of its first line: (segment ordinal << 32), see _scan_partition
+    ordinal: int       # its place in the scan: its lines' places are (ordinal << PLACE_BITS) + byte
     lines: int         # lines in [0, clean_end)
-    nulls: int         # null-key lines among them
-    canonical: bool    # record.block_keys read every line (pass 2 may use it again)
+    nulls: list[int]   # byte positions of the null-key lines among them
     tail_lines: int    # lines in [clean_end, size), kept as they are
     first_ts: int | None
 
@@ -127,70 +125,18 @@ class _Piece:
     tombstones_removed: int = 0
 
 
-def _corrupt(path: str, pos: int | None, e: Exception) -> StorageError:
-    where = f"{path}: byte {pos}" if pos is not None else path
-    return StorageError(f"{where}: corrupt record ({e}); run `streamctl check` on the log before compacting")
-
-
-def _slow_keys(lines: list[bytes], path: str, pos: int) -> list[bytes]:
-    """Keys of lines that are not in the canonical layout (written by hand, say): each line is
-    fully parsed first, so a damaged line stops the compaction instead of being dropped as superseded."""
-    out = []
-    for line in lines:
-        try:
-            record.parse(line)
-            out.append(record.key_bytes(line))
-        except record.BadRecord as e:
-            raise _corrupt(path, pos, e) from None
-        pos += len(line) + 1
-    return out
-
-
-def _scan(fd: int, path: str, end: int, first_idx: int, latest: dict[bytes, int],
-          progress: Progress | None) -> tuple[int, int, bool]:
-    """Pass 1 over bytes [0, end): latest[key] = line number. Returns (lines, null-key lines, canonical)."""
-    idx = first_idx
-    nulls = 0
-    canonical = True
-    pos = 0
-    want = SCAN_CHUNK
-    while pos < end:
-        n_read = min(want, end - pos)
-        buf = os.pread(fd, n_read, pos)
-        last = buf.rfind(b"\n") + 1
-        if last == 0:
-            if pos + n_read >= end:
-                break  # no complete line left (cannot happen below a visible end)
-            want *= 2  # a line longer than the block
-            continue
-        want = SCAN_CHUNK
-        keys = record.block_keys(buf, last)
-        if keys is None:
-            keys = _slow_keys(buf[:last - 1].split(b"\n"), path, pos)
-            canonical = False
-        n = len(keys)
-        latest.update(zip(keys, range(idx, idx + n), strict=True))
-        if latest.get(_NULL, -1) >= idx:  # a null key in this block (it would have moved latest[null] here)
-            nulls += keys.count(_NULL)
-        idx += n
-        pos += last
-        if progress is not None:
-            progress(last)
-    return idx - first_idx, nulls, canonical
-
-
-def _chunks(jobs: list[tuple[int, str, int]], workers: int) -> list[list[tuple[int, str, int]]]:
+def _chunks(jobs: list[keyscan.ScanJob], workers: int) -> list[list[keyscan.ScanJob]]:
     """Consecutive runs of segments with about equal bytes, one per worker (at least one run)."""
-    total = sum(job[2] for job in jobs)
+    total = sum(job.end for job in jobs)
     if workers <= 1 or len(jobs) <= 1 or total == 0:
         return [jobs]
-    chunks: list[list[tuple[int, str, int]]] = [[]]
+    chunks: list[list[keyscan.ScanJob]] = [[]]
     done = 0
     for job in jobs:
         if chunks[-1] and done >= total * len(chunks) / workers and len(chunks) < workers:
             chunks.append([])
         chunks[-1].append(job)
-        done += job[2]
+        done += job.end
     return chunks
 
 
@@ -208,49 +154,39 @@ def _read(path: str, size: int) -> bytes:
         os.close(fd)
 
 
-def _null_positions(sc: _Scanned, head: bytes, lines: list[bytes]) -> list[int]:
-    keys = record.block_keys(head, len(head)) if sc.canonical else None
-    if keys is None:
-        keys = _slow_keys(lines, sc.seg.path, 0)
-    return [i for i, k in enumerate(keys) if k == _NULL]
-
-
 def _clean(sc: _Scanned, kept: list[int], tomb_cutoff: int) -> _Piece:
-    """Pass 2 for one segment: its kept lines, as stored bytes."""
-    lo = bisect_left(kept, sc.first_idx)
-    hi = bisect_left(kept, sc.first_idx + sc.lines)
-    mine = kept[lo:hi]
+    """Pass 2 for one segment: its kept lines, as stored bytes sliced at their places."""
+    base = sc.ordinal << keyscan.PLACE_BITS
+    mine = kept[bisect_left(kept, base):bisect_left(kept, base + (1 << keyscan.PLACE_BITS))]
     may_expire = sc.first_ts is not None and sc.first_ts <= tomb_cutoff
     records = sc.lines + sc.tail_lines
-    if len(mine) + sc.nulls == sc.lines and not may_expire:
+    if len(mine) + len(sc.nulls) == sc.lines and not may_expire:
         return _Piece(sc, sc.size, records, False, None)
     if not mine and not sc.nulls and sc.clean_end == sc.size:
         return _Piece(sc, 0, 0, sc.lines > 0, b"")
     data = _read(sc.seg.path, sc.size)
-    head = data[: sc.clean_end]
-    lines = head.split(b"\n")
-    lines.pop()  # after the last `\n`
-    if len(lines) != sc.lines:
-        raise StorageError(f"{sc.seg.path}: changed while compacting it (closed segments must not change)")
-    local = [i - sc.first_idx for i in mine]
-    nulls = set(_null_positions(sc, head, lines)) if sc.nulls else set()
-    order = sorted(nulls.union(local)) if nulls else local
+    nulls = set(sc.nulls)
+    at = [i - base for i in mine]
+    order = sorted(nulls.union(at)) if nulls else at
     out: list[bytes] = []
     removed = 0
-    for i in order:
-        line = lines[i]
-        if may_expire and i not in nulls and record.is_tombstone(line):
+    for pos in order:
+        end = data.find(b"\n", pos, sc.clean_end) + 1
+        if end == 0 or (pos and data[pos - 1] != 0x0A):
+            raise StorageError(f"{sc.seg.path}: changed while compacting it (closed segments must not change)")
+        line = data[pos:end]
+        if may_expire and pos not in nulls and record.is_tombstone(line):
             try:
                 ts = record.envelope(line)[2]
             except record.BadRecord as e:
-                raise _corrupt(sc.seg.path, None, e) from None
+                raise keyscan.corrupt(sc.seg.path, pos, e) from None
             if ts <= tomb_cutoff:
                 removed += 1
                 continue
         out.append(line)
     if len(out) == sc.lines:
         return _Piece(sc, sc.size, records, False, None)
-    body = b"\n".join(out) + b"\n" if out else b""
+    body = b"".join(out)
     if sc.clean_end < sc.size:
         body += data[sc.clean_end:]
     return _Piece(sc, len(body), len(out) + sc.tail_lines, True, body, removed)
@@ -372,45 +308,35 @@ class Compactor:
         return res
 
     def _scan_partition(self, closed: list[Segment]) -> tuple[list[_Scanned], dict[bytes, int]]:
-        """Pass 1: which segments (and how much of each) to compact, then the key scan.
+        """Pass 1: which segments (and how much of each) to compact, then the key scan (streamctl.keyscan).
 
-        A line's number is (segment's ordinal << 32) + its line in the segment,
-        so segments can be scanned in any grouping and in parallel.
+        The segments are split into consecutive runs of about equal bytes, one
+        per worker; each run is scanned newest block first, and the runs'
+        results merge in segment order, so a later run's sighting wins.
         """
         plans = self._plan_scan(closed)
-        jobs = [(i << 32, pl[0].path, pl[2]) for i, pl in enumerate(plans)]
-        chunks = _chunks(jobs, self._workers(sum(pl[2] for pl in plans)))
+        jobs = [keyscan.ScanJob(i, pl[0].path, pl[2], pl[5]) for i, pl in enumerate(plans)]
+        chunks = _chunks(jobs, self._workers(sum(job.end for job in jobs)))
         progress = self.progress
 
-        def scan(chunk: list[tuple[int, str, int]]) -> tuple[dict[bytes, int], list[tuple[int, int, bool]]]:
-            latest: dict[bytes, int] = {}
-            stats = []
+        def stop() -> None:
+            if stopflag.is_set():
+                raise Interrupted("compaction interrupted before anything was swapped in; the log is unchanged")
+
+        def scan(chunk: list[keyscan.ScanJob]) -> tuple[dict[bytes, int], list[keyscan.SegmentKeys]]:
             report = progress if chunk is chunks[0] else None  # children have no terminal of their own
-            for first_idx, path, clean_end in chunk:
-                if stopflag.is_set():
-                    raise Interrupted("compaction interrupted before anything was swapped in; the log is unchanged")
-                try:
-                    fd = os.open(path, os.O_RDONLY | NOFOLLOW)
-                except FileNotFoundError:
-                    raise StorageError(f"{path}: vanished while compacting (is another tool deleting "
-                                       "segments?)") from None
-                try:
-                    stats.append(_scan(fd, path, clean_end, first_idx, latest, report))
-                finally:
-                    os.close(fd)
-            return latest, stats
+            return keyscan.scan_chunk(chunk, report, stop)
 
         latest: dict[bytes, int] = {}
         out: list[_Scanned] = []
-        for chunk, (part, stats) in zip(chunks, forkmap.fork_map(scan, chunks), strict=True):
+        for chunk, (part, facts) in zip(chunks, forkmap.fork_map(scan, chunks), strict=True):
             latest.update(part)  # chunks in segment order: a later segment's line wins
             if chunk is not chunks[0] and progress is not None:
-                progress(sum(job[2] for job in chunk))
-            for (first_idx, _, _), (lines, nulls, canonical) in zip(chunk, stats, strict=True):
-                seg, vend, clean_end, tail_lines, first_ts = plans[first_idx >> 32]
-                out.append(_Scanned(seg, vend, clean_end, first_idx, lines, nulls, canonical, tail_lines,
+                progress(sum(job.end for job in chunk))
+            for job, got in zip(chunk, facts, strict=True):
+                seg, vend, clean_end, tail_lines, first_ts, _ = plans[job.ordinal]
+                out.append(_Scanned(seg, vend, clean_end, job.ordinal, got.lines, got.nulls, tail_lines,
                                     first_ts))
-        latest.pop(_NULL, None)
         return out, latest
 
     def _workers(self, nbytes: int) -> int:
@@ -418,8 +344,9 @@ class Compactor:
             return max(1, self.opts.workers)
         return min(forkmap.cores(), MAX_SCAN_WORKERS) if nbytes >= PARALLEL_SCAN_BYTES else 1
 
-    def _plan_scan(self, closed: list[Segment]) -> list[tuple[Segment, int, int, int, int | None]]:
-        """(segment, visible end, clean end, lines after the clean end, first ts) of each segment to scan."""
+    def _plan_scan(self, closed: list[Segment]) -> list[tuple[Segment, int, int, int, int | None, int | None]]:
+        """(segment, visible end, clean end, lines after the clean end, first ts, offsets spanned by
+        [0, clean end)) of each segment to scan."""
         plans = []
         past_cutoff = False
         for seg in closed:
@@ -447,16 +374,27 @@ class Compactor:
                     break  # this segment and all after it are younger than --min-lag
                 first = segment.line_at_or_after(fd, 0, vend, vend)
                 try:
-                    first_ts = record.envelope(first[1])[2] if first else None
+                    env = record.envelope(first[1]) if first else None
                 except record.BadRecord as e:
-                    raise _corrupt(seg.path, 0, e) from None
+                    raise keyscan.corrupt(seg.path, 0, e) from None
+                first_ts = env[2] if env else None
+                span = self._span(fd, seg.path, env[0], clean_end) if env and clean_end else None
                 tail_lines = sum(b.count(b"\n") for b in segment.iter_blocks(fd, clean_end, vend))
             finally:
                 os.close(fd)
-            plans.append((seg, vend, clean_end, tail_lines, first_ts))
+            plans.append((seg, vend, clean_end, tail_lines, first_ts, span))
             if past_cutoff:
                 break
         return plans
+
+    @staticmethod
+    def _span(fd: int, path: str, first_offset: int, end: int) -> int | None:
+        """last - first + 1 over the offsets of the lines in [0, end): the most lines there can be."""
+        last = segment.last_line(fd, end)
+        try:
+            return record.offset_of(last) - first_offset + 1 if last else None
+        except record.BadRecord:
+            return None  # the scan finds and names the damaged line
 
     def _compact(self, pdir: str, scanned: list[_Scanned], latest: dict[bytes, int]
                  ) -> tuple[int, int, int, int, int]:

