@@ -25,6 +25,7 @@ differs is parsed line by line.
 from __future__ import annotations
 
 import os
+from itertools import accumulate
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -128,11 +129,35 @@ class _Scan:
         k0 = first.group(1)
         if k0 in self.seen and self.seen.issuperset(keys):
             return  # every key here has a later line already (null is never in `seen`)
-        # Walk this block's lines newest first; places come from the matches' starts.
-        at = [start + cut]
-        at.extend(start + m.start() + 1 for m in record._NEXT_KEY.finditer(buf, first.end(), end))
         keys.insert(0, k0)
-        self._take(keys, at, base, got)
+        self._take_block(buf, cut, keys, base, start, path, got)
+
+    def _take_block(self, buf: bytes, cut: int, keys: list[bytes], base: int, start: int, path: str,
+                    got: SegmentKeys) -> None:
+        """A canonical block with a key not seen yet or a null key: its new keys' last lines and its
+        null-key lines, located by line lengths (C loops; Python only for the keys it records)."""
+        seen = self.seen
+        new = set(keys)
+        new.difference_update(seen)
+        has_null = NULL in new
+        new.discard(NULL)
+        ends = list(accumulate(map(len, buf[cut:len(buf) - 1].split(b"\n"))))  # bytes through line i, no `\n`s
+        if len(ends) != len(keys):  # a line findall skipped: not in the canonical layout
+            got.lines -= len(keys)
+            self._slow_block(buf, cut, base, start, path, got)
+            return
+
+        def at(i: int) -> int:
+            return start + cut + (ends[i - 1] + i if i else 0)
+
+        if new:
+            last = dict(zip(keys, range(len(keys))))  # the later of equal keys wins
+            for k in new:
+                seen.add(k)
+                self.latest[k] = base + at(last[k])
+                self._added.append(k)
+        if has_null:
+            got.nulls.extend(at(i) for i in range(len(keys) - 1, -1, -1) if keys[i] == NULL)
 
     def _slow_block(self, buf: bytes, cut: int, base: int, start: int, path: str, got: SegmentKeys) -> None:
         lines = buf[cut:len(buf) - 1].split(b"\n")
