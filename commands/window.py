@@ -254,7 +254,7 @@ def _local(path: str, cfg, late_out: str | None, output: str) -> None:
     from streamctl.errors import DataError, StreamctlError
     from streamctl.windowing import WindowRun, records_of
 
-    is_log, recs = records_of(path)
+    is_log, recs = records_of(path, cfg)
     f, sink = _late_writer(late_out, is_log, append=False)
     rows = _Rows(output, cfg)
     run = WindowRun(cfg, is_log, sink)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 import itertools
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, groupby, islice, repeat
 from operator import itemgetter, le
@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from streamctl import aggregations, inputorder, paths
+from streamctl import aggregations, fieldread, inputorder, paths
 from streamctl.errors import DataError, UsageError
 from streamctl.timeparse import event_time_ms, format_iso, now_ms
 from streamctl.watermark import Watermark
@@ -231,13 +231,25 @@ def _numeric_column(col: list) -> tuple[list, int]:
     return clean, clean.count(None) - col.count(None)
 
 
+def window_fields(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan) -> list[tuple[str, ...]] | None:
+    """The record fields a run reads (time, group key, aggregation inputs), when a log can give them
+    as columns (streamctl.fieldread); None when it cannot (then whole records are read)."""
+    if cfg.processing_time or not is_log:
+        return None
+    fields = [paths.record_path(cfg.time_field)]
+    fields += [paths.record_path(p) for p in cfg.by] if cfg.by else [("key",)]
+    fields += [s.path for s in plan.specs if s.path is not None]
+    return fields if fieldread.readable(fields) else None
+
+
 def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
-                    key_cache: dict[str, bytes]) -> Callable[[list[dict]], tuple]:
+                    key_cache: dict[str, bytes]) -> Callable[[Sequence[dict]], tuple]:
     """compile_prepare for a list of records: `columns(recs) -> (ts, rest, ordered)`: the event times
     (as compile_prepare reads them; anything but an int is a bad time); when every time is good,
     rest = (key JSON list, one column per aggregation that reads a field), else None; and whether
     the times never go down (None: not known).
 
+    `recs` may also be a fieldread.FieldBatch of window_fields(): the same columns, taken from it.
     Nothing is counted before every column is made (a caller that gets an exception can hand the
     records to the per-record path); non-numeric values are counted at the end, as compile_prepare
     counts them for records with a good time.
@@ -246,7 +258,7 @@ def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
                  "_dumps": orjson.dumps, "_g": [], "_dget": dict.get, "_rep": itertools.repeat,
                  "_INT": _INT, "_DICT": _DICT, "_num": _numeric_column, "_nn": plan.non_numeric,
                  "_names": [s.name for s in plan.specs], "_le": le, "_islice": islice,
-                 "_Batch": inputorder.RecordBatch}
+                 "_Batch": inputorder.RecordBatch, "_FB": fieldread.FieldBatch}
 
     def one(parts: tuple[str, ...]) -> str:
         """An expression of one record's field (names `r` and `_val`, its value) for a comprehension."""
@@ -268,68 +280,93 @@ def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
             return wrap(f"map(_dget, recs, _rep({parts[0]!r}))")
         return f"[{one(parts)} for r, _val in zip(recs, _vals)]"
 
-    src = ["def columns(recs):",
-           "    # a log's batch comes with its records' keys and values (inputorder.RecordBatch)",
-           "    _vals = recs.values if type(recs) is _Batch else list(map(_dget, recs, _rep('value')))",
-           "    _vd = {*map(type, _vals)} == _DICT",
-           "    ordered = None"]
-    parts = paths.record_path(cfg.time_field)
-    if parts == ("ts",) and not is_log:
-        parts = ("value", "ts")  # a plain file has no append time: its own ts field
-    if parts == ("ts",):
-        src.append("    ts = list(map(_dget, recs, _rep('ts')))")
-        src.append("    if {*map(type, ts)} != _INT:")
-        src.append("        return ts, None, None")
-        src.append("    ordered = all(map(_le, ts, _islice(ts, 1, None)))")
-    else:
-        src.append(f"    x = {column(parts)}")
-        src.append("    if {*map(type, x)} == _INT:")
-        src.append("        ordered = all(map(_le, x, _islice(x, 1, None)))")
-        src.append("        lo, hi = (x[0], x[-1]) if ordered else (min(x), max(x))")
-        src.append("    if ordered is not None and lo >= 100_000_000_000 and hi < 100_000_000_000_000:")
-        src.append("        ts = x  # all epoch ms, the common case")
-        src.append("    else:")
-        src.append("        ordered = None")
-        src.append("        ts = [v if type(v) is int and 100_000_000_000 <= v < 100_000_000_000_000 else _etm(v) "
-                   "for v in x]")
-        src.append("        if {*map(type, ts)} != _INT:")
-        src.append("            return ts, None, None")
-    if not cfg.by or len(cfg.by) == 1:
-        kparts = paths.record_path(cfg.by[0]) if cfg.by else ("key",)
-        kcol = column(kparts) if cfg.by else "(recs.keys if type(recs) is _Batch else list(map(_dget, recs, _rep('key'))))"
-        # The keys' JSON texts from one orjson call for the column, cut at its commas: each element
-        # is written as dumps() writes it alone, and when no key holds a comma there is one piece
-        # per key (the cut is kept only then). Cheaper than a cache lookup per key, whose 10k+
-        # entries are mostly out of the CPU cache.
-        src.append(f"    kv = {kcol}")
-        src.append("    try:")
-        src.append("        ks = _dumps(kv)[1:-1].split(b',')")
-        src.append("    except TypeError:")
-        src.append("        ks = ()")
-        src.append("    if len(ks) != len(kv):")
-        src.append("        try:")
-        src.append("            ks = list(map(_kc.get, kv))")
-        src.append("        except TypeError:  # a list or an object as the key: not in the cache")
-        src.append("            ks = [None] * len(kv)")
-        src.append("        if None in ks:  # not in the cache (yet)")
-        src.append("            ks = [k if k is not None else _kj(v) for k, v in zip(ks, kv)]")
-    else:
-        exprs = ", ".join(one(paths.record_path(p)) for p in cfg.by)
-        src.append(f"    ks = [_dumps([{exprs}]) for r, _val in zip(recs, _vals)]")
-    cols, counts = [], []
-    for i, (spec, numeric) in enumerate(zip(plan.specs, plan.numeric, strict=True)):
-        if spec.path is None:
-            continue
-        src.append(f"    c{i} = {column(spec.path)}")
-        if numeric:
-            src.append(f"    c{i}, n{i} = _num(c{i})")
-            counts.append(i)
-        cols.append(f"c{i}")
-    for i in counts:
-        src.append(f"    if n{i}:")
-        src.append(f"        _nn[_names[{i}]] = _nn.get(_names[{i}], 0) + n{i}")
-    src.append(f"    return ts, (ks, ({''.join(c + ', ' for c in cols)})), ordered")
-    exec("\n".join(src), env)
+    def batch_column(parts: tuple[str, ...], lazy: bool = False) -> str:
+        return f"_c[{parts!r}]"
+
+    def source(name: str, from_batch: bool) -> list[str]:
+        col = batch_column if from_batch else column
+        if from_batch:
+            src = [f"def {name}(recs):",
+                   "    _c = recs.cols",
+                   "    ordered = None"]
+        else:
+            src = [f"def {name}(recs):",
+                   "    # a log's batch comes with its records' keys and values (inputorder.RecordBatch)",
+                   "    _vals = recs.values if type(recs) is _Batch else list(map(_dget, recs, _rep('value')))",
+                   "    _vd = {*map(type, _vals)} == _DICT",
+                   "    ordered = None"]
+        parts = paths.record_path(cfg.time_field)
+        if parts == ("ts",) and not is_log:
+            parts = ("value", "ts")  # a plain file has no append time: its own ts field
+        if parts == ("ts",):
+            src.append(f"    ts = {col(parts)}")
+            src.append("    if {*map(type, ts)} != _INT:")
+            src.append("        return ts, None, None")
+            src.append("    ordered = all(map(_le, ts, _islice(ts, 1, None)))")
+        else:
+            src.append(f"    x = {col(parts)}")
+            src.append("    if {*map(type, x)} == _INT:")
+            src.append("        ordered = all(map(_le, x, _islice(x, 1, None)))")
+            src.append("        lo, hi = (x[0], x[-1]) if ordered else (min(x), max(x))")
+            src.append("    if ordered is not None and lo >= 100_000_000_000 and hi < 100_000_000_000_000:")
+            src.append("        ts = x  # all epoch ms, the common case")
+            src.append("    else:")
+            src.append("        ordered = None")
+            src.append("        ts = [v if type(v) is int and 100_000_000_000 <= v < 100_000_000_000_000 else _etm(v) "
+                       "for v in x]")
+            src.append("        if {*map(type, ts)} != _INT:")
+            src.append("            return ts, None, None")
+        if not cfg.by or len(cfg.by) == 1:
+            kparts = paths.record_path(cfg.by[0]) if cfg.by else ("key",)
+            if from_batch:
+                kcol = col(kparts)
+            elif cfg.by:
+                kcol = col(kparts)
+            else:
+                kcol = "(recs.keys if type(recs) is _Batch else list(map(_dget, recs, _rep('key'))))"
+            # The keys' JSON texts from one orjson call for the column, cut at its commas: each element
+            # is written as dumps() writes it alone, and when no key holds a comma there is one piece
+            # per key (the cut is kept only then). Cheaper than a cache lookup per key, whose 10k+
+            # entries are mostly out of the CPU cache.
+            src.append(f"    kv = {kcol}")
+            src.append("    try:")
+            src.append("        ks = _dumps(kv)[1:-1].split(b',')")
+            src.append("    except TypeError:")
+            src.append("        ks = ()")
+            src.append("    if len(ks) != len(kv):")
+            src.append("        try:")
+            src.append("            ks = list(map(_kc.get, kv))")
+            src.append("        except TypeError:  # a list or an object as the key: not in the cache")
+            src.append("            ks = [None] * len(kv)")
+            src.append("        if None in ks:  # not in the cache (yet)")
+            src.append("            ks = [k if k is not None else _kj(v) for k, v in zip(ks, kv)]")
+        elif from_batch:
+            cols = ", ".join(col(paths.record_path(p)) for p in cfg.by)
+            src.append(f"    ks = [_dumps(list(t)) for t in zip({cols})]")
+        else:
+            exprs = ", ".join(one(paths.record_path(p)) for p in cfg.by)
+            src.append(f"    ks = [_dumps([{exprs}]) for r, _val in zip(recs, _vals)]")
+        cols, counts = [], []
+        for i, (spec, numeric) in enumerate(zip(plan.specs, plan.numeric, strict=True)):
+            if spec.path is None:
+                continue
+            src.append(f"    c{i} = {col(spec.path)}")
+            if numeric:
+                src.append(f"    c{i}, n{i} = _num(c{i})")
+                counts.append(i)
+            cols.append(f"c{i}")
+        for i in counts:
+            src.append(f"    if n{i}:")
+            src.append(f"        _nn[_names[{i}]] = _nn.get(_names[{i}], 0) + n{i}")
+        src.append(f"    return ts, (ks, ({''.join(c + ', ' for c in cols)})), ordered")
+        return src
+
+    batch_src = source("batch_columns", True) if window_fields(cfg, is_log, plan) is not None else []
+    src = source("columns", False)
+    if batch_src:
+        src.insert(1, "    if type(recs) is _FB:")
+        src.insert(2, "        return batch_columns(recs)")
+    exec("\n".join(batch_src + src), env)
     return env["columns"]
 
 
@@ -461,6 +498,8 @@ class WindowRun:
                     ts, rest, ordered = columns(recs)
                 except Exception:
                     rest = ts = ordered = None
+                if rest is None and type(recs) is fieldread.FieldBatch:
+                    recs = list(recs)  # the slow paths below take whole records
                 if rest is None and ts is not None and not fail:
                     good = []
                     for rec, t in zip(recs, ts, strict=True):
@@ -638,7 +677,8 @@ def late_line(rec: dict, is_log: bool) -> bytes:
     return orjson.dumps(rec if is_log else rec.get("value")) + b"\n"
 
 
-def records_of(path: str) -> tuple[bool, Iterator[dict]]:
+def records_of(path: str, cfg: WindowConfig | None = None) -> tuple[bool, Iterator[dict]]:
+    """The input's records; a log's come in blocks, as columns of the fields `cfg` reads where it can."""
     from operator import itemgetter
 
     from streamctl import inputorder
@@ -646,7 +686,8 @@ def records_of(path: str) -> tuple[bool, Iterator[dict]]:
     spec = inputorder.classify(path)
     if spec.is_log:
         # a block of lines at a time (feed takes the lists as they are)
-        return True, RecordBlocks(inputorder.log_batches(path))
+        fields = window_fields(cfg, True, make_plan(cfg)) if cfg is not None else None
+        return True, RecordBlocks(inputorder.log_batches(path, fields=fields))
     # map/itemgetter rather than a generator expression: one less Python frame per record
     return False, map(itemgetter(1), inputorder.merged([spec], lambda r: None))
 
