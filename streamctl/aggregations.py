@@ -127,7 +127,7 @@ class Plan:
         self.extract = self._compile_extract()
         self.add = self._compile_add()
         self.new = self._compile_new()
-        self.result = self._compile_result()
+        self.result, self.results = self._compile_result()
 
     # -- per event ---------------------------------------------------------------
     #
@@ -230,8 +230,10 @@ class Plan:
                 "last": f"{x}[1] if {x} is not None else None",
             }.get(f) or f"_pct({x}, {PERCENTILES.get(f)!r})"
             fields.append(f"{spec.name!r}: {expr}")
-        exec("def result(st):\n    return {" + ", ".join(fields) + "}", env)
-        return env["result"]
+        obj = "{" + ", ".join(fields) + "}"
+        # results(states): result() of each, as one comprehension (no call per closed window)
+        exec(f"def result(st):\n    return {obj}\ndef results(sts):\n    return [{obj} for st in sts]", env)
+        return env["result"], env["results"]
 
     def extract_generic(self, rec: dict) -> tuple:
         """The value each aggregation needs from one event (None = nothing to add)."""

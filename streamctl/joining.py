@@ -247,6 +247,11 @@ def run(spec: JoinSpec, emit: Emit | None = None, emit_op: EmitOp | None = None,
         specs = check_inputs(spec)
         if not specs[0].is_log and not specs[1].is_log:
             return _run_stream_plain(spec, write_jsonl, block_bytes)
+    if write_jsonl is not None and items is None and spec.kind == "table" and spec.as_of == "position":
+        specs = check_inputs(spec)
+        simple = all(parts == ("key",) or _value_field(parts) is not None for parts in spec.on)
+        if specs[0].is_log and specs[1].is_log and simple:
+            return _run_enrich(spec, write_jsonl)
     right_index = 1
     remembered = (_RememberedTime(_time_getter(spec.time_field[0])),
                   _RememberedTime(_time_getter(spec.time_field[1])))
@@ -266,6 +271,19 @@ def run(spec: JoinSpec, emit: Emit | None = None, emit_op: EmitOp | None = None,
     else:
         assert emit_op is not None
         _run_tables(spec, items, emit_op, stats)
+    return stats
+
+
+def _run_enrich(spec: JoinSpec, write_jsonl: Callable[[bytes], None]) -> JoinStats:
+    """--table --as-of position of two logs, joined on record keys or value fields: joins/enrich.py."""
+    from streamctl.joins import enrich
+
+    stats = JoinStats()
+    with _gc_frozen():
+        n_left, n_right, size = enrich.run(spec.left, spec.right, _value_field(spec.on[0]), _value_field(spec.on[1]),
+                                           spec.how == "inner", write_jsonl, norm_key, tombstone_keys)
+    stats.records = [n_left, n_right]
+    stats.max_state = size
     return stats
 
 

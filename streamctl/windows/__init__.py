@@ -23,6 +23,7 @@ A batch of windows closed by one watermark move comes out sorted by
 from __future__ import annotations
 
 import heapq
+from itertools import repeat
 
 NO_WATERMARK = -(1 << 62)  # before the first event: nothing is late, nothing closes
 
@@ -158,8 +159,7 @@ class GridWindows:
         start = end - self.size
         keys = sorted(d)
         if not self.update:
-            result = self.plan.result
-            out += [(start, end, key, result(d[key]), None) for key in keys]
+            out += zip(repeat(start), repeat(end), keys, self.plan.results(map(d.__getitem__, keys)), repeat(None))
         if self.correct:
             closed = self.closed
             for key in keys:

@@ -125,10 +125,11 @@ class Session:
 
     def _emit(self, batch: list, out: list) -> None:
         batch.sort(key=lambda r: (r[0], r[2]))
-        for start, end, key, s in batch:
-            if not self.update:
-                out.append((start, end, key, self.plan.result(s[STATE]), None))
-            if self.correct:
+        if not self.update:
+            out += [(start, end, key, res, None)
+                    for (start, end, key, _s), res in zip(batch, self.plan.results([b[3][STATE] for b in batch]), strict=True)]
+        if self.correct:
+            for _start, _end, key, s in batch:
                 self.closed.setdefault(key, []).append(s)
 
     def fast_add(self):
