@@ -96,7 +96,7 @@ class FieldReader:
             else:
                 col = list(map(get, objs))
             cols[p] = col
-        return FieldBatch(piece, lines, cols)
+        return FieldBatch(piece, cols, len(lines))
 
 
 def _plain(col: list) -> bool:
@@ -112,24 +112,30 @@ def _plain(col: list) -> bool:
 
 class FieldBatch:
     """A piece of a log read as columns. len() is its number of records; batch[i] parses record i
-    in full (late events written to --late-out are few)."""
+    in full (late events written to --late-out are few), and iterating parses them all."""
 
-    __slots__ = ("piece", "lines", "cols")
+    __slots__ = ("piece", "cols", "n", "_lines")
 
-    def __init__(self, piece: bytes, lines: list[bytes], cols: dict[FieldPath, list]) -> None:
+    def __init__(self, piece: bytes, cols: dict[FieldPath, list], n: int) -> None:
         self.piece = piece
-        self.lines = lines
         self.cols = cols
+        self.n = n
+        self._lines: list[bytes] | None = None
+
+    def lines(self) -> list[bytes]:
+        if self._lines is None:
+            self._lines = self.piece.splitlines()
+        return self._lines
 
     def __len__(self) -> int:
-        return len(self.lines)
+        return self.n
 
     def __getitem__(self, i: int) -> dict:
         import orjson
 
-        return orjson.loads(self.lines[i])
+        return orjson.loads(self.lines()[i])
 
     def __iter__(self):
         import orjson
 
-        return map(orjson.loads, self.lines)
+        return map(orjson.loads, self.lines())

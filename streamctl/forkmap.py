@@ -92,8 +92,12 @@ def _collect(pid: int, fd: int) -> R:
     ok, value = pickle.loads(data)
     if ok:
         return value
-    name, message = value
+    raise rebuilt_error(*value)
+
+
+def rebuilt_error(name: str, message: str) -> StreamctlError:
+    """A child's StreamctlError, from its class name and message (anything else: a StorageError)."""
     from streamctl import errors
 
     cls = getattr(errors, name, StorageError)
-    raise cls(message) if isinstance(cls, type) and issubclass(cls, StreamctlError) else StorageError(message)
+    return cls(message) if isinstance(cls, type) and issubclass(cls, StreamctlError) else StorageError(message)

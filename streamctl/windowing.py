@@ -687,7 +687,11 @@ def records_of(path: str, cfg: WindowConfig | None = None) -> tuple[bool, Iterat
     if spec.is_log:
         # a block of lines at a time (feed takes the lists as they are)
         fields = window_fields(cfg, True, make_plan(cfg)) if cfg is not None else None
-        return True, RecordBlocks(inputorder.log_batches(path, fields=fields))
+        if fields is not None:
+            from streamctl import readahead
+
+            return True, RecordBlocks(readahead.log_batches(path, fields))
+        return True, RecordBlocks(inputorder.log_batches(path))
     # map/itemgetter rather than a generator expression: one less Python frame per record
     return False, map(itemgetter(1), inputorder.merged([spec], lambda r: None))
 

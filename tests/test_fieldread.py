@@ -153,3 +153,99 @@ def test_window_over_mixed_pieces_equals_the_record_path(run, logdir, monkeypatc
     assert p.returncode == 0, p.stderr
     assert p.stdout == b"".join(map(row_json, want_rows))
     assert late.read_bytes() == b"".join(orjson.dumps(r) + b"\n" for r in want_late)
+
+
+# -- read-ahead in a child process (streamctl/readahead.py) ---------------------------------------------
+
+def _mixed_log(run, logdir: str) -> None:
+    evs = []
+    for i in range(3000):
+        v: object = {"user": f"u{i % 4}", "at": 1_763_719_200_000 + i * 1500, "amount": i % 9 or "n/a"}
+        if i % 733 == 0:
+            v = [i]
+        evs.append(json.dumps(v) + "\n")
+    run("produce", logdir, "--key-field", "user", "--segment-bytes", "64KiB", input="".join(evs), check=True)
+
+
+def _flat(batches) -> list:
+    out = []
+    for b in batches:
+        if type(b) is fieldread.FieldBatch:
+            out.append(("cols", orjson.dumps({".".join(k): v for k, v in b.cols.items()}), len(b), list(b)))
+        else:
+            out.append(("recs", list(b)))
+    return out
+
+
+FIELDS = [("value", "at"), ("key",), ("value", "amount")]
+
+
+def test_read_ahead_gives_what_the_in_process_read_gives(run, logdir, monkeypatch):
+    from streamctl import readahead
+
+    _mixed_log(run, logdir)
+    monkeypatch.setattr(inputorder, "PIECE", 3000)
+    monkeypatch.setattr(readahead.forkmap, "cores", lambda: 2)
+    want = _flat(inputorder.log_batches(logdir, fields=FIELDS))
+    assert {k for k, *_ in want} == {"cols", "recs"}
+    assert _flat(readahead.log_batches(logdir, FIELDS)) == want
+
+
+def test_read_ahead_stopped_early_leaves_no_child(run, logdir, monkeypatch):
+    import os
+
+    from streamctl import readahead
+
+    _mixed_log(run, logdir)
+    monkeypatch.setattr(inputorder, "PIECE", 3000)
+    monkeypatch.setattr(readahead.forkmap, "cores", lambda: 2)
+    gen = readahead.log_batches(logdir, FIELDS)
+    next(gen)
+    gen.close()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)  # the child was killed and reaped
+
+
+@pytest.mark.parametrize("how,msg", [("raise", "RuntimeError: disk on fire"), ("exit", "stopped early")])
+def test_read_ahead_child_failure_is_one_clear_error(run, logdir, monkeypatch, how, msg):
+    import os
+
+    from streamctl import readahead
+    from streamctl.errors import StorageError
+
+    _mixed_log(run, logdir)
+    monkeypatch.setattr(readahead.forkmap, "cores", lambda: 2)
+
+    def broken(self, piece):
+        if how == "exit":
+            os._exit(3)
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(fieldread.FieldReader, "read_piece", broken)
+    with pytest.raises(StorageError, match=msg):
+        list(readahead.log_batches(logdir, FIELDS))
+
+
+def test_cli_window_reads_ahead_and_reports_a_corrupt_line(run, logdir):
+    """Through the CLI (read-ahead on a one-partition log): the same rows as the per-record path,
+    and a corrupt line in the middle is the same error as before, after the rows before it."""
+    _mixed_log(run, logdir)
+    p = run("window", logdir, "--tumbling", "1m", "--time-field", "at", "--agg", "count", "--agg", "sum:amount")
+    assert p.returncode == 0, p.stderr
+    cfg = WindowConfig(kind="tumbling", size=60_000, time_field="at", aggs=["count", "sum:amount"])
+    ref = WindowRun(cfg, True)
+    rows: list = []
+    ref.feed_records(inputorder.log_records(logdir), rows.extend)
+    ref.finish(rows.extend)
+    assert p.stdout == b"".join(map(row_json, rows))
+
+    import glob
+
+    seg = sorted(glob.glob(f"{logdir}/p0/*.jsonl"))[1]
+    data = open(seg, "rb").read()
+    cut = data.index(b"\n", len(data) // 2) + 1
+    with open(seg, "wb") as f:
+        f.write(data[:cut] + b'{"offset": broken\n' + data[cut:])
+    p = run("window", logdir, "--tumbling", "1m", "--time-field", "at")
+    assert p.returncode != 0
+    assert b"corrupt record" in p.stderr and b"Traceback" not in p.stderr

@@ -1,0 +1,108 @@
+"""Decode a log in a second process while this one computes: window's reading on its own core.
+
+A window over a one-partition log spends about half its time reading
+(splitting lines and decoding the fields it needs) and half folding events
+into windows; both are CPU-bound Python, and the GIL keeps threads from
+overlapping them. So a forked child reads the partition (the end fixed by the
+parent before the fork: the same snapshot as reading in-process), decodes each
+piece into columns (streamctl.fieldread) and sends them, pickled, down a pipe;
+the parent folds one piece while the child decodes the next.
+
+The child sends, per piece, ("c", piece, columns, count) or, when the piece
+needs the full read, ("r", piece): the parent reads those itself with
+inputorder.piece_records, so a corrupt line fails with the same message in
+the same place as without read-ahead. The child then sends ("end",), or
+("e", error class, message) when reading fails. It only reads: if the parent
+stops or dies, the child's next write fails and it exits; the parent kills
+and reaps it when the consumer stops early.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from streamctl import fieldread, forkmap, inputorder, stopflag
+from streamctl.errors import Interrupted, StorageError, StreamctlError
+
+PIPE_BYTES = 1 << 20  # a larger pipe: fewer wake-ups per piece
+_F_SETPIPE_SZ = 1031
+
+
+def log_batches(path: str, fields: Sequence[fieldread.FieldPath]) -> Iterator[Sequence[dict]]:
+    """inputorder.log_batches(path, fields=fields), read ahead in a child process when that can help
+    (one partition with something to read, two or more cores, fork available)."""
+    lg, ranges = inputorder._read_plan(path, None, None)
+    if len(ranges) != 1 or forkmap.cores() < 2 or not hasattr(os, "fork"):
+        yield from inputorder.log_batches(path, fields=fields)
+        return
+    p, start, end = ranges[0]
+    r, w = os.pipe()
+    try:
+        import fcntl
+
+        fcntl.fcntl(w, _F_SETPIPE_SZ, PIPE_BYTES)
+    except (ImportError, OSError):
+        pass  # a smaller pipe only costs more wake-ups
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        _child(w, lg, p, start, end, fields)
+    os.close(w)
+    try:
+        with os.fdopen(r, "rb", buffering=PIPE_BYTES) as f:
+            load = pickle.load
+            FieldBatch, piece_records = fieldread.FieldBatch, inputorder.piece_records
+            while True:
+                try:
+                    msg = load(f)
+                except EOFError:
+                    if stopflag.is_set():
+                        raise Interrupted("interrupted") from None
+                    raise StorageError(f"{path}: the reading process stopped early") from None
+                kind = msg[0]
+                if kind == "c":
+                    yield FieldBatch(msg[1], msg[2], msg[3])
+                elif kind == "r":
+                    yield piece_records(path, p, msg[1])
+                elif kind == "end":
+                    return
+                else:
+                    raise forkmap.rebuilt_error(msg[1], msg[2])
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)  # done or stopped early: it has nothing left to do
+        except OSError:
+            pass
+        try:
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
+
+
+def _child(w: int, lg: Any, p: int, start: int, end: int | None, fields: Sequence[fieldread.FieldPath]) -> None:
+    code = 0
+    try:
+        # Ctrl-C reaches the whole process group: the child just stops, the parent decides.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        with os.fdopen(w, "wb", buffering=PIPE_BYTES) as f:
+            dump, proto = pickle.dump, pickle.HIGHEST_PROTOCOL
+            try:
+                read = fieldread.FieldReader(fields).read_piece
+                for piece in inputorder.partition_pieces(lg, p, start, end):
+                    cols = read(piece)
+                    dump(("c", piece, cols.cols, cols.n) if cols is not None else ("r", piece), f, proto)
+                dump(("end",), f, proto)
+            except StreamctlError as e:
+                dump(("e", type(e).__name__, str(e)), f, proto)
+            except Exception as e:  # noqa: BLE001 - reported by the parent as one clear error
+                dump(("e", "StorageError", f"{type(e).__name__}: {e}"), f, proto)
+    except BaseException:  # noqa: BLE001 - a broken pipe (the parent is gone): nothing to report
+        code = 1
+    finally:
+        os._exit(code)
+
