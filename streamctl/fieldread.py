@@ -114,16 +114,19 @@ class FieldBatch:
     """A piece of a log read as columns. len() is its number of records; batch[i] parses record i
     in full (late events written to --late-out are few), and iterating parses them all."""
 
-    __slots__ = ("piece", "cols", "n", "_lines")
+    __slots__ = ("piece", "cols", "n", "pre", "_lines")
 
-    def __init__(self, piece: bytes, cols: dict[FieldPath, list], n: int) -> None:
-        self.piece = piece
+    def __init__(self, piece: bytes | None, cols: dict[FieldPath, list] | None, n: int, pre: Any = None) -> None:
+        self.piece = piece  # None: the reading process kept it (readahead.py: nobody needs the records)
         self.cols = cols
         self.n = n
+        self.pre = pre  # what its consumer made of the columns, when the reading process made it
         self._lines: list[bytes] | None = None
 
     def lines(self) -> list[bytes]:
         if self._lines is None:
+            if self.piece is None:
+                raise RuntimeError("this batch's records were not kept")
             self._lines = self.piece.splitlines()
         return self._lines
 

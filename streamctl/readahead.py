@@ -6,9 +6,12 @@ into windows; both are CPU-bound Python, and the GIL keeps threads from
 overlapping them. So a forked child reads the partition (the end fixed by the
 parent before the fork: the same snapshot as reading in-process), decodes each
 piece into columns (streamctl.fieldread) and sends them, pickled, down a pipe;
-the parent folds one piece while the child decodes the next.
+the parent folds one piece while the child decodes the next. The consumer may
+hand the child its own column step too (`hooks`): window's key JSON texts,
+time checks and number checks then also run on the second core, and a piece
+whose columns came out clean travels without its bytes.
 
-The child sends, per piece, ("c", piece, columns, count) or, when the piece
+The child sends, per piece, ("c", piece, columns, count, pre) or, when the piece
 needs the full read, ("r", piece): the parent reads those itself with
 inputorder.piece_records, so a corrupt line fails with the same message in
 the same place as without read-ahead. The child then sends ("end",), or
@@ -22,7 +25,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from streamctl import fieldread, forkmap, inputorder, stopflag
@@ -32,9 +35,17 @@ PIPE_BYTES = 1 << 20  # a larger pipe: fewer wake-ups per piece
 _F_SETPIPE_SZ = 1031
 
 
-def log_batches(path: str, fields: Sequence[fieldread.FieldPath]) -> Iterator[Sequence[dict]]:
+def log_batches(path: str, fields: Sequence[fieldread.FieldPath],
+                hooks: dict | None = None) -> Iterator[Sequence[dict]]:
     """inputorder.log_batches(path, fields=fields), read ahead in a child process when that can help
-    (one partition with something to read, two or more cores, fork available)."""
+    (one partition with something to read, two or more cores, fork available).
+
+    `hooks`, read when the first batch is asked for: "transform" is applied to each FieldBatch in
+    the child too, its result travelling as the batch's `pre` instead of the columns. It must not
+    change the parent's state (it runs on a copy); when it raises, or gives no `rest` (bad times:
+    windowing's columns), the batch travels with its columns and bytes, for the parent's slow
+    paths. "records": False when the consumer never asks a batch with a `pre` for its records,
+    whose bytes then stay behind (pickling them cost as much as the decoding)."""
     lg, ranges = inputorder._read_plan(path, None, None)
     if len(ranges) != 1 or forkmap.cores() < 2 or not hasattr(os, "fork"):
         yield from inputorder.log_batches(path, fields=fields)
@@ -47,10 +58,12 @@ def log_batches(path: str, fields: Sequence[fieldread.FieldPath]) -> Iterator[Se
         fcntl.fcntl(w, _F_SETPIPE_SZ, PIPE_BYTES)
     except (ImportError, OSError):
         pass  # a smaller pipe only costs more wake-ups
+    hooks = hooks or {}
+    transform, keep = hooks.get("transform"), hooks.get("records", True)
     pid = os.fork()
     if pid == 0:
         os.close(r)
-        _child(w, lg, p, start, end, fields)
+        _child(w, lg, p, start, end, fields, transform, keep)
     os.close(w)
     try:
         with os.fdopen(r, "rb", buffering=PIPE_BYTES) as f:
@@ -65,7 +78,7 @@ def log_batches(path: str, fields: Sequence[fieldread.FieldPath]) -> Iterator[Se
                     raise StorageError(f"{path}: the reading process stopped early") from None
                 kind = msg[0]
                 if kind == "c":
-                    yield FieldBatch(msg[1], msg[2], msg[3])
+                    yield FieldBatch(msg[1], msg[2], msg[3], msg[4])
                 elif kind == "r":
                     yield piece_records(path, p, msg[1])
                 elif kind == "end":
@@ -83,7 +96,8 @@ def log_batches(path: str, fields: Sequence[fieldread.FieldPath]) -> Iterator[Se
             pass
 
 
-def _child(w: int, lg: Any, p: int, start: int, end: int | None, fields: Sequence[fieldread.FieldPath]) -> None:
+def _child(w: int, lg: Any, p: int, start: int, end: int | None, fields: Sequence[fieldread.FieldPath],
+           transform: Callable[[fieldread.FieldBatch], Any] | None, keep: bool) -> None:
     code = 0
     try:
         # Ctrl-C reaches the whole process group: the child just stops, the parent decides.
@@ -94,8 +108,20 @@ def _child(w: int, lg: Any, p: int, start: int, end: int | None, fields: Sequenc
             try:
                 read = fieldread.FieldReader(fields).read_piece
                 for piece in inputorder.partition_pieces(lg, p, start, end):
-                    cols = read(piece)
-                    dump(("c", piece, cols.cols, cols.n) if cols is not None else ("r", piece), f, proto)
+                    batch = read(piece)
+                    if batch is None:
+                        dump(("r", piece), f, proto)
+                        continue
+                    pre = None
+                    if transform is not None:
+                        try:
+                            pre = transform(batch)
+                        except Exception:  # noqa: BLE001 - the parent meets it again and takes its slow path
+                            pre = None
+                    if pre is None or pre[1] is None:
+                        dump(("c", piece, batch.cols, batch.n, None), f, proto)
+                    else:
+                        dump(("c", piece if keep else None, None, batch.n, pre), f, proto)
                 dump(("end",), f, proto)
             except StreamctlError as e:
                 dump(("e", type(e).__name__, str(e)), f, proto)

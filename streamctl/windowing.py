@@ -355,27 +355,41 @@ def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
                 src.append(f"    c{i}, n{i} = _num(c{i})")
                 counts.append(i)
             cols.append(f"c{i}")
+        rest = f"(ks, ({''.join(c + ', ' for c in cols)}))"
+        if from_batch:
+            # counted by the caller (this may run in the read-ahead process: readahead.py)
+            src.append(f"    return ts, {rest}, ordered, ({''.join(f'({i}, n{i}), ' for i in counts)})")
+            return [ln.replace("return ts, None, None", "return ts, None, None, ()") for ln in src]
         for i in counts:
             src.append(f"    if n{i}:")
             src.append(f"        _nn[_names[{i}]] = _nn.get(_names[{i}], 0) + n{i}")
-        src.append(f"    return ts, (ks, ({''.join(c + ', ' for c in cols)})), ordered")
+        src.append(f"    return ts, {rest}, ordered")
         return src
 
     batch_src = source("batch_columns", True) if window_fields(cfg, is_log, plan) is not None else []
     src = source("columns", False)
     if batch_src:
-        src.insert(1, "    if type(recs) is _FB:")
-        src.insert(2, "        return batch_columns(recs)")
+        src[1:1] = ["    if type(recs) is _FB:",
+                    "        # made by the read-ahead process (readahead.py) or here",
+                    "        ts, rest, ordered, counts = recs.pre or batch_columns(recs)",
+                    "        for i, n in counts:",
+                    "            if n:",
+                    "                _nn[_names[i]] = _nn.get(_names[i], 0) + n",
+                    "        return ts, rest, ordered"]
     exec("\n".join(batch_src + src), env)
-    return env["columns"]
+    columns = env["columns"]
+    columns.prepare = env.get("batch_columns")  # FieldBatch -> its columns, counts apart
+    return columns
 
 
 class RecordBlocks:
     """Records that come in lists (a log read a block at a time). Iterating gives them one by one;
-    WindowRun.feed takes the lists as they are."""
+    WindowRun.feed takes the lists as they are. `hooks` (see readahead.log_batches) lets feed hand
+    the reading process the function that makes a batch's columns."""
 
-    def __init__(self, batches: Iterable[list[dict]]) -> None:
+    def __init__(self, batches: Iterable[list[dict]], hooks: dict | None = None) -> None:
         self.batches = batches
+        self.hooks = hooks if hooks is not None else {}
 
     def __iter__(self) -> Iterator[dict]:
         return itertools.chain.from_iterable(self.batches)
@@ -411,6 +425,10 @@ class WindowRun:
         mode tracks input offsets with it). RecordBlocks go through feed_batches.
         """
         if isinstance(records, RecordBlocks) and progress is None:
+            if self.columns is not None:
+                records.hooks["transform"] = self.columns.prepare
+                # without a late sink, a batch whose columns were made needs no records (nor its bytes)
+                records.hooks["records"] = self.late_sink is not None
             self.feed_batches(records.batches, emit, source)
             return
         self.feed_records(records, emit, source, progress)
@@ -690,7 +708,8 @@ def records_of(path: str, cfg: WindowConfig | None = None) -> tuple[bool, Iterat
         if fields is not None:
             from streamctl import readahead
 
-            return True, RecordBlocks(readahead.log_batches(path, fields))
+            hooks: dict = {}
+            return True, RecordBlocks(readahead.log_batches(path, fields, hooks), hooks)
         return True, RecordBlocks(inputorder.log_batches(path))
     # map/itemgetter rather than a generator expression: one less Python frame per record
     return False, map(itemgetter(1), inputorder.merged([spec], lambda r: None))

@@ -163,6 +163,8 @@ def _mixed_log(run, logdir: str) -> None:
         v: object = {"user": f"u{i % 4}", "at": 1_763_719_200_000 + i * 1500, "amount": i % 9 or "n/a"}
         if i % 733 == 0:
             v = [i]
+        elif i % 611 == 0:
+            v["at"] = "soon"  # a bad time: that piece's batch keeps its records for the slow path
         evs.append(json.dumps(v) + "\n")
     run("produce", logdir, "--key-field", "user", "--segment-bytes", "64KiB", input="".join(evs), check=True)
 
@@ -238,6 +240,10 @@ def test_cli_window_reads_ahead_and_reports_a_corrupt_line(run, logdir):
     ref.feed_records(inputorder.log_records(logdir), rows.extend)
     ref.finish(rows.extend)
     assert p.stdout == b"".join(map(row_json, rows))
+    # the counts of the reference, bad times and non-numbers both (read ahead, then counted here)
+    assert ref.stats.bad_time == 9
+    assert f"{ref.stats.bad_time} record(s) without a usable time".encode() in p.stderr
+    assert f"sum_amount: {ref.plan.non_numeric['sum_amount']} value(s)".encode() in p.stderr
 
     import glob
 
