@@ -51,6 +51,7 @@ class Contestant:
     ok_codes: tuple[int, ...] = (0,)
     spark: bool = False  # runs only --spark-runs times
     max_runs: int | None = None  # a slow reference measured fewer times (said in the table)
+    tree: bool = False  # several processes at once (window's read-ahead): sum their RSS (TreeSampler)
 
 
 @dataclass
@@ -278,7 +279,7 @@ class Bench:
                     continue
                 if c.setup:
                     c.setup()
-                s = measure(c.argv, c.stdin, c.stdout, c.env or env, tree=c.spark)
+                s = measure(c.argv, c.stdin, c.stdout, c.env or env, tree=c.spark or c.tree)
                 if c.teardown:
                     c.teardown()
                 if s.rc not in c.ok_codes:

@@ -29,7 +29,7 @@ def run(b: Bench) -> None:
         group = f"window {label} ({n // 1000}k)"
         sub = "streamctl window (local)"
         cs = [Contestant(sub, b.sc("window", str(log), *flags, "--time-field", "time", "--engine", "local"),
-                         subject=True),
+                         subject=True, tree=True),
               Contestant("python dict pass", b.ref("window_python", kind, *segs))]
         if b.tools.get("duckdb"):
             cs.append(Contestant("duckdb", b.ref("window_duckdb", kind, str(out), *segs), teardown=clean))
