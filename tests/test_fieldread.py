@@ -255,3 +255,38 @@ def test_cli_window_reads_ahead_and_reports_a_corrupt_line(run, logdir):
     p = run("window", logdir, "--tumbling", "1m", "--time-field", "at")
     assert p.returncode != 0
     assert b"corrupt record" in p.stderr and b"Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("stop", ["closed pipe", "SIGINT"])
+def test_cli_window_stopped_early_leaves_no_reading_process(run, logdir, stop):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from conftest import CLI, cli_env
+
+    evs = "".join(json.dumps({"user": f"u{i % 500}", "at": 1_763_719_200_000 + i * 50}) + "\n" for i in range(60_000))
+    run("produce", logdir, "--key-field", "user", input=evs, check=True)
+    p = subprocess.Popen([*CLI, "window", logdir, "--tumbling", "1s", "--time-field", "at"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=cli_env(),
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert p.stdout is not None and p.stdout.readline()  # rows are coming: the child is reading
+    with open(f"/proc/{p.pid}/task/{p.pid}/children") as f:
+        children = [int(x) for x in f.read().split()]
+    assert len(children) == 1
+    if stop == "closed pipe":
+        p.stdout.close()
+    else:
+        p.send_signal(signal.SIGINT)
+    rc = p.wait(timeout=60)
+    err = p.stderr.read() if p.stderr else b""
+    assert rc in ((141, 0) if stop == "closed pipe" else (130,)), err
+    assert b"Traceback" not in err
+    time.sleep(0.2)
+    for pid in children:
+        gone = not os.path.exists(f"/proc/{pid}")
+        if not gone:
+            with open(f"/proc/{pid}/stat") as f:
+                gone = f.read().split(") ")[1].startswith("Z")  # exited (reaped by init soon)
+        assert gone, f"reading process {pid} left running"
