@@ -100,8 +100,10 @@ def _child(w: int, lg: Any, p: int, start: int, end: int | None, fields: Sequenc
            transform: Callable[[fieldread.FieldBatch], Any] | None, keep: bool) -> None:
     code = 0
     try:
-        # Ctrl-C reaches the whole process group: the child just stops, the parent decides.
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        # Ctrl-C reaches the whole process group: the parent decides (it kills the child when it
+        # stops; if it dies, the child's next write fails). Were the child to die first, the parent
+        # could meet the end of the pipe before its own KeyboardInterrupt and report a failure.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         with os.fdopen(w, "wb", buffering=PIPE_BYTES) as f:
             dump, proto = pickle.dump, pickle.HIGHEST_PROTOCOL
