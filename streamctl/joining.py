@@ -401,9 +401,21 @@ def _run_stream_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], bloc
     times = [_block_times(spec.time_field[0]), _block_times(spec.time_field[1])]
     keys = [_block_column(spec.on[0]), _block_column(spec.on[1])]
     kw = {} if block_bytes is None else {"block_bytes": block_bytes}
-    batches = inputorder.merged_plain([spec.left, spec.right], times, keys, raw=True, **kw)
-    with _gc_frozen():
-        join_batches(batches, norm_key, spec.within, spec.how, write_jsonl, stats.records, stats.no_time)
+
+    def merged() -> Iterator[inputorder.Batch]:
+        return inputorder.merged_plain([spec.left, spec.right], times, keys, raw=True, **kw)
+
+    from streamctl import readahead
+
+    # reading, parsing and merging in a second process while this one joins (not for stdin: a
+    # terminal on stdin would be read by a process Ctrl-C does not stop)
+    ahead = readahead.can_fork() and "-" not in (spec.left, spec.right)
+    batches = readahead.items(merged, spec.left) if ahead else merged()
+    try:
+        with _gc_frozen():
+            join_batches(batches, norm_key, spec.within, spec.how, write_jsonl, stats.records, stats.no_time)
+    finally:
+        batches.close()  # stops and reaps the reading process now, whatever a traceback keeps alive
     return stats
 
 

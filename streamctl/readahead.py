@@ -25,32 +25,26 @@ from __future__ import annotations
 import os
 import pickle
 import signal
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from streamctl import fieldread, forkmap, inputorder, stopflag
 from streamctl.errors import Interrupted, StorageError, StreamctlError
 
 PIPE_BYTES = 1 << 20  # a larger pipe: fewer wake-ups per piece
+T = TypeVar("T")
 _F_SETPIPE_SZ = 1031
 
 
-def log_batches(path: str, fields: Sequence[fieldread.FieldPath],
-                hooks: dict | None = None) -> Iterator[Sequence[dict]]:
-    """inputorder.log_batches(path, fields=fields), read ahead in a child process when that can help
-    (one partition with something to read, two or more cores, fork available).
+def can_fork() -> bool:
+    return forkmap.cores() >= 2 and hasattr(os, "fork")
 
-    `hooks`, read when the first batch is asked for: "transform" is applied to each FieldBatch in
-    the child too, its result travelling as the batch's `pre` instead of the columns. It must not
-    change the parent's state (it runs on a copy); when it raises, or gives no `rest` (bad times:
-    windowing's columns), the batch travels with its columns and bytes, for the parent's slow
-    paths. "records": False when the consumer never asks a batch with a `pre` for its records,
-    whose bytes then stay behind (pickling them cost as much as the decoding)."""
-    lg, ranges = inputorder._read_plan(path, None, None)
-    if len(ranges) != 1 or forkmap.cores() < 2 or not hasattr(os, "fork"):
-        yield from inputorder.log_batches(path, fields=fields)
-        return
-    p, start, end = ranges[0]
+
+def items(make: Callable[[], Iterable[T]], what: str) -> Iterator[T]:
+    """The items of make(), made in a forked child and handed over pickled: the caller works on
+    one while the child makes the next. make() runs in the child only (on a copy of this
+    process); its StreamctlErrors arrive here after the items before them. `what` names the
+    input in the error when the child stops without a word."""
     r, w = os.pipe()
     try:
         import fcntl
@@ -58,29 +52,24 @@ def log_batches(path: str, fields: Sequence[fieldread.FieldPath],
         fcntl.fcntl(w, _F_SETPIPE_SZ, PIPE_BYTES)
     except (ImportError, OSError):
         pass  # a smaller pipe only costs more wake-ups
-    hooks = hooks or {}
-    transform, keep = hooks.get("transform"), hooks.get("records", True)
     pid = os.fork()
     if pid == 0:
         os.close(r)
-        _child(w, lg, p, start, end, fields, transform, keep)
+        _child(w, make)
     os.close(w)
     try:
         with os.fdopen(r, "rb", buffering=PIPE_BYTES) as f:
             load = pickle.load
-            FieldBatch, piece_records = fieldread.FieldBatch, inputorder.piece_records
             while True:
                 try:
                     msg = load(f)
                 except EOFError:
                     if stopflag.is_set():
                         raise Interrupted("interrupted") from None
-                    raise StorageError(f"{path}: the reading process stopped early") from None
+                    raise StorageError(f"{what}: the reading process stopped early") from None
                 kind = msg[0]
-                if kind == "c":
-                    yield FieldBatch(msg[1], msg[2], msg[3], msg[4])
-                elif kind == "r":
-                    yield piece_records(path, p, msg[1])
+                if kind == "i":
+                    yield msg[1]
                 elif kind == "end":
                     return
                 else:
@@ -96,8 +85,7 @@ def log_batches(path: str, fields: Sequence[fieldread.FieldPath],
             pass
 
 
-def _child(w: int, lg: Any, p: int, start: int, end: int | None, fields: Sequence[fieldread.FieldPath],
-           transform: Callable[[fieldread.FieldBatch], Any] | None, keep: bool) -> None:
+def _child(w: int, make: Callable[[], Iterable[Any]]) -> None:
     code = 0
     try:
         # Ctrl-C reaches the whole process group: the parent decides (it kills the child when it
@@ -108,22 +96,8 @@ def _child(w: int, lg: Any, p: int, start: int, end: int | None, fields: Sequenc
         with os.fdopen(w, "wb", buffering=PIPE_BYTES) as f:
             dump, proto = pickle.dump, pickle.HIGHEST_PROTOCOL
             try:
-                read = fieldread.FieldReader(fields).read_piece
-                for piece in inputorder.partition_pieces(lg, p, start, end):
-                    batch = read(piece)
-                    if batch is None:
-                        dump(("r", piece), f, proto)
-                        continue
-                    pre = None
-                    if transform is not None:
-                        try:
-                            pre = transform(batch)
-                        except Exception:  # noqa: BLE001 - the parent meets it again and takes its slow path
-                            pre = None
-                    if pre is None or pre[1] is None:
-                        dump(("c", piece, batch.cols, batch.n, None), f, proto)
-                    else:
-                        dump(("c", piece if keep else None, None, batch.n, pre), f, proto)
+                for item in make():
+                    dump(("i", item), f, proto)
                 dump(("end",), f, proto)
             except StreamctlError as e:
                 dump(("e", type(e).__name__, str(e)), f, proto)
@@ -134,3 +108,47 @@ def _child(w: int, lg: Any, p: int, start: int, end: int | None, fields: Sequenc
     finally:
         os._exit(code)
 
+
+def log_batches(path: str, fields: Sequence[fieldread.FieldPath],
+                hooks: dict | None = None) -> Iterator[Sequence[dict]]:
+    """inputorder.log_batches(path, fields=fields), read ahead in a child process when that can help
+    (one partition with something to read, two or more cores, fork available).
+
+    `hooks`, read when the first batch is asked for: "transform" is applied to each FieldBatch in
+    the child too, its result travelling as the batch's `pre` instead of the columns. It must not
+    change the parent's state (it runs on a copy); when it raises, or gives no `rest` (bad times:
+    windowing's columns), the batch travels with its columns and bytes, for the parent's slow
+    paths. "records": False when the consumer never asks a batch with a `pre` for its records,
+    whose bytes then stay behind (pickling them cost as much as the decoding)."""
+    lg, ranges = inputorder._read_plan(path, None, None)
+    if len(ranges) != 1 or not can_fork():
+        yield from inputorder.log_batches(path, fields=fields)
+        return
+    p, start, end = ranges[0]
+    hooks = hooks if hooks is not None else {}
+
+    def pieces() -> Iterator[tuple]:  # in the child
+        transform, keep = hooks.get("transform"), hooks.get("records", True)
+        read = fieldread.FieldReader(fields).read_piece
+        for piece in inputorder.partition_pieces(lg, p, start, end):
+            batch = read(piece)
+            if batch is None:
+                yield ("r", piece)
+                continue
+            pre = None
+            if transform is not None:
+                try:
+                    pre = transform(batch)
+                except Exception:  # noqa: BLE001 - the parent meets it again and takes its slow path
+                    pre = None
+            if pre is None or pre[1] is None:
+                yield ("c", piece, batch.cols, batch.n, None)
+            else:
+                yield ("c", piece if keep else None, None, batch.n, pre)
+
+    FieldBatch, piece_records = fieldread.FieldBatch, inputorder.piece_records
+    for msg in items(pieces, path):
+        if msg[0] == "c":
+            yield FieldBatch(msg[1], msg[2], msg[3], msg[4])
+        else:
+            yield piece_records(path, p, msg[1])

@@ -429,7 +429,12 @@ class WindowRun:
                 records.hooks["transform"] = self.columns.prepare
                 # without a late sink, a batch whose columns were made needs no records (nor its bytes)
                 records.hooks["records"] = self.late_sink is not None
-            self.feed_batches(records.batches, emit, source)
+            try:
+                self.feed_batches(records.batches, emit, source)
+            finally:
+                close = getattr(records.batches, "close", None)
+                if close is not None:
+                    close()  # a read-ahead process is stopped and reaped now, not when collected
             return
         self.feed_records(records, emit, source, progress)
 

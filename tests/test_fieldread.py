@@ -201,11 +201,19 @@ def test_read_ahead_stopped_early_leaves_no_child(run, logdir, monkeypatch):
     _mixed_log(run, logdir)
     monkeypatch.setattr(inputorder, "PIECE", 3000)
     monkeypatch.setattr(readahead.forkmap, "cores", lambda: 2)
+    def children() -> set[int]:
+        with open(f"/proc/self/task/{os.getpid()}/children") as f:
+            return {int(x) for x in f.read().split()}
+
+    before = children()
     gen = readahead.log_batches(logdir, FIELDS)
     next(gen)
+    reader = children() - before
+    assert len(reader) == 1
     gen.close()
+    assert not reader & children()  # killed and reaped
     with pytest.raises(ChildProcessError):
-        os.waitpid(-1, os.WNOHANG)  # the child was killed and reaped
+        os.waitpid(reader.pop(), os.WNOHANG)
 
 
 @pytest.mark.parametrize("how,msg", [("raise", "RuntimeError: disk on fire"), ("exit", "stopped early")])

@@ -154,3 +154,27 @@ def test_plain_blocks_error_names_the_record_after_good_values(tmp_path):
     with pytest.raises(DataError) as e2:
         list(inputorder.plain_records(str(p)))
     assert str(e.value) == str(e2.value) and "record 2: invalid JSON" in str(e.value)
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+def test_read_ahead_gives_the_same_rows_and_error(tmp_path, monkeypatch, cores):
+    """With two cores the files are read in a child process (streamctl/readahead.py): the rows
+    before a bad line and the error naming it are those of the one-process read."""
+    from streamctl import readahead
+
+    a = [orjson.dumps({"sid": f"s{i}", "time": BASE + i}) for i in range(3000)]
+    b = [orjson.dumps({"sid": f"s{i}", "time": BASE + i + 5}) for i in range(0, 3000, 3)]
+    b.insert(700, b'{"sid": broken')
+    spec = joining.make_spec(write_file(tmp_path / "a.jsonl", a, True), write_file(tmp_path / "b.jsonl", b, True),
+                             within="1s", on="sid", time_field="time")
+    monkeypatch.setattr(readahead.forkmap, "cores", lambda: cores)
+    out: list[bytes] = []
+    with pytest.raises(DataError) as e:
+        joining.run(spec, write_jsonl=out.append, block_bytes=4096)
+    assert "b.jsonl: record 700: invalid JSON" in str(e.value)
+    monkeypatch.setattr(readahead.forkmap, "cores", lambda: 1)
+    ref: list[bytes] = []
+    with pytest.raises(DataError) as e1:
+        joining.run(spec, write_jsonl=ref.append, block_bytes=4096)
+    assert str(e1.value) == str(e.value)
+    assert b"".join(out) == b"".join(ref) and len(b"".join(ref).splitlines()) > 100
