@@ -44,7 +44,8 @@ def run(b: Bench) -> None:
     m = lines(searches) + lines(clicks)
     group = f"join searches x clicks {m // 2000}k x {m // 2000}k (--within 1h)"
     flags = ["--within", "1h", "--on", "sid", "--time-field", "time"]
-    cs = [Contestant(sub, b.sc("join", str(searches), str(clicks), *flags, "--engine", "local"), subject=True),
+    cs = [Contestant(sub, b.sc("join", str(searches), str(clicks), *flags, "--engine", "local"), subject=True,
+                     tree=True),
           Contestant("python hash join", b.ref("join_python", "window", str(searches), str(clicks)))]
     if b.tools.get("duckdb"):
         cs.append(Contestant("duckdb", b.ref("join_duckdb", "window", str(out), str(searches), str(clicks)),

@@ -55,7 +55,7 @@ def run(b: Bench) -> None:
             if not b.has_command(command):
                 notes[name] = f"`streamctl {command}` not built yet"
                 continue
-            s = measure(argv, env=env, limit_mb=LIMIT_MB, tree=command == "window")  # read-ahead: 2 processes
+            s = measure(argv, env=env, limit_mb=LIMIT_MB, tree=command == "window" or name.startswith("join --within"))  # read-ahead: 2 processes
             rss = s.rss_kb * 1024 / 1e6 if s.rc == 0 else None
             if s.rc != 0:
                 notes[name] = f"exit {s.rc} at {label}" + (f" (over the {LIMIT_MB} MB address-space cap?)" if s.rc in (1, -9, 137) else "")
