@@ -298,3 +298,22 @@ def test_cli_window_stopped_early_leaves_no_reading_process(run, logdir, stop):
             with open(f"/proc/{pid}/stat") as f:
                 gone = f.read().split(") ")[1].startswith("Z")  # exited (reaped by init soon)
         assert gone, f"reading process {pid} left running"
+
+
+@pytest.mark.parametrize("by", [[], ["user"], ["user", "kind"], ["key"], ["kind", "n"]])
+@pytest.mark.parametrize("aggs", [["count"], ["p50:n", "distinct:kind", "first:kind", "last:n", "min:n", "max:n"]])
+def test_cli_window_by_and_aggs_through_columns_equal_records(run, logdir, by, aggs):
+    """Group keys from one or several value fields (JSON lists as keys), the record key, numbers and
+    strings as keys, every aggregation kind: the column read gives the per-record path's rows."""
+    evs = "".join(json.dumps({"user": f"u{i % 7}", "kind": ["a", "b", 3, None][i % 4], "n": (i * 37) % 11,
+                              "at": 1_763_719_200_000 + i * 900}) + "\n" for i in range(2500))
+    run("produce", logdir, "--key-field", "user", input=evs, check=True)
+    flags = [x for b in by for x in ("--by", b)] + [x for a in aggs for x in ("--agg", a)]
+    p = run("window", logdir, "--session", "20s", "--time-field", "at", *flags)
+    assert p.returncode == 0, p.stderr
+    cfg = WindowConfig(kind="session", size=20_000, time_field="at", by=by, aggs=aggs)
+    ref = WindowRun(cfg, True)
+    rows: list = []
+    ref.feed_records(inputorder.log_records(logdir), rows.extend)
+    ref.finish(rows.extend)
+    assert p.stdout == b"".join(map(row_json, rows)) and rows
