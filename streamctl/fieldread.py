@@ -20,7 +20,7 @@ names a corrupt line's file and byte.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from operator import attrgetter
 from typing import Annotated, Any
 
@@ -42,10 +42,10 @@ _ENVELOPE = (("ts",), ("key",))
 def readable(paths: Sequence[FieldPath]) -> bool:
     """Whether every path is one the fast read can give as a column: the envelope's ts or key, or a
     top-level field of the value."""
-    return all(p in _ENVELOPE or (len(p) == 2 and p[0] == "value" and _NAME_OK(p[1])) for p in paths)
+    return all(p in _ENVELOPE or (len(p) == 2 and p[0] == "value" and _name_ok(p[1])) for p in paths)
 
 
-def _NAME_OK(name: str) -> bool:
+def _name_ok(name: str) -> bool:
     # msgspec refuses field names with a quote, a backslash or a control character
     return not any(c in '"\\' or c < " " for c in name)
 
@@ -138,7 +138,7 @@ class FieldBatch:
 
         return orjson.loads(self.lines()[i])
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[dict]:
         import orjson
 
         return map(orjson.loads, self.lines())
