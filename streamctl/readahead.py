@@ -5,7 +5,7 @@ A window over a one-partition log spends about half its time reading
 into windows; both are CPU-bound Python, and the GIL keeps threads from
 overlapping them. So a forked child reads the partition (the end fixed by the
 parent before the fork: the same snapshot as reading in-process), decodes each
-piece into columns (streamctl.fieldread) and sends them, pickled, down a pipe;
+piece into columns (streamctl.fieldread) and sends them down a pipe;
 the parent folds one piece while the child decodes the next. The consumer may
 hand the child its own column step too (`hooks`): window's key JSON texts,
 time checks and number checks then also run on the second core, and a piece
@@ -22,6 +22,7 @@ and reaps it when the consumer stops early.
 
 from __future__ import annotations
 
+import marshal
 import os
 import pickle
 import signal
@@ -34,6 +35,11 @@ from streamctl.errors import Interrupted, StorageError, StreamctlError
 PIPE_BYTES = 1 << 20  # a larger pipe: fewer wake-ups per piece
 T = TypeVar("T")
 _F_SETPIPE_SZ = 1031
+# Each message is a tag byte, its length (8 bytes) and the message: marshal (about 3x faster than pickle both ways for
+# the lists of bytes, strings and ints most items are, and safe here: both ends are the same
+# Python) when it can hold the item, pickle otherwise.
+_MARSHAL, _PICKLE = b"m", b"p"
+_MARSHAL_VERSION = 4
 
 
 def can_fork() -> bool:
@@ -41,7 +47,7 @@ def can_fork() -> bool:
 
 
 def items(make: Callable[[], Iterable[T]], what: str) -> Iterator[T]:
-    """The items of make(), made in a forked child and handed over pickled: the caller works on
+    """The items of make(), made in a forked child and handed over a pipe: the caller works on
     one while the child makes the next. make() runs in the child only (on a copy of this
     process); its StreamctlErrors arrive here after the items before them. `what` names the
     input in the error when the child stops without a word."""
@@ -59,10 +65,9 @@ def items(make: Callable[[], Iterable[T]], what: str) -> Iterator[T]:
     os.close(w)
     try:
         with os.fdopen(r, "rb", buffering=PIPE_BYTES) as f:
-            load = pickle.load
             while True:
                 try:
-                    msg = load(f)
+                    msg = _receive(f)
                 except EOFError:
                     if stopflag.is_set():
                         raise Interrupted("interrupted") from None
@@ -94,19 +99,42 @@ def _child(w: int, make: Callable[[], Iterable[Any]]) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         with os.fdopen(w, "wb", buffering=PIPE_BYTES) as f:
-            dump, proto = pickle.dump, pickle.HIGHEST_PROTOCOL
             try:
                 for item in make():
-                    dump(("i", item), f, proto)
-                dump(("end",), f, proto)
+                    _send(f, ("i", item))
+                _send(f, ("end",))
             except StreamctlError as e:
-                dump(("e", type(e).__name__, str(e)), f, proto)
+                _send(f, ("e", type(e).__name__, str(e)))
             except Exception as e:  # noqa: BLE001 - reported by the parent as one clear error
-                dump(("e", "StorageError", f"{type(e).__name__}: {e}"), f, proto)
+                _send(f, ("e", "StorageError", f"{type(e).__name__}: {e}"))
     except BaseException:  # noqa: BLE001 - a broken pipe (the parent is gone): nothing to report
         code = 1
     finally:
         os._exit(code)
+
+
+def _send(f: Any, msg: tuple) -> None:
+    try:
+        data = marshal.dumps(msg, _MARSHAL_VERSION)
+        tag = _MARSHAL
+    except ValueError:  # an object marshal does not know
+        data = pickle.dumps(msg, pickle.HIGHEST_PROTOCOL)
+        tag = _PICKLE
+    f.write(tag + len(data).to_bytes(8, "little"))
+    f.write(data)
+
+
+def _receive(f: Any) -> tuple:
+    """The next message; EOFError at the end of the pipe, even in the middle of one."""
+    # whole messages read, then decoded: marshal.load on a file would call its read per object
+    head = f.read(9)
+    if len(head) < 9:
+        raise EOFError
+    n = int.from_bytes(head[1:], "little")
+    data = f.read(n)
+    if len(data) < n:
+        raise EOFError
+    return marshal.loads(data) if head[:1] == _MARSHAL else pickle.loads(data)
 
 
 def log_batches(path: str, fields: Sequence[fieldread.FieldPath],

@@ -193,6 +193,19 @@ def test_read_ahead_gives_what_the_in_process_read_gives(run, logdir, monkeypatc
     assert _flat(readahead.log_batches(logdir, FIELDS)) == want
 
 
+def test_read_ahead_items_cross_the_pipe_unchanged():
+    """Items marshal can hold and items only pickle can (a Fraction), mixed, arrive equal and in order."""
+    from fractions import Fraction
+
+    from streamctl import readahead
+
+    made = [[b"x" * 70_000, "k\u00e9y", None, 2**70, -0.0, True], (Fraction(1, 3), {"a": [1]}),
+            {("value", "at"): [1, 2]}, [], Fraction(-2, 7)]
+    got = list(readahead.items(lambda: iter(made), "test"))
+    assert got == made
+    assert [type(x) for x in got] == [type(x) for x in made]
+
+
 def test_read_ahead_stopped_early_leaves_no_child(run, logdir, monkeypatch):
     import os
 
