@@ -134,3 +134,39 @@ def test_meta_validation(tmp_path):
         assert "unsupported format" in str(e)
     else:
         raise AssertionError("format 2 accepted")
+
+
+@given(batches=st.lists(st.lists(st.integers(0, 700), min_size=1, max_size=12), min_size=1, max_size=5),
+       seg=st.integers(1024, 2200), lane=st.sampled_from(["items", "values", "keyed"]))
+def test_segments_roll_before_the_first_line_past_segment_bytes(tmp_path_factory, batches, seg, lane):
+    """Every append lane cuts segments where a record-at-a-time writer would: a segment is rolled
+    before the first line that would start at or past segment_bytes, never while it is empty,
+    and each segment is named by its first offset."""
+    import orjson
+
+    from streamctl.appender import Appender
+
+    tmp = str(tmp_path_factory.mktemp("roll"))
+    lg = logmod.open_or_create(tmp, 1, seg, 0)
+    want: list[list[bytes]] = [[]]
+    off = 0
+    with Appender(lg, fsync="never", clock=lambda: 7) as app:
+        for sizes in batches:
+            values = [b'"%s"' % (b"x" * n) for n in sizes]
+            keys = [b'"k%d"' % i for i in range(len(values))]
+            if lane == "items":
+                res = app.append(0, [(k, v, None) for k, v in zip(keys, values, strict=True)], want_lines=True)
+            elif lane == "values":
+                res = app.append_values(0, b"null", values, want_lines=True)
+            else:
+                res = app.append_keyed(0, keys, values, want_lines=True)
+            assert (res.first_offset, res.last_offset) == (off, off + len(values) - 1)
+            for line in res.lines:
+                if want[-1] and sum(map(len, want[-1])) >= seg:
+                    want.append([])
+                want[-1].append(line)
+            off += len(values)
+    names = sorted(os.listdir(lg.partition_dir(0)))
+    got = [open(os.path.join(lg.partition_dir(0), n), "rb").read() for n in names]
+    assert got == [b"".join(s) for s in want]
+    assert [int(n[:20]) for n in names] == [orjson.loads(s[0])["offset"] for s in want]
