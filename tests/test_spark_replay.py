@@ -10,12 +10,14 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shlex
 import subprocess
 import sys
 
 import pytest
 from test_replay import make_log, model, run_local
 
+from conftest import CLI
 from streamctl import replay as core
 from streamctl.log import open_log
 from streamctl.spark import engine, jobgen
@@ -333,3 +335,29 @@ def test_parity_on_a_log_compacted_by_streamctl(spark, tmp_path, run):
     for spec in (core.ReplaySpec(), core.ReplaySpec(compact=True),
                  core.ReplaySpec(start=core.Bound("offset", 50), until=core.Bound("offset", 120), key="k3")):
         assert spark_lines(spark, path, spec) == run_local(path, spec)
+
+
+def test_driver_memory_only_when_results_stream_through_the_driver():
+    """The replay job asks for a 4 GiB driver heap only when its result comes back through the
+    driver (toLocalIterator); the part-file path keeps Spark's default (a larger heap was slower)."""
+    ns = job_namespace({"log": "/x"})
+    memory = ns["driver_memory"]
+    assert memory({"master": "local[2]"}) is None
+    assert memory({"master": None}) is None  # python job.py: local[*]
+    assert memory({"master": "local[2]", "scratch": False}) == "4g"
+    assert memory({"master": "spark://h:7077"}) == "4g"
+    assert memory({"master": "yarn", "scratch": "hdfs:///tmp/x"}) is None
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_cli_engine_spark_into_a_closed_pipe(tmp_path, run):
+    """The job's kernel copy (sendfile) into a reader that stops early: no traceback, no hang."""
+    pytest.importorskip("pyspark")
+    path = str(tmp_path / "log")
+    make_log(path, 2, 400, seed=5)
+    cli = " ".join(shlex.quote(a) for a in [*CLI, "replay", path, "--engine", "spark", "--master", "local[1]"])
+    proc = subprocess.run(["bash", "-c", f"set -o pipefail; {cli} | head -c 200 >/dev/null"],
+                          capture_output=True, timeout=300)
+    assert proc.returncode in (0, 141), proc.stderr.decode()[-2000:]
+    assert b"Traceback" not in proc.stderr

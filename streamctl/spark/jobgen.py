@@ -28,6 +28,9 @@ ENTRY_POINT = '''
 # Entry point: session, output, and the exit codes a shell expects.
 # ---------------------------------------------------------------------------
 
+import errno
+import os
+
 
 def _session(params):
     from pyspark.sql import SparkSession
@@ -40,12 +43,16 @@ def _session(params):
     conf = {
         "spark.ui.showConsoleProgress": "false",  # no progress bar on the terminal
         "spark.sql.session.timeZone": "UTC",
-        # Locally the driver is also the executor, and it receives the ordered result
-        # partition by partition (toLocalIterator): Spark's 1 GiB default heap lost task
-        # results on a 5M-record replay. Only takes effect when this process starts the
-        # JVM (python job.py, streamctl itself); spark-submit's --driver-memory wins.
-        "spark.driver.memory": "4g",
     }
+    if (params.get("master") or "").startswith("local"):
+        conf["spark.ui.enabled"] = "false"  # nobody browses a local one-shot job's UI; it costs start-up
+    # The body says how much heap the driver needs (driver_memory): one that receives the
+    # result partition by partition (toLocalIterator) needs more than Spark's 1 GiB default.
+    # Only takes effect when this process starts the JVM (python job.py, streamctl itself);
+    # spark-submit's --driver-memory wins.
+    memory = driver_memory(params)
+    if memory:
+        conf["spark.driver.memory"] = memory
     conf.update(params.get("spark_conf") or {})
     for key, value in conf.items():
         builder = builder.config(key, value)
@@ -98,6 +105,28 @@ class _Output:
             self._file.write(data)
             self._file.flush()
 
+    def copy_file(self, path):
+        """A local file of whole result lines, copied by the kernel (sendfile) when the output
+        is a local file or pipe; read and written otherwise."""
+        self.flush()
+        done = 0
+        with open(path, "rb") as f:
+            if self._file is not None:
+                self._file.flush()
+                size = os.fstat(f.fileno()).st_size
+                try:
+                    while done < size:
+                        sent = os.sendfile(self._file.fileno(), f.fileno(), done, size - done)
+                        if sent == 0:
+                            break
+                        done += sent
+                except OSError as e:
+                    if e.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                        raise  # a closed pipe among them: the caller's exit code
+                f.seek(done)
+            while data := f.read(4 << 20):
+                self.write_bytes(data)
+
     def close(self):
         self.flush()
         if self._java is not None:
@@ -107,7 +136,6 @@ class _Output:
 
 
 if __name__ == "__main__":
-    import os
     import sys
 
     # Results go to the real stdout; fd 1 is pointed at stderr before Java

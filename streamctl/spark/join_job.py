@@ -268,6 +268,11 @@ def table_table(recs, params):
     return df.orderBy("pos", "sub")
 
 
+
+def driver_memory(params):
+    """The driver's heap (see the entry point): the rows come back through it (toLocalIterator)."""
+    return "4g"
+
 def main(spark, params, out):
     recs = records(spark, params)
     kind = params["kind"]

@@ -25,7 +25,8 @@ the same lines in the same order as `streamctl replay --engine local`:
    PARAMS["scratch"] names a folder every executor and the driver can reach) the
    sorted result is written as text part files by Spark's parallel writer,
    whose part numbers follow the sort's ranges; the driver then copies the part
-   files, in part order, byte for byte to the output and deletes them. Otherwise
+   files, in part order, byte for byte to the output (sendfile for local files)
+   and deletes them. Otherwise
    (a cluster without a scratch folder, or PARAMS["scratch"] = false) the lines
    stream through the driver partition by partition (toLocalIterator).
 """
@@ -293,12 +294,17 @@ def _part_order(name):
     return (int(m.group(1)), int(m.group(2) or 0)) if m else None
 
 
-def _local_blocks(local):
+def _local_parts(local):
+    """Paths of the part files in a local folder, in part order."""
     if not os.path.isdir(local):
-        return
+        return []
     names = sorted((key, name) for name in os.listdir(local) if (key := _part_order(name)) is not None)
-    for _, name in names:
-        with open(os.path.join(local, name), "rb") as f:
+    return [os.path.join(local, name) for _, name in names]
+
+
+def _local_blocks(local):
+    for path in _local_parts(local):
+        with open(path, "rb") as f:
             while data := f.read(BLOCK):
                 yield data
 
@@ -340,6 +346,18 @@ def _copy(blocks, out):
         raise ValueError("the sorted result ended without a newline")
 
 
+
+def driver_memory(params):
+    """The driver's heap (see the entry point). Results streamed through the driver
+    (toLocalIterator: no scratch folder on a cluster) need more than Spark's 1 GiB
+    default, which lost task results on a 5M-record replay; the part-file path (a local
+    master, or a scratch folder) does not, and there a 4 GiB heap made the 1M-record
+    sort and write about 1 s slower (BENCHMARKS.md)."""
+    master = params.get("master") or "local[*]"  # none: python job.py runs local[*]
+    if params.get("scratch") is False or (not params.get("scratch") and not master.startswith("local")):
+        return "4g"
+    return None
+
 def main(spark, params, out):
     scratch = _scratch_folder(spark, params)
     ordered = replay_frame(spark, params, via_files=scratch is not None)
@@ -353,7 +371,11 @@ def main(spark, params, out):
     fs = hadoop_path(folder).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     try:
         ordered.write.mode("errorifexists").option("compression", "none").option("lineSep", "\n").text(folder)
-        _copy(_local_blocks(local) if local else _hadoop_blocks(spark, fs, folder), out)
+        if local and hasattr(out, "copy_file"):
+            for path in _local_parts(local):
+                out.copy_file(path)  # the job's own _Output: the kernel copies (sendfile)
+        else:
+            _copy(_local_blocks(local) if local else _hadoop_blocks(spark, fs, folder), out)
     finally:
         if local and params.get("scratch") is None:
             shutil.rmtree(os.path.dirname(local), ignore_errors=True)  # the mkdtemp folder

@@ -146,6 +146,11 @@ def _wj_row_line(start, end, key, values):
     return window + key.decode() + "," + orjson.dumps(values).decode()[1:]
 
 
+
+def driver_memory(params):
+    """The driver's heap (see the entry point): the windows come back through it (toLocalIterator)."""
+    return "4g"
+
 def main(spark, params, out):
     sc = spark.sparkContext
     lateness = params["lateness"]
