@@ -194,7 +194,7 @@ def _range(log: str, from_: str | None, until: str | None, key: str | None, comp
     total = core.input_bytes(lg)
     chosen = choose_engine(engine, total, threshold, info)
     if chosen == "spark":
-        lines = _spark_lines(lg, spec, ranges, master, now)
+        lines = _spark_lines(lg, spec, ranges, master, now, into=_stdout_fd(out))
         return _write(lines, out, unbuffered, lg)
     selected = sum(_range_bytes_hint(lg, p) for p, r in ranges.items() if r.start < r.end)
     progress = _Progress.maybe(selected)
@@ -253,8 +253,19 @@ def _write_to(lines, out: str | None, unbuffered: bool, source) -> None:
     info(f"appended {stats.records} record(s) to {out}" + (f": {where}" if where else ""))
 
 
-def _spark_lines(lg, spec, ranges, master: str | None, now: int):
-    """Run the generated job on this machine; yields blocks of result lines."""
+def _stdout_fd(out: str | None) -> int | None:
+    """Where a Spark job writes the result itself: our stdout, when the lines go there unchanged
+    (runner.stream_job `into`: they then never pass through this process); None for --out."""
+    import sys
+
+    if out is not None:
+        return None
+    sys.stdout.flush()
+    return sys.stdout.fileno()
+
+
+def _spark_lines(lg, spec, ranges, master: str | None, now: int, into: int | None = None):
+    """Run the generated job on this machine; yields blocks of result lines (none with `into`)."""
     import os
     import sys
 
@@ -269,7 +280,7 @@ def _spark_lines(lg, spec, ranges, master: str | None, now: int):
                             jobgen.body_source("replay_job"))
     if sys.stderr.isatty():
         info(f"starting the Spark job on {params['master']} (the JVM takes a few seconds to start)")
-    yield from runner.stream_job(job, master=params["master"], what="Spark replay job")
+    yield from runner.stream_job(job, master=params["master"], what="Spark replay job", into=into)
 
 
 def _spark_uri(log: str, spec, out: str | None, master: str | None, engine: str, unbuffered: bool) -> None:
@@ -285,7 +296,8 @@ def _spark_uri(log: str, spec, out: str | None, master: str | None, engine: str,
     params["spark_conf"] = {"spark.ui.enabled": "false"}
     job = jobgen.render_job(_title(spec), "  (run by streamctl replay --engine spark)", params,
                             jobgen.body_source("replay_job"))
-    _write(runner.stream_job(job, master=params["master"], what="Spark replay job"), out, unbuffered, None)
+    _write(runner.stream_job(job, master=params["master"], what="Spark replay job", into=_stdout_fd(out)), out,
+           unbuffered, None)
 
 
 def _title(spec) -> str:

@@ -361,3 +361,48 @@ def test_cli_engine_spark_into_a_closed_pipe(tmp_path, run):
                           capture_output=True, timeout=300)
     assert proc.returncode in (0, 141), proc.stderr.decode()[-2000:]
     assert b"Traceback" not in proc.stderr
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_cli_engine_spark_out_appends_like_local(tmp_path, run):
+    """--out LOG2 takes the result through streamctl (not the job's own stdout): the same records
+    as the local engine's --out."""
+    pytest.importorskip("pyspark")
+    path = str(tmp_path / "log")
+    make_log(path, 2, 30, seed=6)
+    for which in ("local", "spark"):
+        proc = run("replay", path, "--compact", "--out", str(tmp_path / which), "--engine", which,
+                   "--master", "local[1]")
+        assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    got = {e: run("consume", str(tmp_path / e), "--value").stdout for e in ("local", "spark")}
+    assert got["spark"] == got["local"] and got["local"].count(b"\n") > 5
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_cli_engine_spark_interrupted_stops_the_job(tmp_path):
+    """SIGINT while the job runs (it writes to streamctl's stdout itself): exit 130, and the job's
+    process is gone."""
+    import signal
+    import time
+
+    pytest.importorskip("pyspark")
+    path = str(tmp_path / "log")
+    make_log(path, 2, 50, seed=7)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp))
+    proc = subprocess.Popen([*CLI, "replay", path, "--engine", "spark", "--master", "local[1]"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    deadline = time.monotonic() + 60
+    while not list(tmp.glob("streamctl-spark-*/job.py")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err.decode()[-2000:]
+    assert b"Traceback" not in err
+    time.sleep(1)
+    left = subprocess.run(["pgrep", "-f", str(tmp)], capture_output=True, text=True).stdout.split()
+    assert left == []
