@@ -72,8 +72,10 @@ def replay(
     without a key are left out. Relative times in an emitted job are resolved
     when the job runs, so one job file serves a nightly cron.
 
-    The Spark engine gives the same lines in the same order. Its log goes to a
-    temp file; on failure the relevant lines and the log's path are shown.
+    The Spark engine gives the same lines in the same order. To stdout, the job
+    writes them there itself (they do not pass through streamctl); with --out
+    they are appended by streamctl. Its log goes to a temp file; on failure the
+    relevant lines and the log's path are shown.
     """
     from streamctl.errors import UsageError
 
