@@ -338,8 +338,9 @@ def test_parity_on_a_log_compacted_by_streamctl(spark, tmp_path, run):
 
 
 def test_driver_memory_only_when_results_stream_through_the_driver():
-    """The replay job asks for a 4 GiB driver heap only when its result comes back through the
-    driver (toLocalIterator); the part-file path keeps Spark's default (a larger heap was slower)."""
+    """The replay job asks for a 4 GiB driver heap when its result comes back through the driver
+    (toLocalIterator) or for --compact's aggregate; a plain replay through part files keeps Spark's
+    default (a larger heap was slower there)."""
     ns = job_namespace({"log": "/x"})
     memory = ns["driver_memory"]
     assert memory({"master": "local[2]"}) is None
@@ -347,6 +348,7 @@ def test_driver_memory_only_when_results_stream_through_the_driver():
     assert memory({"master": "local[2]", "scratch": False}) == "4g"
     assert memory({"master": "spark://h:7077"}) == "4g"
     assert memory({"master": "yarn", "scratch": "hdfs:///tmp/x"}) is None
+    assert memory({"master": "local[2]", "compact": True}) == "4g"  # the aggregate wants the heap
 
 
 @pytest.mark.spark

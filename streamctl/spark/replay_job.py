@@ -350,13 +350,17 @@ def _copy(blocks, out):
 def driver_memory(params):
     """The driver's heap (see the entry point). Results streamed through the driver
     (toLocalIterator: no scratch folder on a cluster) need more than Spark's 1 GiB
-    default, which lost task results on a 5M-record replay; the part-file path (a local
-    master, or a scratch folder) does not, and there a 4 GiB heap made the 1M-record
-    sort and write about 1 s slower (BENCHMARKS.md)."""
+    default, which lost task results on a 5M-record replay, and so does --compact's
+    aggregate (with 1 GiB it ran 1.2-1.35x the hand-written job's time after start-up,
+    with 4 GiB 0.8-0.9x). A plain replay written as part files (a local master, or a
+    scratch folder) does not: there a 4 GiB heap made the 1M-record sort and write
+    about 1 s slower (BENCHMARKS.md)."""
     master = params.get("master") or "local[*]"  # none: python job.py runs local[*]
-    if params.get("scratch") is False or (not params.get("scratch") and not master.startswith("local")):
+    if params.get("compact") or params.get("scratch") is False or (
+            not params.get("scratch") and not master.startswith("local")):
         return "4g"
     return None
+
 
 def main(spark, params, out):
     scratch = _scratch_folder(spark, params)
