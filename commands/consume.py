@@ -98,9 +98,16 @@ def consume(
     pl = consumer.plan(lg, parts, from_, None)
     render = renderer(value, fmt)
     out = Output(unbuffered=True if unbuffered else None)
-    items = consumer.stream(lg, pl, merge=True)
     stopflag.install()  # Ctrl-C / SIGTERM: finish the record at hand, flush, then exit
-    consumer.run(items, render, out.write, out.flush, consumer.Committer(lg, None), max_)
+    only = consumer.single_partition(pl) if render is None and max_ is None else None
+    if only is not None:
+        # stored lines, unchanged, from one partition: the kernel copies them (sendfile)
+        if only >= 0:
+            consumer.copy_stored(lg, only, pl.positions[only],
+                                 lambda fd, lo, hi: out.copy_range(fd, lo, hi, stopflag.is_set))
+    else:
+        items = consumer.stream(lg, pl, merge=True)
+        consumer.run(items, render, out.write, out.flush, consumer.Committer(lg, None), max_)
     if stopflag.is_set():
         import signal
 

@@ -11,11 +11,15 @@ from __future__ import annotations
 import errno
 import os
 import sys
+from collections.abc import Callable
 from typing import BinaryIO
 
 from streamctl.errors import BrokenPipe, StorageError
 
 DEFAULT_BUFFER = 1 << 16
+COPY_CHUNK = 1 << 23  # bytes per sendfile call; a stop request is honoured between calls
+CHUNK_FALLBACK = 1 << 20  # bytes per pread where sendfile cannot write (O_APPEND files)
+_NO_SENDFILE = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP}
 
 
 class Output:
@@ -65,6 +69,48 @@ class Output:
             raise StorageError(f"{self.name}: write failed: {e.strerror}") from None
         self.bytes_written += len(data)
 
+    def copy_range(self, src: int, lo: int, hi: int, stop: Callable[[], bool] | None = None) -> bool:
+        """Write bytes [lo, hi) of file descriptor `src`, whole lines, without copying them
+        through Python (sendfile). Returns False if `stop()` turned true, after
+        finishing the line at hand so the reader never sees half a record."""
+        self.flush()
+        pos = lo
+        while pos < hi:
+            if stop is not None and stop():
+                end = _line_end(src, pos, hi) if pos > lo else pos
+                while pos < end:
+                    pos += self._send(src, pos, end - pos)
+                return False
+            pos += self._send(src, pos, min(COPY_CHUNK, hi - pos))
+        return True
+
+    def _send(self, src: int, pos: int, n: int) -> int:
+        try:
+            try:
+                if self.fd is None:
+                    raise OSError(errno.ENOSYS, "no file descriptor")
+                sent = os.sendfile(self.fd, src, pos, n)
+            except OSError as e:
+                if e.errno not in _NO_SENDFILE:
+                    raise
+                # O_APPEND files and the like: the ordinary way, one chunk at a time
+                data = os.pread(src, min(n, CHUNK_FALLBACK), pos)
+                self.write(data)
+                self.flush()
+                sent = len(data)
+        except BrokenPipeError:
+            self._silence()
+            raise BrokenPipe(f"{self.name}: the reader closed the pipe") from None
+        except OSError as e:
+            if e.errno == errno.EPIPE:
+                self._silence()
+                raise BrokenPipe(f"{self.name}: the reader closed the pipe") from None
+            raise StorageError(f"{self.name}: write failed: {e.strerror}") from None
+        if sent == 0:
+            raise StorageError(f"{self.name}: the file being copied shrank while it was read")
+        self.bytes_written += sent
+        return sent
+
     def pending(self) -> int:
         return len(self._buf)
 
@@ -77,3 +123,18 @@ class Output:
             os.close(devnull)
         except OSError:
             pass
+
+
+def _line_end(fd: int, pos: int, hi: int) -> int:
+    """Byte position just past the line that `pos` is inside of (pos must not be a line start)."""
+    if os.pread(fd, 1, pos - 1) == b"\n":
+        return pos
+    while pos < hi:
+        buf = os.pread(fd, min(65536, hi - pos), pos)
+        i = buf.find(b"\n")
+        if i >= 0:
+            return pos + i + 1
+        if not buf:
+            break
+        pos += len(buf)
+    return hi

@@ -100,6 +100,22 @@ def stream(log: Log, pl: Plan, merge: bool, per_line: bool = False) -> Iterator[
         yield p, nxt, data
 
 
+def single_partition(pl: Plan) -> int | None:
+    """The partition to read when at most one has records in range (-1: none), else None."""
+    parts = [p for p, pos in pl.positions.items() if pos.end is None or pos.start < pos.end]
+    if len(parts) > 1:
+        return None
+    return parts[0] if parts else -1
+
+
+def copy_stored(log: Log, p: int, pos: Position, copy: Callable[[int, int, int], bool]) -> None:
+    """Hand partition p's stored lines in range to `copy(fd, first byte, end byte)` as byte
+    ranges, unread: consume's zero-copy path. Stops when copy returns False."""
+    for _path, fd, lo, hi in reader.iter_ranges(log, p, pos.start, pos.end):
+        if not copy(fd, lo, hi):
+            return
+
+
 def _ts_of(line: bytes) -> int:
     return record.envelope(line)[2]
 

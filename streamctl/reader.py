@@ -183,6 +183,26 @@ def iter_envelopes(log: Log, p: int, start: int, end: int | None) -> Iterator[tu
 
 def iter_located_blocks(log: Log, p: int, start: int, end: int | None) -> Iterator[tuple[str, int, bytes]]:
     """(segment path, byte position, block) — iter_blocks with where each block came from."""
+    for path, fd, lo, hi in iter_ranges(log, p, start, end):
+        pos = lo
+        try:
+            for block in segment.iter_blocks(fd, lo, hi):
+                # parse each block's last line here, so a corrupt segment is named by path and byte
+                record.offset_of(block[block.rfind(b"\n", 0, len(block) - 1) + 1:])
+                yield path, pos, block
+                pos += len(block)
+        except record.BadRecord as e:
+            raise corrupt(path, _bad_line_pos(fd, pos, hi), e) from None
+
+
+def iter_ranges(log: Log, p: int, start: int, end: int | None) -> Iterator[tuple[str, int, int, int]]:
+    """(segment path, fd, first byte, end byte): the stored lines of partition p with offsets in
+    [start, end), one byte range per segment, for callers that copy bytes without looking at them.
+
+    The fd stays open until the next range is asked for, so a compaction swap
+    underneath does not change what is read. `end=None` reads to the visible end
+    of the partition as it is when reached.
+    """
     next_off = start
     while True:
         segs = log.segments(p)
@@ -195,27 +215,37 @@ def iter_located_blocks(log: Log, p: int, start: int, end: int | None) -> Iterat
                 vanished = True  # deleted or swapped under us: list the folder again
                 break
             fd, vend = opened
-            pos = 0
             try:
-                pos = segment.bisect(fd, vend, segment.offset_key, next_off) if next_off > seg.base else 0
-                for block in segment.iter_blocks(fd, pos, vend):
-                    last_off = record.offset_of(block[block.rfind(b"\n", 0, len(block) - 1) + 1:])
-                    if end is not None and last_off >= end:
-                        kept = [ln for ln in block.splitlines(keepends=True) if record.offset_of(ln) < end]
-                        if kept:
-                            yield seg.path, pos, b"".join(kept)
-                        return
-                    yield seg.path, pos, block
-                    pos += len(block)
+                try:
+                    lo, hi, last_off = _range_in(fd, vend, seg.base, next_off, end)
+                except record.BadRecord as e:
+                    raise corrupt(seg.path, _bad_line_pos(fd, 0, vend), e) from None
+                if hi > lo:
+                    yield seg.path, fd, lo, hi
                     next_off = last_off + 1
-            except record.BadRecord as e:
-                raise corrupt(seg.path, _bad_line_pos(fd, pos, vend), e) from None
+                if hi < vend:
+                    return  # `end` falls inside this segment
             finally:
                 os.close(fd)
         if vanished:
             continue
         if [s.base for s in log.segments(p)] == [s.base for s in segs]:
             return
+
+
+def _range_in(fd: int, vend: int, base: int, start: int, end: int | None) -> tuple[int, int, int]:
+    """(first byte, end byte, last offset in range) of the lines of one segment with offsets in [start, end)."""
+    lo = segment.bisect(fd, vend, segment.offset_key, start) if start > base else 0
+    last = segment.last_line(fd, vend)
+    if last is None or lo >= vend:
+        return vend, vend, start - 1
+    last_off = record.offset_of(last)
+    if end is None or last_off < end:
+        return lo, vend, last_off
+    hi = segment.bisect(fd, vend, segment.offset_key, end, start=lo)
+    if hi <= lo:
+        return lo, lo, start - 1
+    return lo, hi, record.offset_of(segment.last_line(fd, hi) or b"")
 
 
 def iter_blocks_reverse(log: Log, p: int, start: int, end: int,

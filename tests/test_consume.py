@@ -238,3 +238,45 @@ def test_sigint_commits_what_was_written_and_exits_130(logdir, tmp_path):
     committed = json.load(open(os.path.join(logdir, "groups", "slow.json")))["offsets"]["0"]
     written = open(out, "rb").read().count(b"\n")
     assert 0 < committed <= written < 200000
+
+
+def test_zero_copy_path_matches_the_stored_lines(logdir, tmp_path):
+    """One partition, stored lines unchanged: consume copies byte ranges (sendfile); same bytes as
+    the lines themselves, from any start, into a pipe, a file, or a file opened for append."""
+    make_log(logdir, 400, partitions=2, extra=("--segment-bytes", "1KiB"))
+    for p in (0, 1):
+        segs = sorted(os.listdir(os.path.join(logdir, f"p{p}")))
+        assert len(segs) > 5
+        stored = b"".join(open(os.path.join(logdir, f"p{p}", s), "rb").read() for s in segs).splitlines(keepends=True)
+        assert run_cli("consume", logdir, "--partition", str(p), check=True).stdout == b"".join(stored)
+        mid = json.loads(stored[len(stored) // 2])["offset"]
+        got = run_cli("consume", logdir, "--partition", str(p), "--from", str(mid), check=True).stdout
+        assert got == b"".join(stored[len(stored) // 2:])
+    target = tmp_path / "appended.jsonl"
+    target.write_bytes(b"first\n")
+    subprocess.run(f"{' '.join(CLI)} consume {logdir} --partition 1 >> {target}", shell=True, check=True,
+                   env=cli_env(), timeout=60)
+    assert target.read_bytes() == b"first\n" + run_cli("consume", logdir, "--partition", "1", check=True).stdout
+
+
+def test_sigint_during_zero_copy_ends_on_a_whole_line_and_exits_130(logdir, tmp_path):
+    import signal
+
+    lines = "".join(json.dumps({"i": i, "pad": "q" * 100}) + "\n" for i in range(200000))
+    run_cli("produce", logdir, input=lines, check=True)
+    rc, out, err = tmp_path / "rc", tmp_path / "out", tmp_path / "err"
+    # the reader stalls, so consume is blocked mid-copy when interrupted
+    script = (f"{' '.join(CLI)} consume {logdir} 2>{err} | "
+              f"(head -c 100001 >{out}; sleep 3; cat >>{out}); echo ${{PIPESTATUS[0]}} > {rc}")
+    proc = subprocess.Popen(["bash", "-c", script], env=cli_env())
+    time.sleep(1.5)
+    pids = subprocess.run(["pgrep", "-f", f"streamctl consume {logdir}$"], capture_output=True).stdout.split()
+    assert pids
+    for pid in pids:
+        os.kill(int(pid), signal.SIGINT)
+    proc.wait(timeout=60)
+    assert rc.read_text().strip() == "130"
+    assert b"Traceback" not in err.read_bytes()
+    got = out.read_bytes()
+    assert got.endswith(b"\n") and 0 < got.count(b"\n") < 200000
+    assert [json.loads(x)["offset"] for x in got.splitlines()] == list(range(got.count(b"\n")))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from streamctl import record
@@ -112,3 +114,45 @@ def test_template_tokens():
         parse_template("%x")
     with pytest.raises(UsageError):
         parse_template("50%")
+
+
+def test_copy_range_stops_only_at_a_line_boundary(tmp_path, monkeypatch):
+    """A stop request (Ctrl-C) during consume's sendfile copy finishes the line at hand."""
+    from streamctl.formats import writer
+
+    src = tmp_path / "seg"
+    lines = [b'{"n":%d,"pad":"%s"}\n' % (i, b"x" * (i % 13)) for i in range(200)]
+    src.write_bytes(b"".join(lines))
+    monkeypatch.setattr(writer, "COPY_CHUNK", 37)  # chunk ends fall mid-line
+    for after_calls in (1, 2, 5):
+        dst = tmp_path / f"out{after_calls}"
+        calls: list[int] = []
+
+        def stop(calls: list[int] = calls, after: int = after_calls) -> bool:
+            calls.append(1)
+            return len(calls) > after
+
+        with open(dst, "wb") as f:
+            out = writer.Output(stream=f)
+            fd = os.open(src, os.O_RDONLY)
+            done = out.copy_range(fd, 0, src.stat().st_size, stop=stop)
+            os.close(fd)
+        got = dst.read_bytes()
+        assert not done and got.endswith(b"\n") and b"".join(lines).startswith(got)
+        assert 37 * after_calls <= len(got) < 37 * after_calls + 40
+
+
+def test_copy_range_falls_back_where_sendfile_cannot_write(tmp_path):
+    """sendfile refuses O_APPEND files (EINVAL); the copy then goes through pread/write."""
+    from streamctl.formats import writer
+
+    src = tmp_path / "seg"
+    src.write_bytes(b"a\nbb\nccc\n")
+    dst = tmp_path / "out"
+    dst.write_bytes(b"old\n")
+    with open(dst, "ab") as f:
+        out = writer.Output(stream=f)
+        fd = os.open(src, os.O_RDONLY)
+        assert out.copy_range(fd, 2, 9)
+        os.close(fd)
+    assert dst.read_bytes() == b"old\nbb\nccc\n"
