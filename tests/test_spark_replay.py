@@ -408,3 +408,27 @@ def test_cli_engine_spark_interrupted_stops_the_job(tmp_path):
     time.sleep(1)
     left = subprocess.run(["pgrep", "-f", str(tmp)], capture_output=True, text=True).stdout.split()
     assert left == []
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("spec", [SPECS[0], SPECS[1], SPECS[2], SPECS[7]], ids=lambda s: repr(s)[11:60])
+def test_parity_with_lines_in_other_layouts(spark, tmp_path, spec):
+    """Lines not in the canonical prefix layout (keys reordered, spaces, a prefix look-alike)
+    are parsed as JSON by both engines: same result."""
+    path = str(tmp_path / "log")
+    make_log(path, partitions=2, per_partition=30, seed=5, segment_records=8, gap_every=4, t0=T0)
+    pdir = os.path.join(path, "p1")
+    for name in sorted(os.listdir(pdir)):
+        seg = os.path.join(pdir, name)
+        out = []
+        for i, line in enumerate(open(seg, "rb").read().splitlines()):
+            obj = json.loads(line)
+            if i % 3 == 0:
+                line = json.dumps(dict(reversed(list(obj.items())))).encode()  # ts before offset, with spaces
+            elif i % 3 == 1:
+                line = json.dumps(obj).encode()  # the canonical order, with spaces
+            out.append(line + b"\n")
+        open(seg, "wb").write(b"".join(out))
+    local = run_local(path, spec)
+    assert len(local) > (4 if spec.compact else 20)
+    assert spark_lines(spark, path, spec) == local
