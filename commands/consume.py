@@ -103,7 +103,8 @@ def consume(
     if only is not None:
         # stored lines, unchanged, from one partition: the kernel copies them (sendfile)
         if only >= 0:
-            consumer.copy_stored(lg, only, pl.positions[only],
+            pos = pl.positions[only]
+            consumer.copy_stored(lg, only, pos.start, pos.end,
                                  lambda fd, lo, hi: out.copy_range(fd, lo, hi, stopflag.is_set))
     else:
         items = consumer.stream(lg, pl, merge=True)

@@ -198,13 +198,33 @@ def _range(log: str, from_: str | None, until: str | None, key: str | None, comp
     if chosen == "spark":
         lines = _spark_lines(lg, spec, ranges, master, now, into=_stdout_fd(out))
         return _write(lines, out, unbuffered, lg)
-    selected = sum(_range_bytes_hint(lg, p) for p, r in ranges.items() if r.start < r.end)
+    active = [p for p, r in ranges.items() if r.start < r.end]
+    selected = sum(_range_bytes_hint(lg, p) for p in active)
     progress = _Progress.maybe(selected)
     try:
-        _write(core.replay(lg, spec, ranges, progress), out, unbuffered, lg)
+        if out is None and spec.key is None and not spec.compact and len(active) <= 1:
+            # one partition's stored lines, unchanged: the kernel copies them (sendfile)
+            _copy_stored(lg, {p: ranges[p] for p in active}, unbuffered, progress)
+        else:
+            _write(core.replay(lg, spec, ranges, progress), out, unbuffered, lg)
     finally:
         if progress is not None:
             progress.done()
+
+
+def _copy_stored(lg, ranges, unbuffered: bool, progress) -> None:
+    from streamctl.consumer import copy_stored
+    from streamctl.formats.writer import Output
+
+    w = Output(unbuffered=True if unbuffered else None)
+
+    def copy(fd: int, lo: int, hi: int) -> bool:
+        if progress is not None:
+            progress(hi - lo)
+        return w.copy_range(fd, lo, hi)
+
+    for p, r in ranges.items():
+        copy_stored(lg, p, r.start, r.end, copy)
 
 
 def _range_bytes_hint(lg, p: int) -> int:

@@ -108,10 +108,11 @@ def single_partition(pl: Plan) -> int | None:
     return parts[0] if parts else -1
 
 
-def copy_stored(log: Log, p: int, pos: Position, copy: Callable[[int, int, int], bool]) -> None:
-    """Hand partition p's stored lines in range to `copy(fd, first byte, end byte)` as byte
-    ranges, unread: consume's zero-copy path. Stops when copy returns False."""
-    for _path, fd, lo, hi in reader.iter_ranges(log, p, pos.start, pos.end):
+def copy_stored(log: Log, p: int, start: int, end: int | None, copy: Callable[[int, int, int], bool]) -> None:
+    """Hand partition p's stored lines with offsets in [start, end) to `copy(fd, first byte,
+    end byte)` as byte ranges, unread: the zero-copy path of consume and replay. Stops when
+    copy returns False."""
+    for _path, fd, lo, hi in reader.iter_ranges(log, p, start, end):
         if not copy(fd, lo, hi):
             return
 

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import CLI, cli_env
 from streamctl import record
 from streamctl import replay as core
 from streamctl.log import open_log, open_or_create
@@ -263,6 +264,30 @@ def test_cli_plain_file(tmp_path, run):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == b'{"offset":1,"partition":0,"key":null,"value":2}\n{"offset":2,"partition":0,"key":null,"value":"x"}\n'
     assert run("replay", str(f), "--compact").returncode == 2
+
+
+@pytest.mark.parametrize("args, spec", [
+    ((), core.ReplaySpec()),
+    (("--from", "7", "--until", "45"), core.ReplaySpec(core.Bound("offset", 7), core.Bound("offset", 45))),
+    (("--from", "@1763719200300", "--until", "@1763719201000"),
+     core.ReplaySpec(core.Bound("ts", 1763719200300), core.Bound("ts", 1763719201000))),
+    (("--from", "999999"), core.ReplaySpec(core.Bound("offset", 999999))),
+])
+def test_cli_one_partition_copied_by_the_kernel(tmp_path, run, args, spec):
+    """One partition, no --key/--compact, to stdout: the zero-copy path (sendfile), across
+    segments with compaction gaps; the same bytes as the model, also into a `>>` file."""
+    import subprocess
+
+    path = str(tmp_path / "log")
+    lines = make_log(path, partitions=1, per_partition=80, segment_records=9, gap_every=4)
+    proc = run("replay", path, *args, "--engine", "local")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == b"".join(model(lines, spec))
+    target = tmp_path / "appended.jsonl"
+    target.write_bytes(b"x\n")
+    sh = f"{' '.join(CLI)} replay {path} {' '.join(args)} --engine local >> {target}"
+    subprocess.run(["bash", "-c", sh], check=True, env=cli_env(), timeout=60)
+    assert target.read_bytes() == b"x\n" + proc.stdout
 
 
 def test_cli_broken_pipe(tmp_path):
