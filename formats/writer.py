@@ -59,14 +59,8 @@ class Output:
             else:
                 self.stream.write(data)
                 self.stream.flush()
-        except BrokenPipeError:
-            self._silence()
-            raise BrokenPipe(f"{self.name}: the reader closed the pipe") from None
         except OSError as e:
-            if e.errno == errno.EPIPE:
-                self._silence()
-                raise BrokenPipe(f"{self.name}: the reader closed the pipe") from None
-            raise StorageError(f"{self.name}: write failed: {e.strerror}") from None
+            raise self._failed(e) from None
         self.bytes_written += len(data)
 
     def copy_range(self, src: int, lo: int, hi: int, stop: Callable[[], bool] | None = None) -> bool:
@@ -98,14 +92,8 @@ class Output:
                 self.write(data)
                 self.flush()
                 sent = len(data)
-        except BrokenPipeError:
-            self._silence()
-            raise BrokenPipe(f"{self.name}: the reader closed the pipe") from None
         except OSError as e:
-            if e.errno == errno.EPIPE:
-                self._silence()
-                raise BrokenPipe(f"{self.name}: the reader closed the pipe") from None
-            raise StorageError(f"{self.name}: write failed: {e.strerror}") from None
+            raise self._failed(e) from None
         if sent == 0:
             raise StorageError(f"{self.name}: the file being copied shrank while it was read")
         self.bytes_written += sent
@@ -113,6 +101,13 @@ class Output:
 
     def pending(self) -> int:
         return len(self._buf)
+
+    def _failed(self, e: OSError) -> Exception:
+        """The error to raise for a failed write: a closed pipe is BrokenPipe (exit 141)."""
+        if e.errno == errno.EPIPE:
+            self._silence()
+            return BrokenPipe(f"{self.name}: the reader closed the pipe")
+        return StorageError(f"{self.name}: write failed: {e.strerror}")
 
     def _silence(self) -> None:
         if self.fd is None:

@@ -217,27 +217,32 @@ def test_plain_file_and_stdin_inputs(tmp_path):
 
 
 def test_sigint_commits_what_was_written_and_exits_130(logdir, tmp_path):
+    rc, err, out = interrupt_mid_run(logdir, tmp_path, " --group slow")
+    assert rc == "130"
+    assert b"Traceback" not in err
+    committed = json.load(open(os.path.join(logdir, "groups", "slow.json")))["offsets"]["0"]
+    written = out.count(b"\n")
+    assert 0 < committed <= written < 200000
+
+
+def interrupt_mid_run(logdir: str, tmp_path, args: str) -> tuple[str, bytes, bytes]:
+    """SIGINT to `consume LOG{args}` while its reader stalls: (exit code, stderr, what the reader got)."""
     import signal
 
     lines = "".join(json.dumps({"i": i, "pad": "q" * 100}) + "\n" for i in range(200000))
     run_cli("produce", logdir, input=lines, check=True)
-    rc = tmp_path / "rc"
-    out = tmp_path / "out"
-    # the reader stalls for a while, so consume is mid-run when interrupted
-    script = (f"{' '.join(CLI)} consume {logdir} --group slow 2>{tmp_path / 'err'} | "
-              f"(head -c 100000 >{out}; sleep 3; cat >>{out}); echo ${{PIPESTATUS[0]}} > {rc}")
+    rc, out, err = tmp_path / "rc", tmp_path / "out", tmp_path / "err"
+    # the reader stalls for a while, so consume is mid-run (blocked writing) when interrupted
+    script = (f"{' '.join(CLI)} consume {logdir}{args} 2>{err} | "
+              f"(head -c 100001 >{out}; sleep 3; cat >>{out}); echo ${{PIPESTATUS[0]}} > {rc}")
     proc = subprocess.Popen(["bash", "-c", script], env=cli_env())
     time.sleep(1.5)
-    pids = subprocess.run(["pgrep", "-f", f"streamctl consume {logdir} --group slow"], capture_output=True).stdout.split()
+    pids = subprocess.run(["pgrep", "-f", f"streamctl consume {logdir}{args}$"], capture_output=True).stdout.split()
     assert pids
     for pid in pids:
         os.kill(int(pid), signal.SIGINT)
     proc.wait(timeout=60)
-    assert rc.read_text().strip() == "130"
-    assert b"Traceback" not in (tmp_path / "err").read_bytes()
-    committed = json.load(open(os.path.join(logdir, "groups", "slow.json")))["offsets"]["0"]
-    written = open(out, "rb").read().count(b"\n")
-    assert 0 < committed <= written < 200000
+    return rc.read_text().strip(), err.read_bytes(), out.read_bytes()
 
 
 def test_zero_copy_path_matches_the_stored_lines(logdir, tmp_path):
@@ -260,23 +265,8 @@ def test_zero_copy_path_matches_the_stored_lines(logdir, tmp_path):
 
 
 def test_sigint_during_zero_copy_ends_on_a_whole_line_and_exits_130(logdir, tmp_path):
-    import signal
-
-    lines = "".join(json.dumps({"i": i, "pad": "q" * 100}) + "\n" for i in range(200000))
-    run_cli("produce", logdir, input=lines, check=True)
-    rc, out, err = tmp_path / "rc", tmp_path / "out", tmp_path / "err"
-    # the reader stalls, so consume is blocked mid-copy when interrupted
-    script = (f"{' '.join(CLI)} consume {logdir} 2>{err} | "
-              f"(head -c 100001 >{out}; sleep 3; cat >>{out}); echo ${{PIPESTATUS[0]}} > {rc}")
-    proc = subprocess.Popen(["bash", "-c", script], env=cli_env())
-    time.sleep(1.5)
-    pids = subprocess.run(["pgrep", "-f", f"streamctl consume {logdir}$"], capture_output=True).stdout.split()
-    assert pids
-    for pid in pids:
-        os.kill(int(pid), signal.SIGINT)
-    proc.wait(timeout=60)
-    assert rc.read_text().strip() == "130"
-    assert b"Traceback" not in err.read_bytes()
-    got = out.read_bytes()
+    rc, err, got = interrupt_mid_run(logdir, tmp_path, "")
+    assert rc == "130"
+    assert b"Traceback" not in err
     assert got.endswith(b"\n") and 0 < got.count(b"\n") < 200000
     assert [json.loads(x)["offset"] for x in got.splitlines()] == list(range(got.count(b"\n")))
