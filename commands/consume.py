@@ -99,12 +99,12 @@ def consume(
     render = renderer(value, fmt)
     out = Output(unbuffered=True if unbuffered else None)
     stopflag.install()  # Ctrl-C / SIGTERM: finish the record at hand, flush, then exit
-    only = consumer.single_partition(pl) if render is None and max_ is None else None
-    if only is not None:
+    active = consumer.active_partitions(pl)
+    if render is None and max_ is None and len(active) <= 1:
         # stored lines, unchanged, from one partition: the kernel copies them (sendfile)
-        if only >= 0:
-            pos = pl.positions[only]
-            consumer.copy_stored(lg, only, pos.start, pos.end,
+        for p in active:
+            pos = pl.positions[p]
+            consumer.copy_stored(lg, p, pos.start, pos.end,
                                  lambda fd, lo, hi: out.copy_range(fd, lo, hi, stopflag.is_set))
     else:
         items = consumer.stream(lg, pl, merge=True)

@@ -84,7 +84,7 @@ def stream(log: Log, pl: Plan, merge: bool, per_line: bool = False) -> Iterator[
     with one ts are contiguous: the merge works on such runs (usually a whole
     produce batch) instead of on single lines. `per_line` splits data into lines.
     """
-    parts = [p for p, pos in pl.positions.items() if pos.end is None or pos.start < pos.end]
+    parts = active_partitions(pl)
     if len(parts) == 1 or not merge:
         for p in parts:
             pos = pl.positions[p]
@@ -100,12 +100,9 @@ def stream(log: Log, pl: Plan, merge: bool, per_line: bool = False) -> Iterator[
         yield p, nxt, data
 
 
-def single_partition(pl: Plan) -> int | None:
-    """The partition to read when at most one has records in range (-1: none), else None."""
-    parts = [p for p, pos in pl.positions.items() if pos.end is None or pos.start < pos.end]
-    if len(parts) > 1:
-        return None
-    return parts[0] if parts else -1
+def active_partitions(pl: Plan) -> list[int]:
+    """The partitions that may have records in range."""
+    return [p for p, pos in pl.positions.items() if pos.end is None or pos.start < pos.end]
 
 
 def copy_stored(log: Log, p: int, start: int, end: int | None, copy: Callable[[int, int, int], bool]) -> None:
