@@ -9,9 +9,14 @@ costs ~1-2 s more per shuffle on 2 cores).
 
 from __future__ import annotations
 
+import json
+import os
 import sys
+import time
 
 HOUR = 3_600_000
+_STARTED = time.monotonic()
+_READY: list[float] = []
 
 
 def session(master: str):
@@ -24,13 +29,24 @@ def session(master: str):
              .config("spark.sql.session.timeZone", "UTC")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
+    _READY.append(time.monotonic())
     return spark
+
+
+def _finish(spark) -> None:
+    """Stop the session; first, with STREAMCTL_JOB_TIMES=FILE set, append start-up and work
+    seconds to FILE, measured as streamctl's generated jobs measure theirs (jobgen)."""
+    path = os.environ.get("STREAMCTL_JOB_TIMES")
+    if path and _READY:
+        with open(path, "a") as f:
+            f.write(json.dumps({"startup_s": _READY[0] - _STARTED, "work_s": time.monotonic() - _READY[0]}) + "\n")
+    spark.stop()
 
 
 def startup(master: str, out: str) -> None:
     spark = session(master)
     spark.range(1).count()
-    spark.stop()
+    _finish(spark)
 
 
 def _lines_df(spark, files):
@@ -51,7 +67,7 @@ def replay(master: str, out: str, *files: str) -> None:
     spark = session(master)
     df = _lines_df(spark, list(files))
     df.orderBy("ts", "partition", "offset").select("line").write.mode("overwrite").text(out)
-    spark.stop()
+    _finish(spark)
 
 
 def replay_compact(master: str, out: str, *files: str) -> None:
@@ -64,7 +80,7 @@ def replay_compact(master: str, out: str, *files: str) -> None:
     latest = (df.withColumn("rn", F.row_number().over(w)).where("rn = 1")
               .where(~F.col("line").endswith(',"value":null}')))
     latest.orderBy("ts", "partition", "offset").select("line").write.mode("overwrite").text(out)
-    spark.stop()
+    _finish(spark)
 
 
 def _events(spark, files):
@@ -90,7 +106,7 @@ def window(master: str, out: str, kind: str, *files: str) -> None:
     else:
         res = df.groupBy("key", F.session_window("t", "30 minutes")).agg(F.count("*").alias("count"))
     res.write.mode("overwrite").json(out)
-    spark.stop()
+    _finish(spark)
 
 
 def join(master: str, out: str, kind: str, left: str, right: str) -> None:
@@ -117,7 +133,7 @@ def join(master: str, out: str, kind: str, left: str, right: str) -> None:
                      (F.col("c.time").between(F.col("s.time") - HOUR, F.col("s.time") + HOUR))).select(
             F.col("s.sid").alias("key"), F.struct("s.*").alias("left"), F.struct("c.*").alias("right"))
     res.write.mode("overwrite").json(out)
-    spark.stop()
+    _finish(spark)
 
 
 def main(argv: list[str]) -> None:

@@ -11,6 +11,7 @@ interleaved (A B C A B C ...) so a noisy neighbour hits all of them alike.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shutil
@@ -65,10 +66,16 @@ class Row:
     rss_kb: list[int] = field(default_factory=list)
     error: str = ""
     note: str = ""
+    # Spark contestants: each run's own record (STREAMCTL_JOB_TIMES) of the seconds after Spark was up
+    works: list[float] = field(default_factory=list)
 
     @property
     def wall(self) -> float | None:
         return statistics.median(self.walls) if self.walls else None
+
+    @property
+    def work(self) -> float | None:
+        return statistics.median(self.works) if self.works else None
 
     @property
     def rss_mb(self) -> float | None:
@@ -279,16 +286,28 @@ class Bench:
                     continue
                 if c.setup:
                     c.setup()
-                s = measure(c.argv, c.stdin, c.stdout, c.env or env, tree=c.spark or c.tree)
+                run_env = c.env or env
+                times = None
+                if c.spark:
+                    times = self.work / f"job-times-{len(self.rows)}-{r}.jsonl"
+                    times.unlink(missing_ok=True)
+                    run_env = {**run_env, "STREAMCTL_JOB_TIMES": str(times)}
+                s = measure(c.argv, c.stdin, c.stdout, run_env, tree=c.spark or c.tree)
                 if c.teardown:
                     c.teardown()
+                if times is not None and s.rc in c.ok_codes:
+                    work = _job_work_seconds(times)
+                    if work is not None:
+                        row.works.append(work)
                 if s.rc not in c.ok_codes:
                     row.error = f"exit {s.rc}: {s.stderr.strip().splitlines()[-1] if s.stderr.strip() else ''}"
                     say(f"  {group} / {c.tool}: FAILED {row.error}")
                     continue
                 row.walls.append(s.wall)
                 row.rss_kb.append(s.rss_kb)
-                say(f"  {group} / {c.tool} run {r + 1}/{min(runs, self.spark_runs) if c.spark else runs}: {s.wall:.3f} s, {s.rss_kb / 1024:.0f} MiB")
+                work = f" (job work after start-up {row.works[-1]:.3f} s)" if c.spark and row.works else ""
+                say(f"  {group} / {c.tool} run {r + 1}/{min(runs, self.spark_runs) if c.spark else runs}: "
+                    f"{s.wall:.3f} s, {s.rss_kb / 1024:.0f} MiB{work}")
         self.rows.extend(rows)
         return rows
 
@@ -307,6 +326,16 @@ class Bench:
 
     def target(self, issue: str, text: str, measured: str, holds: bool | None) -> None:
         self.targets.append(Target(issue, text, measured, holds))
+
+
+def _job_work_seconds(path: Path) -> float | None:
+    """The work seconds a Spark job recorded in its STREAMCTL_JOB_TIMES file (jobgen), if any."""
+    try:
+        lines = path.read_text().splitlines()
+        path.unlink()
+    except OSError:
+        return None
+    return float(json.loads(lines[-1])["work_s"]) if lines else None
 
 
 def say(msg: str) -> None:

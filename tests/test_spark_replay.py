@@ -17,7 +17,7 @@ import sys
 import pytest
 from test_replay import make_log, model, run_local
 
-from conftest import CLI
+from conftest import CLI, cli_env
 from streamctl import replay as core
 from streamctl.log import open_log
 from streamctl.spark import engine, jobgen
@@ -302,10 +302,15 @@ def test_cli_engine_spark_end_to_end(tmp_path, run):
     pytest.importorskip("pyspark")
     path = str(tmp_path / "log")
     make_log(path, 3, 40, seed=4)
-    proc = run("replay", path, "--from", "3", "--key", "user-2", "--engine", "spark", "--master", "local[1]")
+    times = tmp_path / "times.jsonl"
+    proc = run("replay", path, "--from", "3", "--key", "user-2", "--engine", "spark", "--master", "local[1]",
+               env=cli_env(STREAMCTL_JOB_TIMES=str(times)))
     assert proc.returncode == 0, proc.stderr.decode()
     assert proc.stdout == b"".join(run_local(path, core.ReplaySpec(start=core.Bound("offset", 3), key="user-2")))
     assert b"WARN" not in proc.stderr and b"log4j" not in proc.stderr.lower()
+    # the job's own record of its start-up and work seconds (what scripts/bench compares)
+    record = json.loads(times.read_text())
+    assert set(record) == {"startup_s", "work_s"} and record["startup_s"] > 0 and record["work_s"] > 0
 
 
 @pytest.mark.spark

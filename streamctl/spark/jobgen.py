@@ -135,19 +135,35 @@ class _Output:
             self._file.close()
 
 
+def _record_times(started, ready):
+    """With STREAMCTL_JOB_TIMES=FILE set, append one JSON line to FILE: the seconds spent
+    starting Spark (JVM, session) and the seconds of the job's own work after that (up to the
+    last output byte). Start-up is the same for any job; the work is what a job's code decides."""
+    path = os.environ.get("STREAMCTL_JOB_TIMES")
+    if path:
+        import time
+
+        with open(path, "a") as f:
+            f.write(json.dumps({"startup_s": ready - started, "work_s": time.monotonic() - ready}) + "\\n")
+
+
 if __name__ == "__main__":
     import sys
+    import time
 
+    _started = time.monotonic()
     # Results go to the real stdout; fd 1 is pointed at stderr before Java
     # starts, so nothing Spark or the JVM prints can end up among the results.
     _stdout_fd = os.dup(1)
     os.dup2(2, 1)
     _spark = _session(PARAMS)
+    _ready = time.monotonic()
     _out = _Output(_spark, PARAMS.get("output"), _stdout_fd)
     _code = 0
     try:
         main(_spark, PARAMS, _out)
         _out.close()
+        _record_times(_started, _ready)
     except BrokenPipeError:
         _code = 141  # the reader closed the pipe, as `cat` would exit
         _null = os.open(os.devnull, os.O_WRONLY)
