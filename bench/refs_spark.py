@@ -39,7 +39,8 @@ def _finish(spark) -> None:
     path = os.environ.get("STREAMCTL_JOB_TIMES")
     if path and _READY:
         with open(path, "a") as f:
-            f.write(json.dumps({"startup_s": _READY[0] - _STARTED, "work_s": time.monotonic() - _READY[0]}) + "\n")
+            f.write(json.dumps({"startup_s": round(_READY[0] - _STARTED, 3),
+                                "work_s": round(time.monotonic() - _READY[0], 3)}) + "\n")
     spark.stop()
 
 

@@ -75,7 +75,9 @@ def replay(
     The Spark engine gives the same lines in the same order. To stdout, the job
     writes them there itself (they do not pass through streamctl); with --out
     they are appended by streamctl. Its log goes to a temp file; on failure the
-    relevant lines and the log's path are shown.
+    relevant lines and the log's path are shown. With STREAMCTL_JOB_TIMES=FILE
+    set, the job appends {"startup_s", "work_s"} to FILE: the seconds Spark took
+    to start and the seconds of the job's own work after that.
     """
     from streamctl.errors import UsageError
 

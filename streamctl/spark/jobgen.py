@@ -144,7 +144,7 @@ def _record_times(started, ready):
         import time
 
         with open(path, "a") as f:
-            f.write(json.dumps({"startup_s": ready - started, "work_s": time.monotonic() - ready}) + "\\n")
+            f.write(json.dumps({"startup_s": round(ready - started, 3), "work_s": round(time.monotonic() - ready, 3)}) + "\\n")
 
 
 if __name__ == "__main__":
