@@ -67,7 +67,9 @@ def read_side(path: str, side: int, key_field: str, time_field: str) -> tuple[li
 
 
 def join(a: list[list[Any]], b: list[list[Any]], within: int) -> tuple[list[int], list[bytes]]:
-    """Inner join of one key half: (row tags, rows) in output order."""
+    """Inner join of one key half: (row tags, rows) in output order. The state and the pair test
+    are streamctl.joins.stream_stream._inner_batches' (without its eviction), with the watermark
+    taken from each record's merge key instead of a running maximum."""
     pos = a[0] + b[0]
     order = sorted(range(len(pos)), key=pos.__getitem__)
     n_a = len(a[0])
@@ -129,6 +131,21 @@ def recv(fd: int) -> Any:
     return marshal.loads(exact(int.from_bytes(exact(8), "little")))
 
 
+def _half(args: argparse.Namespace, path: str, side: int, send_fd: int,
+          recv_fd: int) -> tuple[list[int], list[bytes], float, float]:
+    """Read this process's file, swap halves with the peer, join this process's key half (the parent
+    keeps hash half 0, the child half 1): (tags, rows, time read, time joined)."""
+    halves = read_side(path, side, args.on, args.time_field)
+    sender = threading.Thread(target=send, args=(send_fd, halves[1 - side]))
+    sender.start()
+    peer = recv(recv_fd)
+    sender.join()
+    t1 = time.perf_counter()
+    own = halves[side]
+    tags, rows = join(own, peer, args.within_ms) if side == 0 else join(peer, own, args.within_ms)
+    return tags, rows, t1, time.perf_counter()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("left")
@@ -145,25 +162,11 @@ def main() -> None:
     rows_r, rows_w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        mine, theirs = read_side(args.right, 1, args.on, args.time_field)
-        sender = threading.Thread(target=send, args=(to_parent, mine))  # partition 0 is the parent's
-        sender.start()
-        peer = recv(from_parent_r)
-        sender.join()
-        t1 = time.perf_counter()
-        tags, rows = join(peer, theirs, args.within_ms)
-        t2 = time.perf_counter()
+        tags, rows, t1, t2 = _half(args, args.right, 1, to_parent, from_parent_r)
         send(rows_w, (tags, rows))
         sys.stderr.write(f"child: read+exchange {t1 - t0:.2f} s, join {t2 - t1:.2f} s\n")
         os._exit(0)
-    mine, theirs = read_side(args.left, 0, args.on, args.time_field)
-    sender = threading.Thread(target=send, args=(to_child, theirs))
-    sender.start()
-    peer = recv(from_child)
-    sender.join()
-    t1 = time.perf_counter()
-    tags, rows = join(mine, peer, args.within_ms)
-    t2 = time.perf_counter()
+    tags, rows, t1, t2 = _half(args, args.left, 0, to_child, from_child)
     child_tags, child_rows = recv(rows_r)
     t3 = time.perf_counter()
     tags += child_tags
