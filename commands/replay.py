@@ -291,8 +291,11 @@ def _stdout_fd(out: str | None) -> int | None:
 def _spark_lines(lg, spec, ranges, master: str | None, now: int, into: int | None = None):
     """Run the generated job on this machine; yields blocks of result lines (none with `into`)."""
     import os
+    import shutil
     import sys
+    import tempfile
 
+    from streamctl import replay as core
     from streamctl.spark import jobgen, runner
 
     params = _job_params(os.path.abspath(lg.path), spec, relative=False)
@@ -300,11 +303,21 @@ def _spark_lines(lg, spec, ranges, master: str | None, now: int, into: int | Non
     params["now_ms"] = now
     params["master"] = master or "local[*]"
     params["spark_conf"] = {"spark.ui.enabled": "false"}
-    job = jobgen.render_job(_title(spec), "  (run by streamctl replay --engine spark)", params,
-                            jobgen.body_source("replay_job"))
-    if sys.stderr.isatty():
-        info(f"starting the Spark job on {params['master']} (the JVM takes a few seconds to start)")
-    yield from runner.stream_job(job, master=params["master"], what="Spark replay job", into=into)
+    copies = None
+    if params["master"].startswith("local"):
+        # executors on this machine can read a temp folder: the job reads the active segments
+        # as of now from copies, in one scan with no end filter
+        copies = tempfile.mkdtemp(prefix="streamctl-snapshot-")
+        params["segment_copies"] = core.copy_active_segments(lg, {p: r.end for p, r in ranges.items()}, copies)
+    try:
+        job = jobgen.render_job(_title(spec), "  (run by streamctl replay --engine spark)", params,
+                                jobgen.body_source("replay_job"))
+        if sys.stderr.isatty():
+            info(f"starting the Spark job on {params['master']} (the JVM takes a few seconds to start)")
+        yield from runner.stream_job(job, master=params["master"], what="Spark replay job", into=into)
+    finally:
+        if copies is not None:
+            shutil.rmtree(copies, ignore_errors=True)
 
 
 def _spark_uri(log: str, spec, out: str | None, master: str | None, engine: str, unbuffered: bool) -> None:

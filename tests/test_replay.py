@@ -347,3 +347,29 @@ def test_snapshot_unchanged_by_streamctl_compact(tmp_path, run):
     got = run("replay", path, "--from", "100", "--until", "400", "--engine", "local").stdout
     assert got.splitlines(keepends=True) == model(stored, core.ReplaySpec(core.Bound("offset", 100),
                                                                           core.Bound("offset", 400)))
+
+
+# ---- copies of the active segments for a Spark job (copy_active_segments) ---------------------------------
+
+def test_copy_active_segments_holds_exactly_the_records_below_the_end(tmp_path):
+    path = str(tmp_path / "log")
+    make_log(path, partitions=3, per_partition=30, seed=5, segment_records=7, gap_every=4)
+    lg = open_log(path)
+    folder = tmp_path / "copies"
+    folder.mkdir()
+    active = {p: lg.segments(p)[-1] for p in range(3)}
+    last = {p: record.offset_of(Path(active[p].path).read_bytes().splitlines()[-1]) for p in range(3)}
+    ends = {0: last[0] + 1,  # the whole active segment
+            1: active[1].base + 2,  # inside it: a record appended later must not be in the copy
+            2: active[2].base}  # the end at its base: nothing of it is in the snapshot
+    copies = core.copy_active_segments(lg, ends, str(folder))
+    assert set(copies) == {"0", "1"}
+    for p in (0, 1):
+        stored = Path(active[p].path).read_bytes().splitlines(keepends=True)
+        want = b"".join(ln for ln in stored if record.offset_of(ln) < ends[p])
+        assert Path(copies[str(p)]["path"]).read_bytes() == want
+        assert copies[str(p)]["base"] == active[p].base and copies[str(p)]["bytes"] == len(want)
+    # an end in a sealed segment (the log rolled since the snapshot) or a segment over the limit: no copy
+    sealed_end = lg.segments(0)[-2].base + 1
+    assert core.copy_active_segments(lg, {0: sealed_end}, str(tmp_path)) == {}
+    assert core.copy_active_segments(lg, {0: last[0] + 1}, str(tmp_path), limit=10) == {}

@@ -303,8 +303,12 @@ def test_cli_engine_spark_end_to_end(tmp_path, run):
     path = str(tmp_path / "log")
     make_log(path, 3, 40, seed=4)
     times = tmp_path / "times.jsonl"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     proc = run("replay", path, "--from", "3", "--key", "user-2", "--engine", "spark", "--master", "local[1]",
-               env=cli_env(STREAMCTL_JOB_TIMES=str(times)))
+               env=cli_env(STREAMCTL_JOB_TIMES=str(times), TMPDIR=str(scratch)))
+    # the job's folder, the copies of the active segments and the sorted part files are all gone
+    assert list(scratch.iterdir()) == []
     assert proc.returncode == 0, proc.stderr.decode()
     assert proc.stdout == b"".join(run_local(path, core.ReplaySpec(start=core.Bound("offset", 3), key="user-2")))
     assert b"WARN" not in proc.stderr and b"log4j" not in proc.stderr.lower()
@@ -437,3 +441,33 @@ def test_parity_with_lines_in_other_layouts(spark, tmp_path, spec):
     local = run_local(path, spec)
     assert len(local) > (4 if spec.compact else 20)
     assert spark_lines(spark, path, spec) == local
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("compact", [False, True])
+def test_copies_of_active_segments_keep_the_snapshot(spark, tmp_path, compact):
+    """What streamctl does for a job on this machine: each active segment copied up to the end
+    snapshot (PARAMS segment_copies), read in place of the segment. Records appended to the real
+    segments after the snapshot stay out, as with the end filter."""
+    path = str(tmp_path / "log")
+    make_log(path, partitions=3, per_partition=40, seed=3, segment_records=9, gap_every=4, t0=T0)
+    lg = open_log(path)
+    spec = core.ReplaySpec(compact=compact)
+    ranges = core.plan(lg, spec)
+    want = run_local(path, spec)
+    folder = tmp_path / "copies"
+    folder.mkdir()
+    copies = core.copy_active_segments(lg, {p: r.end for p, r in ranges.items()}, str(folder))
+    assert sorted(copies) == ["0", "1", "2"]
+    stats = core.append_lines(lg, iter(want[:25]))  # after the snapshot, into the active segments
+    assert stats.records == len(want[:25]) > 0
+    ends = {str(p): r.end for p, r in ranges.items()}
+    assert spark_lines(spark, path, spec, end_offsets=ends, segment_copies=copies) == want
+    if compact:
+        return
+    # the copies are what was read: a copy without its last record shows
+    p0 = copies["0"]["path"]
+    kept = open(p0, "rb").read().splitlines(keepends=True)[:-1]
+    open(p0, "wb").write(b"".join(kept))
+    copies["0"]["bytes"] = sum(map(len, kept))
+    assert spark_lines(spark, path, spec, end_offsets=ends, segment_copies=copies) != want

@@ -16,7 +16,10 @@ the same lines in the same order as `streamctl replay --engine local`:
    job, or the visible end), --from/--until (offsets per partition, or times;
    half-open [from, until)), --key. Segment files wholly past a partition's end
    or outside --from/--until offsets are not read, and the end filter applies
-   only to the files that can reach past it (usually the active segment).
+   only to the files that can reach past it (usually the active segment). When
+   streamctl runs the job on this machine it copies each active segment up to
+   the end first (PARAMS["segment_copies"]), and the job reads the copy instead:
+   one scan of unchanging files, no end filter.
 5. --compact: per key, the last record in (ts, partition, offset) order
    (max of a struct in a hash-partitioned aggregate); a tombstone (value null)
    deletes the key; records without a key are left out.
@@ -202,10 +205,26 @@ def _offset_bound(spec):
     return int(spec["offset"]) if spec and "offset" in spec else None
 
 
-def _pick_files(segments, ends, lo, hi):
+def _use_copies(segments, copies):
+    """Put the copies of active segments that streamctl made for this run (PARAMS
+    "segment_copies": partition -> {"base", "path", "bytes"}, each the segment's records
+    below the end snapshot) in place of the segments; returns the copies' paths. A copy
+    whose segment is no longer listed (compacted away since) is not used."""
+    exact = set()
+    for p, copy in copies.items():
+        segs = segments.get(int(p), [])
+        for i, (base, _path, _size) in enumerate(segs):
+            if base == int(copy["base"]):
+                segs[i] = (base, copy["path"], int(copy["bytes"]))
+                exact.add(copy["path"])
+    return exact
+
+
+def _pick_files(segments, ends, lo, hi, exact=frozenset()):
     """Split the segment files into (whole, capped, bytes): files read as they are, files
     whose records may reach past their partition's end (the cap filter applies to those
-    only: usually just the active segment), and the bytes to read.
+    only: usually just the active segment, unless streamctl copied it up to the end:
+    `exact`), and the bytes to read.
 
     A segment holds offsets from its base up to the next segment's base, so files
     entirely past the end or outside --from/--until offsets are not read at all.
@@ -218,7 +237,8 @@ def _pick_files(segments, ends, lo, hi):
             if size == 0 or (end is not None and base >= end) or (hi is not None and base >= hi) or (
                     lo is not None and upto is not None and upto <= lo):
                 continue
-            (capped if end is not None and (upto is None or upto > end) else whole).append(path)
+            reaches_past = end is not None and (upto is None or upto > end) and path not in exact
+            (capped if reaches_past else whole).append(path)
             nbytes += size
     return whole, capped, nbytes
 
@@ -232,11 +252,12 @@ def replay_frame(spark, params, via_files=False):
     segments, fs = list_segments(spark, params["log"])
     if not segments:
         return spark.createDataFrame([], SCHEMA)
+    exact = _use_copies(segments, params.get("segment_copies") or {})
     ends = visible_ends(spark, fs, segments)
     for p, end in (params.get("end_offsets") or {}).items():
         ends[int(p)] = min(int(end), ends.get(int(p), int(end)))
     whole, capped, input_bytes = _pick_files(
-        segments, ends, _offset_bound(params.get("from")), _offset_bound(params.get("until")))
+        segments, ends, _offset_bound(params.get("from")), _offset_bound(params.get("until")), exact)
     if not whole and not capped:
         return spark.createDataFrame([], SCHEMA)
     _size_result_partitions(spark, input_bytes, params, via_files)
