@@ -105,35 +105,40 @@ def input_bytes(log: Log) -> int:
     return log.total_bytes()
 
 
-# Above this many bytes the active segment is not copied for a Spark job (the copy would cost
-# more than the second scan it saves; the job then caps that segment with a filter instead).
+# Above this many bytes an active segment is not copied for a Spark job (the copy would cost
+# more than the second scan it saves; the job then caps that segment with a filter instead),
+# and the copies of one run stop at the total (many partitions must not fill the temp folder).
 ACTIVE_COPY_LIMIT = 64 << 20
+ACTIVE_COPY_TOTAL = 256 << 20
 
 
-def copy_active_segments(log: Log, ends: dict[int, int], folder: str,
-                         limit: int = ACTIVE_COPY_LIMIT) -> dict[str, dict]:
+def copy_active_segments(log: Log, ends: dict[int, int], folder: str, limit: int = ACTIVE_COPY_LIMIT,
+                         total: int = ACTIVE_COPY_TOTAL) -> dict[str, dict]:
     """Copy each partition's active segment, up to its end offset in `ends` (the replay's snapshot),
     into `folder`, for a Spark job run on this machine: {partition: {"base", "path", "bytes"}}.
 
     The copy holds exactly the records below the end, and never grows, so the job reads
     every file in one scan with no end filter (BENCHMARKS.md, session 7). A partition is
     left out, and capped by the job's filter as before, when its end lies in a sealed
-    segment (a roll since the snapshot) or the part to copy exceeds `limit` bytes.
+    segment (a roll since the snapshot), the part to copy exceeds `limit` bytes, or the
+    copies would exceed `total` bytes in all.
     """
     import os
 
     copies: dict[str, dict] = {}
+    copied = 0
     for p, end in sorted(ends.items()):
         segs = log.segments(p)
         if not segs or segs[-1].base >= end:
             continue
         seg = segs[-1]
         for path, fd, lo, hi in reader.iter_ranges(log, p, seg.base, end):
-            if path != seg.path or lo != 0 or hi > limit:
+            if path != seg.path or lo != 0 or hi > limit or copied + hi > total:
                 break
             dst = os.path.join(folder, f"p{p}-{seg.base:020d}.jsonl")
             _copy_prefix(fd, dst, hi)
             copies[str(p)] = {"base": seg.base, "path": dst, "bytes": hi}
+            copied += hi
             break
     return copies
 

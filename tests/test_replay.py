@@ -373,3 +373,8 @@ def test_copy_active_segments_holds_exactly_the_records_below_the_end(tmp_path):
     sealed_end = lg.segments(0)[-2].base + 1
     assert core.copy_active_segments(lg, {0: sealed_end}, str(tmp_path)) == {}
     assert core.copy_active_segments(lg, {0: last[0] + 1}, str(tmp_path), limit=10) == {}
+    # the total: partitions copied in order until the next copy would pass it
+    first = copies["0"]["bytes"]
+    capped = tmp_path / "capped"
+    capped.mkdir()
+    assert set(core.copy_active_segments(lg, ends, str(capped), total=first)) == {"0"}
