@@ -181,12 +181,14 @@ def test_cli_stdout_byte_identical(tmp_path, run):
     assert proc.stderr == b""  # --engine local says nothing
 
 
-def test_cli_auto_says_engine(tmp_path, run):
+def test_cli_auto_is_quiet_below_the_threshold(tmp_path, run):
     path = str(tmp_path / "log")
     make_log(path, 1, 5)
     proc = run("replay", path, "--compact")
-    assert proc.returncode == 0
-    assert b"engine: local" in proc.stderr and b"spark-threshold" in proc.stderr
+    assert proc.returncode == 0 and proc.stdout
+    assert proc.stderr == b""  # the local choice is silent
+    proc = run("replay", path, "--from", "2", "--spark-threshold", "1GiB")
+    assert proc.returncode == 0 and proc.stderr == b""
 
 
 def test_cli_compact_key_with_quotes(tmp_path, run):

@@ -2,7 +2,10 @@
 
 `--engine local|spark|auto` (default auto). auto picks Spark only when the
 input is at least `--spark-threshold` bytes *and* pyspark and Java are
-available, and it says on stderr which engine it chose and why.
+available. The local pass is the normal case and is chosen silently; auto
+speaks on stderr only when it picks Spark (the JVM's start-up is worth
+explaining) or when the input is above the threshold but Spark cannot run
+(a setup the user probably wants to fix).
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ def _size(n: int) -> str:
 
 def choose_engine(requested: str, input_bytes: int, threshold: int | None,
                   say: Callable[[str], None]) -> str:
-    """"local" or "spark" for `--engine requested`; auto explains its choice through `say`."""
+    """"local" or "spark" for `--engine requested`. auto says through `say` when it picks Spark, or
+    when Spark would have been picked but cannot run; below the threshold it is silent."""
     if requested not in ENGINES:
         raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {requested!r}")
     if requested == "local":
@@ -68,7 +72,6 @@ def choose_engine(requested: str, input_bytes: int, threshold: int | None,
             raise StreamctlError(f"--engine spark: {why}")
         return "spark"
     if input_bytes < threshold:
-        say(f"engine: local (input {_size(input_bytes)} is below --spark-threshold {_size(threshold)})")
         return "local"
     if not ok:
         say(f"engine: local (input is {_size(input_bytes)}, above the Spark threshold, but {why})")
