@@ -1,21 +1,29 @@
 """The one deterministic input order that window and join read in.
 
-Each input in its own order: a log's partitions merged by (ts, partition,
-offset); a plain file (or `-`) line by line. Several inputs are interleaved by
-ts, or by event time for plain files that have no ts; ties go to the earlier
-input. A record without a usable time keeps its place in its own input (it
-sorts with the last time seen in that input). Running the same thing twice on
-the same inputs gives the same order, on every engine.
+Every partition of every input, and every plain file (or `-`), keeps its own
+stored order: these are the merge's lanes. Each record's merge key is the
+largest event time in its own lane up to and including it (a running
+maximum), and records are taken in (merge key, input, partition, offset)
+order: the partition whose next record is the oldest goes first, the way
+Kafka Streams picks one (PartitionGroup). A record whose time cannot be read
+keeps its place: it sorts with the lane's running maximum so far and does not
+move it. With the append time `ts` (non-decreasing in a partition) this is the
+(ts, partition, offset) order; with an event-time field, a partitioned log
+filled by one produce, or two logs produced a day apart, are read in event-time
+order. Running the same thing twice on the same inputs gives the same order,
+on every engine (the Spark jobs compute the same keys and sort by them).
+
+`merge_lanes` is the whole rule; everything else here reads lanes.
 """
 
 from __future__ import annotations
 
-import heapq
 import re
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from itertools import accumulate, repeat
-from operator import itemgetter
+from dataclasses import dataclass, field
+from itertools import accumulate, chain, islice, repeat
+from operator import itemgetter, le
 from typing import Any
 
 import orjson
@@ -26,6 +34,9 @@ from streamctl.errors import UsageError
 from streamctl.fieldread import FieldPath
 
 Record = dict[str, Any]
+TimeOf = Callable[[Record], "int | None"]
+
+NO_TIME = -(1 << 62)  # a lane's merge key before its first timed record
 
 
 @dataclass(frozen=True)
@@ -46,49 +57,182 @@ def classify(path: str) -> InputSpec:
     return InputSpec(path, False)
 
 
-def log_records(path: str, partitions: list[int] | None = None,
-                starts: dict[int, int] | None = None) -> Iterator[Record]:
-    """A log's records, partitions merged by (ts, partition, offset), to the end as of now."""
-    # Each line is parsed once, and the merge key comes from the parsed record
-    # (not a second envelope parse): the same (ts, partition, offset) order as
-    # consumer.stream at less than half its cost per record.
+# -- the merge ----------------------------------------------------------------------
+
+@dataclass
+class Lane:
+    """One partition of one input, or a plain file: its records in stored order, a list at a time.
+
+    `name` identifies it to the caller (the partition for a log's lanes); `high` is the merge key
+    of the last record taken from it (NO_TIME before any), so a follow job can carry it across
+    rounds. Lanes are handed to merge_lanes in tie order: (input, partition)."""
+
+    name: Any
+    blocks: Iterator[list[Any]]
+    time_of: TimeOf
+    high: int = NO_TIME
+    # what was read but not yet taken: merge keys, items, and where the untaken part starts
+    keys: list[int] = field(default_factory=list)
+    items: list[Any] = field(default_factory=list)
+    start: int = 0
+    read_high: int = NO_TIME
+    done: bool = False
+
+    def __post_init__(self) -> None:
+        self.read_high = self.high
+
+    def fill(self) -> None:
+        """Read blocks until something is buffered or the lane is exhausted."""
+        while self.start == len(self.items) and not self.done:
+            block = next(self.blocks, None)
+            if block is None:
+                self.done = True
+                return
+            if not block:
+                continue
+            self.keys = merge_keys(list(map(self.time_of, block)), self.read_high)
+            self.read_high = self.keys[-1]
+            self.items, self.start = block, 0
+
+
+def merge_keys(times: Sequence[int | None], high: int) -> list[int]:
+    """The merge keys of a lane's next records: the running maximum of their times, starting
+    from `high`; a record without a time (None) keeps the maximum so far."""
+    if None not in times:
+        if times and times[0] >= high and all(map(le, times, islice(times, 1, None))):
+            return list(times)  # in order already (the usual case): the keys are the times
+        return list(accumulate(times, max, initial=high))[1:]
+    out = []
+    for t in times:
+        if t is not None and t > high:
+            high = t
+        out.append(high)
+    return out
+
+
+class MergedBatch(list):
+    """Items in input order, with `lanes` (the lane index of each item) and `highs` (each lane's
+    merge key after its last item here, for lanes that have one in this batch)."""
+
+    __slots__ = ("lanes", "highs")
+
+
+def merge_lanes(lanes: Sequence[Lane]) -> Iterator[MergedBatch]:
+    """The lanes' items in (merge key, lane order, stored order), a batch at a time.
+
+    A lane's buffered items may go out once no other lane can still bring one that sorts
+    before them: lane j's future keys are at least its last key read, Lj (running maxima
+    never go down), so an item of lane k with key x is safe when (x, k) < (Lj, j) for every
+    other lane j that is not exhausted. The lane with the smallest (Lj, j) can always send
+    everything it holds, so each round makes progress, and memory is one block per lane.
+    """
+    n = len(lanes)
+    while True:
+        for lane in lanes:
+            lane.fill()
+        live = [i for i in range(n) if lanes[i].start < len(lanes[i].items)]
+        if not live:
+            return
+        # bounds: (Lj, j) of every lane that can still bring items
+        bounds = sorted((lanes[j].keys[-1], j) for j in live)
+        parts: list[tuple[int, int, int]] = []  # (lane, start, end)
+        for k in live:
+            lane = lanes[k]
+            if len(bounds) == 1:
+                parts.append((k, lane.start, len(lane.items)))
+                break
+            other = bounds[1] if bounds[0][1] == k else bounds[0]
+            if k < other[1]:
+                end = bisect_right(lane.keys, other[0], lane.start)
+            else:
+                end = bisect_left(lane.keys, other[0], lane.start)
+            if end > lane.start:
+                parts.append((k, lane.start, end))
+        yield _take(lanes, parts)
+
+
+def _take(lanes: Sequence[Lane], parts: list[tuple[int, int, int]]) -> MergedBatch:
+    batch = MergedBatch()
+    batch.highs = {}
+    if len(parts) == 1:
+        k, s, e = parts[0]
+        lane = lanes[k]
+        batch.extend(lane.items[s:e] if s or e < len(lane.items) else lane.items)
+        batch.lanes = [k] * (e - s)
+    else:
+        keys: list[int] = []
+        items: list[Any] = []
+        names: list[int] = []
+        for k, s, e in parts:
+            lane = lanes[k]
+            keys += lane.keys[s:e]
+            items += lane.items[s:e]
+            names += repeat(k, e - s)
+        # a stable sort of the parts, concatenated in lane order: ties stay in lane order
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        batch.extend(map(items.__getitem__, order))
+        batch.lanes = list(map(names.__getitem__, order))
+    for k, _s, e in parts:
+        lane = lanes[k]
+        lane.high = lane.keys[e - 1]
+        batch.highs[lane.name] = lane.high
+        lane.start = e
+    return batch
+
+
+# -- lanes of a log and of a plain file ---------------------------------------------------
+
+def _ts_of(rec: Record) -> int | None:
+    return rec["ts"]
+
+
+def log_lanes(path: str, time_of: TimeOf | None = None, partitions: list[int] | None = None,
+              starts: dict[int, int] | None = None, highs: dict[int, int] | None = None) -> list[Lane]:
+    """A lane per partition with something to read (to the end as of now), records read and checked a
+    piece at a time. `time_of` reads a record's event time (default: its ts); `highs` carries
+    each partition's merge key from an earlier read (follow mode)."""
     lg, ranges = _read_plan(path, partitions, starts)
-    streams = [_partition_records(path, lg, p, start, end) for p, start, end in ranges]
-    if len(streams) == 1:
-        for _ts, _p, _off, rec in streams[0]:
-            yield rec
-        return
-    for _ts, _p, _off, rec in heapq.merge(*streams):
-        yield rec
+    return _lanes(path, lg, ranges, time_of, highs)
+
+
+def _lanes(path: str, lg: logmod.Log, ranges: list[tuple[int, int, int | None]], time_of: TimeOf | None,
+           highs: dict[int, int] | None) -> list[Lane]:
+    highs = highs or {}
+    return [Lane(p, _partition_blocks(path, lg, p, start, end), time_of or _ts_of, highs.get(p, NO_TIME))
+            for p, start, end in ranges]
+
+
+def _partition_blocks(path: str, lg: logmod.Log, p: int, start: int, end: int | None) -> Iterator[list[Record]]:
+    for piece in partition_pieces(lg, p, start, end):
+        yield piece_records(path, p, piece)
+
+
+def log_records(path: str, partitions: list[int] | None = None, starts: dict[int, int] | None = None,
+                time_of: TimeOf | None = None) -> Iterator[Record]:
+    """A log's records in the input order (event time from `time_of`, default ts), to the end as of now."""
+    return chain.from_iterable(log_batches(path, partitions, starts, time_of=time_of))
 
 
 def log_batches(path: str, partitions: list[int] | None = None,
                 starts: dict[int, int] | None = None,
-                fields: Sequence[FieldPath] | None = None) -> Iterator[Sequence[Record]]:
-    """log_records() in lists: the same records, checked the same way, in the same order.
+                fields: Sequence[FieldPath] | None = None, time_of: TimeOf | None = None,
+                highs: dict[int, int] | None = None) -> Iterator[Sequence[Record]]:
+    """A log's records in the input order, in lists.
 
-    A one-partition log is parsed a block at a time (one orjson call for the
-    block, its envelopes checked column by column), which costs about half of
-    a call per line; several partitions go through log_records' merge. With
-    `fields` (paths that fieldread.readable accepts), a one-partition log's
-    pieces come as fieldread.FieldBatch columns of those fields where they can
-    (and as records where they cannot).
+    A one-partition log is its own order: it is parsed a block at a time (one orjson call for
+    the block, its envelopes checked column by column), and with `fields` (paths that
+    fieldread.readable accepts) its pieces come as fieldread.FieldBatch columns of those
+    fields where they can (and as records where they cannot). Several partitions go through
+    merge_lanes, as MergedBatch lists of records (`highs` of each is by partition).
     """
     lg, ranges = _read_plan(path, partitions, starts)
-    if len(ranges) == 1:
+    if len(ranges) == 1 and highs is None:
         yield from _partition_batches(path, lg, *ranges[0], fields=fields)
         return
-    from itertools import islice
+    if not ranges:
+        return
+    yield from merge_lanes(_lanes(path, lg, ranges, time_of, highs))
 
-    recs = log_records(path, partitions, starts) if ranges else iter(())
-    while True:
-        batch = list(islice(recs, BATCH))
-        if not batch:
-            return
-        yield batch
-
-
-BATCH = 4096  # records per list when log_batches cuts a merged stream
 
 def _read_plan(path: str, partitions: list[int] | None,
                starts: dict[int, int] | None) -> tuple[logmod.Log, list[tuple[int, int, int | None]]]:
@@ -102,12 +246,6 @@ def _read_plan(path: str, partitions: list[int] | None,
                 pl.positions[p].start = off
     return lg, [(p, pos.start, pos.end) for p, pos in pl.positions.items()
                 if pos.end is None or pos.start < pos.end]
-
-
-def _partition_records(path: str, lg: logmod.Log, p: int, start: int,
-                       end: int | None) -> Iterator[tuple[int, int, int, Record]]:
-    for block in reader.iter_blocks(lg, p, start, end):
-        yield from _line_records(path, p, block)
 
 
 def _line_records(path: str, p: int, block: bytes) -> Iterator[tuple[int, int, int, Record]]:
@@ -323,91 +461,46 @@ def _payloads(values: list[Any], text: bytes, array: bytes, raw: bool,
 
 def plain_records(path: str) -> Iterator[Record]:
     """A plain file's lines as records: offset = line number from 0, partition 0, no ts."""
+    return chain.from_iterable(_plain_record_blocks(path))
+
+
+def _plain_record_blocks(path: str) -> Iterator[list[Record]]:
     off = 0
     for values in plain_blocks(path):
-        for value in values:
-            yield {"offset": off, "partition": 0, "key": None, "value": value}
-            off += 1
+        yield [{"offset": o, "partition": 0, "key": None, "value": v} for o, v in enumerate(values, off)]
+        off += len(values)
 
 
 def records(spec: InputSpec) -> Iterator[Record]:
+    """One input's records in its own order (a log's partitions merged by ts)."""
     return log_records(spec.path) if spec.is_log else plain_records(spec.path)
 
 
-def merged(specs: list[InputSpec],
-           event_time: Callable[[Record], int | None] | Sequence[Callable[[Record], int | None]],
-           ) -> Iterator[tuple[int, Record]]:
-    """(input index, record) over all inputs in the deterministic order above.
+def merged(specs: Sequence[InputSpec], event_time: TimeOf | Sequence[TimeOf]) -> Iterator[tuple[int, Record]]:
+    """(input index, record) over all inputs in the input order; ties go to the earlier input.
 
-    `event_time` reads a plain file's record time; pass one function per input
+    `event_time` reads a record's time (the merge key's source); pass one function per input
     when the inputs keep their times in different fields (join's --time-field A=B).
     """
     times = list(event_time) if isinstance(event_time, Sequence) else [event_time] * len(specs)
-    # A plain function handing out the right generator: one generator layer less per record.
-    if len(specs) == 1:
-        return ((0, rec) for rec in records(specs[0]))
-    if len(specs) == 2:
-        return _merge_two(specs, times)
-    return _merge_heap(specs, times)
-
-
-def _merge_heap(specs: list[InputSpec], times: list[Callable[[Record], int | None]]) -> Iterator[tuple[int, Record]]:
-    def keyed(i: int, spec: InputSpec) -> Iterator[tuple[int, int, int, Record]]:
-        last = -(1 << 62)
-        for seq, rec in enumerate(records(spec)):
-            t = rec.get("ts") if spec.is_log else times[i](rec)
-            if t is None:
-                t = last
-            else:
-                last = t
-            yield t, i, seq, rec
-
-    for _t, i, _seq, rec in heapq.merge(*(keyed(i, s) for i, s in enumerate(specs))):
-        yield i, rec
-
-
-def _merge_two(specs: list[InputSpec], times: list[Callable[[Record], int | None]]) -> Iterator[tuple[int, Record]]:
-    """merged() for two inputs without heapq's tuples: the same order (the smaller head first by
-    time, carried forward over records without one; ties to the first input) at less cost per record."""
-    ra, rb = records(specs[0]), records(specs[1])
-    fa = _log_ts if specs[0].is_log else times[0]
-    fb = _log_ts if specs[1].is_log else times[1]
-    last_a = last_b = ka = kb = -(1 << 62)
-    a = next(ra, None)
-    if a is not None:
-        t = fa(a)
-        if t is not None:
-            ka = last_a = t
-    b = next(rb, None)
-    if b is not None:
-        t = fb(b)
-        if t is not None:
-            kb = last_b = t
-    while a is not None and b is not None:
-        if kb < ka:
-            yield 1, b
-            b = next(rb, None)
-            if b is not None:
-                t = fb(b)
-                kb = last_b if t is None else t
-                last_b = kb
+    if len(specs) == 1 and not specs[0].is_log:
+        return ((0, rec) for rec in plain_records(specs[0].path))  # one lane: its own order
+    lanes: list[Lane] = []
+    inputs: list[int] = []
+    for i, spec in enumerate(specs):
+        if spec.is_log:
+            lg, ranges = _read_plan(spec.path, None, None)
+            lanes += _lanes(spec.path, lg, ranges, times[i], None)
+            inputs += repeat(i, len(ranges))
         else:
-            yield 0, a
-            a = next(ra, None)
-            if a is not None:
-                t = fa(a)
-                ka = last_a if t is None else t
-                last_a = ka
-    while a is not None:
-        yield 0, a
-        a = next(ra, None)
-    while b is not None:
-        yield 1, b
-        b = next(rb, None)
+            lanes.append(Lane(0, _plain_record_blocks(spec.path), times[i]))
+            inputs.append(i)
+    return _with_inputs(merge_lanes(lanes), inputs)
 
 
-def _log_ts(rec: Record) -> int | None:
-    return rec["ts"]
+def _with_inputs(batches: Iterator[MergedBatch], inputs: list[int]) -> Iterator[tuple[int, Record]]:
+    for batch in batches:
+        yield from zip(map(inputs.__getitem__, batch.lanes), batch, strict=True)
 
 
 Batch = tuple[list[bool], list[Any], list[Any], list[Any]]
@@ -421,12 +514,9 @@ def merged_plain(paths: Sequence[str], times_of: Sequence[Column], keys_of: Sequ
     `keys_of[i]` read them from a block of input i's values, payloads as plain_blocks_raw
     gives them (the values themselves unless `raw`).
 
-    The order is merged()'s, computed per block instead of per record. A two-way merge
-    of heads by the time carried forward (ties to the first input) takes each input in
-    the order of its running maximum of those times: a record whose time is below an
-    earlier one of its input comes right after that earlier one whatever the other input
-    holds. Running maxima never go down, so the merge is a stable sort of two sorted
-    runs. A record can go out once the other input is known up to its key: the first
+    The order is merged()'s (merge_lanes with one lane per file), specialised to two
+    lanes of plain values. Merge keys never go down, so the merge is a stable sort of two
+    sorted runs. A record can go out once the other input is known up to its key: the first
     input's records up to the second's last key read, the second's below the first's.
     """
     from bisect import bisect_left, bisect_right
@@ -435,7 +525,7 @@ def merged_plain(paths: Sequence[str], times_of: Sequence[Column], keys_of: Sequ
     # per input: what is left of its block (from start): times, keys, payloads, merge keys
     cols: list[list[list[Any]]] = [[[], [], [], []], [[], [], [], []]]
     start = [0, 0]
-    state: list[list[Any]] = [[None, _NO_TIME], [None, _NO_TIME]]  # running max (None: none yet), last time
+    high = [NO_TIME, NO_TIME]  # each input's merge key so far
     more = [True, True]
     while True:
         for i in (0, 1):
@@ -446,7 +536,9 @@ def merged_plain(paths: Sequence[str], times_of: Sequence[Column], keys_of: Sequ
                     break
                 values, payloads = block
                 ts = times_of[i](values)
-                cols[i] = [ts, keys_of[i](values), payloads, _running_max(ts, state[i])]
+                mk = merge_keys(ts, high[i])
+                high[i] = mk[-1]
+                cols[i] = [ts, keys_of[i](values), payloads, mk]
                 start[i] = 0
         sa, sb = start
         a, b = cols
@@ -477,35 +569,3 @@ def merged_plain(paths: Sequence[str], times_of: Sequence[Column], keys_of: Sequ
             order = sorted(range(len(both)), key=both.__getitem__)  # stable: ties to the first input
             yield (list(map(n.__le__, order)), *(list(map((a[c][sa:ea] + b[c][sb:eb]).__getitem__, order))
                                                  for c in (0, 1, 2)))
-
-
-_NO_TIME = -(1 << 62)  # the time carried before an input's first timed record (as in _merge_two)
-
-
-def _running_max(ts: list[Any], state: list[Any]) -> list[Any]:
-    """Merge keys of one block: the running maximum of the times carried forward over None.
-    `state` is [running max or None, last time] across blocks."""
-    high = state[0]
-    if None not in ts:
-        state[1] = ts[-1]
-        if high is None or ts[0] >= high:
-            if ts == sorted(ts):  # in order already (the usual case): the keys are the times
-                state[0] = ts[-1]
-                return ts
-        out = list(accumulate(ts, max) if high is None else accumulate(ts, max, initial=high))
-        if high is not None:
-            del out[0]
-        state[0] = out[-1]
-        return out
-    last = state[1]
-    out = []
-    for t in ts:
-        if t is None:
-            t = last
-        else:
-            last = t
-        if high is None or t > high:
-            high = t
-        out.append(high)
-    state[0], state[1] = high, last
-    return out

@@ -137,8 +137,8 @@ def _receive(f: Any) -> tuple:
     return marshal.loads(data) if head[:1] == _MARSHAL else pickle.loads(data)
 
 
-def log_batches(path: str, fields: Sequence[fieldread.FieldPath],
-                hooks: dict | None = None) -> Iterator[Sequence[dict]]:
+def log_batches(path: str, fields: Sequence[fieldread.FieldPath], hooks: dict | None = None,
+                time_of: inputorder.TimeOf | None = None) -> Iterator[Sequence[dict]]:
     """inputorder.log_batches(path, fields=fields), read ahead in a child process when that can help
     (one partition with something to read, two or more cores, fork available).
 
@@ -147,10 +147,11 @@ def log_batches(path: str, fields: Sequence[fieldread.FieldPath],
     change the parent's state (it runs on a copy); when it raises, or gives no `rest` (bad times:
     windowing's columns), the batch travels with its columns and bytes, for the parent's slow
     paths. "records": False when the consumer never asks a batch with a `pre` for its records,
-    whose bytes then stay behind (pickling them cost as much as the decoding)."""
+    whose bytes then stay behind (pickling them cost as much as the decoding). Several partitions
+    are merged in this process, by the event time `time_of` reads."""
     lg, ranges = inputorder._read_plan(path, None, None)
     if len(ranges) != 1 or not can_fork():
-        yield from inputorder.log_batches(path, fields=fields)
+        yield from inputorder.log_batches(path, fields=fields, time_of=time_of)
         return
     p, start, end = ranges[0]
     hooks = hooks if hooks is not None else {}

@@ -708,14 +708,16 @@ def records_of(path: str, cfg: WindowConfig | None = None) -> tuple[bool, Iterat
 
     spec = inputorder.classify(path)
     if spec.is_log:
-        # a block of lines at a time (feed takes the lists as they are)
+        # a block of lines at a time (feed takes the lists as they are); several partitions are
+        # merged by the event time the window reads
+        time_of = time_getter(cfg, True) if cfg is not None and not cfg.processing_time else None
         fields = window_fields(cfg, True, make_plan(cfg)) if cfg is not None else None
         if fields is not None:
             from streamctl import readahead
 
             hooks: dict = {}
-            return True, RecordBlocks(readahead.log_batches(path, fields, hooks), hooks)
-        return True, RecordBlocks(inputorder.log_batches(path))
+            return True, RecordBlocks(readahead.log_batches(path, fields, hooks, time_of), hooks)
+        return True, RecordBlocks(inputorder.log_batches(path, time_of=time_of))
     # map/itemgetter rather than a generator expression: one less Python frame per record
     return False, map(itemgetter(1), inputorder.merged([spec], lambda r: None))
 
@@ -823,6 +825,10 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
             except (KeyError, TypeError, ValueError, AttributeError) as e:
                 raise StorageError(f"{ckpt}: damaged window checkpoint ({type(e).__name__}: {e}); "
                                    "move it away to start over") from None
+    # each partition's merge key (inputorder.Lane.high) after its last record read, so a round
+    # merges its partitions in the input order where the round before stopped
+    highs: dict[int, int] = {}
+    time_of = None if cfg.processing_time else time_getter(cfg, True)
         else:
             positions = dict(offsets.load(lg, group))
 
@@ -832,7 +838,7 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
         if flush_late is not None:
             flush_late()
         body = {"format": CHECKPOINT_FORMAT, "group": group, "offsets": {str(p): o for p, o in sorted(positions.items())},
-                "run": run.dump()}
+                "merge_keys": {str(p): h for p, h in sorted(highs.items())}, "run": run.dump()}
         fsutil.atomic_write(ckpt, orjson.dumps(body))
         if positions:
             # the group file is for `stat` (lag); the checkpoint above is what a restart trusts
@@ -845,6 +851,7 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
 
     def round_of(batches: Iterator[list[dict]]) -> Iterator[list[dict]]:
         """About FOLLOW_BATCH records, a batch at a time, until a stop signal."""
+                highs = {int(p): int(h) for p, h in data.get("merge_keys", {}).items()}
         n = 0
         for batch in batches:
             if stopflag.is_set():
@@ -861,12 +868,13 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
     try:
         while not stopflag.is_set():
             before = run.seq + run.stats.bad_time
-            batches = inputorder.log_batches(path, starts=dict(positions))
+            batches = inputorder.log_batches(path, starts=dict(positions), time_of=time_of, highs=highs)
             run.feed_batches(round_of(batches), emit, source=path, done=done)
             batches.close()
             got = run.seq + run.stats.bad_time - before
             run.tick(emit)
             now = time.monotonic()
+        highs.update(batch.highs)
             if got:
                 dirty = True
                 last_new = now
