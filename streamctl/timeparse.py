@@ -2,6 +2,20 @@
 
 Every function here returns integers in milliseconds, or raises UsageError /
 ValueError with a message meant for a person.
+
+Event times are instants ISO-8601 can print: years 1 to 9999, so epoch ms in
+[MIN_MS, MAX_MS] (0001-01-01T00:00:00.000Z to 9999-12-31T23:59:59.999Z).
+`event_time_ms` reads anything outside that (`1e19`, `-1e19`, a 25-digit
+number) as no time at all. A window run narrows the range further so that
+every window bound an event can produce is printable too (`usable_range`):
+
+    tumbling SIZE       the event's window [start, start + SIZE) lies in the range
+    hopping SIZE/HOP    every one of its SIZE/HOP windows lies in the range
+    sliding SIZE        t - SIZE >= MIN_MS (its row is [t - SIZE, t])
+    session GAP         t + GAP <= MAX_MS (a session ends at its last event + GAP)
+
+An event time outside its run's range is a bad time, like a missing or
+unparseable one: counted and skipped, or the run fails (`--on-bad-time`).
 """
 
 from __future__ import annotations
@@ -65,6 +79,8 @@ def parse_iso(text: str) -> int:
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MIN_MS = -62_135_596_800_000  # 0001-01-01T00:00:00.000Z, the first instant ISO-8601 prints
+MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last
 
 
 def parse_time(text: str, now: int | None = None) -> int:
@@ -86,10 +102,17 @@ def parse_time(text: str, now: int | None = None) -> int:
 
 
 def format_iso(ms: int) -> str:
-    """Epoch ms -> `2026-11-21T10:00:00.123Z` (always UTC, millisecond precision)."""
+    """Epoch ms -> `2026-11-21T10:00:00.123Z` (always UTC, millisecond precision, a 4-digit year).
+
+    ValueError for an instant outside years 1..9999 (MIN_MS..MAX_MS), which ISO-8601 cannot write.
+    """
     secs, rem = divmod(ms, 1000)
-    dt = datetime.fromtimestamp(secs, tz=UTC) if secs >= 0 else _EPOCH + _td(secs)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S") + f".{rem:03d}Z"
+    try:
+        dt = datetime.fromtimestamp(secs, tz=UTC) if secs >= 0 else _EPOCH + _td(secs)
+    except (ValueError, OverflowError, OSError):
+        raise ValueError(f"{ms} ms is outside years 1..9999, which ISO-8601 can write") from None
+    # %Y does not pad years below 1000 on every platform
+    return f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:{dt.second:02d}.{rem:03d}Z"
 
 
 def _td(secs: int):
@@ -104,6 +127,7 @@ def event_time_ms(value: object) -> int | None:
     Numbers are read by magnitude: below 1e11 seconds, below 1e14 milliseconds,
     otherwise microseconds (so 1763719200, 1763719200123 and 1763719200123456
     are the same instant). Strings are ISO-8601 (naive = UTC) or digits.
+    An instant outside years 1..9999 (MIN_MS..MAX_MS) is not a time.
     """
     if isinstance(value, bool) or value is None:
         return None
@@ -115,13 +139,58 @@ def event_time_ms(value: object) -> int | None:
             return int(round(value * 1000))
         if a < 1e14:
             return int(value)
-        return int(value // 1000)
+        ms = int(value // 1000)
+        # MIN_MS..MAX_MS written out: the Spark jobs paste this function without the module
+        return ms if -62_135_596_800_000 <= ms <= 253_402_300_799_999 else None
     if isinstance(value, str):
         s = value.strip()
         if s.lstrip("-").isdecimal():
             return event_time_ms(int(s))
         try:
-            return parse_iso(s)
+            ms = parse_iso(s)
         except (ValueError, OverflowError):
             return None
+        # an offset can move year 1 or 9999 out of range (`0001-01-01T00:00:00+01:00`)
+        return ms if -62_135_596_800_000 <= ms <= 253_402_300_799_999 else None
     return None
+
+
+def usable_range(kind: str, size: int, hop: int = 0) -> tuple[int, int]:
+    """The event times [lo, hi] (epoch ms) a window run of this kind can use: those whose every
+    window bound is printable (see the module's docstring). lo > hi when none is (a SIZE of
+    thousands of years).
+
+    Grid windows (tumbling = hopping with HOP = SIZE) put an event at t in every window
+    [s, s + SIZE) with s a multiple of HOP and t - SIZE < s <= t: the last one ends at
+    floor(t / HOP) * HOP + SIZE, which must be <= MAX_MS; the first starts at the least
+    multiple of HOP above t - SIZE, which must be >= MIN_MS.
+    """
+    if kind in ("tumbling", "hopping"):
+        step = size if kind == "tumbling" else hop
+        return (-(-MIN_MS // step) - 1) * step + size, ((MAX_MS - size) // step + 1) * step - 1
+    if kind == "sliding":
+        return MIN_MS + size, MAX_MS
+    if kind == "session":
+        return MIN_MS, MAX_MS - size
+    raise ValueError(f"unknown window type {kind!r}")
+
+
+def bad_time_reason(value: object, lo: int = MIN_MS, hi: int = MAX_MS, *, epoch_ms: bool = False) -> str:
+    """Why `value`, an event-time field's value, is no usable time in [lo, hi] (for a message).
+    `epoch_ms`: the value is taken as epoch ms as it is (a log's append time), not by magnitude."""
+    if value is None:
+        return "the field is missing or null"
+    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    if epoch_ms:
+        t = value if type(value) is int and MIN_MS <= value <= MAX_MS else None
+    else:
+        t = event_time_ms(value)
+    if t is None:
+        number = (type(value) is int or (type(value) is float and value - value == 0)
+                  or (isinstance(value, str) and value.strip().lstrip("-").isdecimal()))
+        if number:
+            return f"{shown} is outside years 1..9999 (what ISO-8601 can write)"
+        return f"{shown} is not a time (ISO-8601 or epoch s/ms/us expected)"
+    if lo > hi:
+        return f"{shown}: these windows are too long for any of their bounds to lie within years 1..9999"
+    return f"{shown} is outside {format_iso(lo)} .. {format_iso(hi)}, where every window bound stays in years 1..9999"

@@ -25,7 +25,7 @@ import orjson
 
 from streamctl import aggregations, fieldread, inputorder, paths
 from streamctl.errors import DataError, UsageError
-from streamctl.timeparse import event_time_ms, format_iso, now_ms
+from streamctl.timeparse import bad_time_reason, event_time_ms, format_iso, now_ms, usable_range
 from streamctl.watermark import Watermark
 from streamctl.windows import NO_WATERMARK
 from streamctl.windows.hopping import Hopping
@@ -137,26 +137,43 @@ def key_getter(by: list[str]) -> Callable[[dict], bytes]:
     return lambda r: dumps([g(r) for g in getters])
 
 
-def time_getter(cfg: WindowConfig, is_log: bool) -> Callable[[dict], int | None]:
-    """Event time in ms, or None when missing/unparseable.
+def time_range(cfg: WindowConfig) -> tuple[int, int]:
+    """The event times this run can use (timeparse.usable_range): outside it, a time is a bad time."""
+    return usable_range(cfg.kind, cfg.size, cfg.hop)
 
-    A plain file has no envelope ts, so there the default `ts` means the value's
-    own `ts` field (`{"ts": "2026-11-21T10:00:00Z", ...}` lines work as is).
+
+def time_field_getter(cfg: WindowConfig, is_log: bool) -> tuple[Callable[[dict], Any], bool]:
+    """The raw value of the event-time field, and whether it is epoch ms as it is (a log's append
+    time) rather than a value event_time_ms reads. A plain file has no envelope ts, so there the
+    default `ts` means the value's own `ts` field (`{"ts": "2026-11-21T10:00:00Z", ...}` lines work as is).
     """
-    if cfg.processing_time:
-        return lambda r: now_ms()
     parts = paths.record_path(cfg.time_field)
     if parts == ("ts",):
         if is_log:
-            return lambda r: r.get("ts")
+            return (lambda r: r.get("ts")), True
         parts = ("value", "ts")
-    get = _path_getter(parts)
+    return _path_getter(parts), False
+
+
+def time_getter(cfg: WindowConfig, is_log: bool) -> Callable[[dict], int | None]:
+    """Event time in ms, or None when missing, unparseable or outside time_range(cfg)."""
+    if cfg.processing_time:
+        return lambda r: now_ms()
+    lo, hi = time_range(cfg)
+    get, epoch_ms = time_field_getter(cfg, is_log)
+    if epoch_ms:
+        def append_time(r: dict) -> int | None:
+            t = get(r)
+            return t if type(t) is int and lo <= t <= hi else None
+        return append_time
 
     def event_time(r: dict) -> int | None:
         v = get(r)
-        if type(v) is int and 100_000_000_000 <= v < 100_000_000_000_000:
-            return v  # epoch ms, the common case, without the general parse
-        return event_time_ms(v)
+        if type(v) is not int or not 100_000_000_000 <= v < 100_000_000_000_000:
+            v = event_time_ms(v)  # (epoch ms, the common case, skips the general parse)
+            if v is None:
+                return None
+        return v if lo <= v <= hi else None
     return event_time
 
 
@@ -165,8 +182,9 @@ def compile_prepare(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan) ->
     the record has no usable time. It is straight-line code generated for this run's paths, since it runs
     once per event: the same reads as time_getter, key_getter and Plan.extract, without their calls."""
     cache: dict[str, bytes] = {}
+    lo, hi = time_range(cfg)
     env: dict = {"_etm": event_time_ms, "_now": now_ms, "_kj": key_json_cached(cache), "_kc": cache,
-                 "_dumps": orjson.dumps, "_g": []}
+                 "_dumps": orjson.dumps, "_g": [], "_lo": lo, "_hi": hi}
 
     def expr(parts: tuple[str, ...]) -> str:
         if len(parts) == 2 and parts[0] == "value":
@@ -189,7 +207,8 @@ def compile_prepare(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan) ->
             src.append(f"    x = {expr(parts)}")
             # epoch ms, the common case, without the general parse
             src.append("    t = x if type(x) is int and 100_000_000_000 <= x < 100_000_000_000_000 else _etm(x)")
-    src.append("    if type(t) is not int:")
+    # outside time_range(cfg) a window bound could not be written: a bad time, as time_getter says
+    src.append("    if type(t) is not int or not _lo <= t <= _hi:")
     src.append("        return None, None, None")
     if not cfg.by or len(cfg.by) == 1:
         # the key cache inlined: a string key seen before costs one dict lookup
@@ -259,6 +278,7 @@ def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
                  "_INT": _INT, "_DICT": _DICT, "_num": _numeric_column, "_nn": plan.non_numeric,
                  "_names": [s.name for s in plan.specs], "_le": le, "_islice": islice,
                  "_Batch": inputorder.RecordBatch, "_FB": fieldread.FieldBatch}
+    env["_lo"], env["_hi"] = lo, hi = time_range(cfg)
 
     def one(parts: tuple[str, ...]) -> str:
         """An expression of one record's field (names `r` and `_val`, its value) for a comprehension."""
@@ -298,23 +318,31 @@ def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
         parts = paths.record_path(cfg.time_field)
         if parts == ("ts",) and not is_log:
             parts = ("value", "ts")  # a plain file has no append time: its own ts field
+        # a time outside time_range(cfg) [_lo, _hi] is a bad time: the column comes back with None there
         if parts == ("ts",):
             src.append(f"    ts = {col(parts)}")
             src.append("    if {*map(type, ts)} != _INT:")
+            src.append("        ts = [t if type(t) is int and _lo <= t <= _hi else None for t in ts]")
             src.append("        return ts, None, None")
             src.append("    ordered = all(map(_le, ts, _islice(ts, 1, None)))")
+            src.append("    if (ts[0] < _lo or ts[-1] > _hi) if ordered else (min(ts) < _lo or max(ts) > _hi):")
+            src.append("        ts = [t if _lo <= t <= _hi else None for t in ts]")
+            src.append("        return ts, None, None")
         else:
+            # epoch ms, the common case, needs no general parse (and lies in the range of any window
+            # shorter than 3000 years; _flo/_fhi are that fast range cut to time_range)
+            env["_flo"], env["_fhi"] = max(lo, 100_000_000_000), min(hi, 100_000_000_000_000 - 1)
             src.append(f"    x = {col(parts)}")
             src.append("    if {*map(type, x)} == _INT:")
             src.append("        ordered = all(map(_le, x, _islice(x, 1, None)))")
             src.append("        lo, hi = (x[0], x[-1]) if ordered else (min(x), max(x))")
-            src.append("    if ordered is not None and lo >= 100_000_000_000 and hi < 100_000_000_000_000:")
+            src.append("    if ordered is not None and lo >= _flo and hi <= _fhi:")
             src.append("        ts = x  # all epoch ms, the common case")
             src.append("    else:")
             src.append("        ordered = None")
-            src.append("        ts = [v if type(v) is int and 100_000_000_000 <= v < 100_000_000_000_000 else _etm(v) "
-                       "for v in x]")
-            src.append("        if {*map(type, ts)} != _INT:")
+            src.append("        ts = [v if type(v) is int and _flo <= v <= _fhi else _etm(v) for v in x]")
+            src.append("        if {*map(type, ts)} != _INT or min(ts) < _lo or max(ts) > _hi:")
+            src.append("            ts = [t if type(t) is int and _lo <= t <= _hi else None for t in ts]")
             src.append("            return ts, None, None")
         if not cfg.by or len(cfg.by) == 1:
             kparts = paths.record_path(cfg.by[0]) if cfg.by else ("key",)
@@ -587,10 +615,17 @@ class WindowRun:
             where = f"{source}: partition {rec.get('partition')} offset {rec.get('offset')}"
             if rec.get("ts") is None:
                 where = f"{source}: record {rec.get('offset')}"
-            st.bad_time_example = f"{where}: no usable time in {self.cfg.time_field!r}"
+            st.bad_time_example = f"{where}: no usable time in {self.cfg.time_field!r}: {self._bad_reason(rec)}"
         if fail:
-            raise DataError(f"{st.bad_time_example} (ISO-8601 or epoch s/ms/us expected; "
-                            f"--on-bad-time skip counts and skips such records)")
+            raise DataError(f"{st.bad_time_example} (--on-bad-time skip counts and skips such records)")
+
+    def _bad_reason(self, rec: dict) -> str:
+        """Why rec's time is not usable (the time getters only say that it is not)."""
+        if self.cfg.processing_time:
+            return bad_time_reason(now_ms(), *time_range(self.cfg), epoch_ms=True)
+        # a log's records carry their append time; a plain file's do not
+        get, epoch_ms = time_field_getter(self.cfg, rec.get("ts") is not None)
+        return bad_time_reason(get(rec), *time_range(self.cfg), epoch_ms=epoch_ms)
 
     def tick(self, emit: Callable[[list], None]) -> None:
         """With --processing-time, the clock moves the watermark even when no record arrives
@@ -632,9 +667,13 @@ class WindowRun:
 
 
 def row_dict(row: tuple) -> dict:
-    """An operator row -> the output object `{"window": {...}, "key": ..., aggregates, ["revision"]}`."""
+    """An operator row -> the output object `{"window": {...}, "key": ..., aggregates, ["revision"]}`,
+    or for a delete row (values None: a row written before is withdrawn) `{"window", "key", "op": "delete"}`."""
     start, end, key, values, revision = row
     out = {"window": {"start": format_iso(start), "end": format_iso(end)}, "key": orjson.loads(key)}
+    if values is None:
+        out["op"] = "delete"
+        return out
     out.update(values)
     if revision is not None:
         out["revision"] = revision
@@ -654,9 +693,12 @@ def _iso(ms: int) -> str:
 
 
 def row_json(row: tuple) -> bytes:
-    """The JSON line of a row, with the key's JSON text spliced in as is."""
+    """The JSON line of a row (row_dict's object), with the key's JSON text spliced in as is."""
     start, end, key, values, revision = row
     out = {"window": {"start": _iso(start), "end": _iso(end)}, "key": orjson.Fragment(key)}
+    if values is None:
+        out["op"] = "delete"
+        return orjson.dumps(out) + b"\n"
     out.update(values)
     if revision is not None:
         out["revision"] = revision
@@ -670,7 +712,8 @@ def rows_jsonl(rows: list[tuple]) -> bytes:
     `{"window":...,"key":` prefix, and their aggregates are encoded in one call
     as a list of objects, cut apart at `},{` (kept only when that gives one piece
     per row: a string holding `},{` would make more). A row is then the prefix,
-    the key's JSON text, `,`, its piece and `}`. Raises where row_json would (a
+    the key's JSON text, `,`, its piece and `}`. Windows with a revised or a
+    delete row (values None) go through row_json. Raises where row_json would (a
     value orjson cannot write); the caller then writes row by row, so the rows
     before it still come out.
     """
@@ -800,6 +843,10 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
     lg = logmod.open_log(path)
     run = WindowRun(cfg, True, late_sink)
     positions: dict[int, int] = {}
+    # each partition's merge key (inputorder.Lane.high) after its last record read, so a round
+    # merges its partitions in the input order where the round before stopped
+    highs: dict[int, int] = {}
+    time_of = None if cfg.processing_time else time_getter(cfg, True)
     ckpt = None
     lock_fd = None
     if group is not None:
@@ -822,13 +869,10 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
             try:
                 run.load(data["run"])
                 positions = {int(p): int(o) for p, o in data["offsets"].items()}
+                highs = {int(p): int(h) for p, h in data.get("merge_keys", {}).items()}
             except (KeyError, TypeError, ValueError, AttributeError) as e:
                 raise StorageError(f"{ckpt}: damaged window checkpoint ({type(e).__name__}: {e}); "
                                    "move it away to start over") from None
-    # each partition's merge key (inputorder.Lane.high) after its last record read, so a round
-    # merges its partitions in the input order where the round before stopped
-    highs: dict[int, int] = {}
-    time_of = None if cfg.processing_time else time_getter(cfg, True)
         else:
             positions = dict(offsets.load(lg, group))
 
@@ -848,10 +892,10 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
         # the last record of each partition in the batch (later pairs overwrite earlier ones)
         for p, off in dict(map(_partition_offset, batch)).items():
             positions[p] = off + 1
+        highs.update(batch.highs)
 
     def round_of(batches: Iterator[list[dict]]) -> Iterator[list[dict]]:
         """About FOLLOW_BATCH records, a batch at a time, until a stop signal."""
-                highs = {int(p): int(h) for p, h in data.get("merge_keys", {}).items()}
         n = 0
         for batch in batches:
             if stopflag.is_set():
@@ -874,7 +918,6 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
             got = run.seq + run.stats.bad_time - before
             run.tick(emit)
             now = time.monotonic()
-        highs.update(batch.highs)
             if got:
                 dirty = True
                 last_new = now
@@ -948,6 +991,7 @@ def spark_job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool
     tparts = paths.record_path(cfg.time_field)
     params["time_path"] = None if tparts == ("ts",) and is_log else (
         ["value", "ts"] if tparts == ("ts",) else list(tparts))
+    params["time_range"] = list(time_range(cfg))  # the job's time getter applies the same rule
     if is_log and snapshot and not is_uri(path):
         lg = logmod.open_log(path)
         # the end of the input is the end as of now, like the local engine's snapshot

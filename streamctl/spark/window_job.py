@@ -59,16 +59,24 @@ def _wj_operator(params, plan):
 
 
 def _wj_time_getter(params):
+    """The local engine's windowing.time_getter: event time in ms, or None when there is none or it
+    lies outside the run's time_range (where a window bound could not be written as ISO-8601)."""
     path = params["time_path"]
+    lo, hi = params["time_range"]
     if path is None:
-        return lambda r: r.get("ts")
+        def append_time(r):
+            t = r.get("ts")
+            return t if type(t) is int and lo <= t <= hi else None
+        return append_time
     get = _getter(tuple(path))
 
     def event_time(r):
         v = get(r)
-        if type(v) is int and 100_000_000_000 <= v < 100_000_000_000_000:
-            return v
-        return event_time_ms(v)
+        if type(v) is not int or not 100_000_000_000 <= v < 100_000_000_000_000:
+            v = event_time_ms(v)
+            if v is None:
+                return None
+        return v if lo <= v <= hi else None
     return event_time
 
 
