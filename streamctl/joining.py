@@ -19,6 +19,13 @@ Decisions (also in `streamctl join --help` and docs/readme-join.md):
 - Event time: `--time-field PATH[=PATH]`, default `ts` (append time). Times are
   ISO-8601 strings or epoch s/ms/us numbers. A stream event without a usable
   time is skipped and counted (stream-stream and as-of joins need one).
+- Lateness (`--lateness DUR`, stream-stream and --as-of event-time): the
+  watermark is the largest event time seen so far in the input order minus
+  DUR. A stream-stream event whose time + --within is behind it when it
+  arrives is late: not joined, not emitted as unmatched, counted per side and
+  handed to `late` (joins/stream_stream.py says why). In an as-of join the
+  late records are table changes whose time is behind the watermark: still
+  applied, counted (joins/stream_table.py).
 """
 
 from __future__ import annotations
@@ -51,12 +58,18 @@ class JoinSpec:
     how: str = "inner"
     as_of: str = "position"  # stream-table
     retention: int | None = None  # ms, stream-table --as-of event-time
+    lateness: int = 0  # ms the watermark trails the largest event time (stream-stream, --as-of event-time)
+
+    @property
+    def has_watermark(self) -> bool:
+        return self.kind == "stream" or (self.kind == "table" and self.as_of == "event-time")
 
 
 @dataclass
 class JoinStats:
     records: list[int] = field(default_factory=lambda: [0, 0])
     no_time: list[int] = field(default_factory=lambda: [0, 0])  # stream events skipped: no usable time
+    late: list[int] = field(default_factory=lambda: [0, 0])  # late records per side (see the module docstring)
     rows: int = 0
     max_state: int = 0
 
@@ -74,7 +87,8 @@ def split_pair(text: str | None, default: str, what: str) -> tuple[tuple[str, ..
 
 def make_spec(left: str, right: str, *, within: str | None = None, table: bool = False, tables: bool = False,
               on: str | None = None, time_field: str | None = None, how: str | None = None,
-              as_of: str | None = None, table_retention: str | None = None) -> JoinSpec:
+              as_of: str | None = None, table_retention: str | None = None,
+              lateness: str | None = None) -> JoinSpec:
     """Check the flag combination of `streamctl join` and build a JoinSpec (UsageError on misuse)."""
     from streamctl.timeparse import parse_duration
 
@@ -102,10 +116,13 @@ def make_spec(left: str, right: str, *, within: str | None = None, table: bool =
         raise UsageError(f"--as-of {as_of_!r}: use position or event-time")
     if table_retention is not None and as_of_ != "event-time":
         raise UsageError("--table-retention needs --as-of event-time")
+    if lateness is not None and not (kind == "stream" or as_of_ == "event-time"):
+        raise UsageError("--lateness needs a watermark: --within DUR, or --table --as-of event-time")
     within_ms = parse_duration(within) if within is not None else None
     retention = parse_duration(table_retention) if table_retention is not None else None
+    lateness_ms = parse_duration(lateness) if lateness is not None else 0
     spec = JoinSpec(left, right, kind, split_pair(on, "key", "--on"), split_pair(time_field, "ts", "--time-field"),
-                    within_ms, how_, as_of_, retention)
+                    within_ms, how_, as_of_, retention, lateness_ms)
     return spec
 
 
@@ -232,22 +249,34 @@ def norm_key(k: Any) -> Any:
     return ("\x00json", orjson.dumps(k, option=_SORT))
 
 
+LateSink = Callable[[int, bytes], None]
+
+
+def late_line(rec: Record, is_log: bool) -> bytes:
+    """A late record as --late-out keeps it: the record (log) or the value line (plain file)."""
+    return orjson.dumps(rec if is_log else rec.get("value")) + b"\n"
+
+
 def run(spec: JoinSpec, emit: Emit | None = None, emit_op: EmitOp | None = None,
         items: Iterator[tuple[int, Record]] | None = None,
-        write_jsonl: Callable[[bytes], None] | None = None, block_bytes: int | None = None) -> JoinStats:
+        write_jsonl: Callable[[bytes], None] | None = None, block_bytes: int | None = None,
+        late: LateSink | None = None) -> JoinStats:
     """Run the join; rows go to emit(key, left, right) (or emit_op(op, key, left, right) for --tables).
 
     `items` replaces reading the files (tests feed (input index, record) pairs in input order).
     `write_jsonl`, when given, takes the rows of a stream-stream join of two plain files as
     JSON lines (a batch of rows per call; the bytes emit's rows make with orjson.dumps and
     a newline) instead of emit; other joins still go to emit. `block_bytes` sets how
-    much of a plain file is read at a time (tests use small blocks).
+    much of a plain file is read at a time (tests use small blocks). `late(side, line)`
+    gets each late record as late_line writes it (records fed through `items` count as
+    log records).
     """
     if write_jsonl is not None and items is None and spec.kind == "stream" and _plain_values_only(spec):
         specs = check_inputs(spec)
         if not specs[0].is_log and not specs[1].is_log:
-            return _run_stream_plain(spec, write_jsonl, block_bytes)
-    if write_jsonl is not None and items is None and spec.kind == "table" and spec.as_of == "position":
+            return _run_stream_plain(spec, write_jsonl, block_bytes, late)
+    if (write_jsonl is not None and items is None and spec.kind == "table" and spec.as_of == "position"
+            and spec.time_field == (("ts",), ("ts",))):
         specs = check_inputs(spec)
         simple = all(parts == ("key",) or _value_field(parts) is not None for parts in spec.on)
         if specs[0].is_log and specs[1].is_log and simple:
@@ -255,19 +284,22 @@ def run(spec: JoinSpec, emit: Emit | None = None, emit_op: EmitOp | None = None,
     right_index = 1
     remembered = (_RememberedTime(_time_getter(spec.time_field[0])),
                   _RememberedTime(_time_getter(spec.time_field[1])))
+    logs = (True, True)
     if items is None:
         specs = check_inputs(spec)
+        logs = (specs[0].is_log, specs[1].is_log)
         if spec.kind == "table":
             items, right_index = read_table_inputs(spec, specs), 0
         else:
             items = read_inputs(spec, specs, [remembered[0].remember, remembered[1].remember])
+    sink = None if late is None else (lambda side, rec: late(side, late_line(rec, logs[side])))
     stats = JoinStats()
     if spec.kind == "stream":
         assert emit is not None and spec.within is not None
-        _run_stream(spec, items, emit, stats, remembered)
+        _run_stream(spec, items, emit, stats, remembered, sink)
     elif spec.kind == "table":
         assert emit is not None
-        _run_table(spec, items, emit, stats, right_index)
+        _run_table(spec, items, emit, stats, right_index, sink)
     else:
         assert emit_op is not None
         _run_tables(spec, items, emit_op, stats)
@@ -304,11 +336,13 @@ def _gc_frozen():
 
 
 def _run_stream(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, stats: JoinStats,
-                times: tuple[_RememberedTime, _RememberedTime]) -> None:
+                times: tuple[_RememberedTime, _RememberedTime],
+                late: Callable[[int, Record], None] | None) -> None:
     from streamctl.joins.stream_stream import StreamStreamJoin
 
     assert spec.within is not None
-    j = StreamStreamJoin(spec.within, spec.how, emit)
+    j = StreamStreamJoin(spec.within, spec.how, emit, spec.lateness)
+    late_counts = stats.late
     keys = (_key_getter(spec.on[0]), _key_getter(spec.on[1]))
     kfields = (_value_field(spec.on[0]), _value_field(spec.on[1]))
     counts = stats.records
@@ -332,7 +366,10 @@ def _run_stream(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit,
                 k = v.get(kf) if v.__class__ is dict else None
             else:
                 k = keys[side](rec)
-            push(side, k if k.__class__ is str else norm_key(k), k, t, v, pos)
+            if push(side, k if k.__class__ is str else norm_key(k), k, t, v, pos):
+                late_counts[side] += 1
+                if late is not None:
+                    late(side, rec)
         j.finish()
 
 
@@ -390,7 +427,8 @@ def _block_column(parts: tuple[str, ...]) -> Callable[[list[Any]], list[Any]]:
     return column
 
 
-def _run_stream_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], block_bytes: int | None) -> JoinStats:
+def _run_stream_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], block_bytes: int | None,
+                      late: LateSink | None = None) -> JoinStats:
     """A stream-stream join of two plain files: read, merged and joined a block at a time, values
     that are already in orjson's form pasted into the rows as the file has them (the same
     rows in the same order as the record-at-a-time path)."""
@@ -413,14 +451,25 @@ def _run_stream_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], bloc
     batches = readahead.items(merged, spec.left) if ahead else merged()
     try:
         with _gc_frozen():
-            join_batches(batches, norm_key, spec.within, spec.how, write_jsonl, stats.records, stats.no_time)
+            join_batches(batches, norm_key, spec.within, spec.how, write_jsonl, stats.records, stats.no_time,
+                         spec.lateness, stats.late, None if late is None else _payload_sink(late))
     finally:
         batches.close()  # stops and reaps the reading process now, whatever a traceback keeps alive
     return stats
 
 
+def _payload_sink(late: LateSink) -> Callable[[int, Any], None]:
+    """late(side, line) for a plain file's payloads: the line itself when the payload is its bytes."""
+    dumps = orjson.dumps
+
+    def sink(side: int, payload: Any) -> None:
+        late(side, (payload if payload.__class__ is bytes else dumps(payload)) + b"\n")
+
+    return sink
+
+
 def _run_table(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, stats: JoinStats,
-               right_index: int) -> None:
+               right_index: int, late: Callable[[int, Record], None] | None = None) -> None:
     from streamctl.joins.stream_table import TableAsOfTime, TableAtPosition
 
     keys = (_key_getter(spec.on[0]), _key_getter(spec.on[1]))
@@ -465,9 +514,10 @@ def _run_table(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, 
             counts[1] += n_right
             stats.max_state = j.state_size()
             return
-        ja = TableAsOfTime(inner, emit, spec.retention)
+        ja = TableAsOfTime(inner, emit, spec.retention, spec.lateness)
         times = (_time_getter(spec.time_field[0]), _time_getter(spec.time_field[1]))
         pos = 0
+        late_counts = stats.late
         for i, rec in items:
             side = 1 if i == right_index else 0
             pos += 1
@@ -476,7 +526,12 @@ def _run_table(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, 
             if side:
                 value = rec["value"]
                 if value is None and right_by_record_key:
-                    for nk, _k in tombstone_keys(rec.get("key")):
+                    found = tombstone_keys(rec.get("key"))
+                    if found and ja.is_late(t):
+                        late_counts[1] += 1
+                        if late is not None:
+                            late(1, rec)
+                    for nk, _k in found:
                         ja.change(nk, t, None, pos)
                     if t is not None:
                         ja.advance(t)
@@ -486,6 +541,10 @@ def _run_table(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, 
                     if t is not None:
                         ja.advance(t)
                     continue
+                if ja.is_late(t):
+                    late_counts[1] += 1
+                    if late is not None:
+                        late(1, rec)
                 ja.change(k if k.__class__ is str else norm_key(k), t, value, pos)
             else:
                 if t is None:
@@ -546,6 +605,7 @@ def job_params(spec: JoinSpec, specs: list[inputorder.InputSpec], master: str | 
         "how": spec.how,
         "as_of": spec.as_of,
         "retention": spec.retention,
+        "lateness": spec.lateness,
         "output": None,
         "master": master,
         "app_name": "streamctl-join",

@@ -100,14 +100,51 @@ def test_stream_no_eager_null():
     assert out[-1] == ("z", "w", None)
 
 
-def test_stream_late_event_misses_evicted_partner():
+def test_stream_late_event_is_counted_not_joined():
     out: list[tuple] = []
     j = StreamStreamJoin(1000, "outer", lambda k, lv, rv: out.append((k, lv, rv)))
-    j.push(L, "a", "a", 1000, "s", 1)
-    j.push(L, "b", "b", 5000, "t", 2)     # evicts s unmatched
-    j.push(R, "a", "a", 1500, "late", 3)  # within 1 s of s, but s left the window: no pair
+    assert not j.push(L, "a", "a", 1000, "s", 1)
+    assert not j.push(L, "b", "b", 5000, "t", 2)  # evicts s unmatched
+    assert j.push(R, "a", "a", 1500, "late", 3)   # 1500 + 1000 < 5000: late, not joined, not emitted
+    assert not j.push(R, "b", "b", 4000, "ok", 4)  # 4000 + 1000 = 5000: the boundary, still on time
     j.finish()
-    assert out == [("a", "s", None), ("a", None, "late"), ("b", "t", None)]
+    assert out == [("a", "s", None), ("b", "t", "ok")]
+    assert j.late == 1
+
+
+def test_stream_late_event_could_still_see_a_partner_but_is_left_out():
+    """A late event is left out whole, even where a partner is still in the window: its other
+    partners left already, so joining it with the rest would depend on how late it came."""
+    out: list[tuple] = []
+    j = StreamStreamJoin(1000, "left", lambda k, lv, rv: out.append((k, lv, rv)))
+    j.push(L, "a", "a", 4500, "s", 1)
+    j.push(L, "b", "b", 5000, "t", 2)
+    assert j.push(R, "a", "a", 3900, "c", 3)       # 3900 + 1000 < 5000: late, though s (4500) is 600 ms away
+    j.finish()
+    assert out == [("a", "s", None), ("b", "t", None)]
+
+
+def test_stream_lateness_shifts_the_watermark_for_matching_and_eviction():
+    items = [(L, rec("a", "s", 1000)), (L, rec("b", "t", 5000)), (R, rec("a", "c", 1500)),
+             (L, rec("z", "u", 9000))]
+    spec_rows = join_rows("stream", items, within="1s", how="left")
+    assert pairs(spec_rows) == [("a", "s", None), ("b", "t", None), ("z", "u", None)]  # c late
+    rows = join_rows("stream", items, within="1s", how="left", lateness="3s")
+    # watermark 5000 - 3000 = 2000 <= 1000 + 1000: s is still in the window when c arrives
+    assert pairs(rows) == [("a", "s", "c"), ("b", "t", None), ("z", "u", None)]
+    late = [joining.run(joining.make_spec("L", "R", within="1s", lateness=d), lambda *a: None,
+                        items=iter(items)).late for d in ("2499ms", "2500ms")]
+    assert late == [[0, 1], [0, 0]]  # c is late while 1500 + 1000 < 5000 - lateness
+
+
+def test_stream_late_out_lines_and_counts_per_side():
+    lines: list[tuple[int, bytes]] = []
+    items = [(L, rec("a", {"n": 1}, 10_000)), (R, rec("a", {"n": 2}, 1_000)), (L, rec("a", {"n": 3}, 2_000))]
+    stats = joining.run(joining.make_spec("L", "R", within="1s", how="outer"), lambda *a: None, items=iter(items),
+                        late=lambda side, line: lines.append((side, line)))
+    assert stats.late == [1, 1]
+    assert [s for s, _ in lines] == [R, L]
+    assert orjson.loads(lines[0][1]) == rec("a", {"n": 2}, 1_000) and lines[0][1].endswith(b"\n")
 
 
 def test_stream_many_to_many_in_input_order():
@@ -185,6 +222,27 @@ def test_table_as_of_event_time():
     assert inner == [("u", "at150", {"v": 1}), ("u", "at200", {"v": 3})]
 
 
+def test_table_as_of_lateness_waits_longer_and_counts_late_changes():
+    items = [
+        (R, rec("u", {"v": 1}, 100)),
+        (L, rec("u", "at150", 150)),
+        (L, rec("x", "tick", 400)),         # watermark 400 (lateness 0): at150 resolves -> v1
+        (R, rec("u", {"v": 2}, 120)),       # a change behind the watermark: late for at150
+        (L, rec("u", "at300", 300)),        # behind the watermark: resolves at once, exact -> v2
+    ]
+    spec = joining.make_spec("L", "R", table=True, as_of="event-time", how="left")
+    rows: list = []
+    stats = joining.run(spec, lambda *a: rows.append(a), items=iter(items))
+    assert rows[:2] == [("u", "at150", {"v": 1}), ("x", "tick", None)] or rows[0] == ("u", "at150", {"v": 1})
+    assert ("u", "at300", {"v": 2}) in rows
+    assert stats.late == [0, 1]
+    # with lateness 300 ms the watermark is 100 when v2 arrives: at150 still waits, and sees v2
+    rows2: list = []
+    spec2 = joining.make_spec("L", "R", table=True, as_of="event-time", how="left", lateness="300ms")
+    stats2 = joining.run(spec2, lambda *a: rows2.append(a), items=iter(items))
+    assert ("u", "at150", {"v": 2}) in rows2 and stats2.late == [0, 0]
+
+
 def test_table_as_of_retention():
     items = [(R, rec("u", {"v": 1}, 100)), (R, rec("u", {"v": 2}, 1000)), (L, rec("x", "tick", 5000)),
              (L, rec("u", "old", 500)), (L, rec("u", "recent", 4500))]
@@ -254,6 +312,9 @@ def test_tables_right_delete():
     ({"table": True, "table_retention": "1h"}, "needs --as-of event-time"),
     ({"within": "soon"}, "invalid duration"),
     ({"within": "1s", "on": "a=b=c"}, "LEFTPATH=RIGHTPATH"),
+    ({"table": True, "lateness": "1s"}, "--lateness needs a watermark"),
+    ({"tables": True, "lateness": "1s"}, "--lateness needs a watermark"),
+    ({"within": "1s", "lateness": "-1s"}, "invalid duration"),
 ])
 def test_make_spec_refuses(kw, msg):
     from streamctl.errors import UsageError
@@ -407,7 +468,7 @@ def test_cli_engine_choice_and_emit_job_to_stdout(tmp_path):
     f = tmp_path / "f.jsonl"
     f.write_text('{"id":1}\n')
     p = run_cli("join", str(f), str(f), "--table", "--on", "id")
-    assert p.returncode == 0 and b"engine: local" in p.stderr
+    assert p.returncode == 0 and p.stderr == b""  # auto staying local below the threshold is silent
     p = run_cli("join", "-", str(f), "--table", "--on", "id", "--engine", "spark", input=b'{"id":1}\n')
     assert p.returncode == 2 and b"not stdin" in p.stderr
     p = run_cli("join", str(f), str(f), "--tables", "--on", "id", "--emit-job", "-")

@@ -36,56 +36,95 @@ def run_join(kind: str, items: list[tuple[int, dict]], **kw: Any) -> list[tuple]
     return rows
 
 
-def watermarks(ts: list[int | None]) -> list[int | None]:
+def watermarks(ts: list[int | None], lateness: int = 0) -> list[int | None]:
+    """W(p): the largest time up to and including p, minus the lateness (None before any time)."""
     out, w = [], None
     for t in ts:
         if t is not None and (w is None or t > w):
             w = t
-        out.append(w)
+        out.append(None if w is None else w - lateness)
     return out
 
 
-def ref_stream(evs: list[tuple[int, Any, int]], within: int, how: str) -> list[tuple]:
-    """Pairs (a before b): same non-null key, |ta - tb| <= within, ta + within >= W(b), emitted at b in a's
-    order; an unmatched event at max(its position, first p with W(p) > t + within) (or the end),
-    after that position's pairs, by (time, position)."""
+def ref_stream(evs: list[tuple[int, Any, int]], within: int, how: str, lateness: int = 0) -> tuple[list[tuple], list[int]]:
+    """Late: tb + within < W(b); a late event takes no part at all. Pairs (a before b, neither late):
+    same non-null key, |ta - tb| <= within, ta + within >= W(b), emitted at b in a's order; an
+    unmatched event at max(its position, first p with W(p) > t + within) (or the end), after that
+    position's pairs, by (time, position). Returns (rows, late count per side)."""
     n = len(evs)
-    W = watermarks([t for _, _, t in evs])
+    W = watermarks([t for _, _, t in evs], lateness)
+    late = [t + within < W[p] for p, (_, _, t) in enumerate(evs)]
     keep = (how in ("left", "outer"), how in ("right", "outer"))
     out: list[tuple[tuple, tuple]] = []
     matched = [False] * n
     for b in range(n):
         sb, kb, tb = evs[b]
+        if late[b]:
+            continue
         for a in range(b):
             sa, ka, ta = evs[a]
+            if late[a]:
+                continue
             if sa != sb and ka is not None and ka == kb and abs(ta - tb) <= within and ta + within >= W[b]:
                 matched[a] = matched[b] = True
                 lv, rv = (f"L{a}", f"R{b}") if sa == L else (f"L{b}", f"R{a}")
                 out.append(((b, 0, a, 0), (kb, lv, rv)))
     for x in range(n):
         s, k, t = evs[x]
-        if matched[x] or not keep[s]:
+        if matched[x] or late[x] or not keep[s]:
             continue
         evict = next((p for p in range(n) if W[p] > t + within), n)
         v = f"{'LR'[s]}{x}"
         out.append(((max(evict, x), 1, t, x), (k, v, None) if s == L else (k, None, v)))
-    return [row for _, row in sorted(out, key=lambda r: r[0])]
+    late_counts = [sum(1 for x in range(n) if late[x] and evs[x][0] == side) for side in (L, R)]
+    return [row for _, row in sorted(out, key=lambda r: r[0])], late_counts
 
 
 @settings(max_examples=300, deadline=None)
-@given(events, st.integers(0, 10), st.sampled_from(["inner", "left", "right", "outer"]))
-def test_stream_stream_matches_reference(evs, within, how):
-    got = run_join("stream", items_of(evs), within=f"{within}ms", how=how)
-    assert got == ref_stream(evs, within, how)
+@given(events, st.integers(0, 10), st.sampled_from(["inner", "left", "right", "outer"]), st.integers(0, 12))
+def test_stream_stream_matches_reference(evs, within, how, lateness):
+    rows: list[tuple] = []
+    spec = joining.make_spec("L", "R", within=f"{within}ms", how=how, lateness=f"{lateness}ms")
+    stats = joining.run(spec, lambda k, lv, rv: rows.append((k, lv, rv)), items=iter(items_of(evs)))
+    assert (rows, stats.late) == ref_stream(evs, within, how, lateness)
 
 
-def ref_as_of(evs: list[tuple[int, Any, int | None, Any]], retention: int | None, inner: bool) -> list[tuple]:
+@settings(max_examples=200, deadline=None)
+@given(events, st.integers(0, 10), st.sampled_from(["inner", "left", "right", "outer"]), st.integers(0, 12),
+       st.integers(1, 7))
+def test_stream_stream_plain_batches_match_reference(tmp_path_factory, evs, within, how, lateness, block):
+    """The plain-file batch path (join_batches: the inner fast path and the general one) gives the
+    reference rows and late counts, for inputs whose own order the merge keeps."""
+    from streamctl.joins.stream_stream import join_batches
+
+    sides = [s for s, _, _ in evs]
+    times = [t for _, _, t in evs]
+    keys = [k for _, k, _ in evs]
+    payloads = [f"{'LR'[s]}{i}" for i, s in enumerate(sides)]
+    batches = [([bool(x) for x in sides[i:i + block]], times[i:i + block], keys[i:i + block], payloads[i:i + block])
+               for i in range(0, len(evs), block)]
+    out: list[bytes] = []
+    late_lines: list[tuple[int, Any]] = []
+    late = [0, 0]
+    join_batches(batches, joining.norm_key, within, how, out.append, [0, 0], [0, 0], lateness, late,
+                 lambda side, v: late_lines.append((side, v)))
+    import orjson
+
+    rows = [(r["key"], r["left"], r["right"]) for chunk in out for r in map(orjson.loads, chunk.splitlines())]
+    ref_rows, ref_late = ref_stream(evs, within, how, lateness)
+    assert late == ref_late and len(late_lines) == sum(ref_late)
+    assert rows == ref_rows
+
+
+def ref_as_of(evs: list[tuple[int, Any, int | None, Any]], retention: int | None, inner: bool,
+              lateness: int = 0) -> tuple[list[tuple], int]:
     """LEFT event e resolves at r = max(e, first p with W(p) > t_e) (or the end) and joins the version
     with max (time, position) among RIGHT records up to r with the same key and time <= t_e
     (no time = the beginning); with retention, nothing if a version up to r has a time in
-    (t_e, W(r) - retention]. Rows by (r, t_e, e)."""
+    (t_e, W(r) - retention]. Rows by (r, t_e, e). W is lateness-shifted; a RIGHT record with a
+    time behind W and a key is a late change (returned: the count)."""
     n = len(evs)
-    W = watermarks([t if not (s == L and t is None) else None for s, _, t, _ in evs])
+    W = watermarks([t if not (s == L and t is None) else None for s, _, t, _ in evs], lateness)
     out = []
     for e, (s, k, t, v) in enumerate(evs):
         if s != L or t is None:
@@ -100,7 +139,9 @@ def ref_as_of(evs: list[tuple[int, Any, int | None, Any]], retention: int | None
             row = None
         if row is not None or not inner:
             out.append(((r, t, e), (k, v, row)))
-    return [row for _, row in sorted(out, key=lambda x: x[0])]
+    late = sum(1 for p, (s, k, t, _v) in enumerate(evs)
+               if s == R and k is not None and t is not None and W[p] is not None and t < W[p])
+    return [row for _, row in sorted(out, key=lambda x: x[0])], late
 
 
 table_events = st.lists(st.tuples(st.sampled_from([L, R]), keys, st.one_of(times, st.none()),
@@ -108,16 +149,20 @@ table_events = st.lists(st.tuples(st.sampled_from([L, R]), keys, st.one_of(times
 
 
 @settings(max_examples=300, deadline=None)
-@given(table_events, st.one_of(st.none(), st.integers(0, 15)), st.sampled_from(["inner", "left"]))
-def test_stream_table_as_of_matches_reference(evs, retention, how):
+@given(table_events, st.one_of(st.none(), st.integers(0, 15)), st.sampled_from(["inner", "left"]),
+       st.integers(0, 12))
+def test_stream_table_as_of_matches_reference(evs, retention, how, lateness):
     values = [v if s == R else f"L{i}" for i, (s, _, _, v) in enumerate(evs)]
     items = items_of([(s, k, t) for s, k, t, _ in evs], values)
-    kw: dict[str, Any] = {"as_of": "event-time", "how": how}
+    kw: dict[str, Any] = {"as_of": "event-time", "how": how, "lateness": f"{lateness}ms"}
     if retention is not None:
         kw["table_retention"] = f"{retention}ms"
-    got = run_join("table", items, **kw)
+    rows: list[tuple] = []
+    stats = joining.run(joining.make_spec("L", "R", table=True, **kw), lambda k, lv, rv: rows.append((k, lv, rv)),
+                        items=iter(items))
     ref_evs = [(s, k, t, values[i]) for i, (s, k, t, _) in enumerate(evs)]
-    assert got == ref_as_of(ref_evs, retention, how == "inner")
+    ref_rows, ref_late = ref_as_of(ref_evs, retention, how == "inner", lateness)
+    assert rows == ref_rows and stats.late == [0, ref_late]
 
 
 @settings(max_examples=200, deadline=None)

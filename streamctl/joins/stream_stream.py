@@ -2,8 +2,18 @@
 
 The rule, exactly (it is what the tests' brute-force reference and the Spark job
 compute): records are numbered by their position in the input order; W(p) is
-the watermark after position p (the largest event time seen up to and
-including p). An earlier event a and a later event b of the other side pair up
+the watermark after position p: the largest event time seen up to and
+including p, minus `lateness`. An event b is late when t_b + within < W(b): the
+partners it could have had before it in time have left the window, so it is
+not joined at all -- not paired, not stored, not emitted as unmatched -- only
+counted (and handed to the caller to keep, `--late-out`). Joining it with the
+partners that happen to remain would give a result that depends on how late
+it came; leaving it out gives exactly the rows of the other events (Flink's
+interval join drops late elements the same way). With `lateness` at least as
+large as how far event times run behind the largest time seen before them,
+nothing is late and every pair with |t_a - t_b| <= within is found.
+
+An earlier event a and a later event b of the other side, neither late, pair up
 when their keys are equal (and not null), |t_a - t_b| <= within, and a is still
 in the window when b arrives: t_a + within >= W(b). Pairs are emitted when b
 arrives, in a's input order.
@@ -49,8 +59,10 @@ def _unbuffer(buf: dict[Any, Any], nkey: Any, ev: list) -> None:
 
 
 class StreamStreamJoin:
-    def __init__(self, within: int, how: str, emit: Emit) -> None:
+    def __init__(self, within: int, how: str, emit: Emit, lateness: int = 0) -> None:
         self.within = within
+        self.lateness = lateness
+        self.late = 0  # events not joined: late on arrival
         self.keep = (how in ("left", "outer"), how in ("right", "outer"))
         self.emit = emit
         # side -> normalized key -> the event, or a list of events, still in the window (input order)
@@ -60,14 +72,22 @@ class StreamStreamJoin:
         # and eviction takes the smaller head of the two.
         self.queue: deque[tuple[int, int, list]] = deque()
         self.heap: list[tuple[int, int, list]] = []
-        self.watermark: int | None = None
+        self.max_time: int | None = None
+        self.watermark: int | None = None  # max_time - lateness
 
-    def push(self, side: int, nkey: Any, key: Any, t: int, value: Any, pos: int) -> None:
-        """One event at input position `pos`; nkey is None for a null key (never matches)."""
-        wm = self.watermark
-        if wm is None or t > wm:
-            wm = self.watermark = t
+    def push(self, side: int, nkey: Any, key: Any, t: int, value: Any, pos: int) -> bool:
+        """One event at input position `pos`; nkey is None for a null key (never matches).
+        Returns True when the event is late (counted in `late`, otherwise ignored)."""
         within = self.within
+        mt = self.max_time
+        if mt is None or t > mt:
+            self.max_time = t
+            wm = self.watermark = t - self.lateness
+        else:
+            wm = self.watermark  # type: ignore[assignment]
+            if t + within < wm:
+                self.late += 1
+                return True
         ev = [t, value, False, side, nkey, key]
         if nkey is not None:
             found = self.buffers[1 - side].get(nkey)
@@ -99,7 +119,7 @@ class StreamStreamJoin:
         if self.heap:
             if queue[0][0] < wm or self.heap[0][0] < wm:
                 self._evict(wm)
-            return
+            return False
         # the common case, inlined: in-order input, evict from the queue's head
         while queue and queue[0][0] < wm:
             ev = queue.popleft()[2]
@@ -115,6 +135,7 @@ class StreamStreamJoin:
                     self.emit(key, None, value)
                 else:
                     self.emit(key, value, None)
+        return False
 
     def _evict(self, wm: int | None) -> None:
         heap = self.heap
@@ -156,14 +177,18 @@ _KEY, _LEFT, _RIGHT, _END = b'{"key":', b',"left":', b',"right":', b"}\n"
 
 def join_batches(batches: Iterable[tuple[list[bool], list[Any], list[Any], list[Any]]],
                  norm: Callable[[Any], Any], within: int, how: str, write: Callable[[bytes], None],
-                 counts: list[int], no_time: list[int]) -> None:
+                 counts: list[int], no_time: list[int], lateness: int = 0, late_counts: list[int] | None = None,
+                 late: Callable[[int, Any], None] | None = None) -> None:
     """The rows StreamStreamJoin makes when fed record by record, as JSON lines (the bytes of
     orjson.dumps({"key", "left", "right"}) + newline per row), for input that comes in batches
     of (sides, times, keys, payloads) (inputorder.merged_plain). A payload is the value's JSON
     text (pasted into the row as it is) or the value (dumped). `write` gets each batch's rows;
-    `norm` makes a key that is not a string hashable (joining.norm_key)."""
+    `norm` makes a key that is not a string hashable (joining.norm_key). Late events are
+    counted per side in `late_counts` and handed to `late(side, payload)`."""
+    if late_counts is None:
+        late_counts = [0, 0]
     if how == "inner":
-        _inner_batches(batches, norm, within, write, counts, no_time)
+        _inner_batches(batches, norm, within, write, counts, no_time, lateness, late_counts, late)
         return
     dumps = orjson.dumps
     join = b"".join
@@ -175,7 +200,7 @@ def join_batches(batches: Iterable[tuple[list[bool], list[Any], list[Any], list[
         add(join((_KEY, dumps(key), _LEFT, b"null" if lv is None else lv if lv.__class__ is bytes else dumps(lv),
                   _RIGHT, b"null" if rv is None else rv if rv.__class__ is bytes else dumps(rv), _END)))
 
-    j = StreamStreamJoin(within, how, emit)
+    j = StreamStreamJoin(within, how, emit, lateness)
     push = j.push
     pos = 0
     for sides, times, keys, payloads in batches:
@@ -184,7 +209,10 @@ def join_batches(batches: Iterable[tuple[list[bool], list[Any], list[Any], list[
             if t is None:
                 no_time[side] += 1
                 continue
-            push(side, k if k.__class__ is str else norm(k), k, t, v, pos)
+            if push(side, k if k.__class__ is str else norm(k), k, t, v, pos):
+                late_counts[side] += 1
+                if late is not None:
+                    late(side, v)
         n1 = sum(sides)
         counts[0] += len(sides) - n1
         counts[1] += n1
@@ -198,14 +226,15 @@ def join_batches(batches: Iterable[tuple[list[bool], list[Any], list[Any], list[
 
 def _inner_batches(batches: Iterable[tuple[list[bool], list[Any], list[Any], list[Any]]],
                    norm: Callable[[Any], Any], within: int, write: Callable[[bytes], None],
-                   counts: list[int], no_time: list[int]) -> None:
+                   counts: list[int], no_time: list[int], lateness: int, late_counts: list[int],
+                   late: Callable[[int, Any], None] | None) -> None:
     """Inner joins emit only pairs, so when an event leaves the state does not show in the output
     (a pair needs the earlier event still in the window, which the match checks itself).
 
     That allows one dict for both sides, one lookup per event: normalized key -> entry
     [left events, right events, normalized key, queued time, newest time], each side None,
-    one event (time, payload) or a list of them in input order. An event already behind
-    the window when it arrives is matched but never stored. Entries queue in the order they
+    one event (time, payload) or a list of them in input order. A late event (already behind
+    the window when it arrives) is counted and neither matched nor stored. Entries queue in the order they
     were made; after each batch, entries queued with a time behind the window leave: the
     whole entry when its newest event is behind it too, else it queues again with that time
     and its lists keep only the events still in the window (so an event stays at most a
@@ -218,8 +247,9 @@ def _inner_batches(batches: Iterable[tuple[list[bool], list[Any], list[Any], lis
     queue: deque[list[Any]] = deque()
     enqueue = queue.append
     popleft = queue.popleft
-    wm: float = float("-inf")
-    floor: float = wm  # wm - within: an event with a smaller time is out of the window
+    high: float = float("-inf")  # the largest time seen
+    floor: float = high  # watermark - within: an event with a smaller time is out of the window
+    back = lateness + within
     for sides, times, keys, payloads in batches:
         parts: list[bytes] = []
         add = parts.append
@@ -227,18 +257,22 @@ def _inner_batches(batches: Iterable[tuple[list[bool], list[Any], list[Any], lis
             if t is None:
                 no_time[side] += 1
                 continue
-            if t > wm:
-                wm = t
-                floor = t - within
+            if t > high:
+                high = t
+                floor = t - back
+            elif t < floor:
+                late_counts[side] += 1
+                if late is not None:
+                    late(side, v)
+                continue
             if k is None:
                 continue
             nk = k if k.__class__ is str else norm(k)
             e = get(nk)
             if e is None:
-                if t >= floor:
-                    e = [None, (t, v), nk, t, t] if side else [(t, v), None, nk, t, t]
-                    buf[nk] = e
-                    enqueue(e)
+                e = [None, (t, v), nk, t, t] if side else [(t, v), None, nk, t, t]
+                buf[nk] = e
+                enqueue(e)
                 continue
             o = e[0] if side else e[1]
             if o is not None:
@@ -253,16 +287,15 @@ def _inner_batches(batches: Iterable[tuple[list[bool], list[Any], list[Any], lis
                             add(join((_KEY, dumps(k), _LEFT, ob, _RIGHT, vb, _END)))
                         else:
                             add(join((_KEY, dumps(k), _LEFT, vb, _RIGHT, ob, _END)))
-            if t >= floor:
-                if t > e[4]:
-                    e[4] = t
-                cur = e[side]
-                if cur is None:
-                    e[side] = (t, v)
-                elif cur.__class__ is tuple:
-                    e[side] = [cur, (t, v)] if cur[0] >= floor else (t, v)
-                else:
-                    cur.append((t, v))
+            if t > e[4]:
+                e[4] = t
+            cur = e[side]
+            if cur is None:
+                e[side] = (t, v)
+            elif cur.__class__ is tuple:
+                e[side] = [cur, (t, v)] if cur[0] >= floor else (t, v)
+            else:
+                cur.append((t, v))
         n1 = sum(sides)
         counts[0] += len(sides) - n1
         counts[1] += n1

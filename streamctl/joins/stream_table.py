@@ -10,9 +10,18 @@ The table is a changelog folded into the latest value per key; a null value
   or before the event's (the latest by (time, position) among versions with
   time <= t). So that a version with the same or an earlier time arriving a
   little later still counts, an event waits until the watermark passes its
-  time (W > t, W the largest event time seen so far over both inputs) or the
-  input ends; then it is looked up among the versions seen so far. Events that
-  resolve at one position come out ordered by (time, position).
+  time (W > t; W is the stream-stream join's watermark: the largest event time
+  seen so far over both inputs, minus `lateness`) or the input ends; then it
+  is looked up among the versions seen so far. Events that resolve at one
+  position come out ordered by (time, position).
+  Lateness: an event that arrives with its time already behind W resolves at
+  once, and its answer is exact -- every version that came in on time and
+  could be its answer (time <= t < W) is already in the history -- so events
+  are never late here (Kafka Streams' stream-table join with a grace period
+  joins such a record at once too). What can come too late is a table change:
+  one whose time is behind W when it arrives (t < W) may be missing from rows
+  already written for events at or after its time. It is still applied (a
+  table never loses a change; later lookups see it), and it is counted late.
   `retention` bounds the history: a key keeps only the versions an event not
   older than W - retention could need (every version after the newest one at
   or before W - retention). An event older than that finds nothing if its key
@@ -90,20 +99,27 @@ class _History:
 
 
 class TableAsOfTime:
-    def __init__(self, inner: bool, emit: Emit, retention: int | None = None) -> None:
+    def __init__(self, inner: bool, emit: Emit, retention: int | None = None, lateness: int = 0) -> None:
         self.inner = inner
         self.emit = emit
         self.retention = retention
+        self.lateness = lateness
         self.history: dict[Any, _History] = {}
         self.waiting: list[tuple[int, int, Any, Any, Any]] = []  # (t, position, nkey, key, value)
-        self.watermark: int | None = None
+        self.max_time: int | None = None
+        self.watermark: int | None = None  # max_time - lateness
 
     def advance(self, t: int) -> None:
         """Move the watermark (every record with a time does, even one without a usable key)."""
-        if self.watermark is None or t > self.watermark:
-            self.watermark = t
-            if self.waiting and self.waiting[0][0] < t:
-                self._resolve(t)
+        if self.max_time is None or t > self.max_time:
+            self.max_time = t
+            wm = self.watermark = t - self.lateness
+            if self.waiting and self.waiting[0][0] < wm:
+                self._resolve(wm)
+
+    def is_late(self, t: int | None) -> bool:
+        """Whether a table change with time t comes too late (behind the watermark; see above)."""
+        return t is not None and self.watermark is not None and t < self.watermark
 
     def change(self, nkey: Any, t: int | None, value: Any, pos: int) -> None:
         """A table version; t None = no time: valid from the beginning, does not move the watermark."""
@@ -119,7 +135,7 @@ class TableAsOfTime:
     def event(self, nkey: Any, key: Any, t: int, value: Any, pos: int) -> None:
         heapq.heappush(self.waiting, (t, pos, nkey, key, value))
         self.advance(t)
-        if self.waiting[0][0] < self.watermark:  # an event already behind the watermark
+        if self.waiting[0][0] < self.watermark:  # type: ignore[operator]  # an event already behind it
             self._resolve(self.watermark)
 
     def _resolve(self, wm: int | None) -> None:
