@@ -42,8 +42,15 @@ is late: dropped and counted on stderr (--late drop), or it produces an
 updated row with "revision": n (--late correct, which keeps closed windows in
 memory to revise them), and with --late-out FILE it is also written to FILE.
 Rows come out in window-close order, ties by window start, then the key's
-JSON text. Input order is deterministic (a log's partitions merged by
-(ts, partition, offset)), so lateness is reproducible run to run.
+JSON text.
+
+Input order: each partition keeps its stored order, and partitions are merged
+by event time (a record sorts by the largest event time in its partition up to
+it, then partition, offset), so only an event out of order within its own
+partition can be late, however the log was produced; runs agree on lateness.
+--follow merges what is available the same way (a quiet partition does not
+hold the others back), so it can differ from a batch run only in which events
+are late.
 
 Aggregations (--agg, repeatable, default count): count, sum, avg, min, max,
 p50, p90, p99 (exact, linear interpolation like Spark's percentile), distinct
