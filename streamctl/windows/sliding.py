@@ -46,28 +46,29 @@ class Sliding:
         else:
             evs.append(ev)
         size = self.size
-        if t < wm:
-            if self.correct:
-                # revise every closed row whose window [t' - SIZE, t'] holds t, this event's own included
-                done = set()
-                for t2, _s, _v in evs[bisect_left(evs, t, key=_time):bisect_right(evs, t + size, key=_time)]:
-                    if t2 >= wm or t2 in done:
-                        continue
-                    done.add(t2)
-                    rev = self.revisions.get((key, t2), 0) + 1
-                    self.revisions[(key, t2)] = rev
-                    out.append((t2 - size, t2, key, self._result(evs, t2), rev))
-            elif t < wm - size:
-                evs.remove(ev)  # no open row can hold it
+        late = t < wm
+        if late and not self.correct and t < wm - size:
+            evs.remove(ev)  # no open row can hold it
             return True
-        heapq.heappush(self.pending, (t, key, seq))
-        if self.update:
+        if not late:
+            heapq.heappush(self.pending, (t, key, seq))
+        if self.update or (late and self.correct):
+            # every row whose window [t' - SIZE, t'] holds t changed (this event's own included): a closed
+            # one is revised with --late correct; an open one (a late event still counts in those) is
+            # written again with --emit update
             done = set()
             for t2, _s, _v in evs[bisect_left(evs, t, key=_time):bisect_right(evs, t + size, key=_time)]:
-                if t2 not in done:
-                    done.add(t2)
+                if t2 in done:
+                    continue
+                done.add(t2)
+                if t2 < wm:
+                    if self.correct:
+                        rev = self.revisions.get((key, t2), 0) + 1
+                        self.revisions[(key, t2)] = rev
+                        out.append((t2 - size, t2, key, self._result(evs, t2), rev))
+                elif self.update:
                     out.append((t2 - size, t2, key, self._result(evs, t2), None))
-        return False
+        return late
 
     def close(self, wm: int, out: list) -> None:
         pending = self.pending
