@@ -2,21 +2,42 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
 from streamctl.commands.common import example
+
+if TYPE_CHECKING:
+    from streamctl.filters import Filter
 
 EPILOG = example(
     "streamctl consume orders                               # every record, then exit",
     "streamctl consume orders --group billing --max 100     # next 100 for billing, committed",
     "streamctl consume orders --from -10 --partition 0      # last 10 of partition 0",
     "streamctl consume orders --from 2026-11-21T10:00:00Z --value | jq .amount",
-    "streamctl consume orders --format '%p:%o %k %s\\n'      # kcat-style template",
+    "streamctl consume orders --format '%t %p:%o %T %k %s\\n' # kcat's -f template, kcat's meanings",
+    "streamctl consume orders --where 'value.amount > 100' --where 'value.country == JP'",
+    "streamctl consume orders --key user-7 --key user-9 --from -1h   # either key, the last hour",
+    "streamctl consume orders --header trace-id=4bf92f35 --max 1     # find a record by header",
+    "streamctl consume orders -g audit --where 'value.status ~ ^fail' # skipped records are committed too",
+    "streamctl consume orders --from 2026-11-21T00:00:00Z --until 2026-11-22T00:00:00Z   # one day",
     "streamctl consume events.jsonl --value                 # a plain file works too",
     "streamctl consume orders -g ops --follow --idle-timeout 10m -u | jq -c .value",
     "streamctl consume orders -g loader --exec './load.sh' --batch 500   # cron: commit after load.sh exits 0",
     "streamctl consume orders -g loader --follow --exec 'wc -l' --batch-timeout 2s",
 )
+
+
+WHERE_HELP = ("Only records where PATH OP VALUE holds (repeatable: all must hold). PATH: value.user.id, key, ts, "
+              "offset, partition, headers.NAME (other paths are under value). OP: == != < <= > >= or ~ (regular "
+              "expression search in a string). VALUE: JSON (100, \"JP\", true, null) or a bare word taken as a "
+              "string. A missing field is null; != is the negation of ==; comparing different types (true and 1 "
+              "too) is false, except by !=.")
+FORMAT_HELP = ("kcat's -f template, kcat's meanings: %t the log's name (its folder's base name), %p partition, "
+               "%o offset, %T timestamp (epoch ms), %k key, %s value, %h headers (n=v,n2=v2), %K / %S key / "
+               "value length in bytes (-1: null), %% a %, \\t \\n escapes; plus %d, the timestamp as ISO-8601 "
+               "UTC with milliseconds.")
 
 
 def register(app: typer.Typer) -> None:
@@ -28,9 +49,13 @@ def consume(
     group: str | None = typer.Option(None, "--group", "-g", metavar="G", help="Consumer group: start at its committed offsets and commit what was written."),
     from_: str | None = typer.Option(None, "--from", metavar="earliest|latest|OFFSET|TIME|-N", help="Where to start (default earliest; with --group its committed offsets). TIME: ISO-8601, @EPOCHMS or -1h. -N: the last N records of each partition."),
     partition: int | None = typer.Option(None, "--partition", "-p", metavar="P", help="Read only partition P."),
-    max_: int | None = typer.Option(None, "--max", metavar="N", help="Stop after N records."),
+    until: str | None = typer.Option(None, "--until", metavar="OFFSET|TIME", help="Stop before the first record at or past this: a bare integer is an offset (in every partition; each partition stops there), a TIME (ISO-8601, @EPOCHMS, -1h) compares with ts. With --group, the committed offsets stop there too."),
+    max_: int | None = typer.Option(None, "--max", metavar="N", help="Stop after N records written (records a filter skips do not count)."),
+    key: list[str] | None = typer.Option(None, "--key", metavar="K", help="Only records whose key is K (repeatable: any of them)."),
+    header: list[str] | None = typer.Option(None, "--header", metavar="NAME=VALUE", help="Only records with header NAME equal to VALUE (repeatable: all must hold)."),
+    where: list[str] | None = typer.Option(None, "--where", metavar="'PATH OP VALUE'", help=WHERE_HELP),
     value: bool = typer.Option(False, "--value", help="Write only each record's value (JSON text)."),
-    fmt: str | None = typer.Option(None, "--format", metavar="TEMPLATE", help="kcat-style template: %o offset, %p partition, %t ts (ms), %T ts (ISO), %k key, %s value, %h headers, %% and \\t \\n escapes."),
+    fmt: str | None = typer.Option(None, "--format", metavar="TEMPLATE", help=FORMAT_HELP),
     follow: bool = typer.Option(False, "--follow", "-f", help="Wait for new records instead of exiting at the end (inotify via watchfiles; polling where inotify is unavailable)."),
     idle_timeout: str | None = typer.Option(None, "--idle-timeout", metavar="DUR", help="With --follow: stop after DUR in which nothing new was delivered."),
     exec_: str | None = typer.Option(None, "--exec", metavar="CMD", help="Run CMD (by the shell) for each batch, the batch on its stdin; commit only if it exits 0."),
@@ -45,6 +70,14 @@ def consume(
     (ts, partition, offset) order. Default output is each stored line, unchanged.
     With --group, offsets are committed only for records whose output was
     written and flushed; a closed pipe (| head) ends consume quietly (exit 141).
+
+    Filters (--key, --header, --where) combine with AND. With --group, records
+    they skip count as consumed: the committed offsets move past them.
+    --until stops each partition before the first record at or past the bound
+    (kcat's -o e@): an offset bound applies in every partition; a time bound
+    stops each partition at its first record with ts at or past it. With
+    --follow, consume ends once every partition reached the bound (for a time:
+    a record at or past it arrived, or the clock passed it by a second).
     """
     from streamctl.errors import UsageError
 
@@ -66,6 +99,16 @@ def consume(
         from streamctl.consumer import validate_from
 
         validate_from(from_)
+    flt = None
+    if key or header or where:
+        from streamctl.filters import Filter
+
+        flt = Filter.from_options(key, header, where)
+    bound = None
+    if until is not None:
+        from streamctl.consumer import parse_until
+
+        bound = parse_until(until)
 
     from streamctl import log as logmod
 
@@ -78,29 +121,33 @@ def consume(
             raise UsageError(f"{log}: no such log or file")
         if group or follow or exec_ or partition not in (None, 0):
             raise UsageError("--group, --follow, --exec and --partition need a log, not a plain file")
-        return _consume_plain(log, from_, max_, value, fmt, unbuffered)
+        if bound is not None and bound.kind != "offset":
+            raise UsageError(f"{log}: a plain file has no timestamps; --until takes an offset (a line number)")
+        return _consume_plain(log, from_, max_, value, fmt, unbuffered, flt,
+                              bound.value if bound is not None else None)
 
     if follow or exec_ or group:
         # a group run claims its partitions so competing members split them
         from streamctl.commands import consume_live
 
         return consume_live.run(log, group, from_, partition, max_, value, fmt, follow, idle_timeout,
-                                exec_, batch, batch_timeout, unbuffered)
+                                exec_, batch, batch_timeout, unbuffered, flt, bound)
 
     # no group: nothing to claim or commit; stream the stored lines straight through
     from streamctl import consumer, stopflag
     from streamctl.errors import Interrupted
     from streamctl.formats.records import renderer
+    from streamctl.formats.template import log_name
     from streamctl.formats.writer import Output
 
     lg = logmod.open_log(log)
     parts = consumer.check_partition_arg(lg, partition)
-    pl = consumer.plan(lg, parts, from_, None)
-    render = renderer(value, fmt)
+    pl = consumer.plan(lg, parts, from_, None, until=bound)
+    render = renderer(value, fmt, log_name(log))
     out = Output(unbuffered=True if unbuffered else None)
     stopflag.install()  # Ctrl-C / SIGTERM: finish the record at hand, flush, then exit
     active = consumer.active_partitions(pl)
-    if render is None and max_ is None and len(active) <= 1:
+    if render is None and max_ is None and flt is None and len(active) <= 1:
         # stored lines, unchanged, from one partition: the kernel copies them (sendfile)
         for p in active:
             pos = pl.positions[p]
@@ -108,7 +155,8 @@ def consume(
                                  lambda fd, lo, hi: out.copy_range(fd, lo, hi, stopflag.is_set))
     else:
         items = consumer.stream(lg, pl, merge=True)
-        consumer.run(items, render, out.write, out.flush, consumer.Committer(lg, None), max_)
+        consumer.run(items, render, out.write, out.flush, consumer.Committer(lg, None), max_,
+                     flt.select if flt is not None else None)
     if stopflag.is_set():
         import signal
 
@@ -117,17 +165,23 @@ def consume(
 
 
 def _consume_plain(path: str, from_: str | None, max_: int | None, value: bool, fmt: str | None,
-                   unbuffered: bool) -> None:
+                   unbuffered: bool, flt: Filter | None = None, until: int | None = None) -> None:
+    """A plain .jsonl file (or -): its values with line numbers as offsets; filters see them as
+    records with a null key, no ts and no headers."""
     from streamctl import plainfile
-    from streamctl.formats.template import compile_plain_template
+    from streamctl.formats.template import compile_plain_template, log_name
     from streamctl.formats.writer import Output
 
     out = Output(unbuffered=True if unbuffered else None)
-    tmpl = compile_plain_template(fmt) if fmt is not None else None
+    tmpl = compile_plain_template(fmt, log_name(path)) if fmt is not None else None
     n = 0
     for off, v in plainfile.select(plainfile.iter_values(path), from_):
         if max_ is not None and n >= max_:
             break
+        if until is not None and off >= until:
+            break
+        if flt is not None and not flt.select(plainfile.envelope_line(off, v)):
+            continue
         if tmpl is not None:
             out.write(tmpl(off, v))
         elif value:

@@ -13,7 +13,13 @@ Decisions (also in docs/readme-live.md):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from streamctl.commands.common import info
+
+if TYPE_CHECKING:
+    from streamctl.filters import Filter
+    from streamctl.replay import Bound
 
 FOLLOW_BATCH_TIMEOUT = 1.0
 # While catching up on history, commit at most this often (a commit is a rename and two fsyncs).
@@ -22,13 +28,15 @@ COMMIT_INTERVAL = 1.0
 
 def run(log: str, group: str | None, from_: str | None, partition: int | None, max_: int | None,
         value: bool, fmt: str | None, follow: bool, idle_timeout: str | None, exec_: str | None,
-        batch: int, batch_timeout: str | None, unbuffered: bool) -> None:
+        batch: int, batch_timeout: str | None, unbuffered: bool, flt: Filter | None = None,
+        until: Bound | None = None) -> None:
     from streamctl import consumer, stopflag
     from streamctl import log as logmod
     from streamctl.errors import Interrupted, UsageError
     from streamctl.formats.records import renderer
+    from streamctl.formats.template import log_name
     from streamctl.formats.writer import Output
-    from streamctl.live import LiveOptions, PrintSink, consume_live
+    from streamctl.live import FilterSink, LiveOptions, PrintSink, consume_live
     from streamctl.timeparse import parse_duration
 
     if exec_ is not None and not exec_.strip():
@@ -39,7 +47,7 @@ def run(log: str, group: str | None, from_: str | None, partition: int | None, m
         btimeout = FOLLOW_BATCH_TIMEOUT
     lg = logmod.open_log(log)
     parts = consumer.check_partition_arg(lg, partition)
-    render = renderer(value, fmt)
+    render = renderer(value, fmt, log_name(log))
     committer = consumer.Committer(lg, group, interval=COMMIT_INTERVAL)
     if exec_ is not None:
         from streamctl.execbatch import ExecBatcher
@@ -48,11 +56,14 @@ def run(log: str, group: str | None, from_: str | None, partition: int | None, m
     else:
         out = Output(unbuffered=True if unbuffered else None)
         sink = PrintSink(out, render, committer, per_line=max_ is not None and len(parts) > 1)
+    if flt is not None:
+        # skipped records are committed only where the sink holds nothing undelivered before them
+        sink = FilterSink(sink, flt.select, committer)
     wake = 0.2
     for t in (idle, btimeout):
         if t is not None:
             wake = max(0.001, min(wake, t / 4))
-    opts = LiveOptions(parts, group, from_, follow, max_, idle, wake_every=wake)
+    opts = LiveOptions(parts, group, from_, follow, max_, idle, wake_every=wake, until=until)
     stopflag.install()
     res = consume_live(lg, opts, sink, committer, info)
     if res.stopped_by is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from streamctl.commands.common import example, info
+from streamctl.commands.consume import WHERE_HELP
 
 EPILOG = example(
     "# 1. offset reset (dry run: a table of current/new offsets and lag; --execute applies it)",
@@ -21,6 +22,8 @@ EPILOG = example(
     "streamctl replay orders --compact --until 2026-11-21T00:00:00Z --out orders-snapshot",
     "streamctl replay orders --from 1000 --until 2000 | jq .value",
     "streamctl replay orders --key user-7 --unbuffered | grep -m1 refund",
+    "streamctl replay orders --from -1d --where 'value.status == failed' --header region=eu",
+    "streamctl replay orders --compact --where 'value.tier == gold'   # the gold rows of the table",
     "",
     "# 3. the Spark engine (auto picks it above --spark-threshold when pyspark and Java exist)",
     "streamctl replay orders --compact --engine spark --master 'local[2]'",
@@ -47,7 +50,9 @@ def replay(
     execute: bool = typer.Option(False, "--execute", help="Apply the reset; without it nothing changes (a dry run)."),
     from_: str | None = typer.Option(None, "--from", metavar="OFFSET|TIME", help="Start of the range (inclusive): an offset (a bare integer, in every partition) or a time: ISO-8601, @EPOCHMS or relative -1h."),
     until: str | None = typer.Option(None, "--until", metavar="OFFSET|TIME", help="End of the range (exclusive), same forms as --from. Default: the end of the log when replay starts."),
-    key: str | None = typer.Option(None, "--key", metavar="K", help="Only records whose key is K."),
+    key: list[str] | None = typer.Option(None, "--key", metavar="K", help="Only records whose key is K (repeatable: any of them)."),
+    header: list[str] | None = typer.Option(None, "--header", metavar="NAME=VALUE", help="Only records with header NAME equal to VALUE (repeatable: all must hold). Local engine only."),
+    where: list[str] | None = typer.Option(None, "--where", metavar="'PATH OP VALUE'", help=WHERE_HELP + " Local engine only."),
     compact: bool = typer.Option(False, "--compact", help="The table as of --until: the latest record per key, deleted keys (tombstones) and records without a key left out."),
     out: str | None = typer.Option(None, "--out", metavar="LOG2", help="Append the records to LOG2 (new offsets; created with LOG's partition count if missing) instead of stdout."),
     engine: str = typer.Option("auto", "--engine", metavar="local|spark|auto", help="Who does the work: this process, a generated PySpark job, or auto: Spark above --spark-threshold when pyspark and Java are available (the choice is said on stderr)."),
@@ -72,6 +77,12 @@ def replay(
     without a key are left out. Relative times in an emitted job are resolved
     when the job runs, so one job file serves a nightly cron.
 
+    Filters (--key, --header, --where, as in consume) combine with AND. With
+    --compact they select rows of the table: a key is shown when its latest
+    record matches. The Spark engine applies one --key; --header, --where and
+    several --key run on the local engine (auto stays local; --engine spark and
+    --emit-job refuse them).
+
     The Spark engine gives the same lines in the same order. To stdout, the job
     writes them there itself (they do not pass through streamctl); with --out
     they are appended by streamctl. Its log goes to a temp file; on failure the
@@ -85,7 +96,8 @@ def replay(
               "--to-datetime": to_datetime is not None, "--shift-by": shift_by is not None,
               "--by-duration": by_duration is not None}
     chosen = [name for name, on in resets.items() if on]
-    range_flags = {"--from": from_, "--until": until, "--key": key, "--compact": compact or None, "--out": out,
+    range_flags = {"--from": from_, "--until": until, "--key": key or None, "--header": header or None,
+                   "--where": where or None, "--compact": compact or None, "--out": out,
                    "--emit-job": emit_job, "--master": master, "--spark-threshold": spark_threshold}
     if group is not None:
         used = [n for n, v in range_flags.items() if v is not None]
@@ -103,7 +115,12 @@ def replay(
         raise UsageError("--execute applies an offset reset and needs --group G")
     if partition is not None:
         raise UsageError("--partition applies to an offset reset (with --group)")
-    return _range(log, from_, until, key, compact, out, engine, spark_threshold, master, emit_job, unbuffered)
+    flt = None
+    if key or header or where:
+        from streamctl.filters import Filter
+
+        flt = Filter.from_options(key, header, where)
+    return _range(log, from_, until, flt, compact, out, engine, spark_threshold, master, emit_job, unbuffered)
 
 
 def _reset(log: str, group: str, mode: str, to_offset: int | None, to_datetime: str | None, shift_by: int | None,
@@ -149,7 +166,7 @@ def _reset(log: str, group: str, mode: str, to_offset: int | None, to_datetime: 
         info("dry run: nothing changed; add --execute to apply")
 
 
-def _range(log: str, from_: str | None, until: str | None, key: str | None, compact: bool, out: str | None,
+def _range(log: str, from_: str | None, until: str | None, flt, compact: bool, out: str | None,
            engine: str, spark_threshold: str | None, master: str | None, emit_job: str | None,
            unbuffered: bool) -> None:
     import os
@@ -163,11 +180,18 @@ def _range(log: str, from_: str | None, until: str | None, key: str | None, comp
     if engine not in ENGINES:
         raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     now = now_ms()
+    # a Spark job applies one key; any other filter is applied by this process
+    spark_key = flt.keys[0] if flt is not None and len(flt.keys) == 1 and not flt.decodes else None
+    local_only = flt is not None and spark_key is None
     spec = core.ReplaySpec(
         start=core.parse_bound(from_, "--from", now) if from_ is not None else None,
         until=core.parse_bound(until, "--until", now) if until is not None else None,
-        key=key, compact=compact)
+        key=spark_key, compact=compact, filter=flt)
     threshold = parse_size(spark_threshold) if spark_threshold is not None else None
+    if local_only and (engine == "spark" or emit_job is not None or "://" in log):
+        what = "--emit-job" if emit_job is not None else ("a Spark URI" if "://" in log else "--engine spark")
+        raise UsageError(f"{what}: the Spark engine applies one --key only; {flt.describe()} runs on the "
+                         "local engine (--engine local or auto)")
     if emit_job is not None:
         if out is not None:
             raise UsageError("--out appends to a streamctl log and cannot be done by an emitted job; pipe the job's "
@@ -189,14 +213,20 @@ def _range(log: str, from_: str | None, until: str | None, key: str | None, comp
             raise UsageError("--engine spark needs a log; plain files are replayed locally")
         return _write(core.replay_plain(log, spec), out, unbuffered, None)
 
-    from streamctl.spark.engine import choose_engine
+    from streamctl.spark.engine import DEFAULT_SPARK_THRESHOLD, choose_engine
 
     lg = logmod.open_log(log)
     if out is not None:
         _check_out(lg, out)
     ranges = core.plan(lg, spec)
     total = core.input_bytes(lg)
-    chosen = choose_engine(engine, total, threshold, info)
+    if local_only:
+        chosen = choose_engine("local", total, threshold, info)
+        if engine == "auto" and total >= (threshold if threshold is not None else DEFAULT_SPARK_THRESHOLD):
+            info("engine: local (input is above the Spark threshold, but the Spark engine does not apply "
+                 "--header, --where or several --key)")
+    else:
+        chosen = choose_engine(engine, total, threshold, info)
     if chosen == "spark":
         lines = _spark_lines(lg, spec, ranges, master, now, into=_stdout_fd(out))
         return _write(lines, out, unbuffered, lg)
@@ -204,7 +234,7 @@ def _range(log: str, from_: str | None, until: str | None, key: str | None, comp
     selected = sum(_range_bytes_hint(lg, p) for p in active)
     progress = _Progress.maybe(selected)
     try:
-        if out is None and spec.key is None and not spec.compact and len(active) <= 1:
+        if out is None and flt is None and not spec.compact and len(active) <= 1:
             # one partition's stored lines, unchanged: the kernel copies them (sendfile)
             _copy_stored(lg, {p: ranges[p] for p in active}, unbuffered, progress)
         else:

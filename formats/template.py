@@ -1,7 +1,23 @@
-"""kcat-style output templates: `%o %p %t %T %k %s %h %%` and `\\t \\n \\r \\\\` escapes."""
+"""kcat-style output templates, with kcat's meanings, so a kcat `-f` template works unchanged.
+
+    %t  the log's name (kcat's topic): the base name of the log's folder
+        (`streamctl consume data/orders` prints `orders`), or of a plain file
+    %p  partition          %o  offset
+    %T  timestamp, epoch milliseconds (-1 where there is none: plain files)
+    %d  timestamp, ISO-8601 UTC with milliseconds (streamctl's addition)
+    %k  key                %K  key length in bytes (-1 for a null key)
+    %s  value              %S  value length in bytes (-1 for a null value)
+    %h  headers, `name=value` comma-separated
+    %%  a literal %, and the escapes \\t \\n \\r \\\\ \\0
+
+A key or value that is a JSON string prints as its characters (kcat prints
+the payload's bytes); any other value prints as its JSON text; null prints
+nothing. %K and %S are the byte lengths of what %k and %s print.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import orjson
@@ -11,10 +27,19 @@ from streamctl.errors import UsageError
 from streamctl.timeparse import format_iso
 
 TOKENS = {
-    "o": "offset", "p": "partition", "t": "timestamp (epoch ms)", "T": "timestamp (ISO-8601 UTC)",
-    "k": "key", "s": "value", "h": "headers (k=v,k2=v2)", "%": "a literal %",
+    "t": "the log's name (its folder's base name)", "p": "partition", "o": "offset",
+    "T": "timestamp (epoch ms)", "d": "timestamp (ISO-8601 UTC)",
+    "k": "key", "K": "key length in bytes (-1: null)", "s": "value", "S": "value length in bytes (-1: null)",
+    "h": "headers (n=v,n2=v2)", "%": "a literal %",
 }
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "\\": "\\", "0": "\0"}
+
+
+def log_name(path: str) -> str:
+    """What %t prints for the log or file at `path`: its base name, like kcat's topic name."""
+    if path == "-":
+        return "-"
+    return os.path.basename(os.path.normpath(path.rstrip("/") or "/"))
 
 
 def parse_template(text: str) -> list[tuple[str, str]]:
@@ -52,10 +77,19 @@ def parse_template(text: str) -> list[tuple[str, str]]:
 def _raw(json_text: bytes) -> bytes:
     """A JSON string prints as its raw characters (kcat prints payload bytes); else JSON text."""
     if json_text.startswith(b'"'):
+        if b"\\" not in json_text:
+            return json_text[1:-1]
         return orjson.loads(json_text).encode("utf-8", "surrogateescape")
     if json_text == b"null":
         return b""
     return json_text
+
+
+def _length(json_text: bytes) -> bytes:
+    """kcat's %K / %S: the byte length of what %k / %s prints, -1 for null."""
+    if json_text == b"null":
+        return b"-1"
+    return b"%d" % len(_raw(json_text))
 
 
 def _headers(line: bytes) -> bytes:
@@ -67,37 +101,55 @@ def _headers(line: bytes) -> bytes:
     return ",".join(f"{k}={v if isinstance(v, str) else orjson.dumps(v).decode()}" for k, v in h.items()).encode()
 
 
-def compile_template(text: str) -> Callable[[bytes], bytes]:
-    """A function from a stored line to its rendering."""
+_ENVELOPE_TOKENS = frozenset("opTd")
+
+
+def compile_template(text: str, name: str = "") -> Callable[[bytes], bytes]:
+    """A function from a stored line to its rendering; `name` is what %t prints."""
     parts = parse_template(text)
-    getters: list[Callable[[bytes], bytes] | bytes] = []
-    for kind, v in parts:
-        if kind == "lit":
-            getters.append(v.encode())
-        elif v == "o":
-            getters.append(lambda ln: b"%d" % record.envelope(ln)[0])
-        elif v == "p":
-            getters.append(lambda ln: b"%d" % record.envelope(ln)[1])
-        elif v == "t":
-            getters.append(lambda ln: b"%d" % record.envelope(ln)[2])
-        elif v == "T":
-            getters.append(lambda ln: format_iso(record.envelope(ln)[2]).encode())
-        elif v == "k":
-            getters.append(lambda ln: _raw(record.key_bytes(ln)))
-        elif v == "s":
-            getters.append(lambda ln: _raw(record.value_bytes(ln)))
-        elif v == "h":
-            getters.append(_headers)
+    # Each token reads only its part of the line; the envelope prefix is split once per line.
+    pieces: list[bytes | str] = [v.encode() if kind == "lit" else v for kind, v in parts]
+    needs_env = any(p in _ENVELOPE_TOKENS for p in pieces if isinstance(p, str))
+    topic = name.encode("utf-8", "surrogateescape")
+    env = record.envelope
 
     def render(line: bytes) -> bytes:
-        return b"".join(g if isinstance(g, bytes) else g(line) for g in getters)
+        e = env(line) if needs_env else (0, 0, 0)
+        out: list[bytes] = []
+        for p in pieces:
+            if isinstance(p, bytes):
+                out.append(p)
+            elif p == "o":
+                out.append(b"%d" % e[0])
+            elif p == "p":
+                out.append(b"%d" % e[1])
+            elif p == "T":
+                out.append(b"%d" % e[2])
+            elif p == "d":
+                out.append(format_iso(e[2]).encode())
+            elif p == "t":
+                out.append(topic)
+            elif p == "k":
+                out.append(_raw(record.key_bytes(line)))
+            elif p == "K":
+                out.append(_length(record.key_bytes(line)))
+            elif p == "s":
+                out.append(_raw(record.value_bytes(line)))
+            elif p == "S":
+                out.append(_length(record.value_bytes(line)))
+            elif p == "h":
+                out.append(_headers(line))
+        return b"".join(out)
 
     return render
 
 
-def compile_plain_template(text: str) -> Callable[[int, bytes], bytes]:
-    """Rendering for a plain .jsonl input: %o is the line number, %p 0, no ts/key/headers."""
+def compile_plain_template(text: str, name: str = "") -> Callable[[int, bytes], bytes]:
+    """Rendering for a plain .jsonl input: %o is the line number, %p 0, %T -1 and %d empty (no
+    timestamps), the key null (%k empty, %K -1), no headers."""
     parts = parse_template(text)
+    topic = name.encode("utf-8", "surrogateescape")
+    fixed = {"p": b"0", "T": b"-1", "d": b"", "t": topic, "k": b"", "K": b"-1", "h": b""}
 
     def render(lineno: int, value: bytes) -> bytes:
         out = []
@@ -106,10 +158,12 @@ def compile_plain_template(text: str) -> Callable[[int, bytes], bytes]:
                 out.append(v.encode())
             elif v == "o":
                 out.append(b"%d" % lineno)
-            elif v == "p":
-                out.append(b"0")
             elif v == "s":
                 out.append(_raw(value))
+            elif v == "S":
+                out.append(_length(value))
+            else:
+                out.append(fixed[v])
         return b"".join(out)
 
     return render

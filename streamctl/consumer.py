@@ -7,17 +7,23 @@ import heapq
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from streamctl import offsets, reader, record, stopflag
 from streamctl.errors import StorageError, UsageError
 from streamctl.log import Log
 from streamctl.timeparse import parse_time
 
+if TYPE_CHECKING:
+    from streamctl.replay import Bound
+
 
 @dataclass
 class Position:
     start: int
     end: int | None  # exclusive; None = follow
+    # end was set by --until: the partition holds a record at or past the bound, so a follow stops here
+    reached: bool = False
 
 
 @dataclass
@@ -47,9 +53,29 @@ def validate_from(spec: str) -> None:
     parse_time(s)  # raises UsageError with the accepted forms
 
 
+def parse_until(spec: str, now: int | None = None) -> Bound:
+    """`--until OFFSET|TIME`: a bare integer is an offset (in every partition), anything else a time."""
+    from streamctl.replay import parse_bound
+
+    return parse_bound(spec, "--until", now)
+
+
+def until_offset(log: Log, p: int, until: Bound, info: reader.PartitionInfo) -> tuple[int, bool]:
+    """(offset of the first record at or past `until` in partition p, whether that record exists yet).
+
+    For a time, the first record with ts >= it (ts never decreases in a partition); while no
+    such record exists, the bound is the partition's end and more records may still come
+    before it."""
+    if until.kind == "offset":
+        return until.value, until.value <= info.next_offset
+    off = reader.offset_for_time(log, p, until.value)
+    return off, off < info.next_offset
+
+
 def plan(log: Log, partitions: list[int], from_spec: str | None, group: str | None,
-         follow: bool = False) -> Plan:
-    """Where each partition starts and (without follow) where it ends, snapshotted now."""
+         follow: bool = False, until: Bound | None = None) -> Plan:
+    """Where each partition starts and (without follow) where it ends, snapshotted now; `until`
+    caps the ends (and, with follow, gives ends where the bound is already known)."""
     committed = offsets.load(log, group) if group else {}
     out = Plan({})
     for p in partitions:
@@ -69,7 +95,13 @@ def plan(log: Log, partitions: list[int], from_spec: str | None, group: str | No
                 start = info.first_offset
         else:
             start = resolve_start(log, p, from_spec or "earliest", info)
-        out.positions[p] = Position(start, None if follow else info.next_offset)
+        pos = Position(start, None if follow else info.next_offset)
+        if until is not None:
+            bound, known = until_offset(log, p, until, info)
+            if known or not follow:
+                pos.end = max(start, bound if pos.end is None else min(pos.end, bound))
+                pos.reached = known
+        out.positions[p] = pos
     return out
 
 
@@ -185,8 +217,11 @@ class ConsumeStats:
 
 
 def run(items: Iterator[Item], render: Callable[[bytes], bytes] | None, write: Callable[[bytes], bool],
-        flush: Callable[[], None], committer: Committer, max_records: int | None) -> ConsumeStats:
-    """Drive one consume: render, write, and commit only what a flush delivered."""
+        flush: Callable[[], None], committer: Committer, max_records: int | None,
+        select: Callable[[bytes], bytes] | None = None) -> ConsumeStats:
+    """Drive one consume: filter (`select` keeps the matching lines of a block), render, write,
+    and commit only what a flush delivered. Records the filter skips count as consumed: their
+    offsets are committed with the next flush (or at the end)."""
     stats = ConsumeStats()
     limit = max_records if max_records is not None else -1
     # Counting the lines of every passed-through block costs as much as reading
@@ -197,6 +232,14 @@ def run(items: Iterator[Item], render: Callable[[bytes], bytes] | None, write: C
         if stopflag.is_set():
             break
         stats.blocks += 1
+        if select is not None:
+            try:
+                data = select(data)
+            except record.BadRecord as e:
+                raise locate_corrupt(committer.log, p, committer.pending.get(p, 0), e) from None
+            if not data:
+                committer.queued(p, next_off)
+                continue
         if render is not None and data.find(b"\n") < len(data) - 1:
             # A block to render: split it once (its length is the count).
             lines = data.splitlines(keepends=True)

@@ -20,7 +20,7 @@ import heapq
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import orjson
@@ -32,9 +32,11 @@ from streamctl.follow import Waiter
 from streamctl.log import Log
 from streamctl.membership import Membership
 from streamctl.reader import _segment_for
+from streamctl.timeparse import now_ms
 
 if TYPE_CHECKING:
     from streamctl.formats.writer import Output
+    from streamctl.replay import Bound
 
 # Bytes read per partition per poll: bounds memory when a follower is far behind.
 POLL_BYTES = 1 << 20
@@ -317,6 +319,65 @@ class PrintSink:
         self.sync()
 
 
+class FilterSink:
+    """A Sink in front of another that passes on only the lines a filter selects.
+
+    Records the filter skips count as consumed. Their offsets go to the committer
+    only while the inner sink holds nothing undelivered (an --exec batch not yet
+    run must not be committed by a skipped record after it); otherwise they wait
+    for the next sync, and a matching record of the same partition carries them
+    (its next offset is past them).
+    """
+
+    def __init__(self, inner: Sink, select: Callable[[bytes], bytes], committer: Committer) -> None:
+        self.inner = inner
+        self.select = select
+        self.committer = committer
+        self.per_line = inner.per_line
+        self.skipped: dict[int, int] = {}
+
+    def put(self, p: int, next_offset: int, data: bytes) -> int:
+        try:
+            kept = self.select(data)
+        except record.BadRecord as e:
+            from streamctl.consumer import locate_corrupt
+
+            raise locate_corrupt(self.committer.log, p, self.committer.pending.get(p, 0), e) from None
+        if kept:
+            self.skipped.pop(p, None)
+            return self.inner.put(p, next_offset, kept)
+        if self.inner.idle():
+            self.committer.queued(p, next_offset)
+            self.committer.flushed()
+        else:
+            self.skipped[p] = next_offset
+        return 0
+
+    def _release(self) -> None:
+        if self.skipped and self.inner.idle():
+            for p, o in self.skipped.items():
+                self.committer.queued(p, o)
+            self.skipped.clear()
+            self.committer.flushed()
+            self.committer.commit()
+
+    def sync(self) -> None:
+        self.inner.sync()
+        self._release()
+
+    def tick(self) -> None:
+        self.inner.tick()
+
+    def idle(self) -> bool:
+        return self.inner.idle()
+
+    def finish(self, normal: bool) -> None:
+        self.inner.finish(normal)
+        if normal:
+            self._release()
+        self.committer.commit()
+
+
 @dataclass
 class LiveOptions:
     partitions: list[int]
@@ -327,20 +388,53 @@ class LiveOptions:
     idle_timeout: float | None = None  # seconds
     wake_every: float = 0.2  # the longest sleep between checks (batch and idle timeouts)
     rebalance_every: float = 0.5
+    until: Bound | None = None  # --until: each partition stops before its first record at or past it
+
+
+# With --follow and a time --until, a partition with nothing new is done once the clock is this far
+# past the bound: a record appended later gets a later ts (the append time).
+UNTIL_CLOCK_GRACE_MS = 1000
+
+
+def cut_at(until: Bound, data: bytes, next_offset: int) -> tuple[bytes, int, bool]:
+    """(the lines of data before the bound, the next offset to commit, whether the bound was reached)."""
+    env = record.envelope
+    last = data[data.rfind(b"\n", 0, len(data) - 1) + 1:]
+    if until.kind == "offset":
+        if next_offset <= until.value:
+            return data, next_offset, next_offset == until.value
+        lines = data.splitlines(keepends=True)
+        kept = [ln for ln in lines if record.offset_of(ln) < until.value]
+        return b"".join(kept), until.value, True
+    if env(last)[2] < until.value:
+        return data, next_offset, False
+    kept = []
+    cut = next_offset
+    for ln in data.splitlines(keepends=True):
+        off, _, ts = env(ln)
+        if ts >= until.value:
+            cut = off
+            break
+        kept.append(ln)
+    return b"".join(kept), cut, True
 
 
 @dataclass
 class LiveResult:
     records: int = 0
     stopped_by: int | None = None  # the signal that stopped it
+    finished: set[int] = field(default_factory=set)  # partitions that reached --until
 
 
-def _start_for(log: Log, p: int, group: str | None, from_spec: str | None, notices: list[str]) -> int:
-    """Where a partition claimed while following starts: the group's committed offset wins."""
+def _start_for(log: Log, p: int, group: str | None, from_spec: str | None, notices: list[str],
+               until: Bound | None = None) -> tuple[int, bool]:
+    """Where a partition claimed while following starts (the group's committed offset wins), and
+    whether it is already at or past --until (nothing to read)."""
     committed = offsets.load(log, group) if group else {}
-    pl = plan(log, [p], None if p in committed else from_spec, group, follow=True)
+    pl = plan(log, [p], None if p in committed else from_spec, group, follow=True, until=until)
     notices.extend(pl.notices)
-    return pl.positions[p].start
+    pos = pl.positions[p]
+    return pos.start, pos.reached and pos.end is not None and pos.start >= pos.end
 
 
 def consume_live(log: Log, opts: LiveOptions, sink: Sink, committer: Committer,
@@ -364,7 +458,7 @@ def consume_live(log: Log, opts: LiveOptions, sink: Sink, committer: Committer,
         if opts.follow:
             # What is appended while history is read is found by the first poll, before any wait.
             waiter = Waiter(log.path, max_wait=opts.wake_every)
-        pl = plan(log, held, opts.from_spec, opts.group)
+        pl = plan(log, held, opts.from_spec, opts.group, until=opts.until)
         for note in pl.notices:
             say(note)
         limit = opts.max_records
@@ -376,13 +470,16 @@ def consume_live(log: Log, opts: LiveOptions, sink: Sink, committer: Committer,
             if limit is not None and res.records >= limit:
                 done = True
                 break
-        if not opts.follow or done or stopflag.is_set():
+        finished = {p for p, pos in pl.positions.items() if pos.reached}
+        if not opts.follow or done or stopflag.is_set() or (opts.until is not None and held and finished >= set(held)):
             sink.finish(normal=not stopflag.is_set())
             res.stopped_by = stopflag.signum()
             return res
         sink.sync()
         for p, pos in pl.positions.items():
-            follower.add(p, pos.end if pos.end is not None and pos.end > pos.start else pos.start)
+            if p not in finished:
+                follower.add(p, pos.end if pos.end is not None and pos.end > pos.start else pos.start)
+        res.finished = finished
         _follow(log, opts, sink, committer, members, follower, waiter, res, say)
         res.stopped_by = stopflag.signum()
         return res
@@ -408,9 +505,26 @@ def _follow(log: Log, opts: LiveOptions, sink: Sink, committer: Committer, membe
         for note in follower.notices():
             say(note)
         now = time.monotonic()
+        until = opts.until
         for p, nxt, data in items:
+            if until is not None:
+                if p in res.finished:
+                    continue
+                data, nxt, reached = cut_at(until, data, nxt)
+                if reached:
+                    res.finished.add(p)
+                    follower.remove(p)
+                if not data:
+                    continue
             res.records += sink.put(p, nxt, data)
             if opts.max_records is not None and res.records >= opts.max_records:
+                sink.finish(normal=True)
+                return
+        if until is not None:
+            held = set(follower.cursors) | res.finished
+            if (not items and until.kind == "ts" and now_ms() >= until.value + UNTIL_CLOCK_GRACE_MS):
+                res.finished |= held
+            if held and held <= res.finished:
                 sink.finish(normal=True)
                 return
         if items:
@@ -423,7 +537,12 @@ def _follow(log: Log, opts: LiveOptions, sink: Sink, committer: Committer, membe
             releasing = sorted(set(releasing) | set(change.to_release))
             for p in change.claimed:
                 notes: list[str] = []
-                follower.add(p, _start_for(log, p, opts.group, opts.from_spec, notes))
+                start, reached = _start_for(log, p, opts.group, opts.from_spec, notes, opts.until)
+                if reached:
+                    res.finished.add(p)
+                else:
+                    res.finished.discard(p)
+                    follower.add(p, start)
                 for n in notes:
                     say(n)
         if releasing and sink.idle():
@@ -452,11 +571,47 @@ def _ranges(ps: list[int]) -> str:
     return ", ".join(str(p) for p in ps)
 
 
+def _last_matching(log: Log, parts: list[int], n: int, select: Callable[[bytes], bytes]) -> tuple[list[bytes], dict[int, int]]:
+    """The last n records across `parts` that `select` keeps, in (ts, partition, offset) order, and
+    each partition's end offset (where a follow goes on). Each partition is read backwards only
+    until it has n matches: the last n overall are among them."""
+    from streamctl import reader
+
+    found: dict[int, list[bytes]] = {}
+    ends: dict[int, int] = {}
+    for p in parts:
+        info = reader.partition_info(log, p)
+        ends[p] = info.next_offset
+        chunks: list[list[bytes]] = []
+        count = 0
+        if info.first_offset < info.next_offset:
+            for block in reader.iter_blocks_reverse(log, p, info.first_offset, info.next_offset):
+                kept = select(block)
+                if kept:
+                    lines = kept.splitlines(keepends=True)
+                    chunks.append(lines)
+                    count += len(lines)
+                    if count >= n:
+                        break
+        found[p] = [ln for chunk in reversed(chunks) for ln in chunk][-n:]
+    env = record.envelope
+
+    def keyed(p: int) -> Iterator[tuple[int, int, int, bytes]]:
+        for ln in found[p]:
+            off, _, ts = env(ln)
+            yield ts, p, off, ln
+
+    merged = [ln for *_k, ln in heapq.merge(*(keyed(p) for p in sorted(found)))]
+    return merged[-n:], ends
+
+
 def tail_log(log: Log, parts: list[int], n: int, follow: bool, render: Callable[[bytes], bytes] | None,
              write: Callable[[bytes], bool], flush: Callable[[], None],
-             say: Callable[[str], None] | None = None) -> int | None:
+             say: Callable[[str], None] | None = None,
+             select: Callable[[bytes], bytes] | None = None) -> int | None:
     """`tail`: the last n records across `parts` in (ts, partition, offset) order, then follow.
 
+    With `select` (a filter), n counts the records it keeps, and a follow prints only those.
     Returns the signal that stopped the follow, if any. Never commits.
     """
     from collections import deque
@@ -464,24 +619,37 @@ def tail_log(log: Log, parts: list[int], n: int, follow: bool, render: Callable[
     waiter = Waiter(log.path) if follow else None
     follower = Follower(log)
     try:
-        pl = plan(log, parts, f"-{n}" if n else "latest", None)
-        last: deque[bytes] = deque(maxlen=n or 1)
-        if n:
-            for _p, _nxt, line in stream(log, pl, merge=True, per_line=True):
-                last.append(line)
-            for line in last:
+        if select is not None:
+            lines, ends = _last_matching(log, parts, n, select) if n else ([], None)
+            pl = plan(log, parts, "latest", None) if ends is None else None
+            for line in lines:
                 write(line if render is None else render(line))
+            starts = ends if ends is not None else {p: pos.start for p, pos in pl.positions.items()}
+        else:
+            pl = plan(log, parts, f"-{n}" if n else "latest", None)
+            last: deque[bytes] = deque(maxlen=n or 1)
+            if n:
+                for _p, _nxt, line in stream(log, pl, merge=True, per_line=True):
+                    last.append(line)
+                for line in last:
+                    write(line if render is None else render(line))
+            starts = {p: pos.end if pos.end is not None and pos.end > pos.start else pos.start
+                      for p, pos in pl.positions.items()}
         flush()
         if waiter is None:
             return None
-        for p, pos in pl.positions.items():
-            follower.add(p, pos.end if pos.end is not None and pos.end > pos.start else pos.start)
+        for p, start in starts.items():
+            follower.add(p, start)
         while not stopflag.is_set():
             items = follower.poll(per_line=render is not None)
             for note in follower.notices():
                 if say is not None:
                     say(note)
             for _p, _nxt, data in items:
+                if select is not None:
+                    data = select(data)
+                    if not data:
+                        continue
                 write(data if render is None else render(data))
             if items:
                 flush()
@@ -496,7 +664,8 @@ def tail_log(log: Log, parts: list[int], n: int, follow: bool, render: Callable[
 
 
 def tail_plain(path: str, n: int, follow: bool, emit: Callable[[int, bytes], None], flush: Callable[[], None],
-               say: Callable[[str], None] | None = None) -> int | None:
+               say: Callable[[str], None] | None = None,
+               keep: Callable[[int, bytes], bool] | None = None) -> int | None:
     """`tail` of a plain .jsonl file: its last n values (offsets are line numbers), then follow it.
 
     Like `tail -F`, a file that shrinks was truncated or replaced: it is read
@@ -566,7 +735,8 @@ def tail_plain(path: str, n: int, follow: bool, emit: Callable[[int, bytes], Non
 
     waiter = Waiter(path) if follow else None
     try:
-        for off, v in deque(read_new(), maxlen=n):
+        new = read_new() if keep is None else ((o, v) for o, v in read_new() if keep(o, v))
+        for off, v in deque(new, maxlen=n):
             emit(off, v)
         flush()
         if waiter is None:
@@ -574,6 +744,8 @@ def tail_plain(path: str, n: int, follow: bool, emit: Callable[[int, bytes], Non
         while not stopflag.is_set():
             got = False
             for off, v in read_new():
+                if keep is not None and not keep(off, v):
+                    continue
                 emit(off, v)
                 got = True
             if got:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -29,6 +30,9 @@ from streamctl import reader, record
 from streamctl.errors import UsageError
 from streamctl.log import Log
 from streamctl.timeparse import now_ms, parse_duration, parse_time
+
+if TYPE_CHECKING:
+    from streamctl.filters import Filter
 
 Progress = Callable[[int], None]  # called with the number of bytes just read
 
@@ -75,8 +79,18 @@ def parse_bound(text: str, flag: str, now: int | None = None) -> Bound:
 class ReplaySpec:
     start: Bound | None = None
     until: Bound | None = None
-    key: str | None = None
+    key: str | None = None  # one --key and no other filter: what a Spark job can apply
     compact: bool = False
+    filter: Filter | None = None  # --key/--header/--where (it includes `key` when both are set)
+
+    def selector(self) -> Filter | None:
+        if self.filter is not None:
+            return self.filter
+        if self.key is not None:
+            from streamctl.filters import Filter
+
+            return Filter([self.key])
+        return None
 
 
 @dataclass
@@ -179,14 +193,11 @@ def _blocks(log: Log, p: int, rng: Range, progress: Progress | None) -> Iterator
         yield block
 
 
-def _lines(log: Log, p: int, rng: Range, key: bytes | None, progress: Progress | None) -> Iterator[bytes]:
+def _lines(log: Log, p: int, rng: Range, flt: Filter | None, progress: Progress | None) -> Iterator[bytes]:
     for block in _blocks(log, p, rng, progress):
-        if key is None:
-            yield from block.splitlines(keepends=True)
-        else:
-            for line in block.splitlines(keepends=True):
-                if key_identity(line) == key:
-                    yield line
+        if flt is not None:
+            block = flt.select(block)
+        yield from block.splitlines(keepends=True)
 
 
 def _merge(per_partition: dict[int, Iterator[bytes]]) -> Iterator[bytes]:
@@ -207,25 +218,29 @@ def _merge(per_partition: dict[int, Iterator[bytes]]) -> Iterator[bytes]:
 
 def replay(log: Log, spec: ReplaySpec, ranges: dict[int, Range], progress: Progress | None = None) -> Iterator[bytes]:
     """The stored lines selected by spec and ranges, in (ts, partition, offset) order."""
-    key = record.key_json(spec.key) if spec.key is not None else None
+    flt = spec.selector()
     if spec.compact:
-        yield from _compact(log, ranges, key, progress)
+        yield from _compact(log, ranges, flt, progress)
         return
     live = {p: r for p, r in ranges.items() if r.start < r.end}
     if not live:
         return
-    if len(live) == 1 and key is None:
+    if len(live) == 1:
         p, rng = next(iter(live.items()))
-        yield from _blocks(log, p, rng, progress)  # whole blocks, no per-line work
+        for block in _blocks(log, p, rng, progress):  # whole blocks, no per-line work
+            if flt is not None:
+                block = flt.select(block)
+            if block:
+                yield block
         return
-    yield from _merge({p: _lines(log, p, r, key, progress) for p, r in live.items()})
+    yield from _merge({p: _lines(log, p, r, flt, progress) for p, r in live.items()})
 
 
 def _canonical_key(k: bytes) -> bytes:
     return orjson.dumps(orjson.loads(k)) if b"\\" in k else k
 
 
-def _partition_table(log: Log, p: int, rng: Range, key: bytes | None,
+def _partition_table(log: Log, p: int, rng: Range, keys: set[bytes] | None,
                      progress: Progress | None) -> dict[bytes, bytes]:
     """key -> last line of the partition's range (tombstones kept), in offset order.
 
@@ -256,20 +271,23 @@ def _partition_table(log: Log, p: int, rng: Range, key: bytes | None,
         last = dict(zip(keys, lines, strict=True))  # the later of equal keys wins
         for k in new:
             canon = _canonical_key(k)
-            if canon == b"null" or (key is not None and canon != key):
+            if canon == b"null" or (keys is not None and canon not in keys):
                 continue
             line = last[k]
             had = table.get(canon)
             # two spellings of one key (`"é"`, `"\u00e9"`): the later record wins
             if had is None or record.offset_of(had) < record.offset_of(line):
                 table[canon] = line
-        if key is not None and key in table:
-            break  # one key asked for, and its latest record is found
+        if keys is not None and len(table) == len(keys):
+            break  # the keys asked for all have their latest record
     return dict(sorted(table.items(), key=lambda kv: record.offset_of(kv[1])))
 
 
-def _compact(log: Log, ranges: dict[int, Range], key: bytes | None, progress: Progress | None) -> Iterator[bytes]:
-    tables = {p: _partition_table(log, p, r, key, progress) for p, r in sorted(ranges.items()) if r.start < r.end}
+def _compact(log: Log, ranges: dict[int, Range], flt: Filter | None, progress: Progress | None) -> Iterator[bytes]:
+    """The table as of the ranges' ends; filters select its rows (each key's latest record), so a
+    key whose latest record does not match is left out, never shown with an older value."""
+    keys = flt.key_texts if flt is not None and flt.keys else None
+    tables = {p: _partition_table(log, p, r, keys, progress) for p, r in sorted(ranges.items()) if r.start < r.end}
     if len(tables) > 1:
         # A key found in several partitions (a forced --partition, or a changed
         # partition count): the last write in (ts, partition, offset) order wins.
@@ -287,7 +305,8 @@ def _compact(log: Log, ranges: dict[int, Range], key: bytes | None, progress: Pr
                     owner[k] = p
                 else:
                     del table[k]
-    survivors = {p: (ln for ln in t.values() if not record.is_tombstone(ln)) for p, t in tables.items()}
+    survivors = {p: (ln for ln in t.values() if not record.is_tombstone(ln)
+                     and (flt is None or flt.select(ln))) for p, t in tables.items()}
     if survivors:
         yield from _merge(survivors)
 
@@ -296,8 +315,9 @@ def replay_plain(path: str, spec: ReplaySpec) -> Iterator[bytes]:
     """A plain .jsonl file or `-`: values with line-number offsets, as consume shows them."""
     from streamctl import plainfile
 
-    if spec.key is not None or spec.compact:
+    if spec.key is not None or spec.compact or (spec.filter is not None and spec.filter.keys):
         raise UsageError(f"{path}: a plain file has no keys; --key and --compact need a log")
+    flt = spec.filter
     for b in (spec.start, spec.until):
         if b is not None and b.kind != "offset":
             raise UsageError(f"{path}: a plain file has no timestamps; --from/--until take offsets (line numbers)")
@@ -307,7 +327,9 @@ def replay_plain(path: str, spec: ReplaySpec) -> Iterator[bytes]:
         if hi is not None and off >= hi:
             break
         if off >= lo:
-            yield plainfile.envelope_line(off, v)
+            line = plainfile.envelope_line(off, v)
+            if flt is None or flt.select(line):
+                yield line
 
 
 @dataclass

@@ -106,14 +106,48 @@ def test_record_parse_validates():
 
 def test_template_tokens():
     line = record.encode(5, 1, 1763719200123, b'"k1"', b'"hello"', b'{"h":"v"}')
-    r = compile_template(r"%p:%o %t %T %k=%s [%h] 100%%\n")
-    assert r(line) == b"1:5 1763719200123 2025-11-21T10:00:00.123Z k1=hello [h=v] 100%\n"
+    r = compile_template(r"%t %p:%o %T %d %k=%s [%h] 100%%\n", "orders")
+    assert r(line) == b"orders 1:5 1763719200123 2025-11-21T10:00:00.123Z k1=hello [h=v] 100%\n"
     r2 = compile_template("%s|%k")
     assert r2(record.encode(0, 0, 0, b"null", b'{"a":1}')) == b'{"a":1}|'
     with pytest.raises(UsageError):
         parse_template("%x")
     with pytest.raises(UsageError):
         parse_template("50%")
+
+
+def test_template_kcat_tokens_each():
+    """Every kcat token with kcat's meaning, and %d (streamctl's ISO time)."""
+    line = record.encode(42, 3, 1763719200123, b'"user-\\u00e9"', b'{"a":"\xc3\xa9"}', b'{"x":"1","y":"b"}')
+    one = lambda t, ln=line: compile_template(t, "orders")(ln)  # noqa: E731
+    assert one("%o") == b"42"
+    assert one("%p") == b"3"
+    assert one("%t") == b"orders"
+    assert one("%T") == b"1763719200123"
+    assert one("%d") == b"2025-11-21T10:00:00.123Z"
+    assert one("%k") == "user-é".encode()
+    assert one("%K") == b"7"  # bytes, not characters: é is 2 bytes in UTF-8
+    assert one("%s") == '{"a":"é"}'.encode()
+    assert one("%S") == b"10"
+    assert one("%h") == b"x=1,y=b"
+    assert one("%%") == b"%"
+    assert one(r"a\tb\nc") == b"a\tb\nc"
+    tomb = record.encode(1, 0, 5, b"null", b"null")
+    assert one("[%k][%K][%s][%S][%h]", tomb) == b"[][-1][][-1][]"
+    assert one("%s %S", record.encode(1, 0, 5, b'"k"', b'"plain text"')) == b"plain text 10"
+    assert one("%d", record.encode(1, 0, 0, b'"k"', b"1")) == b"1970-01-01T00:00:00.000Z"
+
+
+def test_template_log_name_and_plain_files():
+    from streamctl.formats.template import compile_plain_template, log_name
+
+    assert log_name("data/orders") == "orders"
+    assert log_name("data/orders/") == "orders"
+    assert log_name("./orders") == "orders"
+    assert log_name("events.jsonl") == "events.jsonl"
+    assert log_name("-") == "-"
+    r = compile_plain_template("%t|%p|%o|%T|%d|%k|%K|%s|%S|%h", "events.jsonl")
+    assert r(7, b'"hi"') == b"events.jsonl|0|7|-1|||-1|hi|2|"
 
 
 def test_copy_range_stops_only_at_a_line_boundary(tmp_path, monkeypatch):
