@@ -84,9 +84,9 @@ def window(
     on_bad_time: str = typer.Option("skip", "--on-bad-time", metavar="skip|fail", help="A record without a usable time: skip and count it (default) or stop with exit 65."),
     agg: list[str] | None = typer.Option(None, "--agg", metavar="SPEC", help="FUNC[:PATH] or NAME=FUNC:PATH (repeatable; default count)."),
     lateness: str = typer.Option("0s", "--lateness", metavar="DUR", help="How far the watermark trails the largest event time seen (default 0)."),
-    late: str = typer.Option("drop", "--late", metavar="drop|correct", help="Events for a closed window: drop and count them (default), or emit a corrected row with a revision."),
+    late: str = typer.Option("drop", "--late", metavar="drop|correct", help="Events for a closed window (a session: also within GAP of a closed one): drop and count them (default), or emit a corrected row with a revision."),
     late_out: str | None = typer.Option(None, "--late-out", metavar="FILE", help="Also write late events to FILE (a log's records as stored JSON, a plain file's values)."),
-    emit: str = typer.Option("final", "--emit", metavar="final|update", help="final: each window once, when it closes; update: a row at every change."),
+    emit: str = typer.Option("final", "--emit", metavar="final|update", help="final: each window once, when it closes; update: a row at every change. A session whose bounds change withdraws its old row with {\"window\": OLD, \"key\": K, \"op\": \"delete\"}."),
     output: str = typer.Option("jsonl", "--output", "-o", metavar="jsonl|csv|table", help="Output format (table is for people and is written at the end)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep running on a LOG, emitting windows as the watermark moves."),
     group: str | None = typer.Option(None, "--group", "-g", metavar="G", help="With --follow: checkpoint input offsets and window state together in LOG/groups/.G.window.json."),
@@ -184,6 +184,8 @@ class _Rows:
             cols = ["window.start", "window.end", "key", *(s.name for s in make_plan(cfg).specs)]
             if cfg.late == "correct":
                 cols.append("revision")
+            if cfg.kind == "session" and (cfg.late == "correct" or cfg.emit == "update"):
+                cols.append("op")  # "delete" on a row withdrawing a session's old window, else empty
             self.csv.columns = cols
             self.out.write(",".join(cols).encode() + b"\n")
 
