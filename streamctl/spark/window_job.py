@@ -8,18 +8,36 @@ imports only pyspark and the standard library (orjson when present).
 
 How the stream is replayed without Spark's streaming watermark:
 
-1. Records, in the one deterministic input order: a log's partitions merged by
-   (ts, partition, offset); a plain file by line number.
+1. Records with their place in their own input: (partition, offset) in a log,
+   the line number (blank lines not counted) in a plain file.
 2. Per record: event time, group key (as JSON text) and the aggregation inputs.
-   Records without a usable time are counted (and left out).
-3. Global sort by that order, then a sequence number per event (zipWithIndex).
-4. The watermark before each event = running max of event time over that order
-   minus the lateness: the max of each sorted partition is collected, prefix
-   maxima are formed on the driver, and each partition continues from its prefix.
-5. Per group (groupByKey): the window operator replays the group's events in
+   Records without a usable time are counted (and left out of the windows).
+3. The one deterministic input order (the local engine's, Kafka Streams' way of
+   taking the partition whose next record is oldest): each record's merge key
+   is the largest event time in its own partition up to and including it (a
+   running max by offset); records are taken in (merge key, partition, offset)
+   order. A record without a usable time keeps its place: its merge key is the
+   running max before it (MIN_MERGE_KEY before any timed record of its
+   partition) and it does not move that max. The running max is computed by a
+   range-partitioned sort by (partition, offset): each sorted Spark partition's
+   largest time per log partition is collected (a few numbers per Spark
+   partition), the driver forms what each Spark partition continues from, and
+   each Spark partition then runs its max on from there, so one big log
+   partition spread over many Spark partitions needs no single task. With the
+   append time `ts` as event time (non-decreasing within a partition) the merge
+   key is the ts itself and this step is skipped. A plain file is one partition
+   whose running max never falls: its order is line order.
+4. Global sort by (merge key, partition, offset), then a sequence number per
+   event (zipWithIndex).
+5. The watermark before each event = running max of event time over that order
+   minus the lateness (the merge key of a log record is its partition's max,
+   not the max over all partitions, so the times themselves are maxed again):
+   the max of each sorted Spark partition is collected, prefix maxima are formed
+   on the driver, and each Spark partition continues from its prefix.
+6. Per group (groupByKey): the window operator replays the group's events in
    order against those watermarks, which gives the same windows, contents and
    late events as the local pass.
-6. Output order: a window closes at the first event whose watermark reaches its
+7. Output order: a window closes at the first event whose watermark reaches its
    end; that event's sequence number, then window start, then the key's JSON
    text, sort the rows; windows that never close come last (end of input).
 """
@@ -93,27 +111,86 @@ def _wj_key_getter(params):
 
 
 def _wj_records(spark, params):
-    """RDD of (order key, record dict) in no particular order."""
+    """RDD of (place, record dict) in no particular order: place = (partition, offset) in a log,
+    (line number,) in a plain file."""
     if params["is_log"]:
         frame = replay_frame(spark, {"log": params["input"], "end_offsets": params.get("end_offsets")})
-        return frame.rdd.map(lambda row: ((row.ts, row.partition, row.offset), _json.loads(row.line)))
+        return frame.rdd.map(lambda row: ((row.partition, row.offset), _json.loads(row.line)))
     lines = spark.sparkContext.textFile(params["input"]).map(lambda s: s.strip(" \t\r\n")).filter(bool)
     return lines.zipWithIndex().map(
         lambda li: ((li[1],), {"offset": li[1], "partition": 0, "key": None, "value": _json.loads(li[0])}))
 
 
 def _wj_prepare(params):
+    """("ev", place, (time, key JSON, aggregation inputs)) per timed record, ("bad", place, None) per
+    record without a usable time, and one ("nn", None, counts of non-numbers) per Spark partition."""
     def prepare(records):
         plan = _wj_plan(params)
         time_of, key_of = _wj_time_getter(params), _wj_key_getter(params)
-        for order, rec in records:
+        for place, rec in records:
             t = time_of(rec)
             if type(t) is not int:
-                yield ("bad", order, None)
+                yield ("bad", place, None)
                 continue
-            yield ("ev", order, (t, key_of(rec), plan.extract(rec)))
+            yield ("ev", place, (t, key_of(rec), plan.extract(rec)))
         yield ("nn", None, plan.non_numeric)
     return prepare
+
+
+# the merge key of a record without a usable time before any timed record of its partition
+MIN_MERGE_KEY = -(1 << 62)
+
+
+def _wj_partition_maxima(items):
+    """[[log partition, its largest time here or None], ...] of one Spark partition of records
+    sorted by (partition, offset), in that order."""
+    out = []
+    for (p, _offset), (t, _event) in items:
+        if not out or out[-1][0] != p:
+            out.append([p, None])
+        if t is not None and (out[-1][1] is None or t > out[-1][1]):
+            out[-1][1] = t
+    return [out]
+
+
+def _wj_carried_maxima(summaries):
+    """Per sorted Spark partition: the running max its first log partition continues from (None:
+    nothing timed before it in that log partition)."""
+    run, carried = {}, []
+    for summary in summaries:
+        carried.append(run.get(summary[0][0]) if summary else None)
+        for p, m in summary:
+            if m is not None and (run.get(p) is None or m > run[p]):
+                run[p] = m
+    return carried
+
+
+def _wj_in_input_order(sc, params, places, bad_count):
+    """(order key, (time or None, event)) per record, from (place, (time or None, event)) pairs.
+
+    The order key sorts records into the input order: (merge key, partition, offset) in a log,
+    (line number,) in a plain file. See step 3 of the module's docstring.
+    """
+    if not params["is_log"]:
+        return places  # one partition whose running max never falls: line order
+    if params["time_path"] is None and not bad_count:
+        # the append time is non-decreasing within a partition: it is its own running max (an
+        # append time outside the windows' range is a bad time, whose key the general way finds)
+        return places.map(lambda x: ((x[1][0], *x[0]), x[1]))
+    by_place = places.sortByKey(numPartitions=max(1, places.getNumPartitions()))
+    carried = sc.broadcast(_wj_carried_maxima(by_place.mapPartitions(_wj_partition_maxima).collect()))
+
+    def merge_keys(i, items):
+        first, run = None, None
+        for (p, offset), (t, event) in items:
+            if p != first:
+                run = carried.value[i] if first is None else None
+                first = p
+            if t is not None and (run is None or t > run):
+                run = t
+            yield (MIN_MERGE_KEY if run is None else run, p, offset), (t, event)
+
+    return by_place.mapPartitionsWithIndex(merge_keys)
 
 
 def _wj_prefix_max(maxima):
@@ -163,16 +240,17 @@ def main(spark, params, out):
     sc = spark.sparkContext
     lateness = params["lateness"]
     prepared = _wj_records(spark, params).mapPartitions(_wj_prepare(params)).persist()
-    bad = prepared.filter(lambda x: x[0] == "bad").map(lambda x: x[1])
-    bad_count = bad.count()
-    bad_first = bad.min() if bad_count else None
     non_numeric = {}
     for counts in prepared.filter(lambda x: x[0] == "nn").map(lambda x: x[2]).collect():
         for name, n in counts.items():
             non_numeric[name] = non_numeric.get(name, 0) + n
 
     # the one input order, and each event's place in it
-    events = prepared.filter(lambda x: x[0] == "ev").map(lambda x: (x[1], x[2]))
+    records = prepared.filter(lambda x: x[0] != "nn").map(lambda x: (x[1], (x[2][0] if x[2] else None, x[2])))
+    bad_count = prepared.filter(lambda x: x[0] == "bad").count()
+    keyed = _wj_in_input_order(sc, params, records, bad_count).persist()
+    bad_first = keyed.filter(lambda x: x[1][0] is None).map(lambda x: x[0]).min() if bad_count else None
+    events = keyed.filter(lambda x: x[1][0] is not None).map(lambda x: (x[0], x[1][1]))
     n_parts = max(1, events.getNumPartitions())
     ordered = events.sortByKey(numPartitions=n_parts).values().zipWithIndex().persist()
     maxima = ordered.mapPartitions(lambda it: [max((e[0][0] for e in it), default=None)]).collect()
@@ -219,11 +297,12 @@ def main(spark, params, out):
         import sys
 
         print(f"streamctl window job: {_json.dumps(stats)}", file=sys.stderr)
-    for cached in (prepared, ordered, timed, replayed):
+    for cached in (prepared, keyed, ordered, timed, replayed):
         cached.unpersist()
 
 
 def _wj_where(params, order):
+    """Where the first record without a usable time is, from its order key."""
     if params["is_log"]:
         return f"{params['input']}: partition {order[1]} offset {order[2]}: no usable time in {params['time_field']!r}"
     return f"{params['input']}: record {order[0]}: no usable time in {params['time_field']!r}"
