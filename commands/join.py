@@ -10,6 +10,8 @@ EPILOG = example(
     "# click-through: searches without a click within 1h (each comes out once the watermark is 1h past it)",
     "streamctl join searches clicks --within 1h --on query_id --how left --unbuffered | jq -c 'select(.right == null)'",
     "streamctl join searches.jsonl clicks.jsonl --within 30m --on id=search_id --time-field at=clicked_at --how outer",
+    "# events up to 2m out of order still find their partners; later ones are counted and kept",
+    "streamctl join searches clicks --within 1m --on key --time-field value.at --lateness 2m --late-out late.jsonl",
     "# profile enrichment: each event with the profile row current at its position (log keyed by user)",
     "streamctl join events profiles --table --how left --output table",
     "streamctl join events profiles --table --on user=key --as-of event-time --time-field at=ts --table-retention 30d",
@@ -26,8 +28,8 @@ Three kinds (choose one):
   --within DUR   stream-stream: pairs with equal key and event times at most
                  DUR apart (inclusive). An event without a match comes out
                  with the other side null (--how left|right|outer) only once
-                 the watermark (largest event time seen so far) passes its
-                 time + DUR: never an eager null that a later match contradicts.
+                 the watermark passes its time + DUR: never an eager null
+                 that a later match contradicts.
   --table        stream-table: RIGHT is a changelog (latest value per key, a
                  null value deletes the key). Each LEFT event gets the row as
                  it stands at the event's position in the input order, or with
@@ -50,13 +52,30 @@ time); ISO-8601 or epoch s/ms/us numbers. A stream event without a usable
 time is skipped and counted on stderr.
 
 \b
-Input order (the same on every run and on both engines): each input in its
-own order (a log's partitions by (ts, partition, offset), a file line by
-line), inputs interleaved by ts (by event time for plain files), ties to LEFT
-(for --table ties go to the table: a change at the same time applies first).
-Stream-stream rows: pairs when the later event arrives, then unmatched events
-as the watermark passes them, by (time, position). State is bounded by the
-window (stream-stream) or the table size (plus --table-retention history).
+Watermark and lateness (--within, and --table --as-of event-time): the
+watermark is the largest event time seen so far in the input order minus
+--lateness DUR (default 0). A stream-stream event whose time + --within is
+already behind the watermark when it arrives can no longer find its partners:
+it is late -- not joined and not emitted, even as unmatched -- and counted on
+stderr at exit; --late-out FILE keeps it (a log's record as stored JSON, a
+plain file's value line). In an as-of join an event waits until the watermark
+passes its time, and one that arrives behind it is answered at once, exactly;
+a table change whose time is behind the watermark when it arrives is late:
+rows already written may not have seen it; it still applies from then on,
+and it is counted (and kept by --late-out). A --lateness as large as how far
+event times run out of order means nothing is late.
+
+\b
+Input order (the same on every run and on both engines): every partition of
+every input, and every plain file, keeps its own order, and they are merged
+by event time (--time-field) the way Kafka Streams picks the partition whose
+next record is oldest: by the largest event time in its partition so far,
+then LEFT before RIGHT (with --table, the table first), partition, offset.
+So two logs produced a day apart, or a partitioned log filled by one
+produce, are read in event-time order. Stream-stream rows: pairs when the
+later event arrives, then unmatched events as the watermark passes them, by
+(time, position). State is bounded by the window (stream-stream) or the
+table size (plus --table-retention history).
 """
 
 
@@ -75,6 +94,8 @@ def join(
     how: str | None = typer.Option(None, "--how", metavar="inner|left|right|outer", help="Which unmatched events to keep (default inner). --table takes inner|left; --tables is inner."),
     as_of: str | None = typer.Option(None, "--as-of", metavar="position|event-time", help="With --table: the row at the event's position in the input (default) or the version current at its event time."),
     table_retention: str | None = typer.Option(None, "--table-retention", metavar="DUR", help="With --as-of event-time: keep table versions only back to watermark - DUR."),
+    lateness: str | None = typer.Option(None, "--lateness", metavar="DUR", help="How far the watermark trails the largest event time seen (default 0); with --within or --as-of event-time."),
+    late_out: str | None = typer.Option(None, "--late-out", metavar="FILE", help="Write late records to FILE (a log's records as stored JSON, a plain file's values)."),
     output: str = typer.Option("jsonl", "--output", "-o", metavar="jsonl|csv|table", help="jsonl for scripts (default), csv, or an aligned table for people (buffers all rows)."),
     engine: str = typer.Option("auto", "--engine", metavar="local|spark|auto", help="Where to run: auto picks Spark above --spark-threshold bytes of input when pyspark and Java are available."),
     spark_threshold: str | None = typer.Option(None, "--spark-threshold", metavar="SIZE", help="Input size from which --engine auto uses Spark (default 8GiB)."),
@@ -89,7 +110,9 @@ def join(
     if output not in OUTPUTS:
         raise UsageError(f"--output must be one of {', '.join(OUTPUTS)}, not {output!r}")
     spec = joining.make_spec(left, right, within=within, table=table, tables=tables, on=on, time_field=time_field,
-                             how=how, as_of=as_of, table_retention=table_retention)
+                             how=how, as_of=as_of, table_retention=table_retention, lateness=lateness)
+    if late_out is not None and not spec.has_watermark:
+        raise UsageError("--late-out needs a watermark: --within DUR, or --table --as-of event-time")
     specs = joining.check_inputs(spec)
     threshold = None
     if spark_threshold is not None:
@@ -98,6 +121,8 @@ def join(
         threshold = parse_size(spark_threshold)
 
     if emit_job is not None:
+        if late_out is not None:
+            raise UsageError("--late-out writes a local file; the Spark job reports the late count only")
         if "-" in (left, right):
             raise UsageError("--emit-job needs files or logs, not stdin (-)")
         from streamctl.fsutil import atomic_write
@@ -120,14 +145,24 @@ def join(
 
         if "-" in (left, right) and engine == "spark":
             raise UsageError("--engine spark needs files or logs, not stdin (-)")
+        if late_out is not None and engine == "spark":
+            raise UsageError("--late-out writes a local file: use --engine local (the Spark engine reports "
+                             "the late count)")
         size = 0 if "-" in (left, right) else _input_bytes([s.path for s in specs])
-        chosen = choose_engine(engine, size, threshold, info) if "-" not in (left, right) else "local"
+        requested = engine
+        if late_out is not None and engine == "auto":
+            from streamctl.spark.engine import DEFAULT_SPARK_THRESHOLD
+
+            requested = "local"
+            if size >= (threshold if threshold is not None else DEFAULT_SPARK_THRESHOLD):
+                info("engine: local (input is above the Spark threshold, but --late-out writes a local file)")
+        chosen = choose_engine(requested, size, threshold, info) if "-" not in (left, right) else "local"
 
     from streamctl.formats.writer import Output
 
     out = Output(unbuffered=True if unbuffered else None)
     if chosen == "spark":
-        _run_spark(spec, specs, master, output, out)
+        _report(spec, _run_spark(spec, specs, master, output, out), None)
         return
     rows_buffer: list[dict] | None = [] if output == "table" else None
     write_jsonl = None
@@ -168,14 +203,52 @@ def join(
         def emit_op(op: str, key: object, lv: object, rv: object) -> None:
             sink({"key": key, "left": lv, "right": rv, "op": op})
 
-    stats = joining.run(spec, emit, emit_op, write_jsonl=write_jsonl)
+    late_file, late_sink = _late_writer(late_out)
+    try:
+        stats = joining.run(spec, emit, emit_op, write_jsonl=write_jsonl, late=late_sink)
+    finally:
+        if late_file is not None:
+            late_file.close()
     if rows_buffer:
         write(_table_text(rows_buffer))
     out.flush()
+    _report(spec, stats, late_out)
+
+
+def _late_writer(late_out: str | None):  # type: ignore[no-untyped-def]
+    """The --late-out file and a sink writing late records' lines to it (None, None without it)."""
+    if late_out is None:
+        return None, None
+    import os
+
+    from streamctl.errors import UsageError
+    from streamctl.fsutil import NOFOLLOW
+
+    try:
+        fd = os.open(late_out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o644)
+    except OSError as e:
+        raise UsageError(f"--late-out {late_out}: cannot open: {e.strerror}") from None
+    f = os.fdopen(fd, "wb")
+    return f, (lambda _side, line: f.write(line))
+
+
+def _report(spec, stats, late_out: str | None) -> None:  # type: ignore[no-untyped-def]
     skipped = sum(stats.no_time)
     if skipped:
         info(f"{skipped} event(s) without a usable time in {'.'.join(spec.time_field[0])} were skipped "
              f"(LEFT {stats.no_time[0]}, RIGHT {stats.no_time[1]})")
+    late = sum(stats.late)
+    if not late:
+        return
+    extra = f"; written to {late_out}" if late_out else ""
+    if spec.kind == "stream":
+        hint = " (wait longer with --lateness DUR" + (")" if late_out else ", or keep them with --late-out FILE)")
+        info(f"warning: {late} late event(s) DROPPED (LEFT {stats.late[0]}, RIGHT {stats.late[1]}): their time "
+             f"+ --within was already behind the watermark when they arrived, so they were not joined{extra}{hint}")
+    else:
+        info(f"warning: {late} late table change(s): their time was already behind the watermark when they "
+             f"arrived, so rows written before them may lack them (applied from then on){extra} "
+             f"(wait longer with --lateness DUR)")
 
 
 def _input_bytes(paths: list[str]) -> int:
@@ -191,31 +264,52 @@ def _input_bytes(paths: list[str]) -> int:
     return total
 
 
-def _run_spark(spec, specs, master, output, out) -> None:  # type: ignore[no-untyped-def]
+def _run_spark(spec, specs, master, output, out):  # type: ignore[no-untyped-def]
+    """Run the join as a Spark job; rows to `out`, and the job's counts back as JoinStats."""
     import sys
+
+    import orjson
 
     from streamctl import joining
     from streamctl.spark.runner import run_job
 
     params = joining.job_params(spec, specs, master or "local[*]")
+    params["stats_line"] = True
     text = joining.job_text(params)
     if sys.stderr.isatty():
         info(f"starting the Spark job on {params['master']} (the JVM takes a few seconds to start)")
-    if output == "jsonl":
-        run_job(text, out.write, master=master, what="Spark join job")
-        out.flush()
-        return
-    import orjson
-
+    counts: dict = {}
     blocks: list[bytes] = []
-    run_job(text, blocks.append, master=master, what="Spark join job")
-    rows = [orjson.loads(ln) for block in blocks for ln in block.splitlines() if ln]
-    if output == "csv":
-        with_op = spec.kind == "tables"
-        out.write(_csv_header(with_op) + b"".join(_csv_row(r, with_op) for r in rows))
-    elif rows:
-        out.write(_table_text(rows))
+
+    def take(block: bytes) -> None:
+        # the job's last line carries its counts, after every row
+        cut = block.rfind(b"\n", 0, len(block) - 1) + 1
+        if block.startswith(STATS_PREFIX, cut):
+            counts.update(orjson.loads(block[cut + len(STATS_PREFIX):]))
+            block = block[:cut]
+        if not block:
+            return
+        if output == "jsonl":
+            out.write(block)
+        else:
+            blocks.append(block)
+
+    run_job(text, take, master=master, what="Spark join job")
+    if output != "jsonl":
+        rows = [orjson.loads(ln) for block in blocks for ln in block.splitlines() if ln]
+        if output == "csv":
+            with_op = spec.kind == "tables"
+            out.write(_csv_header(with_op) + b"".join(_csv_row(r, with_op) for r in rows))
+        elif rows:
+            out.write(_table_text(rows))
     out.flush()
+    stats = joining.JoinStats()
+    stats.no_time = list(counts.get("no_time", [0, 0]))
+    stats.late = list(counts.get("late", [0, 0]))
+    return stats
+
+
+STATS_PREFIX = b"#streamctl-stats "
 
 
 # CSV streams, so its columns are fixed: key, left, right (and op), objects as JSON text.

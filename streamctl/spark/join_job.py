@@ -5,16 +5,21 @@ whose replay_frame() reads a log's visible records), so the script stays one
 standalone file. It computes the same rows in the same order as the local
 engine, by the rules written in streamctl/joins/*.py, as DataFrame operations:
 
-1. Each input's records: a log through replay_frame (partitions by (ts,
-   partition, offset)), a plain file line by line (blank lines skipped). Every
+1. Each input's records: a log through replay_frame, a plain file line by
+   line (blank lines skipped; partition 0, offset = line number). Every
    record's key, event time and value are read in Python with the same rules
    as streamctl (JSON keys compared as JSON, ISO or epoch s/ms/us times).
-2. The input order: position = rank by (the input's running max time, input,
-   own order); ties go to LEFT, or to the table for a stream-table join.
-   The watermark W(p) is the running max of event times over positions.
+2. The input order: each record's merge time is the running max of event
+   times in its own partition (or file) by offset (a record without a usable
+   time keeps its place: it takes the max so far); position = rank by (merge
+   time, input rank, partition, offset); ties go to LEFT, or to the table for
+   a stream-table join. The watermark W(p) is the running max of event times
+   over positions, minus the lateness.
 3. The kind's rule (stream-stream pairs and evictions, the table row at a
    position or as of an event time, the table-table changelog), each row with
    the sort key of the moment the local engine emits it; then one global sort.
+   Late records (stream-stream events with t + within < W, as-of table changes
+   with t < W) are counted and, for stream-stream, left out, as locally.
 """
 
 # ruff: noqa: F821  (get, event_time_ms and the log reader are pasted in above this body)
@@ -45,8 +50,8 @@ MIN_TIME = -(1 << 62)
 END = 1 << 62  # "the end of the input" as a position
 
 ROW_SCHEMA = StructType([StructField(n, t) for n, t in (
-    ("side", LongType()), ("rank", LongType()), ("o1", LongType()), ("o2", LongType()), ("o3", LongType()),
-    ("order_t", LongType()), ("sub", LongType()), ("nkey", StringType()), ("key_j", StringType()),
+    ("side", LongType()), ("rank", LongType()), ("part", LongType()), ("off", LongType()),
+    ("sub", LongType()), ("nkey", StringType()), ("key_j", StringType()),
     ("t", LongType()), ("value_j", StringType()))])
 
 
@@ -83,11 +88,10 @@ def _extractor(params, side):
     by_record_key = on != ("key",)
     rank = (1 - side) if kind == "table" else side  # the table side wins ties in a stream-table join
 
-    def rows(rec, o1, o2, o3, order_t):
-        """order_t: the log's ts; None for a plain file, whose merge time is its event time."""
+    def rows(rec, part, off):
         value = rec.get("value")
         t = rec.get("ts") if tf == ("ts",) else event_time_ms(get(rec, tf))
-        base = (side, rank, o1, o2, o3, t if order_t is None else order_t)
+        base = (side, rank, part, off)
         if is_table and value is None and by_record_key:
             found = _tombstone_keys(rec.get("key"))
             if not found:
@@ -107,7 +111,7 @@ def _read_side(spark, params, side):
 
         def from_log(row):
             rec = _loads(row["line"])
-            return extract(rec, row["ts"], row["partition"], row["offset"], row["ts"])
+            return extract(rec, row["partition"], row["offset"])
 
         return frame.rdd.flatMap(from_log)
 
@@ -116,7 +120,7 @@ def _read_side(spark, params, side):
     def from_plain(pair):
         text, n = pair
         value = _loads(text)
-        return extract({"offset": n, "partition": 0, "key": None, "value": value}, n, 0, 0, None)
+        return extract({"offset": n, "partition": 0, "key": None, "value": value}, 0, n)
 
     return lines.zipWithIndex().flatMap(from_plain)
 
@@ -127,29 +131,25 @@ def records(spark, params):
     df = spark.createDataFrame(_read_side(spark, params, 0).union(_read_side(spark, params, 1)), ROW_SCHEMA)
     # The records are read (in Python) once: the range-partitioned sort below samples them first.
     df = df.persist(StorageLevel.DISK_ONLY)
-    if all(inp["is_log"] for inp in params["inputs"]):
-        # A log's records come in (ts, partition, offset) order, so the running max of its
-        # ts is its ts: no window over a whole input (one task would sort all of it).
-        df = df.withColumn("merge_t", F.coalesce(F.col("order_t"), F.lit(MIN_TIME)))
-    else:
-        # A plain file's merge time is the running max of its event times (records without
-        # one keep their place): heapq.merge over a stream that is not sorted yields it so.
-        own = Window.partitionBy("side").orderBy("o1", "o2", "o3").rowsBetween(Window.unboundedPreceding, 0)
-        df = df.withColumn("merge_t", F.coalesce(F.max("order_t").over(own), F.lit(MIN_TIME)))
+    # The merge time: the running max of event times in the record's own partition (or file)
+    # by offset; a record without a usable time keeps its place (max ignores nulls), and
+    # before the partition's first timed record it is MIN_TIME. One window per partition.
+    own = Window.partitionBy("side", "part").orderBy("off").rowsBetween(Window.unboundedPreceding, 0)
+    df = df.withColumn("merge_t", F.coalesce(F.max("t").over(own), F.lit(MIN_TIME)))
     # pos: a number that grows with the input order (merge_t, rank, own order), equal for the
     # rows of one record (sub 0, 1: a tombstone's two key forms). Only compared, never counted,
     # so it need not be dense: a range-partitioned sort numbers rows in every partition in
     # parallel (monotonically_increasing_id follows the partitions' order), where a rank over
     # one global window would send every record through a single task.
-    order = ("merge_t", "rank", "o1", "o2", "o3")
+    order = ("merge_t", "rank", "part", "off")
     # As many partitions as were read, or PARAMS["order_partitions"] when set.
     n = int(params.get("order_partitions") or max(df.rdd.getNumPartitions(), spark.sparkContext.defaultParallelism))
     df = df.repartitionByRange(n, *order).sortWithinPartitions(*order, "sub")
     df = df.withColumn("pos", F.monotonically_increasing_id() - F.col("sub"))
-    df = df.drop("rank", "o1", "o2", "o3", "order_t", "merge_t")
+    df = df.drop("rank", "part", "off", "merge_t")
     if params["kind"] == "stream" or (params["kind"] == "table" and params.get("as_of") == "event-time"):
         running = Window.orderBy("pos", "sub").rowsBetween(Window.unboundedPreceding, 0)
-        df = df.withColumn("W", F.max("t").over(running))
+        df = df.withColumn("W", F.max("t").over(running) - F.lit(int(params.get("lateness") or 0)))
     # Used two or three times per kind: kept on disk, not in the heap the driver shares in local mode.
     return df.persist(StorageLevel.DISK_ONLY)
 
@@ -171,10 +171,39 @@ def watermark_steps(recs):
     return recs.where(F.col("W").isNotNull()).groupBy("W").agg(F.min("pos").alias("p"))
 
 
+def late_flag(params):
+    """The column that marks a late record (None: the kind has no watermark)."""
+    if params["kind"] == "stream":
+        # behind the window on arrival: not joined at all
+        return F.col("t").isNotNull() & (F.col("t") + F.lit(int(params["within"])) < F.col("W"))
+    if params["kind"] == "table" and params.get("as_of") == "event-time":
+        # a table change (with a usable key: one that is applied) behind the watermark
+        return ((F.col("side") == 1) & (F.col("sub") == 0) & F.col("nkey").isNotNull() & F.col("t").isNotNull()
+                & (F.col("t") < F.col("W")))
+    return None
+
+
+def counts(recs, params):
+    """{"late": [LEFT, RIGHT], "no_time": [LEFT, RIGHT]} as the local engine counts them."""
+    flag = late_flag(params)
+    if flag is None:
+        return {"late": [0, 0], "no_time": [0, 0]}
+    timed_sides = [0, 1] if params["kind"] == "stream" else [0]  # as-of: only events need a time
+    no_time = F.col("t").isNull() & F.col("side").isin(timed_sides) & (F.col("sub") == 0)
+    got = recs.groupBy("side").agg(F.sum(F.when(flag, 1).otherwise(0)).alias("late"),
+                                   F.sum(F.when(no_time, 1).otherwise(0)).alias("no_time")).collect()
+    out = {"late": [0, 0], "no_time": [0, 0]}
+    for row in got:
+        out["late"][row["side"]] = int(row["late"] or 0)
+        out["no_time"][row["side"]] = int(row["no_time"] or 0)
+    return out
+
+
 def stream_stream(recs, params):
     within = int(params["within"])
     how = params["how"]
-    ev = recs.where(F.col("t").isNotNull()).select("side", "pos", "nkey", "key_j", "t", "value_j", "W")
+    ev = recs.where(F.col("t").isNotNull() & ~late_flag(params)).select(
+        "side", "pos", "nkey", "key_j", "t", "value_j", "W")
     a = ev.alias("a")
     b = ev.alias("b")
     pairs = a.join(b, (F.col("a.nkey") == F.col("b.nkey")) & (F.col("a.side") != F.col("b.side"))
@@ -285,6 +314,7 @@ def main(spark, params, out):
     else:
         rows = stream_table_position(recs, params)
     with_op = kind == "tables"
+    stats = counts(recs, params)
     # Result partitions come to the driver one at a time: keep them small.
     spark.conf.set("spark.sql.adaptive.enabled", "true")
     spark.conf.set("spark.sql.adaptive.advisoryPartitionSizeInBytes", str(params.get("result_partition_bytes")
@@ -292,3 +322,9 @@ def main(spark, params, out):
     for row in rows.select("key_j", "left_j", "right_j", *(["op"] if with_op else [])).toLocalIterator():
         line = '{"key":' + row[0] + ',"left":' + (row[1] or "null") + ',"right":' + (row[2] or "null")
         out(line + (',"op":"' + row[3] + '"}' if with_op else "}"))
+    if params.get("stats_line"):
+        out("#streamctl-stats " + _dumps(stats))  # read back (and removed) by streamctl join
+    else:
+        import sys
+
+        print(f"streamctl join job: {_dumps(stats)}", file=sys.stderr)
