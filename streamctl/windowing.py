@@ -139,7 +139,11 @@ def key_getter(by: list[str]) -> Callable[[dict], bytes]:
 
 def time_range(cfg: WindowConfig) -> tuple[int, int]:
     """The event times this run can use (timeparse.usable_range): outside it, a time is a bad time."""
-    return usable_range(cfg.kind, cfg.size, cfg.hop)
+    lo, hi = usable_range(cfg.kind, cfg.size, cfg.hop)
+    if lo > hi:
+        raise UsageError(f"--{cfg.kind} windows of {cfg.size} ms are too long: no event time has windows "
+                         f"that fit in years 1..9999, where ISO-8601 can write their bounds")
+    return lo, hi
 
 
 def time_field_getter(cfg: WindowConfig, is_log: bool) -> tuple[Callable[[dict], Any], bool]:
