@@ -16,6 +16,12 @@ EPILOG = example(
     "streamctl replay orders --group billing --to-latest --execute    # skip the backlog",
     "streamctl replay orders --group billing --to-offset 42 --partition 1",
     "",
+    "# reset plans as files (CSV lines partition,offset): review, keep, roll back",
+    "streamctl replay orders --group billing --shift-by 0 --export billing-before.csv   # the offsets now",
+    "streamctl replay orders --group billing --to-datetime -2h --export billing-plan.csv",
+    "streamctl replay orders --group billing --from-file billing-plan.csv --execute",
+    "streamctl replay orders --group billing --from-file billing-before.csv --execute   # roll back",
+    "",
     "# 2. range replay and snapshots (ranges are [from, until); a bare integer is an offset)",
     "streamctl replay orders --from -1d > last-24h.jsonl               # relative times: now minus",
     "streamctl replay orders --from 2026-11-21T00:00:00Z --until @1763769600000 --key user-7",
@@ -48,6 +54,8 @@ def replay(
     by_duration: str | None = typer.Option(None, "--by-duration", metavar="D", help="Reset to the first record appended at most D ago (now - D; 1h, 30m, PT5M)."),
     partition: int | None = typer.Option(None, "--partition", "-p", metavar="P", help="Reset only partition P (others keep their offsets)."),
     execute: bool = typer.Option(False, "--execute", help="Apply the reset; without it nothing changes (a dry run)."),
+    export: str | None = typer.Option(None, "--export", metavar="FILE", help="Also write the plan's new offsets to FILE as CSV lines partition,offset (no header; - for stdout, the table then goes to stderr); with --execute, written before the offsets change."),
+    from_file: str | None = typer.Option(None, "--from-file", metavar="FILE", help="Reset to the offsets in FILE (lines partition,offset, as --export writes them; - for stdin) instead of a --to-* option; only the partitions it names change. Checked, not clamped: every bad line is reported."),
     from_: str | None = typer.Option(None, "--from", metavar="OFFSET|TIME", help="Start of the range (inclusive): an offset (a bare integer, in every partition) or a time: ISO-8601, @EPOCHMS or relative -1h."),
     until: str | None = typer.Option(None, "--until", metavar="OFFSET|TIME", help="End of the range (exclusive), same forms as --from. Default: the end of the log when replay starts."),
     key: list[str] | None = typer.Option(None, "--key", metavar="K", help="Only records whose key is K (repeatable: any of them)."),
@@ -68,6 +76,18 @@ def replay(
     New offsets are clamped into each partition's range, like Kafka. A reset is
     refused while a member of the group is consuming (a live `consume --group G
     --follow` holds its partitions' claims); a one-shot consume holds none.
+
+    Plans as files: --export FILE writes the plan's new offsets as CSV lines
+    `partition,offset` (Kafka's reset-plan shape without the topic; no header),
+    with or without --execute. --from-file FILE takes them back (a first line
+    `partition,offset`, blank lines and # comments are allowed): it exits 65
+    naming FILE:LINE for a line that is not two integers, a partition the log
+    does not have, a partition twice, or an offset outside the partition's
+    [first, next] offsets now. To keep a way back, save the offsets as they are
+    before executing: `--shift-by 0 --export before.csv` writes the current ones
+    (the first offset where the group never committed, which is where consume
+    would start); `--from-file before.csv --execute` rolls back. `stat --help`
+    shows how to derive the same file from `stat --json` with jq.
 
     Form 2: re-emits the stored lines of [--from, --until) unchanged, in
     (ts, partition, offset) order, to stdout or appended to --out LOG2. A bare
@@ -94,7 +114,7 @@ def replay(
 
     resets = {"--to-earliest": to_earliest, "--to-latest": to_latest, "--to-offset": to_offset is not None,
               "--to-datetime": to_datetime is not None, "--shift-by": shift_by is not None,
-              "--by-duration": by_duration is not None}
+              "--by-duration": by_duration is not None, "--from-file": from_file is not None}
     chosen = [name for name, on in resets.items() if on]
     range_flags = {"--from": from_, "--until": until, "--key": key or None, "--header": header or None,
                    "--where": where or None, "--compact": compact or None, "--out": out,
@@ -108,11 +128,13 @@ def replay(
         if len(chosen) != 1:
             raise UsageError("an offset reset needs exactly one of " + ", ".join(resets) +
                              (f" (got {', '.join(chosen)})" if chosen else ""))
-        return _reset(log, group, chosen[0], to_offset, to_datetime, shift_by, by_duration, partition, execute)
+        return _reset(log, group, chosen[0], to_offset, to_datetime, shift_by, by_duration, partition, execute,
+                      export, from_file)
     if chosen:
         raise UsageError(f"{chosen[0]} resets a consumer group's offsets and needs --group G")
-    if execute:
-        raise UsageError("--execute applies an offset reset and needs --group G")
+    if execute or export is not None:
+        raise UsageError("--execute applies an offset reset and needs --group G" if execute else
+                         "--export writes an offset-reset plan and needs --group G")
     if partition is not None:
         raise UsageError("--partition applies to an offset reset (with --group)")
     flt = None
@@ -124,7 +146,8 @@ def replay(
 
 
 def _reset(log: str, group: str, mode: str, to_offset: int | None, to_datetime: str | None, shift_by: int | None,
-           by_duration: str | None, partition: int | None, execute: bool) -> None:
+           by_duration: str | None, partition: int | None, execute: bool, export: str | None = None,
+           from_file: str | None = None) -> None:
     from streamctl import offsetreset
     from streamctl.consumer import check_partition_arg
     from streamctl.errors import UsageError
@@ -146,20 +169,36 @@ def _reset(log: str, group: str, mode: str, to_offset: int | None, to_datetime: 
         spec = offsetreset.ResetSpec(mode, shift=shift_by)
     elif mode == "by-duration":
         spec = offsetreset.by_duration(parse_duration(by_duration or ""))
-    else:
+    elif mode != "from-file":
         spec = offsetreset.ResetSpec(mode)
     lg = open_log(log)
-    parts = check_partition_arg(lg, partition)
+    if mode == "from-file":
+        spec = offsetreset.from_file(from_file or "", lg)
+    parts = offsetreset.planned_partitions(spec, check_partition_arg(lg, partition), partition)
     if not execute:
         busy = offsetreset.active_partitions(lg, group)
         members = offsetreset.live_members(lg, group)
         if busy or members:
             held = f"partitions {', '.join(map(str, busy))} held" if busy else f"{members} live member(s)"
             info(f"note: group {group} is consuming now ({held}); --execute would be refused until its consumers stop")
-    rows = offsetreset.reset(lg, group, spec, parts, execute)
     out = Output()
-    out.write((table([r.as_row() for r in rows], ["partition", "current", "new", "lag-after"]) + "\n").encode())
-    out.flush()
+
+    def save(rows) -> None:
+        if export == "-":
+            out.write(offsetreset.encode_plan(rows))
+        elif export is not None:
+            offsetreset.export_plan(export, rows)
+
+    rows = offsetreset.reset(lg, group, spec, parts, execute, before_commit=save if export is not None else None)
+    shown = (table([r.as_row() for r in rows], ["partition", "current", "new", "lag-after"]) + "\n").encode()
+    if export == "-":
+        out.flush()
+        info("plan:\n" + shown.decode().rstrip("\n"))
+    else:
+        out.write(shown)
+        out.flush()
+    if export not in (None, "-"):
+        info(f"wrote the plan ({len(rows)} partition(s)) to {export}")
     if execute:
         info(f"group {group}: offsets of {len(rows)} partition(s) reset ({mode})")
     else:

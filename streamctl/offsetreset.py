@@ -12,6 +12,13 @@ own. We try a non-blocking flock on each of those files and keep it during the
 write, so no member can join or claim a partition half-way through. A one-shot `consume --group G` without
 --follow holds no claim; resetting under it races with its final commit
 (last writer wins), exactly like Kafka's tool with an inactive group.
+
+A plan can be kept as a file: CSV lines `partition,offset` (Kafka's
+`--export` shape without its topic column, and like Kafka without a header),
+the new offset per partition. `--from-file` reads one back; unlike the other
+modes its offsets are checked, not clamped: an offset outside the partition's
+[first offset, next offset] means the file belongs to another log or is too
+old, and is reported by line.
 """
 
 from __future__ import annotations
@@ -19,15 +26,20 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-from dataclasses import dataclass
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from streamctl import offsets, reader
-from streamctl.errors import StreamctlError, UsageError
-from streamctl.fsutil import NOFOLLOW
+from streamctl.errors import DataError, StreamctlError, UsageError
+from streamctl.fsutil import NOFOLLOW, atomic_write
 from streamctl.log import Log
 from streamctl.timeparse import now_ms
 
-MODES = ("to-earliest", "to-latest", "to-offset", "to-datetime", "shift-by", "by-duration")
+MODES = ("to-earliest", "to-latest", "to-offset", "to-datetime", "shift-by", "by-duration", "from-file")
+PLAN_HEADER = "partition,offset"
+MAX_PLAN_BYTES = 16 << 20
+MAX_REPORTED = 20  # bad lines named in one message; the rest are counted
 
 
 class GroupActive(StreamctlError):
@@ -40,6 +52,14 @@ class ResetSpec:
     offset: int | None = None  # to-offset
     shift: int | None = None  # shift-by (may be negative)
     ts: int | None = None  # to-datetime, by-duration (resolved: now - duration)
+    plan: dict[int, PlanLine] = field(default_factory=dict)  # from-file: partition -> its line
+    source: str = ""  # from-file: the file's name, for messages
+
+
+@dataclass(frozen=True)
+class PlanLine:
+    line: int  # 1-based line number in the plan file
+    offset: int
 
 
 @dataclass
@@ -62,6 +82,114 @@ class ResetRow:
         return {"partition": self.partition, "current": self.current, "new": self.new, "lag_after": self.lag_after}
 
 
+def _report(where: str, problems: list[tuple[int, str]]) -> str:
+    """One problem: `FILE:LINE: reason`; several: a count, then one indented `FILE:LINE: reason` each."""
+    if len(problems) == 1:
+        n, why = problems[0]
+        return f"{where}:{n}: {why}"
+    shown = [f"{where}: {len(problems)} bad line(s) in the plan:"]
+    shown += [f"  {where}:{n}: {why}" for n, why in problems[:MAX_REPORTED]]
+    if len(problems) > MAX_REPORTED:
+        shown.append(f"  ... and {len(problems) - MAX_REPORTED} more")
+    return "\n".join(shown)
+
+
+def parse_plan(raw: bytes, where: str, partitions: int) -> dict[int, PlanLine]:
+    """`partition,offset` lines -> {partition: PlanLine}.
+
+    A first line `partition,offset` is taken as a header; blank lines and lines
+    starting with `#` are skipped. Every bad line is named (file:line: reason) in
+    one DataError, so a hand-edited plan is fixed in one go.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{where}: not UTF-8 text (byte {e.start}); a plan is CSV lines partition,offset") from None
+    out: dict[int, PlanLine] = {}
+    problems: list[tuple[int, str]] = []
+    seen_data = False
+    for n, line in enumerate(text.split("\n"), 1):
+        line = line.removesuffix("\r").strip()
+        if not line or line.startswith("#"):
+            continue
+        if not seen_data and line.replace(" ", "").lower() == PLAN_HEADER:
+            seen_data = True
+            continue
+        seen_data = True
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) != 2:
+            problems.append((n, f"expected 2 fields partition,offset, got {len(fields)}: {line[:80]!r}"))
+            continue
+        ptext, otext = fields
+        if not (ptext.isdecimal() and ptext.isascii()):
+            problems.append((n, f"partition {ptext!r} is not a partition number"))
+            continue
+        p = int(ptext)
+        if p >= partitions:
+            problems.append((n, f"partition {p} does not exist in this log ({partitions} partition(s): "
+                                f"0..{partitions - 1})"))
+            continue
+        digits = otext.removeprefix("-")
+        if not (digits.isdecimal() and digits.isascii()):
+            problems.append((n, f"offset {otext!r} for partition {p} is not an integer"))
+            continue
+        offset = int(otext)
+        if offset < 0:
+            problems.append((n, f"offset {offset} for partition {p} is negative"))
+            continue
+        if p in out:
+            problems.append((n, f"partition {p} again (first on line {out[p].line})"))
+            continue
+        out[p] = PlanLine(n, offset)
+    if problems:
+        raise DataError(_report(where, problems))
+    if not out:
+        raise DataError(f"{where}: no offsets in the plan (expected lines partition,offset)")
+    return out
+
+
+def read_plan(path: str) -> bytes:
+    """The bytes of a plan file (`-`: standard input); a missing or unreadable file is a usage error."""
+    if path == "-":
+        raw = sys.stdin.buffer.read(MAX_PLAN_BYTES + 1)
+    else:
+        try:
+            with open(path, "rb") as f:
+                raw = f.read(MAX_PLAN_BYTES + 1)
+        except OSError as e:
+            raise UsageError(f"{path}: cannot read the plan file: {e.strerror}") from None
+    if len(raw) > MAX_PLAN_BYTES:
+        raise DataError(f"{path}: implausibly large for a plan file (over {MAX_PLAN_BYTES >> 20} MiB)")
+    return raw
+
+
+def from_file(path: str, log: Log) -> ResetSpec:
+    where = "<stdin>" if path == "-" else path
+    return ResetSpec("from-file", plan=parse_plan(read_plan(path), where, log.partitions), source=where)
+
+
+def planned_partitions(spec: ResetSpec, partitions: list[int], only: int | None) -> list[int]:
+    """The partitions a reset touches: all of `partitions`, or for a plan file those it names."""
+    if spec.mode != "from-file":
+        return partitions
+    if only is not None and only not in spec.plan:
+        raise UsageError(f"--partition {only}: {spec.source} has no line for partition {only}")
+    return [p for p in partitions if p in spec.plan]
+
+
+def encode_plan(rows: list[ResetRow]) -> bytes:
+    """The plan as `partition,offset` lines (no header, like Kafka's --export)."""
+    return "".join(f"{r.partition},{r.new}\n" for r in rows).encode()
+
+
+def export_plan(path: str, rows: list[ResetRow]) -> None:
+    """Write the plan to `path` atomically (a crash leaves the old file or the whole new one)."""
+    try:
+        atomic_write(path, encode_plan(rows))
+    except OSError as e:
+        raise UsageError(f"{path}: cannot write the plan file: {e.strerror}") from None
+
+
 def by_duration(ms: int, now: int | None = None) -> ResetSpec:
     return ResetSpec("by-duration", ts=(now_ms() if now is None else now) - ms)
 
@@ -69,6 +197,7 @@ def by_duration(ms: int, now: int | None = None) -> ResetSpec:
 def plan(log: Log, group: str, spec: ResetSpec, partitions: list[int]) -> list[ResetRow]:
     committed = offsets.load(log, group)
     rows = []
+    problems: list[tuple[int, str]] = []
     for p in partitions:
         info = reader.partition_info(log, p)
         cur = committed.get(p)
@@ -86,10 +215,20 @@ def plan(log: Log, group: str, spec: ResetSpec, partitions: list[int]) -> list[R
             assert spec.shift is not None
             # No committed offset: consume would start at the earliest record; shift from there.
             new = (info.first_offset if cur is None else cur) + spec.shift
+        elif spec.mode == "from-file":
+            planned = spec.plan[p]
+            new = planned.offset
+            if not info.first_offset <= new <= info.next_offset:
+                problems.append((planned.line, f"offset {new} for partition {p} is outside the partition's "
+                                               f"offsets now [{info.first_offset}, {info.next_offset}]"))
+                continue
         else:
             raise UsageError(f"unknown reset mode {spec.mode!r}")
         new = min(max(new, info.first_offset), info.next_offset)
         rows.append(ResetRow(p, cur, new, info.first_offset, info.next_offset))
+    if problems:
+        problems.sort()
+        raise DataError(_report(spec.source, problems))
     return rows
 
 
@@ -207,14 +346,21 @@ def live_members(log: Log, group: str) -> int:
     return n
 
 
-def reset(log: Log, group: str, spec: ResetSpec, partitions: list[int], execute: bool) -> list[ResetRow]:
+def reset(log: Log, group: str, spec: ResetSpec, partitions: list[int], execute: bool,
+          before_commit: Callable[[list[ResetRow]], None] | None = None) -> list[ResetRow]:
     """Plan the reset; with `execute`, plan and write it while holding the group's claims.
 
     Only the planned partitions change. Refused (GroupActive) while a member is consuming.
+    `before_commit` sees the plan first (an export): if it raises, nothing changes.
     """
     if not execute:
-        return plan(log, group, spec, partitions)
+        rows = plan(log, group, spec, partitions)
+        if before_commit is not None:
+            before_commit(rows)
+        return rows
     with ClaimGuard(log, group, partitions):
         rows = plan(log, group, spec, partitions)
+        if before_commit is not None:
+            before_commit(rows)
         offsets.commit(log, group, {r.partition: r.new for r in rows})
         return rows
