@@ -26,6 +26,8 @@ EPILOG = example(
     "streamctl consume orders -g ops --follow --idle-timeout 10m -u | jq -c .value",
     "streamctl consume orders -g loader --exec './load.sh' --batch 500   # cron: commit after load.sh exits 0",
     "streamctl consume orders -g loader --follow --exec 'wc -l' --batch-timeout 2s",
+    "streamctl consume orders -g reporting --sqlite reporting.db          # cron: new orders, exactly once",
+    "streamctl consume users -g view --sqlite users.db --mode upsert -f   # a live table of the latest per key",
 )
 
 
@@ -59,8 +61,11 @@ def consume(
     follow: bool = typer.Option(False, "--follow", "-f", help="Wait for new records instead of exiting at the end (inotify via watchfiles; polling where inotify is unavailable)."),
     idle_timeout: str | None = typer.Option(None, "--idle-timeout", metavar="DUR", help="With --follow: stop after DUR in which nothing new was delivered."),
     exec_: str | None = typer.Option(None, "--exec", metavar="CMD", help="Run CMD (by the shell) for each batch, the batch on its stdin; commit only if it exits 0."),
-    batch: int = typer.Option(1000, "--batch", metavar="N", help="With --exec: records per batch."),
-    batch_timeout: str | None = typer.Option(None, "--batch-timeout", metavar="DUR", help="With --exec: run a partial batch after DUR without a full one."),
+    batch: int = typer.Option(1000, "--batch", metavar="N", help="With --exec: records per batch. With --sqlite: records per transaction."),
+    batch_timeout: str | None = typer.Option(None, "--batch-timeout", metavar="DUR", help="With --exec: run a partial batch after DUR without a full one. With --sqlite --follow: a partial batch waits up to DUR for more (default: committed once caught up)."),
+    sqlite: str | None = typer.Option(None, "--sqlite", metavar="FILE", help="With --group: write the records into a table of the SQLite database FILE (created if missing) instead of stdout, exactly once: each batch's rows and the group's offsets are committed in one transaction, and consume resumes from the offsets in FILE (--from counts only for a first run)."),
+    table: str | None = typer.Option(None, "--table", metavar="NAME", help="With --sqlite: the table (default: the log's folder name), created with columns key, value (JSON text), headers (JSON text or NULL), ts, partition, offset."),
+    mode: str = typer.Option("append", "--mode", metavar="append|upsert", help="With --sqlite: append (a row per record, primary key partition, offset) or upsert (a row per key, the latest; a null value deletes it; null keys are skipped and counted)."),
     unbuffered: bool = typer.Option(False, "--unbuffered", "-u", help="Flush after every record (automatic on a terminal)."),
 ) -> None:
     """Write LOG's records to stdout and exit at the end of the log.
@@ -78,6 +83,12 @@ def consume(
     stops each partition at its first record with ts at or past it. With
     --follow, consume ends once every partition reached the bound (for a time:
     a record at or past it arrived, or the clock passed it by a second).
+
+    --sqlite FILE loads the records into a SQLite table instead, exactly once: a
+    kill -9 at any moment and a rerun leave every record applied once. FILE is in
+    WAL mode, so `sqlite3 FILE` can query it while consume --follow runs; a lock
+    another process holds is waited for. The group file mirrors the offsets in
+    FILE (table streamctl_offsets) after each commit, for stat and --fail-lag.
     """
     from streamctl.errors import UsageError
 
@@ -89,8 +100,23 @@ def consume(
         raise UsageError("--idle-timeout needs --follow")
     if batch < 1:
         raise UsageError("--batch must be at least 1")
-    if batch_timeout is not None and exec_ is None:
-        raise UsageError("--batch-timeout needs --exec")
+    if batch_timeout is not None and exec_ is None and sqlite is None:
+        raise UsageError("--batch-timeout needs --exec or --sqlite")
+    sqlite_target = None
+    if sqlite is not None:
+        from streamctl.sqlitesink import MODES, SqliteTarget, check_table_name
+
+        if group is None:
+            raise UsageError("--sqlite needs --group G (the offsets stored with the rows are the group's)")
+        if exec_ is not None or value or fmt is not None:
+            raise UsageError("--sqlite writes to a table: it cannot be combined with --exec, --value or --format")
+        if mode not in MODES:
+            raise UsageError(f"--mode {mode}: use append or upsert")
+        if table is not None:
+            check_table_name(table)
+        sqlite_target = SqliteTarget(sqlite, table, mode)
+    elif table is not None or mode != "append":
+        raise UsageError("--table and --mode need --sqlite FILE")
     if group is not None:
         from streamctl.names import check_group
 
@@ -131,7 +157,7 @@ def consume(
         from streamctl.commands import consume_live
 
         return consume_live.run(log, group, from_, partition, max_, value, fmt, follow, idle_timeout,
-                                exec_, batch, batch_timeout, unbuffered, flt, bound)
+                                exec_, batch, batch_timeout, unbuffered, flt, bound, sqlite_target)
 
     # no group: nothing to claim or commit; stream the stored lines straight through
     from streamctl import consumer, stopflag

@@ -20,6 +20,7 @@ from streamctl.commands.common import info
 if TYPE_CHECKING:
     from streamctl.filters import Filter
     from streamctl.replay import Bound
+    from streamctl.sqlitesink import SqliteTarget
 
 FOLLOW_BATCH_TIMEOUT = 1.0
 # While catching up on history, commit at most this often (a commit is a rename and two fsyncs).
@@ -29,7 +30,7 @@ COMMIT_INTERVAL = 1.0
 def run(log: str, group: str | None, from_: str | None, partition: int | None, max_: int | None,
         value: bool, fmt: str | None, follow: bool, idle_timeout: str | None, exec_: str | None,
         batch: int, batch_timeout: str | None, unbuffered: bool, flt: Filter | None = None,
-        until: Bound | None = None) -> None:
+        until: Bound | None = None, sqlite: SqliteTarget | None = None) -> None:
     from streamctl import consumer, stopflag
     from streamctl import log as logmod
     from streamctl.errors import Interrupted, UsageError
@@ -49,7 +50,16 @@ def run(log: str, group: str | None, from_: str | None, partition: int | None, m
     parts = consumer.check_partition_arg(lg, partition)
     render = renderer(value, fmt, log_name(log))
     committer = consumer.Committer(lg, group, interval=COMMIT_INTERVAL)
-    if exec_ is not None:
+    table_sink = None
+    if sqlite is not None and group is not None:
+        from streamctl.sqlitesink import open_sink
+
+        # rows and offsets go into the database together; it says where each partition resumes
+        sink = table_sink = open_sink(lg, group, parts, from_, sqlite.path, sqlite.table, sqlite.mode, batch,
+                                      btimeout if follow else None, info, interval=COMMIT_INTERVAL)
+        committer = table_sink.committer
+        from_ = None
+    elif exec_ is not None:
         from streamctl.execbatch import ExecBatcher
 
         sink = ExecBatcher(exec_, batch, btimeout, committer, render, group)
@@ -65,7 +75,16 @@ def run(log: str, group: str | None, from_: str | None, partition: int | None, m
             wake = max(0.001, min(wake, t / 4))
     opts = LiveOptions(parts, group, from_, follow, max_, idle, wake_every=wake, until=until)
     stopflag.install()
-    res = consume_live(lg, opts, sink, committer, info)
+    try:
+        res = consume_live(lg, opts, sink, committer, info)
+    finally:
+        if table_sink is not None:
+            table_sink.committer.table.close()
+    if table_sink is not None:
+        from streamctl.sqlitesink import report
+
+        for note in report(table_sink):
+            info(note)
     if res.stopped_by is not None:
         import signal
 
