@@ -824,10 +824,39 @@ def checkpoint_path(log, group: str) -> str:
     return os.path.join(os.path.dirname(log.group_path(group)), f".{group}.window.json")
 
 
+def _resume_positions(lg, group: str, positions: dict[int, int], ckpt: str | None,
+                      notice: Callable[[str], None] | None) -> dict[int, int]:
+    """The offsets a group resumes from, through consume's checks (consumer.plan) on them.
+
+    consumer.plan checks the group file; it mirrors the checkpoint's offsets (follow's save
+    writes both), so a mirror that a crash between the two writes left behind is brought
+    up to the checkpoint first.
+    """
+    from streamctl import consumer, offsets
+    from streamctl.errors import StorageError
+
+    if ckpt is not None and positions:
+        committed = offsets.load(lg, group)
+        if any(committed.get(p) != o for p, o in positions.items()):
+            offsets.commit(lg, group, dict(positions))
+    try:
+        pl = consumer.plan(lg, list(range(lg.partitions)), None, group, follow=True)
+    except StorageError as e:
+        if ckpt is None:
+            raise
+        raise StorageError(f"{e}; `window --follow --group {group}` resumes from the offsets in {ckpt}: "
+                           f"move that checkpoint away too (its window state is of the records before)") from None
+    for note in pl.notices:
+        if notice is not None:
+            notice(note)
+    return {p: pl.positions[p].start if p in pl.positions else o for p, o in positions.items()}
+
+
 def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list], None],
            flush_out: Callable[[], None], idle_timeout: float | None,
            late_sink: Callable[[dict], None] | None = None,
-           flush_late: Callable[[], None] | None = None) -> WindowRun:
+           flush_late: Callable[[], None] | None = None,
+           notice: Callable[[str], None] | None = None) -> WindowRun:
     """Run a window on a log forever (until a stop signal or idle timeout), emitting as the watermark moves.
 
     With a group, input offsets and window state are written together, atomically,
@@ -835,6 +864,10 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
     kill -9 at any point restarts from a consistent (offsets, state) pair, so no
     event is lost or counted twice; rows emitted after the last checkpoint are
     written again (identically) after a restart.
+
+    The group resumes as `consume --group` does: an offset that retention or
+    compaction deleted resumes at the next record, said through `notice`; an
+    offset past the end of its partition is refused (StorageError).
     """
     import os
     import time
@@ -879,6 +912,7 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
                                    "move it away to start over") from None
         else:
             positions = dict(offsets.load(lg, group))
+        positions = _resume_positions(lg, group, positions, ckpt if data is not None else None, notice)
 
     def save() -> None:
         if ckpt is None:

@@ -178,3 +178,93 @@ def test_damaged_checkpoint_is_a_clear_error(tmp_path):
             f.write(text)
         p = run_cli("window", log, *WINDOW, "--follow", "--group", "g", "--idle-timeout", "100ms")
         assert p.returncode == 1 and b"checkpoint" in p.stderr and b"Traceback" not in p.stderr, p.stderr
+
+
+# -- resuming where retention deleted unread records, or past the end (as consume --group does) --
+
+def padded(first: int, n: int) -> str:
+    """n events, one per 100 ms from T0 + first * 100, padded so a 16 KiB segment holds ~100."""
+    return "".join(json.dumps({"at": T0 + i * 100, "u": "u", "v": 1, "pad": "x" * 100}) + "\n"
+                   for i in range(first, first + n))
+
+
+def retention_log(tmp_path, checkpoint_first: int) -> tuple[str, int]:
+    """2000 events in small segments, of which a group has read `checkpoint_first` (a window checkpoint
+    when > 0, else only committed offsets 0), then retention deleted the oldest segments, unread ones
+    included: (log, its first offset left)."""
+    from streamctl import log as logmod
+    from streamctl import reader
+
+    log = str(tmp_path / "events")
+    run_cli("produce", log, "--segment-bytes", "16KiB", input=padded(0, checkpoint_first or 2000), check=True)
+    if checkpoint_first:
+        run_cli("window", log, *WINDOW, "--follow", "--group", "g", "--idle-timeout", "300ms", check=True)
+        run_cli("produce", log, input=padded(checkpoint_first, 2000 - checkpoint_first), check=True)
+    else:
+        run_cli("replay", log, "--group", "g", "--to-earliest", "--execute", check=True)  # committed 0, nothing read
+    run_cli("compact", log, "--retention-bytes", "64KiB", "--force", check=True)
+    first = reader.partition_info(logmod.open_log(log), 0).first_offset
+    assert first > max(checkpoint_first, 1), "retention must have deleted records the group did not read"
+    return log, first
+
+
+@pytest.mark.parametrize("checkpoint_first", [0, 300])
+def test_resume_in_a_range_retention_deleted_says_so_and_goes_on(tmp_path, checkpoint_first):
+    from streamctl.windowing import WindowConfig, follow
+
+    log, first = retention_log(tmp_path, checkpoint_first)
+    cfg = WindowConfig("tumbling", 2000, time_field="at", aggs=["count", "sum:v"], lateness=10_000)
+    rows: list = []
+    notes: list[str] = []
+    run = follow(log, "g", cfg, rows.extend, lambda: None, 0.3, notice=notes.append)
+    assert len(notes) == 1
+    assert f"committed offset {checkpoint_first} is no longer in the log" in notes[0]
+    assert f"resuming at {first}, the next existing record" in notes[0]
+    assert run.stats.events == checkpoint_first + 2000 - first  # what the first run read, and the rest
+    ck = orjson.loads(open(os.path.join(log, "groups", ".g.window.json"), "rb").read())
+    assert ck["offsets"] == {"0": 2000}
+    # the next run resumes at the end: nothing more to say
+    notes.clear()
+    follow(log, "g", cfg, rows.extend, lambda: None, 0.3, notice=notes.append)
+    assert notes == []
+
+
+def test_resume_after_retention_from_the_shell(tmp_path):
+    log, first = retention_log(tmp_path, 0)
+    p = run_cli("window", log, *WINDOW, "--follow", "--group", "g", "--idle-timeout", "1s")
+    assert p.returncode == 0, p.stderr
+    assert sum(orjson.loads(x)["count"] for x in p.stdout.splitlines()) == 2000 - first
+    assert orjson.loads(open(os.path.join(log, "groups", "g.json"), "rb").read())["offsets"] == {"0": 2000}
+
+
+@pytest.mark.parametrize("where", ["group file", "checkpoint"])
+def test_committed_offset_past_the_end_is_refused(tmp_path, where):
+    log = str(tmp_path / "events")
+    run_cli("produce", log, "--partitions", "2", "--key-field", "u", input=batches(1, 40)[0], check=True)
+    groups = os.path.join(log, "groups")
+    if where == "checkpoint":
+        run_cli("window", log, *WINDOW, "--follow", "--group", "g", "--idle-timeout", "300ms", check=True)
+        ck = os.path.join(groups, ".g.window.json")
+        body = orjson.loads(open(ck, "rb").read())
+        body["offsets"]["1"] = body["offsets"].get("1", 0) + 1000
+        with open(ck, "wb") as f:
+            f.write(orjson.dumps(body))
+        past = body["offsets"]["1"]
+    else:
+        run_cli("replay", log, "--group", "g", "--to-earliest", "--execute", check=True)
+        gf = os.path.join(groups, "g.json")
+        body = orjson.loads(open(gf, "rb").read())
+        body["offsets"]["1"] = past = 1000
+        with open(gf, "wb") as f:
+            f.write(orjson.dumps(body))
+    consume = run_cli("consume", log, "--group", "g") if where == "group file" else None
+    p = run_cli("window", log, *WINDOW, "--follow", "--group", "g", "--idle-timeout", "300ms")
+    assert p.returncode == 1, p.stderr
+    err = p.stderr.decode()
+    assert err.startswith("streamctl: ") and "Traceback" not in err
+    assert f"committed offset {past} for partition 1 is past the end of the log" in err
+    assert p.stdout == b""  # no partition read while another is skipped
+    if consume is not None:  # the same refusal, the same exit code as consume --group
+        assert consume.returncode == p.returncode and consume.stderr == p.stderr
+    else:
+        assert ".g.window.json: move that checkpoint away too" in err
