@@ -345,6 +345,11 @@ class FilterSink:
             raise locate_corrupt(self.committer.log, p, self.committer.pending.get(p, 0), e) from None
         if kept:
             self.skipped.pop(p, None)
+            if (not isinstance(self.inner, PrintSink) and self.inner.idle()
+                    and self.committer.delivered != self.committer.committed):
+                # a new --exec batch starts: what was skipped before it is consumed whatever becomes
+                # of the batch (stdout needs no such commit: its flushes commit as they go)
+                self.committer.commit()
             return self.inner.put(p, next_offset, kept)
         if self.inner.idle():
             self.committer.queued(p, next_offset)

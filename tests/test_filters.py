@@ -382,3 +382,18 @@ def test_cli_replay_filter_single_partition_and_out(tmp_path):
     run_cli("replay", log, "--header", "nope=1", "--out", out, check=True)
     run_cli("replay", log, "--key", "u3", "--out", out, check=True)
     assert values(run_cli("consume", out, check=True)) == [i for i in range(30) if i % 4 == 3]
+
+
+def test_cli_exec_batches_hold_only_matches_and_commit_past_skips(logdir, tmp_path):
+    make_log(logdir, 20)
+    got = tmp_path / "got.jsonl"
+    p = run_cli("consume", logdir, "-g", "x", "--where", "c == JP", "--exec", f"cat >> {got}", "--batch", "3")
+    assert p.returncode == 0, p.stderr
+    assert [json.loads(x)["value"]["i"] for x in got.read_bytes().splitlines()] == [i for i in range(20) if i % 3 == 0]
+    stat = json.loads(run_cli("stat", logdir, "--json", check=True).stdout)
+    assert [g["committed"] for g in stat["groups"] if g["group"] == "x"] == [20]
+    # a failing command: its batch and the skipped records after it stay uncommitted
+    p = run_cli("consume", logdir, "-g", "y", "--where", "i == 4", "--exec", "exit 1")
+    assert p.returncode != 0
+    stat = json.loads(run_cli("stat", logdir, "--json", check=True).stdout)
+    assert [g["committed"] for g in stat["groups"] if g["group"] == "y"] == [4]  # up to the failed batch

@@ -1,6 +1,8 @@
-"""consume: stored lines, --value and --format vs cat, jq, Miller and the orjson loop."""
+"""consume: stored lines, --value, --format and filters vs cat, jq, Miller and the orjson loop."""
 
 from __future__ import annotations
+
+import shlex
 
 from bench.datagen import segments, size
 from bench.runner import Bench, Contestant
@@ -42,4 +44,26 @@ def run(b: Bench) -> None:
           Contestant("orjson loop (format)", b.ref("orjson_loop", "format", *segs))]
     if b.tools.get("jq"):
         cs.append(Contestant("jq -r (key + value)", ["jq", "-r", r'"\(.key) \(.value|tojson)"', *segs]))
+    b.compare(group, cs, records=n, nbytes=nbytes)
+
+    # Finding records: a filter that matches 1% of the events (amount is uniform in [0, 200)) against
+    # the pipeline users write today, consume | jq select. Both read every record; streamctl decodes
+    # only `amount`, jq parses whole lines (after consume wrote them through a pipe).
+    where = "value.amount > 198"
+    group = "consume --where (1% match)"
+    cs = [Contestant(f"{sub} --where '{where}'", b.sc("consume", str(log), "--where", where), subject=True)]
+    if b.tools.get("jq"):
+        pipe = f"{shlex.join(b.sc('consume', str(log)))} | jq -c 'select(.value.amount > 198)'"
+        cs.append(Contestant("consume | jq -c select(...)", ["sh", "-c", pipe]))
+    b.compare(group, cs, records=n, nbytes=nbytes)
+    r = b.ratio(group, f"{sub} --where '{where}'", "consume | jq -c select(...)")
+    if r is not None:
+        b.target("22", "filtered consume (1% match) >= 3x consume | jq select", f"{r:.2f}x", r >= 3)
+
+    # --key reads keys from the line's prefix and never decodes a value
+    group = "consume --key (one of 10k keys)"
+    cs = [Contestant(f"{sub} --key user-00042", b.sc("consume", str(log), "--key", "user-00042"), subject=True)]
+    if b.tools.get("jq"):
+        pipe = f"{shlex.join(b.sc('consume', str(log)))} | jq -c 'select(.key == \"user-00042\")'"
+        cs.append(Contestant("consume | jq -c select(.key)", ["sh", "-c", pipe]))
     b.compare(group, cs, records=n, nbytes=nbytes)
