@@ -71,7 +71,7 @@ def replay(
 ) -> None:
     """Reset a consumer group's offsets, or replay a range or a snapshot of LOG.
 
-    Form 1 (with --group and one --to-*/--shift-by/--by-duration): prints a table
+    Form 1 (with --group and one --to-*/--shift-by/--by-duration/--from-file): prints a table
     of partition, current, new and lag-after; changes nothing without --execute.
     New offsets are clamped into each partition's range, like Kafka. A reset is
     refused while a member of the group is consuming (a live `consume --group G
