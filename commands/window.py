@@ -301,7 +301,7 @@ def _follow(path: str, cfg, group: str | None, idle_timeout: str | None, late_ou
     stopflag.install()
     try:
         run = follow(path, group, cfg, rows, rows.finish, idle, sink,
-                     flush_late=(f.flush if f is not None else None))
+                     flush_late=(f.flush if f is not None else None), notice=info)
     finally:
         if f is not None:
             f.close()

@@ -852,6 +852,18 @@ def _resume_positions(lg, group: str, positions: dict[int, int], ckpt: str | Non
     return {p: pl.positions[p].start if p in pl.positions else o for p, o in positions.items()}
 
 
+def _skip_deleted(lg, positions: dict[int, int], notice: Callable[[str], None] | None) -> None:
+    """Partitions whose next offset retention deleted while this follower ran (whole segments below
+    it are gone): said, and moved to the first segment that is left, as a restart would."""
+    for p, off in positions.items():
+        segs = lg.segments(p)
+        if segs and off < segs[0].base:
+            if notice is not None:
+                notice(f"{lg.path}: partition {p}: offset {off} is no longer in the log (retention removed it "
+                       f"before it was read); resuming at {segs[0].base}, the next existing record")
+            positions[p] = segs[0].base
+
+
 def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list], None],
            flush_out: Callable[[], None], idle_timeout: float | None,
            late_sink: Callable[[dict], None] | None = None,
@@ -950,6 +962,7 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
     try:
         while not stopflag.is_set():
             before = run.seq + run.stats.bad_time
+            _skip_deleted(lg, positions, notice)
             batches = inputorder.log_batches(path, starts=dict(positions), time_of=time_of, highs=highs)
             run.feed_batches(round_of(batches), emit, source=path, done=done)
             batches.close()

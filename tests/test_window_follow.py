@@ -233,8 +233,41 @@ def test_resume_after_retention_from_the_shell(tmp_path):
     log, first = retention_log(tmp_path, 0)
     p = run_cli("window", log, *WINDOW, "--follow", "--group", "g", "--idle-timeout", "1s")
     assert p.returncode == 0, p.stderr
+    assert f"resuming at {first}, the next existing record".encode() in p.stderr
     assert sum(orjson.loads(x)["count"] for x in p.stdout.splitlines()) == 2000 - first
     assert orjson.loads(open(os.path.join(log, "groups", "g.json"), "rb").read())["offsets"] == {"0": 2000}
+
+
+def test_retention_while_following_says_so_and_goes_on(tmp_path):
+    """Retention deletes records a running follower has not read yet (it was stopped meanwhile):
+    the follower says so on stderr, resumes at the next record and counts the rest."""
+    log = str(tmp_path / "events")
+    run_cli("produce", log, "--segment-bytes", "16KiB", input=padded(0, 100), check=True)
+    proc = subprocess.Popen([*CLI, "window", log, *WINDOW, "--follow", "--group", "g", "--idle-timeout", "3s"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env())
+    try:
+        ck = os.path.join(log, "groups", ".g.window.json")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the first 100 are read and checkpointed
+            if os.path.exists(ck) and orjson.loads(open(ck, "rb").read())["offsets"].get("0") == 100:
+                break
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGSTOP)
+        run_cli("produce", log, input=padded(100, 1900), check=True)
+        run_cli("compact", log, "--retention-bytes", "64KiB", "--force", check=True)
+        from streamctl import log as logmod
+        from streamctl import reader
+
+        first = reader.partition_info(logmod.open_log(log), 0).first_offset
+        assert first > 100
+        os.kill(proc.pid, signal.SIGCONT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert b"offset 100 is no longer in the log" in err and f"resuming at {first}".encode() in err
+    assert sum(orjson.loads(x)["count"] for x in out.splitlines()) == 100 + 2000 - first
 
 
 @pytest.mark.parametrize("where", ["group file", "checkpoint"])
