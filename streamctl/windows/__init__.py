@@ -13,7 +13,13 @@ its byte order is the documented tie-break), `t` the event time in ms, `seq`
 the event's position in the input order (first/last use it), `vals` what
 `aggregations.Plan.extract` pulled out of the event, `wm` the watermark
 before this event. Rows appended to `out` are `(start, end, key, values, revision)`;
-revision is None except for `--late correct` rows.
+revision is None except for `--late correct` rows. A row with values None is a
+delete: it withdraws the row written before for that window and key (a
+session whose bounds changed, see session.py), and is written as
+`{"window": ..., "key": K, "op": "delete"}`. Folding the rows by (window, key)
+-- a row replaces the one before, a delete removes it -- gives with `--emit
+update` the rows of `--emit final`, and with `--late correct` the rows of a run
+whose lateness let nothing be late.
 
 A batch of windows closed by one watermark move comes out sorted by
 (start, key): with the watermark's monotony that gives the spec's
