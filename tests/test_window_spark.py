@@ -1,7 +1,10 @@
 """The Spark engine for window: the same rows in the same order, and the same late counts, as the local engine.
 
 Parity tests exec the generated job's text and call its main() with the shared
-`spark` fixture; one slow test runs `streamctl window --engine spark` for real.
+`spark` fixture; slow tests run `streamctl window --engine spark` for real.
+The logs include partitioned ones filled by one produce, whose append times say
+nothing about the event-time order: both engines must read them in the input
+order (per partition, a running max of event time; then by that max).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import random
 import orjson
 import pytest
 
+from streamctl import log as logmod
+from streamctl import reader
 from streamctl.windowing import WindowConfig, WindowRun, records_of, row_json, spark_job
 from tests.conftest import run_cli
 
@@ -52,7 +57,7 @@ def parity_file(tmp_path_factory) -> str:
 
 
 def local(path: str, cfg: WindowConfig) -> tuple[list[bytes], dict]:
-    is_log, recs = records_of(path)
+    is_log, recs = records_of(path, cfg)
     run = WindowRun(cfg, is_log)
     rows: list = []
     run.feed(recs, rows.extend)
@@ -62,9 +67,14 @@ def local(path: str, cfg: WindowConfig) -> tuple[list[bytes], dict]:
                                          "non_numeric": run.plan.non_numeric}
 
 
-def on_spark(spark, path: str, cfg: WindowConfig) -> tuple[list[bytes], dict]:
+def job_namespace(path: str, cfg: WindowConfig) -> dict:
     ns: dict = {"__name__": "streamctl_window_test_job"}
     exec(compile(spark_job(path, cfg, None, stats_line=True), "job.py", "exec"), ns)
+    return ns
+
+
+def on_spark(spark, path: str, cfg: WindowConfig) -> tuple[list[bytes], dict]:
+    ns = job_namespace(path, cfg)
     out: list[str] = []
     ns["main"](spark, ns["PARAMS"], out.append)
     stats = json.loads(out.pop().removeprefix("#streamctl-stats "))
@@ -118,6 +128,142 @@ def test_parity_plain_file(spark, parity_file, kind, size):
     same_rows(got_rows, want_rows)
 
 
+JITTER = 3000  # ms an event may trail the one produced before it
+
+
+def ordered_events(n: int, seed: int, jitter: int) -> list[dict]:
+    """Events in event-time order, each up to `jitter` ms off its slot, a few without a usable time."""
+    rnd = random.Random(seed)
+    out = []
+    for i in range(n):
+        ev = {"at": T0 + i * 400 + (rnd.randint(0, jitter) if jitter else 0), "u": f"user-{rnd.randrange(12)}",
+              "ms": rnd.randint(1, 500), "page": rnd.choice(["/a", "/b", "/c"])}
+        if rnd.random() < 0.02:
+            ev["at"] = rnd.choice(["not a time", None, "2026-13-45T99:00:00Z"])
+        out.append(ev)
+    return out
+
+
+def one_batch_log(folder, name: str, events: list[dict]) -> str:
+    """A 3-partition log filled by one produce: the append times are (nearly) equal, so their order says
+    nothing about event time."""
+    path = str(folder / name)
+    run_cli("produce", path, "--partitions", "3", "--key-field", "u",
+            input="".join(json.dumps(e) + "\n" for e in events), check=True)
+    lg = logmod.open_log(path)
+    assert all(reader.partition_info(lg, p).next_offset > 0 for p in range(3))
+    return path
+
+
+@pytest.fixture(scope="module")
+def jittered_log(tmp_path_factory) -> str:
+    return one_batch_log(tmp_path_factory.mktemp("jittered"), "log", ordered_events(600, 11, JITTER))
+
+
+@pytest.fixture(scope="module")
+def sorted_log(tmp_path_factory) -> str:
+    evs = ordered_events(600, 12, 0)
+    for ev in evs:  # in order, with repeats: equal times in different partitions
+        if isinstance(ev["at"], int):
+            ev["at"] -= ev["at"] % 1200
+    return one_batch_log(tmp_path_factory.mktemp("sorted"), "log", evs)
+
+
+@pytest.fixture(scope="module")
+def apart_log(tmp_path_factory) -> str:
+    """Each partition produced on its own, one after the other (its append times all after the partition
+    before), holding events of the same hour, each partition in event-time order: the append-time order
+    would read them partition by partition and find most events late."""
+    path = str(tmp_path_factory.mktemp("apart") / "log")
+    evs = ordered_events(450, 13, 1000)  # every third event is 1200 ms after the one before: in order
+    for p in range(3):
+        run_cli("produce", path, "--partitions", "3", "--partition", str(p),
+                input="".join(json.dumps(e) + "\n" for e in evs[p::3]), check=True)
+    return path
+
+
+KINDS = [("tumbling", {"size": 5000}), ("hopping", {"size": 6000, "hop": 2000}), ("sliding", {"size": 4000}),
+         ("session", {"size": 700})]
+ORDER_AGGS = ["count", "sum:ms", "avg:ms", "p90:ms", "distinct:page", "first:page", "last:page"]
+
+
+def window_cfg(kind: str, opts: dict, **more) -> WindowConfig:
+    return WindowConfig(kind=kind, time_field="at", aggs=ORDER_AGGS, **opts, **more)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("kind,opts", KINDS, ids=[k for k, _ in KINDS])
+@pytest.mark.parametrize("lateness", [0, JITTER])
+def test_parity_one_produce_jittered(spark, jittered_log, kind, opts, lateness):
+    cfg = window_cfg(kind, opts, lateness=lateness)
+    want_rows, want_stats = local(jittered_log, cfg)
+    got_rows, got_stats = on_spark(spark, jittered_log, cfg)
+    assert got_stats == want_stats
+    same_rows(got_rows, want_rows)
+    assert want_stats["bad_time"] > 0
+    # the jitter as lateness lets nothing be late; without it, some events are
+    assert (want_stats["late"] == 0) == (lateness >= JITTER)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("kind,opts", KINDS, ids=[k for k, _ in KINDS])
+def test_parity_one_produce_in_order_nothing_late(spark, sorted_log, kind, opts):
+    cfg = window_cfg(kind, opts)
+    want_rows, want_stats = local(sorted_log, cfg)
+    got_rows, got_stats = on_spark(spark, sorted_log, cfg)
+    assert got_stats == want_stats and want_stats["late"] == 0
+    same_rows(got_rows, want_rows)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("kind,opts", KINDS, ids=[k for k, _ in KINDS])
+def test_parity_partitions_produced_apart(spark, apart_log, kind, opts):
+    cfg = window_cfg(kind, opts)
+    want_rows, want_stats = local(apart_log, cfg)
+    got_rows, got_stats = on_spark(spark, apart_log, cfg)
+    assert got_stats == want_stats and want_stats["late"] == 0
+    same_rows(got_rows, want_rows)
+
+
+@pytest.mark.spark
+def test_bad_time_example_is_the_first_in_input_order(spark, jittered_log):
+    cfg = window_cfg("tumbling", {"size": 5000})
+    is_log, recs = records_of(jittered_log, cfg)
+    run = WindowRun(cfg, is_log)
+    run.feed(recs, lambda rows: None, source=jittered_log)
+    ns = job_namespace(jittered_log, cfg)
+    out: list[str] = []
+    ns["main"](spark, ns["PARAMS"], out.append)
+    got = json.loads(out[-1].removeprefix("#streamctl-stats "))["bad_time_example"]
+    assert run.stats.bad_time_example.startswith(got)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("slices", [1, 4, 13])
+def test_merge_keys_across_spark_partitions(spark, tmp_path, slices):
+    """The running max of each log partition, carried across the Spark partitions of the sort by
+    (partition, offset), equals a brute-force running max; order keys sort like the input order."""
+    f = tmp_path / "e.jsonl"
+    f.write_text("{}\n")
+    ns = job_namespace(str(f), WindowConfig(kind="tumbling", size=1000, time_field="at"))
+    rnd = random.Random(slices)
+    places = []
+    for p in range(4):
+        for off in range(rnd.randrange(0, 60)):
+            t = None if rnd.random() < 0.15 else T0 + off * 10 + rnd.randint(-50, 50)
+            places.append(((p, off), (t, ("event", p, off))))
+    want, high = [], {}
+    for (p, off), (t, ev) in places:  # stored order: by partition, then offset
+        if t is not None and t > high.get(p, ns["MIN_MERGE_KEY"]):
+            high[p] = t
+        want.append(((high.get(p, ns["MIN_MERGE_KEY"]), p, off), (t, ev)))
+    shuffled = places[:]
+    rnd.shuffle(shuffled)
+    rdd = spark.sparkContext.parallelize(shuffled, slices)
+    got = ns["_wj_in_input_order"](spark.sparkContext, {"is_log": True, "time_path": ["value", "at"]}, rdd, 1)
+    assert sorted(got.collect()) == sorted(want)
+
+
 def test_job_is_readable_and_params_are_data(tmp_path):
     f = tmp_path / "e.jsonl"
     f.write_text('{"ts": 1763719200000}\n')
@@ -153,3 +299,23 @@ def test_cli_engine_spark_for_real(parity_log):
     same_rows(got.stdout.splitlines(), want.stdout.splitlines())
     late_line = [ln for ln in want.stderr.splitlines() if b"late" in ln]
     assert late_line and late_line == [ln for ln in got.stderr.splitlines() if b"late" in ln]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("kind,flag", [("tumbling", "5s"), ("hopping", "6s/2s"), ("sliding", "4s"), ("session", "700ms")])
+def test_cli_one_produce_log_line_for_line(jittered_log, kind, flag):
+    args = ["window", jittered_log, f"--{kind}", flag, "--time-field", "at", "--agg", "count", "--agg", "avg:ms",
+            "--agg", "last:page"]
+    want = run_cli(*args, "--engine", "local", check=True)
+    got = run_cli(*args, "--engine", "spark", "--master", "local[2]", timeout=300, check=True)
+    same_rows(got.stdout.splitlines(), want.stdout.splitlines())
+    assert late_notes(got.stderr) == late_notes(want.stderr) and len(late_notes(want.stderr)) == 2
+
+
+def late_notes(stderr: bytes) -> list[bytes]:
+    """The late-event and bad-time lines, the latter cut after the first bad record's place (the local
+    engine goes on to say why its value is no time)."""
+    mark = b"no usable time in 'at'"
+    return [ln[:ln.index(mark) + len(mark)] if mark in ln else ln
+            for ln in stderr.splitlines() if b"late" in ln or mark in ln]
