@@ -34,6 +34,7 @@ prefix.
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -162,6 +163,26 @@ def _predicate(w: Where) -> Callable[[Any], bool]:
     return lambda v: type(v) is bool and cmp(v, c)
 
 
+_NUMS = (int, float)
+
+
+def _narrower(w: Where, column: Callable[[list[Any]], list[Any]]) -> Callable[[list[Any], list[int]], list[int]]:
+    """`_predicate(w)` over a column: the common tests inline (no call per record), the rest through it."""
+    c = w.value
+    k = _kind(c)
+    if w.op in _ORDER_OPS and k == "num":
+        cmp = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}[w.op]
+        return lambda objs, idx: [i for i, v in zip(idx, column(objs), strict=True)
+                                  if type(v) in _NUMS and cmp(v, c)]
+    if w.op == "==" and k == "str":
+        return lambda objs, idx: [i for i, v in zip(idx, column(objs), strict=True) if v == c and type(v) is str]
+    if w.op == "==" and k == "num":
+        return lambda objs, idx: [i for i, v in zip(idx, column(objs), strict=True)
+                                  if v == c and type(v) in _NUMS]
+    pred = _predicate(w)
+    return lambda objs, idx: [i for i, v in zip(idx, column(objs), strict=True) if pred(v)]
+
+
 def _needle(w: Where) -> bytes | None:
     """Bytes every line that satisfies w contains, when it has no backslash (no escaped spellings)."""
     if w.op == "==" and type(w.value) in (str, bool):
@@ -226,8 +247,20 @@ class _Schema:
         self._attrs[id(node)] = names
         return msgspec.defstruct(f"S{self._n}", fields, gc=False)
 
-    def getter(self, path: tuple[str, ...]) -> Callable[[Any], Any]:
-        """value at `path` of a decoded object (None when missing)."""
+    def column(self, path: tuple[str, ...]) -> Callable[[list[Any]], list[Any]]:
+        """The values at `path` of a list of decoded objects, a column at a time (no call per record)."""
+        steps, rest = self._steps(path)
+
+        def col(objs: list[Any]) -> list[Any]:
+            for a in steps:
+                objs = [getattr(o, a, None) for o in objs]  # a struct, or None: missing stays None
+            if rest:
+                objs = [paths.get(o, rest) for o in objs]
+            return objs
+
+        return col
+
+    def _steps(self, path: tuple[str, ...]) -> tuple[list[str], tuple[str, ...]]:
         steps: list[str] = []
         node: Any = self.tree
         i = 0
@@ -235,7 +268,11 @@ class _Schema:
             steps.append(self._attrs[id(node)][path[i]])
             node = node[path[i]]
             i += 1
-        rest = path[i:]
+        return steps, path[i:]
+
+    def getter(self, path: tuple[str, ...]) -> Callable[[Any], Any]:
+        """value at `path` of a decoded object (None when missing)."""
+        steps, rest = self._steps(path)
 
         def get(obj: Any) -> Any:
             for a in steps:
@@ -287,6 +324,7 @@ class Filter:
             self.schema = _Schema(fields)
             self._test = self._compile(self.schema.getter)
             self._test_full = self._compile(_full_get)
+            self._narrowers = self._compile_columns()
 
     @classmethod
     def from_options(cls, keys: Sequence[str] | None, headers: Sequence[str] | None,
@@ -321,6 +359,35 @@ class Filter:
         if len(tests) == 1:
             return tests[0]
         return lambda o: all(t(o) for t in tests)
+
+    def _compile_columns(self) -> list[Callable[[list[Any], list[int]], list[int]]]:
+        """The same tests as `_compile`, each narrowing a list of record indexes a column at a time."""
+        out: list[Callable[[list[Any], list[int]], list[int]]] = []
+        schema = self.schema
+        if self.keys:
+            key_col, keys = schema.column(("key",)), set(self.keys)
+            out.append(lambda objs, idx: [i for i, v in zip(idx, key_col(objs), strict=True) if v in keys])
+        if self.headers:
+            h_col, want = schema.column(("headers",)), self.headers
+
+            def headers_ok(objs: list[Any], idx: list[int]) -> list[int]:
+                return [i for i, h in zip(idx, h_col(objs), strict=True)
+                        if type(h) is dict and all(h.get(n, _NO) == v for n, v in want)]
+
+            out.append(headers_ok)
+        for w in self.wheres:
+            out.append(_narrower(w, schema.column(w.path)))
+        return out
+
+    def _select_indexes(self, objs: list[Any]) -> list[int]:
+        idx = list(range(len(objs)))
+        sub = objs
+        for narrow in self._narrowers:
+            idx = narrow(sub, idx)
+            if not idx:
+                break
+            sub = [objs[i] for i in idx]
+        return idx
 
     # -- selection ---------------------------------------------------------------
 
@@ -376,7 +443,6 @@ class Filter:
         return out
 
     def _decode_select(self, block: bytes, lines: list[bytes] | None) -> bytes:
-        test = self._test
         try:
             objs = self.schema.decoder.decode_lines(block)
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -386,7 +452,7 @@ class Filter:
             if lines is None:
                 lines = block.splitlines(keepends=True)
             return b"".join(ln for ln in lines if self._line_ok(ln))
-        sel = [i for i, o in enumerate(objs) if test(o)]
+        sel = self._select_indexes(objs)
         if not sel:
             return b""
         if lines is not None:
