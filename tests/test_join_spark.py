@@ -20,20 +20,31 @@ from streamctl import joining
 T0 = 1_763_719_200_000
 
 
-def local_lines(spec: joining.JoinSpec) -> list[bytes]:
+def local_run(spec: joining.JoinSpec) -> tuple[list[bytes], dict]:
     out: list[bytes] = []
-    joining.run(spec, lambda k, lv, rv: out.append(orjson.dumps({"key": k, "left": lv, "right": rv})),
-                lambda op, k, lv, rv: out.append(orjson.dumps({"key": k, "left": lv, "right": rv, "op": op})))
-    return out
+    stats = joining.run(spec, lambda k, lv, rv: out.append(orjson.dumps({"key": k, "left": lv, "right": rv})),
+                        lambda op, k, lv, rv: out.append(orjson.dumps({"key": k, "left": lv, "right": rv, "op": op})))
+    return out, {"late": stats.late, "no_time": stats.no_time}
 
 
-def spark_lines(spark, spec: joining.JoinSpec, **extra) -> list[bytes]:
-    params = {**joining.job_params(spec, joining.check_inputs(spec), None), **extra}
+def local_lines(spec: joining.JoinSpec) -> list[bytes]:
+    return local_run(spec)[0]
+
+
+def spark_run(spark, spec: joining.JoinSpec, **extra) -> tuple[list[bytes], dict]:
+    """The job's rows and its counts (the stats line streamctl join reads back)."""
+    params = {**joining.job_params(spec, joining.check_inputs(spec), None), "stats_line": True, **extra}
     ns: dict = {"__name__": "streamctl_test_job"}
     exec(compile(joining.job_text(params), "job.py", "exec"), ns)
     out: list[str] = []
     ns["main"](spark, ns["PARAMS"], out.append)
-    return [ln.encode() for ln in out]
+    assert out and out[-1].startswith("#streamctl-stats ")
+    stats = orjson.loads(out.pop()[len("#streamctl-stats "):])
+    return [ln.encode() for ln in out], stats
+
+
+def spark_lines(spark, spec: joining.JoinSpec, **extra) -> list[bytes]:
+    return spark_run(spark, spec, **extra)[0]
 
 
 @pytest.fixture(scope="module")
@@ -97,18 +108,101 @@ CASES = [
 ]
 
 
-@pytest.mark.spark
 def _case_id(case) -> str:
     a, b, kw = case.values if hasattr(case, "values") else case
     return f"{a}-{b}-" + ",".join(f"{k}={v}" for k, v in sorted(kw.items()))
 
 
+@pytest.mark.spark
 @pytest.mark.parametrize("left,right,kw", CASES, ids=[_case_id(c) for c in CASES])
 def test_parity_with_local(spark, inputs, left, right, kw):
     spec = joining.make_spec(inputs[left], inputs[right], **kw)
-    local = local_lines(spec)
+    local, local_stats = local_run(spec)
     assert local, "a case that emits nothing proves little"
-    assert spark_lines(spark, spec) == local
+    assert spark_run(spark, spec) == (local, local_stats)
+
+
+@pytest.fixture(scope="module")
+def event_time_inputs(tmp_path_factory) -> dict[str, str]:
+    """Searches and clicks keyed into 3 partitions each, appended a day apart (ts), joined on the
+    event-time field `at`: each partition mostly in event-time order, with a little disorder, a
+    few stragglers minutes behind, and records without a usable time; table changes for as-of."""
+    d = tmp_path_factory.mktemp("joinspark_at")
+    rnd = random.Random(23)
+    users = [f"u{i}" for i in range(6)]
+
+    def stream(n: int, name: str, ts0: int) -> list[tuple]:
+        out = []
+        at = T0
+        for i in range(n):
+            at += rnd.choice([0, 400, 2_000, 9_000])
+            when = at - rnd.randint(0, 3_000)  # up to 3 s of disorder
+            if rnd.random() < 0.04:
+                when = at - 300_000  # a straggler 5 minutes behind
+            if rnd.random() < 0.03:
+                value: dict = {name: i, "at": "soon"}
+            else:
+                value = {name: i, "at": when}
+            out.append((rnd.choice(users), value, ts0 + i))
+        return out
+
+    paths = {}
+    for name, rows in (("s", stream(150, "s", T0)), ("c", stream(150, "c", T0 + 86_400_000)),
+                       ("t", stream(60, "v", T0 + 86_400_000))):
+        for i, (k, _v, ts) in enumerate(rows):  # tombstones in the table
+            if name == "t" and i % 7 == 3:
+                rows[i] = (k, None, ts)
+        paths[name] = str(d / name)
+        write_log(paths[name], 3, rows, place=lambda i, key: int(key[1:]) % 3)
+    return paths
+
+
+def _case_id_kw(kw: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(kw.items()))
+
+
+EVENT_TIME_CASES = [
+    {"within": "10s", "how": "inner"},
+    {"within": "10s", "how": "left"},
+    {"within": "10s", "how": "right", "lateness": "4s"},
+    {"within": "10s", "how": "outer"},
+    {"within": "10s", "how": "outer", "lateness": "6m"},
+]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("kw", EVENT_TIME_CASES, ids=lambda kw: _case_id_kw(kw))
+def test_parity_on_event_time_with_late_events(spark, event_time_inputs, kw):
+    spec = joining.make_spec(event_time_inputs["s"], event_time_inputs["c"], on="key", time_field="value.at", **kw)
+    local, local_stats = local_run(spec)
+    assert local and sum(local_stats["no_time"]) > 0
+    if "lateness" not in kw:
+        assert sum(local_stats["late"]) > 0, "the stragglers are late without --lateness"
+    if kw.get("lateness") == "6m":
+        assert local_stats["late"] == [0, 0]
+    assert spark_run(spark, spec) == (local, local_stats)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("kw", [{"as_of": "event-time", "how": "left"},
+                                {"as_of": "event-time", "lateness": "5s", "table_retention": "1m"},
+                                {"as_of": "position", "how": "left"}], ids=_case_id_kw)
+def test_parity_stream_table_on_event_time(spark, event_time_inputs, kw):
+    spec = joining.make_spec(event_time_inputs["s"], event_time_inputs["t"], table=True, on="key",
+                             time_field="value.at", **kw)
+    local, local_stats = local_run(spec)
+    assert local
+    if kw["as_of"] == "event-time" and "lateness" not in kw:
+        assert local_stats["late"][1] > 0
+    assert spark_run(spark, spec) == (local, local_stats)
+
+
+@pytest.mark.spark
+def test_parity_tables_on_event_time(spark, event_time_inputs):
+    spec = joining.make_spec(event_time_inputs["c"], event_time_inputs["t"], tables=True, time_field="value.at")
+    local, local_stats = local_run(spec)
+    assert local
+    assert spark_run(spark, spec) == (local, local_stats)
 
 
 @pytest.mark.spark
@@ -134,6 +228,21 @@ def test_job_is_standalone_and_params_are_data(inputs):
     exec("import json\nPARAMS = " + ast.get_source_segment(text, assign.value), ns)  # data only: json.loads
     assert ns["PARAMS"]["on"][0] == ["value", 'we"ird']
     assert text.count('we\\\\"ird') == 1  # only inside the JSON literal
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_cli_spark_reports_the_same_late_count(event_time_inputs):
+    args = ["join", event_time_inputs["s"], event_time_inputs["c"], "--within", "10s", "--on", "key",
+            "--time-field", "value.at", "--how", "outer"]
+    local = run_cli(*args, "--engine", "local")
+    sp = run_cli(*args, "--engine", "spark", "--master", "local[1]", timeout=300)
+    assert sp.returncode == 0, sp.stderr.decode()[-2000:]
+    assert sp.stdout == local.stdout and b"#streamctl" not in sp.stdout
+    line = next(ln for ln in local.stderr.splitlines() if b"late event(s)" in ln)
+    assert line in sp.stderr.splitlines()
+    no_time = next(ln for ln in local.stderr.splitlines() if b"without a usable time" in ln)
+    assert no_time in sp.stderr.splitlines()
 
 
 @pytest.mark.spark
