@@ -70,3 +70,19 @@ def test_cli_enrichment_of_logs(tmp_path):
     assert [r["right"] for r in rows if r["key"] == "u3"] == [{"id": "u3", "tier": "gold"}, None]
     inner = run_cli("join", left, right, "--table", "--engine", "local")
     assert {orjson.loads(x)["key"] for x in inner.stdout.splitlines()} == {"u0", "u1", "u2", "u3", "u4"}
+
+
+def test_cli_enrichment_on_an_event_time_field_follows_that_order(tmp_path):
+    """--time-field other than ts: the table change that comes first by event time applies first,
+    whatever the append times say (the logs here were appended a day apart, table last)."""
+    left, right = str(tmp_path / "ev"), str(tmp_path / "tb")
+    day = 86_400_000
+    write_log(right, 1, [("u1", {"id": "u1", "tier": "gold", "at": T0 + 5}, T0 + day)])
+    write_log(left, 2, [("u1", {"n": i, "at": T0 + i}, T0 + i) for i in range(10)])
+    p = run_cli("join", left, right, "--table", "--how", "left", "--time-field", "value.at", "--engine", "local")
+    assert p.returncode == 0, p.stderr
+    rows = [orjson.loads(x) for x in p.stdout.splitlines()]
+    assert [(r["left"]["n"], (r["right"] or {}).get("tier")) for r in rows] == [
+        (i, "gold" if i >= 5 else None) for i in range(10)]
+    spec = joining.make_spec(left, right, table=True, how="left", time_field="value.at")
+    assert p.stdout == reference(spec)[0]
