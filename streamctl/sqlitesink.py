@@ -15,9 +15,15 @@ Tables:
     streamctl_offsets  log (the log folder's real path), group, partition, next_offset
 
 The connection runs in WAL mode (readers such as `sqlite3 FILE` never block
-the writer and see only committed batches) with synchronous=FULL, and every
-write transaction is `BEGIN IMMEDIATE`, so two writers serialize instead of
-failing half-way. A database another process holds locked is waited for.
+the writer and see only committed batches), and every write transaction is
+`BEGIN IMMEDIATE`, so two writers serialize instead of failing half-way. A
+database another process holds locked is waited for.
+
+synchronous=NORMAL: a commit is not fsynced (checkpoints are). Exactly-once
+needs the rows and offsets to be atomic, not each commit to be durable: after
+a power loss the database is at an earlier commit, rows and offsets alike,
+and the records after it are read from the log again. An fsync per commit
+cost 5-15 ms on a busy disk here (a 1M-record load went from 61 s to 12 s).
 """
 
 from __future__ import annotations
@@ -44,33 +50,32 @@ BUSY_SLICE = 0.5
 
 Row = tuple[str | None, str, str | None, int, int, int]  # key, value, headers, ts, partition, offset
 
-# A stored line in the canonical layout without headers (the common case): the
-# envelope and the key from the prefix, the value as the bytes up to the closing brace.
-_LINE = re.compile(rb'\{"offset":(\d++),"partition":(\d++),"ts":(\d++),"key":(null|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"),'
-                   rb'"value":(.*)\}\n', re.DOTALL)
+# Stored lines in the canonical layout without headers (the common case), found in a
+# whole decoded block by one regex call: the envelope and the key from the prefix, the
+# value as the text up to the closing brace. ~2x faster than orjson per line here.
+_LINES = re.compile(r'^\{"offset":(\d++),"partition":(\d++),"ts":(\d++),"key":(null|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"),'
+                    r'"value":(.*)\}$', re.MULTILINE)
 
 
-def _key(text: bytes) -> str | None:
-    if text == b"null":
+def _key(text: str) -> str | None:
+    if text == "null":
         return None
-    if b"\\" not in text:
-        return text[1:-1].decode()
+    if "\\" not in text:
+        return text[1:-1]
     return orjson.loads(text)
 
 
 def parse_rows(data: bytes) -> list[Row]:
     """Rows of a block of whole stored lines; raises record.BadRecord on a line that is not a record."""
+    if b'"headers"' not in data:
+        try:
+            found = _LINES.findall(data.decode())
+        except UnicodeDecodeError:
+            found = []
+        if len(found) == data.count(b"\n"):
+            return [(_key(k), v, None, int(ts), int(p), int(o)) for o, p, ts, k, v in found]
     rows: list[Row] = []
-    match = _LINE.fullmatch
     for line in data.splitlines(keepends=True):
-        m = match(line) if b'"headers"' not in line else None
-        if m is not None:
-            try:
-                value = m.group(5).decode()
-            except UnicodeDecodeError:
-                raise record.BadRecord("value is not valid UTF-8") from None
-            rows.append((_key(m.group(4)), value, None, int(m.group(3)), int(m.group(2)), int(m.group(1))))
-            continue
         obj = record.parse(line)
         headers = obj.get("headers")
         rows.append((obj.get("key"), orjson.dumps(obj["value"]).decode(),
@@ -217,7 +222,9 @@ class SqliteTable:
         if str(mode).lower() != "wal":
             raise StorageError(f"{self.path}: cannot switch to WAL mode (journal mode stays {mode})")
         try:
-            self.db.execute("PRAGMA synchronous=FULL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            # upserts touch pages all over the table; the default 2 MiB cache rereads them
+            self.db.execute("PRAGMA cache_size=-65536")
         except sqlite3.Error as e:
             raise self._error(e, "cannot open") from None
         self._begin("cannot create the tables")
@@ -259,10 +266,10 @@ class SqliteTable:
             if self.mode == "append":
                 self.db.execute(f'CREATE TABLE {t} (key TEXT, value TEXT, headers TEXT, ts INTEGER, '
                                 '"partition" INTEGER NOT NULL, "offset" INTEGER NOT NULL, '
-                                'PRIMARY KEY ("partition", "offset"))')
+                                'PRIMARY KEY ("partition", "offset")) WITHOUT ROWID')
             else:
                 self.db.execute(f'CREATE TABLE {t} (key TEXT PRIMARY KEY NOT NULL, value TEXT, headers TEXT, '
-                                'ts INTEGER, "partition" INTEGER, "offset" INTEGER)')
+                                'ts INTEGER, "partition" INTEGER, "offset" INTEGER) WITHOUT ROWID')
             return
         names = sorted(n.lower() for n, _ in cols)
         if names != sorted(COLUMNS):
@@ -420,8 +427,12 @@ class SqliteCommitter(Committer):
         super().__init__(log, group, interval=interval)
         self.table = table
         self.rows: list[Row] = []
+        self.mirror: dict[int, int] = {}  # offsets committed to the database, not yet to the group file
+        self._mirrored = time.monotonic()
 
-    def commit(self) -> None:
+    def commit(self, mirror: bool = True) -> None:
+        """The transaction, then the group file: always when `mirror`, else (a full batch while
+        catching up) at most every `interval` seconds, as a plain consume commits."""
         nexts = {**self.delivered, **self.pending}
         todo = {p: o for p, o in nexts.items() if self.committed.get(p) != o}
         if todo or self.rows:
@@ -429,9 +440,13 @@ class SqliteCommitter(Committer):
             self.rows = []
             self.delivered.update(self.pending)
             self.committed.update(todo)
-            if stored:
-                offsets.commit(self.log, self.group, stored)
-        self._last = time.monotonic()
+            self.mirror.update(stored)
+        now = time.monotonic()
+        if self.mirror and (mirror or now - self._mirrored >= self.interval):
+            offsets.commit(self.log, self.group, self.mirror)
+            self.mirror = {}
+            self._mirrored = now
+        self._last = now
 
 
 @dataclass
@@ -467,13 +482,14 @@ class SqliteSink:
             c.rows.extend(take)
             c.queued(p, next_offset if i == len(rows) else take[-1][5] + 1)
             if len(c.rows) >= self.batch:
-                c.commit()
+                c.commit(mirror=False)
         self.records += len(rows)
         return len(rows)
 
     def sync(self) -> None:
-        if self.timeout is None or time.monotonic() - self.started >= self.timeout:
-            self.committer.commit()
+        c = self.committer
+        if not c.rows or self.timeout is None or time.monotonic() - self.started >= self.timeout:
+            c.commit()
 
     def tick(self) -> None:
         if self.committer.rows and self.timeout is not None and time.monotonic() - self.started >= self.timeout:
