@@ -240,7 +240,7 @@ def _canonical_key(k: bytes) -> bytes:
     return orjson.dumps(orjson.loads(k)) if b"\\" in k else k
 
 
-def _partition_table(log: Log, p: int, rng: Range, keys: set[bytes] | None,
+def _partition_table(log: Log, p: int, rng: Range, wanted: set[bytes] | None,
                      progress: Progress | None) -> dict[bytes, bytes]:
     """key -> last line of the partition's range (tombstones kept), in offset order.
 
@@ -271,14 +271,14 @@ def _partition_table(log: Log, p: int, rng: Range, keys: set[bytes] | None,
         last = dict(zip(keys, lines, strict=True))  # the later of equal keys wins
         for k in new:
             canon = _canonical_key(k)
-            if canon == b"null" or (keys is not None and canon not in keys):
+            if canon == b"null" or (wanted is not None and canon not in wanted):
                 continue
             line = last[k]
             had = table.get(canon)
             # two spellings of one key (`"é"`, `"\u00e9"`): the later record wins
             if had is None or record.offset_of(had) < record.offset_of(line):
                 table[canon] = line
-        if keys is not None and len(table) == len(keys):
+        if wanted is not None and len(table) == len(wanted):
             break  # the keys asked for all have their latest record
     return dict(sorted(table.items(), key=lambda kv: record.offset_of(kv[1])))
 
