@@ -38,9 +38,12 @@ run with exit 65 (--on-bad-time fail).
 Watermark = the largest event time seen so far in input order minus --lateness;
 a window closes (and is written, with --emit final) when the watermark reaches
 its end; end of input flushes all. An event for a window that already closed
-is late: dropped and counted on stderr (--late drop), or it produces an
+(a session event also when it lies within GAP of a closed session of its
+group) is late: dropped and counted on stderr (--late drop), or it produces an
 updated row with "revision": n (--late correct, which keeps closed windows in
 memory to revise them), and with --late-out FILE it is also written to FILE.
+With --emit update or --late correct, a session whose bounds change withdraws
+its old row with {"window": OLD, "key": K, "op": "delete"}.
 Rows come out in window-close order, ties by window start, then the key's
 JSON text.
 
