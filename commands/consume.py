@@ -26,6 +26,8 @@ EPILOG = example(
     "streamctl consume orders -g ops --follow --idle-timeout 10m -u | jq -c .value",
     "streamctl consume orders -g loader --exec './load.sh' --batch 500   # cron: commit after load.sh exits 0",
     "streamctl consume orders -g loader --follow --exec 'wc -l' --batch-timeout 2s",
+    "streamctl consume orders -g loader --exec './load.sh' --retries 3 --dead-letter orders.dead  # poison aside",
+    "streamctl consume orders.dead | streamctl produce orders --envelope   # re-drive the dead letters",
     "streamctl consume orders -g reporting --sqlite reporting.db          # cron: new orders, exactly once",
     "streamctl consume users -g view --sqlite users.db --mode upsert -f   # a live table of the latest per key",
 )
@@ -63,6 +65,9 @@ def consume(
     exec_: str | None = typer.Option(None, "--exec", metavar="CMD", help="Run CMD (by the shell) for each batch, the batch on its stdin; commit only if it exits 0."),
     batch: int = typer.Option(1000, "--batch", metavar="N", help="With --exec: records per batch. With --sqlite: records per transaction."),
     batch_timeout: str | None = typer.Option(None, "--batch-timeout", metavar="DUR", help="With --exec: run a partial batch after DUR without a full one. With --sqlite --follow: a partial batch waits up to DUR for more (default: committed once caught up)."),
+    retries: int = typer.Option(0, "--retries", metavar="N", help="With --exec: run a failed batch again, up to N more times, with the same records in the same order (default 0). Example: --retries 3."),
+    retry_backoff: str | None = typer.Option(None, "--retry-backoff", metavar="DUR", help="With --retries: the wait before the first retry (default 1s), doubled after each try, at most 1m. Example: --retries 5 --retry-backoff 200ms."),
+    dead_letter: str | None = typer.Option(None, "--dead-letter", metavar="LOG2", help="With --exec: a batch that still fails is run in halves, each committed on its own, down to single records; a record that still fails alone is appended to the log LOG2 (created if missing) with headers streamctl.error and streamctl.source (LOG/PARTITION@OFFSET), committed, and consume goes on (exit 0; stderr counts them). Example: --dead-letter orders.dead; re-drive with: streamctl consume orders.dead | streamctl produce orders --envelope."),
     sqlite: str | None = typer.Option(None, "--sqlite", metavar="FILE", help="With --group: write the records into a table of the SQLite database FILE (created if missing) instead of stdout, exactly once: each batch's rows and the group's offsets are committed in one transaction, and consume resumes from the offsets in FILE (--from counts only for a first run)."),
     table: str | None = typer.Option(None, "--table", metavar="NAME", help="With --sqlite: the table (default: the log's folder name), created with columns key, value (JSON text), headers (JSON text or NULL), ts, partition, offset."),
     mode: str = typer.Option("append", "--mode", metavar="append|upsert", help="With --sqlite: append (a row per record, primary key partition, offset) or upsert (a row per key, the latest; a null value deletes it; null keys are skipped and counted)."),
@@ -88,7 +93,8 @@ def consume(
     kill -9 at any moment and a rerun leave every record applied once. FILE is in
     WAL mode, so `sqlite3 FILE` can query it while consume --follow runs; a lock
     another process holds is waited for. The group file mirrors the offsets in
-    FILE (table streamctl_offsets) after each commit, for stat and --fail-lag.
+    FILE (table streamctl_offsets) after each commit, at most once a second
+    while catching up, so `stat` shows the table's lag.
     """
     from streamctl.errors import UsageError
 
@@ -102,6 +108,13 @@ def consume(
         raise UsageError("--batch must be at least 1")
     if batch_timeout is not None and exec_ is None and sqlite is None:
         raise UsageError("--batch-timeout needs --exec or --sqlite")
+    exec_policy = None
+    if retries or retry_backoff is not None or dead_letter is not None:
+        from streamctl.execbatch import exec_policy as check_exec_policy
+
+        if exec_ is None:
+            raise UsageError("--retries, --retry-backoff and --dead-letter need --exec CMD")
+        exec_policy = check_exec_policy(log, retries, retry_backoff, dead_letter)
     sqlite_target = None
     if sqlite is not None:
         from streamctl.sqlitesink import MODES, SqliteTarget, check_table_name
@@ -157,7 +170,8 @@ def consume(
         from streamctl.commands import consume_live
 
         return consume_live.run(log, group, from_, partition, max_, value, fmt, follow, idle_timeout,
-                                exec_, batch, batch_timeout, unbuffered, flt, bound, sqlite_target)
+                                exec_, batch, batch_timeout, unbuffered, flt, bound, sqlite_target,
+                                exec_policy)
 
     # no group: nothing to claim or commit; stream the stored lines straight through
     from streamctl import consumer, stopflag

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from streamctl.commands.common import info
 
 if TYPE_CHECKING:
+    from streamctl.execbatch import ExecPolicy
     from streamctl.filters import Filter
     from streamctl.replay import Bound
     from streamctl.sqlitesink import SqliteTarget
@@ -30,7 +31,8 @@ COMMIT_INTERVAL = 1.0
 def run(log: str, group: str | None, from_: str | None, partition: int | None, max_: int | None,
         value: bool, fmt: str | None, follow: bool, idle_timeout: str | None, exec_: str | None,
         batch: int, batch_timeout: str | None, unbuffered: bool, flt: Filter | None = None,
-        until: Bound | None = None, sqlite: SqliteTarget | None = None) -> None:
+        until: Bound | None = None, sqlite: SqliteTarget | None = None,
+        exec_policy: ExecPolicy | None = None) -> None:
     from streamctl import consumer, stopflag
     from streamctl import log as logmod
     from streamctl.errors import Interrupted, UsageError
@@ -55,6 +57,7 @@ def run(log: str, group: str | None, from_: str | None, partition: int | None, m
         from streamctl.sqlitesink import open_sink
 
         # rows and offsets go into the database together; it says where each partition resumes
+        stopflag.install()  # Ctrl-C while waiting for a lock on FILE: stop there, exit 130
         sink = table_sink = open_sink(lg, group, parts, from_, sqlite.path, sqlite.table, sqlite.mode, batch,
                                       btimeout if follow else None, info, interval=COMMIT_INTERVAL)
         committer = table_sink.committer
@@ -62,7 +65,7 @@ def run(log: str, group: str | None, from_: str | None, partition: int | None, m
     elif exec_ is not None:
         from streamctl.execbatch import ExecBatcher
 
-        sink = ExecBatcher(exec_, batch, btimeout, committer, render, group)
+        sink = ExecBatcher(exec_, batch, btimeout, committer, render, group, exec_policy, info)
     else:
         out = Output(unbuffered=True if unbuffered else None)
         sink = PrintSink(out, render, committer, per_line=max_ is not None and len(parts) > 1)

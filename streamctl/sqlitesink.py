@@ -180,8 +180,10 @@ class SqliteTable:
     def _wait_busy(self, e: sqlite3.OperationalError, doing: str) -> None:
         """A lock held by another process: wait (saying so once), unless we are told to stop."""
         if stopflag.is_set():
-            raise StorageError(f"{self.path}: {doing}: stopped while waiting for a lock another process holds; "
-                               "the batch at hand was not committed and will be read again next run")
+            from streamctl.errors import Interrupted
+
+            raise Interrupted(f"{self.path}: {doing}: interrupted while waiting for a lock another process "
+                              "holds; what it was to write was not committed and will be read again next run")
         if not self._told_busy and self.say is not None:
             self.say(f"{self.path}: locked by another process; waiting for it")
         self._told_busy = True

@@ -414,3 +414,23 @@ def test_help_documents_sqlite():
     out = run_cli("consume", "--help", check=True).stdout.decode()
     for word in ("--sqlite", "--table", "--mode", "exactly once", "--sqlite reporting.db"):
         assert word in out
+
+
+def test_ctrl_c_while_waiting_for_a_lock_exits_130_and_commits_nothing(tmp_path):
+    log, db = str(tmp_path / "orders"), str(tmp_path / "r.db")
+    make_log(log, 100)
+    assert run_cli("consume", log, "-g", "g", "--sqlite", db, "--max", "1").returncode == 0
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    proc = subprocess.Popen([*CLI, "consume", log, "-g", "g", "--sqlite", db], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=cli_env())
+    try:
+        time.sleep(1.5)  # long enough to be waiting; the exit code does not depend on it
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert proc.returncode == 130, err
+    assert b"interrupted while waiting for a lock" in err and b"Traceback" not in err
+    assert len(table_rows(db, "orders")) == 1
