@@ -260,7 +260,7 @@ def test_merge_keys_across_spark_partitions(spark, tmp_path, slices):
     shuffled = places[:]
     rnd.shuffle(shuffled)
     rdd = spark.sparkContext.parallelize(shuffled, slices)
-    got = ns["_wj_in_input_order"](spark.sparkContext, {"is_log": True, "time_path": ["value", "at"]}, rdd, 1)
+    got, _sorted = ns["_wj_in_input_order"](spark.sparkContext, {"is_log": True, "time_path": ["value", "at"]}, rdd, 1)
     assert sorted(got.collect()) == sorted(want)
 
 

@@ -166,18 +166,20 @@ def _wj_carried_maxima(summaries):
 
 
 def _wj_in_input_order(sc, params, places, bad_count):
-    """(order key, (time or None, event)) per record, from (place, (time or None, event)) pairs.
+    """(order key, (time or None, event)) per record, from (place, (time or None, event)) pairs, and
+    the cached sort it was made from (None if none), to unpersist once the result is cached.
 
     The order key sorts records into the input order: (merge key, partition, offset) in a log,
     (line number,) in a plain file. See step 3 of the module's docstring.
     """
     if not params["is_log"]:
-        return places  # one partition whose running max never falls: line order
+        return places, None  # one partition whose running max never falls: line order
     if params["time_path"] is None and not bad_count:
         # the append time is non-decreasing within a partition: it is its own running max (an
         # append time outside the windows' range is a bad time, whose key the general way finds)
-        return places.map(lambda x: ((x[1][0], *x[0]), x[1]))
-    by_place = places.sortByKey(numPartitions=max(1, places.getNumPartitions()))
+        return places.map(lambda x: ((x[1][0], *x[0]), x[1])), None
+    # read twice (maxima, then merge keys): cached, so each Spark partition is sorted once
+    by_place = places.sortByKey(numPartitions=max(1, places.getNumPartitions())).persist()
     carried = sc.broadcast(_wj_carried_maxima(by_place.mapPartitions(_wj_partition_maxima).collect()))
 
     def merge_keys(i, items):
@@ -190,7 +192,7 @@ def _wj_in_input_order(sc, params, places, bad_count):
                 run = t
             yield (MIN_MERGE_KEY if run is None else run, p, offset), (t, event)
 
-    return by_place.mapPartitionsWithIndex(merge_keys)
+    return by_place.mapPartitionsWithIndex(merge_keys), by_place
 
 
 def _wj_prefix_max(maxima):
@@ -248,12 +250,15 @@ def main(spark, params, out):
     # the one input order, and each event's place in it
     records = prepared.filter(lambda x: x[0] != "nn").map(lambda x: (x[1], (x[2][0] if x[2] else None, x[2])))
     bad_count = prepared.filter(lambda x: x[0] == "bad").count()
-    keyed = _wj_in_input_order(sc, params, records, bad_count).persist()
+    keyed, by_place = _wj_in_input_order(sc, params, records, bad_count)
+    keyed = keyed.persist()
     bad_first = keyed.filter(lambda x: x[1][0] is None).map(lambda x: x[0]).min() if bad_count else None
     events = keyed.filter(lambda x: x[1][0] is not None).map(lambda x: (x[0], x[1][1]))
     n_parts = max(1, events.getNumPartitions())
     ordered = events.sortByKey(numPartitions=n_parts).values().zipWithIndex().persist()
     maxima = ordered.mapPartitions(lambda it: [max((e[0][0] for e in it), default=None)]).collect()
+    if by_place is not None:
+        by_place.unpersist()  # read to the end for ordered, which is cached
     before = sc.broadcast(_wj_prefix_max(maxima))
 
     def with_watermark(i, it):
