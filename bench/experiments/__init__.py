@@ -1,1 +1,1 @@
-"""Experiments kept for the record: measured in BENCHMARKS.md, not streamctl code paths."""
+"""Experiments kept for the record: measured in docs/benchmarks.md, not streamctl code paths."""

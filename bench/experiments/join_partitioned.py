@@ -3,8 +3,8 @@
     python -m bench.experiments.join_partitioned LEFT RIGHT OUT [--within-ms MS] [--on FIELD] [--time-field FIELD]
 
 Not a streamctl code path: it holds each process's events in memory and
-handles no bad input; it measures how far the design can go (BENCHMARKS.md,
-session 7). Its output must equal `streamctl join LEFT RIGHT --within ...
+handles no bad input; it measures how far the design can go (docs/benchmarks.md,
+"Summary"). Its output must equal `streamctl join LEFT RIGHT --within ...
 --on FIELD --time-field FIELD` byte for byte (the run prints the md5 to compare).
 
 Why it can be split: in the merged input order each record's merge key is the
