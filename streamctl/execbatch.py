@@ -92,7 +92,7 @@ def exec_policy(log: str, retries: int, retry_backoff: str | None, dead_letter: 
 
 def check_dead_letter(log: str, target: str) -> None:
     """Refuse a dead-letter log that is the consumed log, lies inside it or holds it, or is not a log."""
-    from streamctl.log import is_log
+    from streamctl.log import _own_leftover, is_log
 
     if not target.strip():
         raise UsageError("--dead-letter needs a log path")
@@ -103,7 +103,8 @@ def check_dead_letter(log: str, target: str) -> None:
                          f"{os.path.normpath(log)}.dead")
     if os.path.lexists(target) and not os.path.isdir(target):
         raise UsageError(f"--dead-letter {target}: exists and is not a streamctl log (a folder)")
-    if os.path.isdir(target) and os.listdir(target) and not is_log(target):
+    # a creation cut short by a crash leaves only a log's own names: the log's creation finishes it
+    if os.path.isdir(target) and not is_log(target) and not all(map(_own_leftover, os.listdir(target))):
         raise UsageError(f"--dead-letter {target}: exists, is not empty and is not a streamctl log")
 
 
