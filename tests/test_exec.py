@@ -469,3 +469,18 @@ def test_bad_retry_and_dead_letter_flags(tmp_path, args: list[str], message: str
     assert b"Traceback" not in r.stderr
     assert (sorted(os.listdir(tmp_path)), sorted(os.listdir(log))) == before  # nothing created
     assert committed(log, "g") == {}
+
+
+def test_redrive_exactly_once_can_be_rerun(tmp_path) -> None:
+    """The on-call form: rerunning the re-drive (after a crash, or next week) appends each dead letter once."""
+    log, dead = str(tmp_path / "orders"), str(tmp_path / "orders.dead")
+    produce_poisoned(log, 6, {1, 4})
+    assert run_cli("consume", log, "--group", "g", "--dead-letter", dead, "--exec", "! grep -q poison").returncode == 0
+    for _ in range(2):
+        letters = run_cli("consume", dead, check=True).stdout
+        run_cli("produce", log, "--envelope", "--exactly-once", "--source", dead, input=letters, check=True)
+    back = [json.loads(ln) for ln in run_cli("consume", log, "--from", "6", check=True).stdout.splitlines()]
+    assert [(x["key"], x["value"]["i"]) for x in back] == [("k1", 1), ("k4", 4)]
+    # the re-driven copy names the dead letter it came from; that one names the original
+    assert [x["headers"]["streamctl.source"] for x in back] == [f"{dead}/0/0", f"{dead}/0/1"]
+    assert [x["headers"]["trace"] for x in back] == ["t1", "t4"]
