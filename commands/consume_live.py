@@ -1,6 +1,6 @@
 """consume --follow / --exec: the live half of `streamctl consume` (dispatched from consume.py).
 
-Decisions (also in docs/readme-live.md):
+Decisions (also in docs/guide/live.md):
 - Following commits after every wake-up's records are flushed, so a kill -9
   repeats at most one poll's records (history: at most 1 s of output).
 - A run with --group (following or not) reads only partitions no other

@@ -64,7 +64,7 @@ def replay(
     compact: bool = typer.Option(False, "--compact", help="The table as of --until: the latest record per key, deleted keys (tombstones) and records without a key left out."),
     out: str | None = typer.Option(None, "--out", metavar="LOG2", help="Append the records to LOG2 (new offsets; created with LOG's partition count if missing) instead of stdout."),
     engine: str = typer.Option("auto", "--engine", metavar="local|spark|auto", help="Who does the work: this process, a generated PySpark job, or auto: Spark above --spark-threshold when pyspark and Java are available (the choice is said on stderr)."),
-    spark_threshold: str | None = typer.Option(None, "--spark-threshold", metavar="BYTES", help="auto picks Spark at or above this much input (default 8GiB: measured crossover on 2 cores, see BENCHMARKS.md)."),
+    spark_threshold: str | None = typer.Option(None, "--spark-threshold", metavar="BYTES", help="auto picks Spark at or above this much input (default 8GiB: on 2 cores one process stayed faster up to at least 4 GiB)."),
     master: str | None = typer.Option(None, "--master", metavar="URL", help="Spark master (default local[*]; with --emit-job, unset so spark-submit's --master applies)."),
     emit_job: str | None = typer.Option(None, "--emit-job", metavar="FILE", help="Write the standalone PySpark job to FILE (- for stdout) and exit; run it with spark-submit or python."),
     unbuffered: bool = typer.Option(False, "--unbuffered", "-u", help="Flush after every record (automatic on a terminal)."),

@@ -24,7 +24,7 @@ Per partition, over the closed segments (the active one only after a roll):
    kill -9 between two swaps never loses a key's latest value, and an expired
    tombstone is only removed together with (or after) the older values it deleted.
 
-Decisions (see docs/readme-compaction.md):
+Decisions (see docs/guide/compaction-and-retention.md):
 - Keys compare as their stored JSON text, as Kafka compares key bytes.
 - Tombstone age is measured from the tombstone's own ts (append time), not from
   when its segment was first cleaned: deterministic, needs no extra state, and

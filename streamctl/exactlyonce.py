@@ -15,7 +15,7 @@ so a long log is not rescanned on every run. It is only a hint: it is used
 when the record it stops at is still the same line, else ignored, and it
 never claims more than the log holds (it is written only after a scan).
 
-Assumptions (documented in --help and the README): each source partition's
+Assumptions (documented in --help and docs/guide/live.md): each source partition's
 records arrive in offset order (what consume writes), one output record per
 source record, and a record's target partition does not change between runs
 (keys, --partition, or, for null keys, the source partition modulo the

@@ -1,6 +1,6 @@
 """The join driver: reads LEFT and RIGHT in the one input order and feeds a join kind.
 
-Decisions (also in `streamctl join --help` and docs/readme-join.md):
+Decisions (also in `streamctl join --help` and docs/guide/joins.md):
 - `--on` omitted means the record key on both sides. `--on PATH` uses the same
   path on both sides, `--on A=B` path A on LEFT and B on RIGHT; a path not
   starting with an envelope field is under `value` (`user.id` = `value.user.id`).

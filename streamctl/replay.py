@@ -132,7 +132,7 @@ def copy_active_segments(log: Log, ends: dict[int, int], folder: str, limit: int
     into `folder`, for a Spark job run on this machine: {partition: {"base", "path", "bytes"}}.
 
     The copy holds exactly the records below the end, and never grows, so the job reads
-    every file in one scan with no end filter (BENCHMARKS.md, session 7). A partition is
+    every file in one scan with no end filter (docs/design/performance.md). A partition is
     left out, and capped by the job's filter as before, when its end lies in a sealed
     segment (a roll since the snapshot), the part to copy exceeds `limit` bytes, or the
     copies would exceed `total` bytes in all.

@@ -127,7 +127,7 @@ def _envelope(df):
     rebuild that text exactly. Each step is a projection of its own (Spark does not merge
     a projection into the next when that would compute an expression twice). On a
     5M-record scan this took 6.5 CPU-s where three anchored regular expressions took
-    7.4-8.1 (BENCHMARKS.md). Each field falls back to JSON only when not canonical.
+    7.4-8.1 (docs/design/performance.md). Each field falls back to JSON only when not canonical.
     """
     line = F.col("line")
     df = df.select(line, F.substring_index(line, ",", 3).alias("_head"))
@@ -378,7 +378,7 @@ def driver_memory(params):
     aggregate (with 1 GiB it ran 1.2-1.35x the hand-written job's time after start-up,
     with 4 GiB 0.8-0.9x). A plain replay written as part files (a local master, or a
     scratch folder) does not: there a 4 GiB heap made the 1M-record sort and write
-    about 1 s slower (BENCHMARKS.md)."""
+    about 1 s slower (docs/design/performance.md)."""
     master = params.get("master") or "local[*]"  # none: python job.py runs local[*]
     if params.get("compact") or params.get("scratch") is False or (
             not params.get("scratch") and not master.startswith("local")):
