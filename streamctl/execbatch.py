@@ -157,7 +157,7 @@ class DeadLetters:
             headers[GROUP_HEADER] = self.group
         n = self.log.partitions
         target = partition_for_key(key, n) if key is not None else p % n
-        item = (record.key_json(key), record.value_bytes(line), orjson.dumps(headers))
+        item = (record.key_json(key), _value_text(line, obj.get("headers")), orjson.dumps(headers))
         res = self.appender.append(target, [item])
         if res.last_offset < res.first_offset:
             self.already += 1
@@ -190,6 +190,20 @@ class DeadLetters:
                         seen.add(tag)
         self._scanned[p] = next_offset
         return [] if self._tag in seen else items
+
+
+def _value_text(line: bytes, headers: object) -> bytes:
+    """The value's JSON text as stored (so a re-drive copies it byte for byte), re-encoded only
+    when the line is not in the layout streamctl writes."""
+    if headers is None:
+        return record.value_bytes(line)
+    i = line.find(b',"value":')
+    tail = b',"headers":' + orjson.dumps(headers) + b"}"
+    end = len(line) - 1 if line.endswith(b"\n") else len(line)
+    # the key is the only string before the value, and the headers close the line
+    if i > 0 and line.startswith(tail, end - len(tail)) and i + 9 < end - len(tail):
+        return line[i + 9:end - len(tail)]
+    return orjson.dumps(record.parse(line)["value"])
 
 
 def _failure_text(rc: int) -> str:

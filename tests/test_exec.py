@@ -484,3 +484,18 @@ def test_redrive_exactly_once_can_be_rerun(tmp_path) -> None:
     # the re-driven copy names the dead letter it came from; that one names the original
     assert [x["headers"]["streamctl.source"] for x in back] == [f"{dead}/0/0", f"{dead}/0/1"]
     assert [x["headers"]["trace"] for x in back] == ["t1", "t4"]
+
+
+def test_dead_letter_keeps_the_value_text_as_stored(tmp_path) -> None:
+    log, dead = str(tmp_path / "orders"), str(tmp_path / "orders.dead")
+    run_cli("produce", log, input='{"amount": 2.50, "poison": true}\n', check=True)
+    seg = os.path.join(log, "p0", "0" * 20 + ".jsonl")
+    with open(seg, "ab") as f:  # a record with headers and a value in no canonical form
+        f.write(b'{"offset":1,"partition":0,"ts":1,"key":"k","value":{"amount": 1.50, "poison": [1e5]},'
+                b'"headers":{"trace":"x","headers":"y"}}\n')
+    r = run_cli("consume", log, "--group", "g", "--dead-letter", dead, "--exec", "! grep -q poison")
+    assert r.returncode == 0, r.stderr
+    stored = b"".join(open(os.path.join(dead, "p0", n), "rb").read() for n in sorted(os.listdir(os.path.join(dead, "p0"))))
+    first, second = stored.splitlines()
+    assert b',"key":null,"value":{"amount": 2.50, "poison": true},"headers":{"streamctl.error":' in first
+    assert b',"key":"k","value":{"amount": 1.50, "poison": [1e5]},"headers":{"trace":"x","headers":"y",' in second
