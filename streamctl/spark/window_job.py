@@ -183,11 +183,12 @@ def _wj_in_input_order(sc, params, places, bad_count):
     carried = sc.broadcast(_wj_carried_maxima(by_place.mapPartitions(_wj_partition_maxima).collect()))
 
     def merge_keys(i, items):
-        first, run = None, None
+        current, run = None, None  # the log partition at hand, its running max
         for (p, offset), (t, event) in items:
-            if p != first:
-                run = carried.value[i] if first is None else None
-                first = p
+            if p != current:
+                # only the first log partition here can have begun in an earlier Spark partition
+                run = carried.value[i] if current is None else None
+                current = p
             if t is not None and (run is None or t > run):
                 run = t
             yield (MIN_MERGE_KEY if run is None else run, p, offset), (t, event)
