@@ -129,7 +129,9 @@ def produce(
         decoder=decoder, partition=partition, max_record_bytes=max_bytes, on_error=mode,
         dead_letter=dead_letter, per_record=fsync == "always", echo=echo_fn,
     )
-    if not raw and not envelope:
+    if envelope:
+        opts.envelope_batch = inputs.EnvelopeLane(key)
+    elif not raw:
         if key_field is None:
             opts.validate_batch, opts.const_key = validate_values, key
         else:

@@ -47,6 +47,10 @@ class ProduceOptions:
     const_key: str | None = None
     # --key-field as a value path (paths.value_path): the keyed fast lane (KeyedLane)
     key_path: tuple[str, ...] | None = None
+    # Fast lane for --envelope lines: decodes a whole read batch into (key JSON texts, value
+    # texts, headers JSON texts or None, keys), or returns None to send the batch through
+    # `decoder` line by line.
+    envelope_batch: Callable[[list], tuple[list, list, list, list] | None] | None = None
     # (partition, items, sources) -> items to append; exactly-once filtering hooks in here
     dedupe: Callable[[int, list[Item], list], list[Item]] | None = None
 
@@ -264,6 +268,7 @@ def produce(log: Log, inputs: Iterable[Input], opts: ProduceOptions, appender: A
 
     lane = KeyedLane(opts.key_path) if opts.key_path is not None and fast is None and not opts.per_record \
         and opts.dedupe is None else None
+    envelopes = opts.envelope_batch if not opts.per_record and opts.dedupe is None else None
     fixed = opts.partition if opts.partition is not None else 0 if log.partitions == 1 else None
 
     def append_keyed(key_texts: list[bytes], values: list[bytes], keys: list[str | None]) -> None:
@@ -276,6 +281,19 @@ def produce(log: Log, inputs: Iterable[Input], opts: ProduceOptions, appender: A
                                                                split_by_partition(ps, values, n), strict=True)]
         for p, kt, vs in shares:
             res = appender.append_keyed(p, kt, vs, want_lines=opts.echo is not None)
+            stats.add(res)
+            if opts.echo is not None and res.lines:
+                opts.echo(res.lines)
+
+    def append_envelopes(key_texts: list[bytes], values: list, headers: list[bytes | None],
+                         keys: list[str | None]) -> None:
+        items = list(zip(key_texts, values, headers, strict=True))
+        if fixed is not None:
+            shares = [(fixed, items)]
+        else:
+            shares = split_by_partition(part.many(keys), items, log.partitions)
+        for p, its in shares:
+            res = appender.append(p, its, want_lines=opts.echo is not None)
             stats.add(res)
             if opts.echo is not None and res.lines:
                 opts.echo(res.lines)
@@ -306,6 +324,11 @@ def produce(log: Log, inputs: Iterable[Input], opts: ProduceOptions, appender: A
                     got = lane(batch)
                     if got is not None:
                         append_keyed(*got)
+                        continue
+                elif envelopes is not None:
+                    decoded = envelopes(batch)
+                    if decoded is not None:
+                        append_envelopes(*decoded)
                         continue
                 for lineno, line in batch:
                     if isinstance(line, TooLong):

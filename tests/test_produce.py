@@ -196,7 +196,8 @@ from hypothesis import strategies as st  # noqa: E402
 
 
 def _produce_bytes(tmp: str, name: str, data: bytes, *, key_field: str | None, partitions: int,
-                   fast: bool, const_key: str | None = None, batch_bytes: int = 300) -> tuple:
+                   fast: bool, const_key: str | None = None, batch_bytes: int = 300,
+                   envelope: bool = False, lane_calls: list | None = None) -> tuple:
     from streamctl import log as logmod
     from streamctl import paths
     from streamctl.appender import Appender
@@ -208,9 +209,19 @@ def _produce_bytes(tmp: str, name: str, data: bytes, *, key_field: str | None, p
     with open(src, "wb") as f:
         f.write(data)
     lg = logmod.open_or_create(os.path.join(tmp, name), partitions, None, 1)
-    opts = ProduceOptions(decoder=inputs.value_decoder(key_field, const_key), on_error="skip",
-                          batch_bytes=batch_bytes)
-    if fast:
+    decoder = inputs.envelope_decoder(const_key) if envelope else inputs.value_decoder(key_field, const_key)
+    opts = ProduceOptions(decoder=decoder, on_error="skip", batch_bytes=batch_bytes)
+    if fast and envelope:
+        lane = inputs.EnvelopeLane(const_key)
+
+        def counted(batch: list) -> tuple | None:
+            got = lane(batch)
+            if lane_calls is not None:
+                lane_calls.append(got is not None)
+            return got
+
+        opts.envelope_batch = counted
+    elif fast:
         if key_field is None:
             opts.validate_batch, opts.const_key = validate_values, const_key
         else:
@@ -329,3 +340,195 @@ def test_append_keyed_writes_what_append_writes(tmp_path):
         pdir = lg.partition_dir(0)
         out.append([(s, open(os.path.join(pdir, s), "rb").read()) for s in sorted(os.listdir(pdir))])
     assert out[0] == out[1] and len(out[0]) > 3
+
+
+
+# --- the --envelope lane against the per-line decoder ------------------------------------
+# formats.inputs.EnvelopeLane decodes a batch with msgspec (values kept as msgspec.Raw) and
+# hands a batch it cannot vouch for to envelope_decoder, the reference. Both store the value
+# as written and must agree byte for byte on everything else.
+
+_json_leaves = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8),
+    st.sampled_from(["é", "😀", "\u2028", "\x7f", "\x00\x1f", 'q"t\\', "/", "ü" * 3]),
+)
+_json_values = st.recursive(
+    _json_leaves,
+    lambda kids: st.one_of(st.lists(kids, max_size=3), st.dictionaries(st.text(max_size=4), kids, max_size=3)),
+    max_leaves=8,
+)
+# numbers orjson refuses or turns into floats, and spellings json.dumps never writes
+_odd_values = st.sampled_from([
+    b"1e400", b"-1E+400", b"1e0400", b"1.5e308", b"1.7976931348623157e308", b"1e-400", b"2.5E-3",
+    b"123456789012345678901234567890", b"-9223372036854775809", b"18446744073709551615", b"-0",
+    b"1.0", b"1e5", b'"\\u00e9\\ud83d\\ude00"', b'"\\ud800"', b'"\\udc00x"', b'"\\/"', b'"\xff"',
+    b'"\xed\xa0\x80"', b'{"a" : [ 1 ,2 ] }', b"[1,]", b"NaN", b"tru", b'"3e129f"', b'{"id":"07e7d3e1294"}',
+    b'[{"a":1e400}]', b'{"n":1.0e-300}',
+])
+
+
+@st.composite
+def _envelope_lines(draw) -> bytes:
+    kind = draw(st.sampled_from(["ok", "ok", "ok", "ok", "odd", "odd", "bad", "blank"]))
+    if kind == "bad":
+        return draw(st.sampled_from([
+            b"{", b'{"key":"a"}', b"[]", b"5", b'{"value":1} x', b'\x0c{"value":1}', b'{"value":1,"key":"\xff"}',
+            b'{"value":1,"headers":{"a":1}}', b'{"value":1,"headers":[]}', b'{"value":1,"key":{"a":1}}',
+            b'{"value":1,"key":[1]}', b'{"value":1,"ts":1e400}', b'{"value":1,"x":"\xc0\xaf"}',
+            b'{"value":1,"source":{"log":"","partition":0,"offset":1}}', b'{"valu\\u0065":1,"value":[2,]}',
+        ]))
+    if kind == "blank":
+        return draw(st.sampled_from([b"", b"  ", b"\t"]))
+    parts: list[tuple[bytes, bytes]] = []
+    if draw(st.booleans()):  # consume's output: offset, partition, ts first
+        parts += [(b'"offset"', b"%d" % draw(st.integers(0, 10**12))), (b'"partition"', b"0"),
+                  (b'"ts"', b"1763683200000")]
+    key = draw(st.one_of(st.none(), st.text(max_size=6), st.sampled_from(["u1", "é", 'q"t', "\u2028"]),
+                         st.integers(-5, 5), st.floats(allow_nan=False, allow_infinity=False), st.booleans()))
+    if draw(st.integers(0, 9)) > 0:
+        parts.append((b'"key"', _json.dumps(key, ensure_ascii=draw(st.booleans())).encode()))
+    ensure_ascii = draw(st.booleans())
+    sep = draw(st.sampled_from([(",", ":"), (", ", ": "), (" ,", " : ")]))
+    if kind == "odd":
+        value = draw(_odd_values)
+    else:
+        value = _json.dumps(draw(_json_values), ensure_ascii=ensure_ascii, separators=sep).encode()
+    parts.append((draw(st.sampled_from([b'"value"', b'"value"', b'"valu\\u0065"'])), value))
+    headers = draw(st.one_of(st.none(), st.dictionaries(st.text(max_size=4), st.text(max_size=6), max_size=3)))
+    if headers is not None or draw(st.booleans()):
+        parts.append((b'"headers"', _json.dumps(headers, ensure_ascii=ensure_ascii).encode()))
+    if draw(st.integers(0, 9)) == 0:  # a repeated field: the last one counts
+        parts.append((b'"value"', b'"again"'))
+    if draw(st.integers(0, 14)) == 0:
+        parts.append((b'"source"', draw(st.sampled_from([b'"x"', b'{"log":"a","partition":0,"offset":3}']))))
+    order = draw(st.permutations(range(len(parts)))) if draw(st.integers(0, 4)) == 0 else range(len(parts))
+    colon, comma = (b" : ", b" , ") if sep[1] == " : " else (b":", b",")
+    body = comma.join(parts[i][0] + colon + parts[i][1] for i in order)
+    return draw(st.sampled_from([b"", b" ", b"\t"])) + b"{" + body + b"}" + draw(st.sampled_from([b"", b" \r"]))
+
+
+@_settings
+@given(lines=st.lists(_envelope_lines(), max_size=20), partitions=st.sampled_from([1, 3]),
+       const_key=st.sampled_from([None, None, "k"]), batch_bytes=st.sampled_from([300, 1 << 16]))
+def test_envelope_lane_writes_what_the_decoder_writes(tmp_path_factory, lines, partitions, const_key, batch_bytes):
+    tmp = str(tmp_path_factory.mktemp("env"))
+    data = b"\n".join(lines) + b"\n"
+    fast = _produce_bytes(tmp, "fast", data, key_field=None, partitions=partitions, fast=True,
+                          const_key=const_key, envelope=True, batch_bytes=batch_bytes)
+    slow = _produce_bytes(tmp, "slow", data, key_field=None, partitions=partitions, fast=False,
+                          const_key=const_key, envelope=True, batch_bytes=batch_bytes)
+    assert fast == slow
+
+
+def _consumed_like(n: int) -> bytes:
+    rows = []
+    for i in range(n):
+        env = {"offset": i, "partition": 0, "ts": 1763683200000 + i, "key": None if i % 50 == 0 else f"user-{i % 97}",
+               "value": None if i % 100 == 7 else {"time": f"2025-11-21T00:00:{i % 60:02d}.{i % 1000:03d}Z",
+                                                  "session": f"{i * 2654435761:012x}", "city": "São Paulo",
+                                                  "items": [{"sku": f"sku-{i}", "qty": i % 3}], "amount": i / 7}}
+        if i % 5 == 0:
+            env["headers"] = {"trace": f"{i * 11400714819323198485 % 2**64:016x}", "ü": "ß"}
+        rows.append(_json.dumps(env, ensure_ascii=False, separators=(",", ":")).encode())
+    return b"\n".join(rows) + b"\n"
+
+
+def test_envelope_lane_takes_ordinary_batches(tmp_path):
+    """Consume-shaped input with headers, null keys, tombstones and hex ids goes through the lane
+    itself (no batch handed to the per-line decoder), and stores what the decoder stores."""
+    data = _consumed_like(3000)
+    for parts in (1, 4):
+        calls: list = []
+        fast = _produce_bytes(str(tmp_path), f"f{parts}", data, key_field=None, partitions=parts, fast=True,
+                              envelope=True, batch_bytes=16 << 10, lane_calls=calls)
+        slow = _produce_bytes(str(tmp_path), f"s{parts}", data, key_field=None, partitions=parts, fast=False,
+                              envelope=True, batch_bytes=16 << 10)
+        assert fast == slow and fast[0] == 3000
+        assert len(calls) > 10 and all(calls)
+
+
+def test_envelope_lane_hands_a_batch_it_cannot_vouch_for_to_the_decoder(tmp_path):
+    from streamctl.formats.inputs import EnvelopeLane
+
+    lane = EnvelopeLane(None)
+    ok = [(1, b'{"key":"a","value":{"n":1e30}}'), (2, b'{"key":null,"value":[1,"x"],"headers":{"h":"v"}}')]
+    got = lane(ok)
+    assert got is not None
+    key_texts, values, headers, keys = got
+    assert key_texts == [b'"a"', b"null"] and [bytes(v) for v in values] == [b'{"n":1e30}', b'[1,"x"]']
+    assert headers == [None, b'{"h":"v"}'] and keys == ["a", None]
+    for bad in (b'{"value":1e400}', b'{"value":123456789012345678901234567890}', b'{"value":"\xff"}',
+                b'{"value":1,"key":7}', b'{"value":1,"source":{"log":"a","partition":0,"offset":1}}'):
+        assert lane([*ok, (3, bad)]) is None, bad
+    # a number that only looks suspect is checked and let through
+    assert lane([(1, b'{"value":{"x":1e-300,"big":12345678901234567890}}')]) is not None
+
+
+def test_envelope_value_is_stored_as_written(logdir):
+    line = b'{"offset":3,"key":"a","value": {"b": 1,  "a": 2.50, "e": 1E5} ,"headers":{"h":"v"}}\n'
+    p = run_cli("produce", logdir, "--envelope", "--echo", input=line + line.replace(b'"a"', b"null", 1), check=True)
+    stored = p.stdout.splitlines()
+    assert stored[0].endswith(b',"key":"a","value":{"b": 1,  "a": 2.50, "e": 1E5},"headers":{"h":"v"}}')
+    assert b',"key":null,"value":{"b": 1,  "a": 2.50, "e": 1E5},' in stored[1]
+    # the same through the per-line decoder (--fsync always appends record by record)
+    q = run_cli("produce", logdir + "2", "--envelope", "--echo", "--fsync", "always", input=line, check=True)
+    assert q.stdout.splitlines()[0].split(b'"ts":')[1].split(b",", 1)[1] == stored[0].split(b'"ts":')[1].split(b",", 1)[1]
+
+
+def test_envelope_round_trip_copies_a_log_byte_for_byte(logdir):
+    src = logdir + "-src"
+    run_cli("produce", src, input='{"b": 1,  "a": 2.50}\n[1, 2]\n"x"\n', check=True)
+    run_cli("produce", src, "--envelope", input=_consumed_like(200), check=True)
+    consumed = run_cli("consume", src, check=True).stdout
+    run_cli("produce", logdir, "--envelope", input=consumed, check=True)
+    strip_ts = [x.split(b',"key":', 1)[1] for x in consumed.splitlines()]
+    assert [x.split(b',"key":', 1)[1] for x in run_cli("consume", logdir, check=True).stdout.splitlines()] == strip_ts
+
+
+def test_envelope_nested_deeper_than_msgspec_goes_through_the_decoder(logdir):
+    value = b"[" * 1020 + b"]" * 1020
+    p = run_cli("produce", logdir, "--envelope", "--echo", input=b'{"key":"d","value":' + value + b"}\n", check=True)
+    assert p.stdout.endswith(b',"value":' + value + b"}\n")
+    bad = run_cli("produce", logdir, "--envelope", input=b'{"value":' + b"[" * 1100 + b"]" * 1100 + b"}\n")
+    assert bad.returncode == 65 and b"<stdin>:1: invalid JSON" in bad.stderr
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=_json_values, sep=st.sampled_from([(",", ":"), (", ", ": ")]), dup=st.booleans())
+def test_scanned_value_text_matches_msgspec(value, sep, dup):
+    from streamctl.formats.inputs import scan_value_text, value_text
+
+    text = _json.dumps(value, separators=sep).encode()
+    line = b'{"k":{"value":0},"value": ' + text + b' ,"x":[{"value":1}]' + (b',"valu\\u0065":[7]' if dup else b"") + b"}"
+    want = b"[7]" if dup else text
+    assert value_text(line) == want and scan_value_text(line) == want
+
+
+def test_headers_and_keys_encode_as_orjson_does():
+    import msgspec
+    import orjson
+
+    enc = msgspec.json.Encoder().encode
+    for cp in list(range(0x800)) + list(range(0x800, 0x110000, 97)) + [0x2028, 0x2029, 0xFEFF, 0x10FFFF]:
+        if 0xD800 <= cp < 0xE000:
+            continue
+        s = chr(cp) + "a" + chr(cp)
+        assert enc({s: s}) == orjson.dumps({s: s}) and enc(s) == orjson.dumps(s), hex(cp)
+    assert enc(None) == b"null"
+
+
+def test_envelope_bad_line_after_many_good_ones(logdir, tmp_path):
+    good = _consumed_like(1500)
+    f = tmp_path / "in.jsonl"
+    f.write_bytes(good + b'{"key":"x","value":{"n":1e400}}\n' + good)
+    p = run_cli("produce", logdir, "--envelope", str(f))
+    assert p.returncode == 65
+    err = p.stderr.decode()
+    assert "in.jsonl:1501: invalid JSON: number is infinity" in err and "1500 record(s) before it" in err
+    assert len(read_log(logdir)) == 1500 and run_cli("check", logdir).returncode == 0
+    dl = tmp_path / "dead.jsonl"
+    p = run_cli("produce", logdir + "2", "--envelope", "--on-error", f"dead-letter={dl}", str(f))
+    assert p.returncode == 0 and b"1 bad line(s) rejected" in p.stderr
+    assert [_json.loads(x)["line"] for x in dl.read_text().splitlines()] == [1501]
+    assert len(read_log(logdir + "2")) == 3000
