@@ -459,7 +459,7 @@ def machine() -> dict[str, str]:
     }
 
 
-WORKLOADS = ["startup", "produce", "consume", "group", "tail", "compact", "replay", "window", "join", "memory"]
+WORKLOADS = ["startup", "produce", "consume", "group", "tail", "compact", "replay", "window", "join", "sqlite", "memory"]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
