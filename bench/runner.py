@@ -108,7 +108,6 @@ class MemoryRow:
 
 @dataclass
 class Target:
-    issue: str
     target: str
     measured: str
     holds: bool | None  # None: not measured (say why in measured)
@@ -324,8 +323,8 @@ class Bench:
             return None
         return b.wall / a.wall
 
-    def target(self, issue: str, text: str, measured: str, holds: bool | None) -> None:
-        self.targets.append(Target(issue, text, measured, holds))
+    def target(self, text: str, measured: str, holds: bool | None) -> None:
+        self.targets.append(Target(text, measured, holds))
 
 
 def _job_work_seconds(path: Path) -> float | None:
@@ -405,8 +404,8 @@ def memory_table(b: Bench) -> tuple[list[str], list[list[str]]]:
 
 
 def targets_table(b: Bench) -> tuple[list[str], list[list[str]]]:
-    head = ["issue", "target", "measured", "holds"]
-    body = [[t.issue, t.target, t.measured, {True: "yes", False: "**NO**", None: "n/a"}[t.holds]]
+    head = ["target", "measured", "holds"]
+    body = [[t.target, t.measured, {True: "yes", False: "**NO**", None: "n/a"}[t.holds]]
             for t in b.targets]
     return head, body
 

@@ -1,4 +1,4 @@
-"""Experiment (issue 7): an inner stream-stream join of two plain files split by key over two processes.
+"""Experiment: an inner stream-stream join of two plain files split by key over two processes.
 
     python -m bench.experiments.join_partitioned LEFT RIGHT OUT [--within-ms MS] [--on FIELD] [--time-field FIELD]
 

@@ -24,10 +24,10 @@ def run(b: Bench) -> None:
     b.compare(group, cs, records=n, nbytes=nbytes)
     r = b.ratio(group, sub, "orjson loads+dumps loop")
     if r is not None:
-        b.target("2, 9", "consume of stored lines >= 3x the orjson loop", f"{r:.2f}x", r >= 3)
+        b.target("consume of stored lines >= 3x the orjson loop", f"{r:.2f}x", r >= 3)
     r = b.ratio(group, sub, "cat")
     if r is not None:
-        b.target("9", "consume of stored lines within 3x of cat", f"{1 / r:.2f}x cat's time", 1 / r <= 3)
+        b.target("consume of stored lines within 3x of cat", f"{1 / r:.2f}x cat's time", 1 / r <= 3)
 
     group = "consume --value"
     cs = [Contestant(f"{sub} --value", b.sc("consume", str(log), "--value"), subject=True),
@@ -58,7 +58,7 @@ def run(b: Bench) -> None:
     b.compare(group, cs, records=n, nbytes=nbytes)
     r = b.ratio(group, f"{sub} --where '{where}'", "consume | jq -c select(...)")
     if r is not None:
-        b.target("22", "filtered consume (1% match) >= 3x consume | jq select", f"{r:.2f}x", r >= 3)
+        b.target("filtered consume (1% match) >= 3x consume | jq select", f"{r:.2f}x", r >= 3)
 
     # --key reads keys from the line's prefix and never decodes a value
     group = "consume --key (one of 10k keys)"
