@@ -93,6 +93,28 @@ def test_parse_rows_matches_a_full_parse(tmp_path):
     assert parse_rows(block) == [('a"b\\', '{"t":"ü"}', None, 5, 0, 0), (None, "null", None, 5, 0, 1)]
 
 
+def test_parse_rows_slices_values_next_to_headers_as_stored():
+    from streamctl.sqlitesink import parse_rows
+
+    def line(o: int, rest: bytes) -> bytes:
+        return b'{"offset":%d,"partition":0,"ts":5,"key":"k","value":%s}\n' % (o, rest)
+
+    block = (line(0, b'{"a":1.50,"headers":{"x":"1"}}')                        # "headers" inside the value
+             + line(1, b'{"a":1.50},"headers":{"h":"v"}')                      # a record's headers
+             + line(2, b'{"headers":{"h":"v"}},"headers":{"h":"v"}')           # both
+             + line(3, b'"s,\\"headers\\":{}","headers":{"h":"v"}')           # in a string, then headers
+             + line(4, b'[1, 2],"headers":null'))                              # not streamctl's layout
+    rows = parse_rows(block)
+    assert [(r[1], r[2]) for r in rows] == [
+        ('{"a":1.50,"headers":{"x":"1"}}', None),
+        ('{"a":1.50}', '{"h":"v"}'),  # the value's text as stored (1.50, not re-encoded to 1.5)
+        ('{"headers":{"h":"v"}}', '{"h":"v"}'),
+        ('"s,\\"headers\\":{}"', '{"h":"v"}'),
+        ('[1,2]', None),
+    ]
+    assert [r[5] for r in rows] == [0, 1, 2, 3, 4]
+
+
 def test_append_equals_the_log_and_reruns_add_only_new_records(tmp_path):
     log, db = str(tmp_path / "orders"), str(tmp_path / "r.db")
     make_log(log, 1500)
