@@ -25,7 +25,7 @@ import orjson
 
 from streamctl import aggregations, fieldread, inputorder, paths
 from streamctl.errors import DataError, UsageError
-from streamctl.timeparse import bad_time_reason, event_time_ms, format_iso, now_ms, usable_range
+from streamctl.timeparse import bad_time_reason, event_time_ms, event_times, format_iso, now_ms, usable_range
 from streamctl.watermark import Watermark
 from streamctl.windows import NO_WATERMARK
 from streamctl.windows.hopping import Hopping
@@ -277,7 +277,7 @@ def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
     records to the per-record path); non-numeric values are counted at the end, as compile_prepare
     counts them for records with a good time.
     """
-    env: dict = {"_etm": event_time_ms, "_kj": key_json_cached(key_cache), "_kc": key_cache,
+    env: dict = {"_ets": event_times, "_kj": key_json_cached(key_cache), "_kc": key_cache,
                  "_dumps": orjson.dumps, "_g": [], "_dget": dict.get, "_rep": itertools.repeat,
                  "_INT": _INT, "_DICT": _DICT, "_num": _numeric_column, "_nn": plan.non_numeric,
                  "_names": [s.name for s in plan.specs], "_le": le, "_islice": islice,
@@ -344,7 +344,7 @@ def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
             src.append("        ts = x  # all epoch ms, the common case")
             src.append("    else:")
             src.append("        ordered = None")
-            src.append("        ts = [v if type(v) is int and _flo <= v <= _fhi else _etm(v) for v in x]")
+            src.append("        ts = _ets(x)  # ISO-8601 strings, seconds: the column at once")
             src.append("        if {*map(type, ts)} != _INT or min(ts) < _lo or max(ts) > _hi:")
             src.append("            ts = [t if type(t) is int and _lo <= t <= _hi else None for t in ts]")
             src.append("            return ts, None, None")
