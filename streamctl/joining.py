@@ -40,7 +40,7 @@ import orjson
 from streamctl import inputorder, paths
 from streamctl.errors import UsageError
 from streamctl.joins import HOWS_STREAM, HOWS_TABLE, Emit, EmitOp
-from streamctl.timeparse import event_time_ms
+from streamctl.timeparse import event_time_ms, event_times
 
 KINDS = ("stream", "table", "tables")
 AS_OF = ("position", "event-time")
@@ -396,7 +396,6 @@ _INT = {int}
 def _block_times(parts: tuple[str, ...]) -> Callable[[list[Any]], list[int | None]]:
     """The event times of a block of plain-file values (what _time_getter reads from each record)."""
     lo, hi = _MS_LOW, _MS_HIGH
-    conv = event_time_ms
     raw = _block_column(parts)
 
     def times(values: list[Any]) -> list[int | None]:
@@ -404,7 +403,7 @@ def _block_times(parts: tuple[str, ...]) -> Callable[[list[Any]], list[int | Non
         # all epoch milliseconds (the common case): the times as they are, checked in C
         if ts and {*map(type, ts)} == _INT and lo <= min(ts) and max(ts) < hi:
             return ts
-        return [t if t.__class__ is int and lo <= t < hi else conv(t) for t in ts]
+        return event_times(ts)  # ISO-8601 strings, seconds: the column at once
 
     return times
 
