@@ -178,6 +178,22 @@ def time_getter(cfg: WindowConfig, is_log: bool) -> Callable[[dict], int | None]
             if v is None:
                 return None
         return v if lo <= v <= hi else None
+
+    parts = paths.record_path(cfg.time_field)
+    first, rest = ("value", ("ts",)) if parts == ("ts",) else (parts[0], parts[1:])
+
+    def event_time_column(recs: list[dict]) -> list[int | None]:
+        """event_time of each record (the input-order merge reads a block's times at once)."""
+        # the field a level at a time (what `get` reads); a log's batch has its values already
+        if first == "value" and type(recs) is inputorder.RecordBatch:
+            col = recs.values
+        else:
+            col = list(map(dict.get, recs, repeat(first)))
+        for name in rest:
+            col = [v.get(name) if v.__class__ is dict else None for v in col]
+        return [t if t is not None and lo <= t <= hi else None for t in event_times(col)]
+
+    event_time.column = event_time_column  # type: ignore[attr-defined]
     return event_time
 
 

@@ -123,3 +123,49 @@ def test_the_ends_of_the_range():
     assert event_times(["0001-01-01T00:00:00Z", "0001-01-01T00:00:00+00:01", "0001-01-01T00:00:00-00:01",
                         "9999-12-31T23:59:59.999Z", "9999-12-31T23:59:59.999-00:01"]) == [
         MIN_MS, None, MIN_MS + 60_000, MAX_MS, None]
+
+
+# -- the input-order merge reads a block's times with the window's column function ----------
+
+RECORD_VALUES = st.one_of(st.none(), SCALARS, st.lists(SCALARS, max_size=2),
+                          st.fixed_dictionaries({}, optional={"t": VALUES, "ts": VALUES,
+                                                              "in": st.one_of(SCALARS, st.fixed_dictionaries(
+                                                                  {}, optional={"t": VALUES}))}))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(RECORD_VALUES, min_size=1, max_size=30), st.sampled_from(["t", "value.t", "in.t", "ts", "key"]),
+       st.sampled_from([("tumbling", 60_000), ("session", 253_402_300_799_999), ("sliding", 86_400_000)]),
+       st.booleans())
+def test_window_time_column_is_its_per_record_time(values, field, window, batch):
+    from streamctl import inputorder
+    from streamctl.windowing import WindowConfig, time_getter
+
+    cfg = WindowConfig(window[0], window[1], time_field=field)
+    recs = [{"key": None, "value": v, "ts": 1_763_719_200_000 + i, "offset": i, "partition": 0}
+            for i, v in enumerate(values)]
+    if batch:  # as a log's block arrives (its values read already)
+        recs = inputorder.RecordBatch(recs)
+        recs.values = values
+        recs.keys = [None] * len(values)
+    for is_log in (True, False):
+        get = time_getter(cfg, is_log)
+        column = getattr(get, "column", None)
+        if column is not None:
+            assert column(recs) == [get(r) for r in recs]
+
+
+def test_a_lane_reads_a_blocks_times_with_the_column(monkeypatch):
+    from streamctl import inputorder
+    from streamctl.windowing import WindowConfig, time_getter
+
+    get = time_getter(WindowConfig("tumbling", 60_000, time_field="at"), True)
+    blocks = [[{"value": {"at": "2026-11-21T10:00:05Z"}}, {"value": {"at": "2026-11-21T10:00:04.5+00:00"}}]]
+    lane = inputorder.Lane(0, iter(blocks), get)
+
+    def general_parse(value):
+        raise AssertionError(f"{value!r} went to event_time_ms")
+
+    monkeypatch.setattr(timeparse, "event_time_ms", general_parse)
+    lane.fill()
+    assert lane.keys == [1_795_255_205_000, 1_795_255_205_000]
