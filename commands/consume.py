@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from streamctl.commands.common import example
+from streamctl.commands.common import example, info
 
 if TYPE_CHECKING:
-    from streamctl.filters import Filter
+    from streamctl.clients.filters import Filter
 
 EPILOG = example(
     "streamctl consume orders                               # every record, then exit",
@@ -110,14 +110,14 @@ def consume(
         raise UsageError("--batch-timeout needs --exec or --sqlite")
     exec_policy = None
     if retries or retry_backoff is not None or dead_letter is not None:
-        from streamctl.execbatch import exec_policy as check_exec_policy
+        from streamctl.clients.execsink import exec_policy as check_exec_policy
 
         if exec_ is None:
             raise UsageError("--retries, --retry-backoff and --dead-letter need --exec CMD")
         exec_policy = check_exec_policy(log, retries, retry_backoff, dead_letter)
     sqlite_target = None
     if sqlite is not None:
-        from streamctl.sqlitesink import MODES, SqliteTarget, check_table_name
+        from streamctl.clients.sqlitesink import MODES, SqliteTarget, check_table_name
 
         if group is None:
             raise UsageError("--sqlite needs --group G (the offsets stored with the rows are the group's)")
@@ -131,25 +131,25 @@ def consume(
     elif table is not None or mode != "append":
         raise UsageError("--table and --mode need --sqlite FILE")
     if group is not None:
-        from streamctl.names import check_group
+        from streamctl.storage.names import check_group
 
         check_group(group)
     if from_ is not None:
-        from streamctl.consumer import validate_from
+        from streamctl.clients.consumer import validate_from
 
         validate_from(from_)
     flt = None
     if key or header or where:
-        from streamctl.filters import Filter
+        from streamctl.clients.filters import Filter
 
         flt = Filter.from_options(key, header, where)
     bound = None
     if until is not None:
-        from streamctl.consumer import parse_until
+        from streamctl.clients.consumer import parse_until
 
         bound = parse_until(until)
 
-    from streamctl import log as logmod
+    from streamctl.storage import log as logmod
 
     if log == "-" or not logmod.is_log(log):
         import os
@@ -167,14 +167,15 @@ def consume(
 
     if follow or exec_ or group:
         # a group run claims its partitions so competing members split them
-        from streamctl.commands import consume_live
+        from streamctl.live import consume as consume_live
 
         return consume_live.run(log, group, from_, partition, max_, value, fmt, follow, idle_timeout,
                                 exec_, batch, batch_timeout, unbuffered, flt, bound, sqlite_target,
-                                exec_policy)
+                                exec_policy, info=info)
 
     # no group: nothing to claim or commit; stream the stored lines straight through
-    from streamctl import consumer, stopflag
+    from streamctl import stopflag
+    from streamctl.clients import consumer
     from streamctl.errors import Interrupted
     from streamctl.formats.records import renderer
     from streamctl.formats.template import log_name
@@ -208,9 +209,9 @@ def _consume_plain(path: str, from_: str | None, max_: int | None, value: bool, 
                    unbuffered: bool, flt: Filter | None = None, until: int | None = None) -> None:
     """A plain .jsonl file (or -): its values with line numbers as offsets; filters see them as
     records with a null key, no ts and no headers."""
-    from streamctl import plainfile
     from streamctl.formats.template import compile_plain_template, log_name
     from streamctl.formats.writer import Output
+    from streamctl.storage import plainfile
 
     out = Output(unbuffered=True if unbuffered else None)
     tmpl = compile_plain_template(fmt, log_name(path)) if fmt is not None else None

@@ -103,9 +103,9 @@ def join(
     emit_job: str | None = typer.Option(None, "--emit-job", metavar="FILE", help="Write the PySpark job to FILE and exit (run it with spark-submit FILE or python FILE)."),
     unbuffered: bool = typer.Option(False, "--unbuffered", "-u", help="Flush after every row (automatic on a terminal)."),
 ) -> None:
-    from streamctl import joining
     from streamctl.errors import UsageError
     from streamctl.formats.table import OUTPUTS
+    from streamctl.processing.joins import driver as joining
 
     if output not in OUTPUTS:
         raise UsageError(f"--output must be one of {', '.join(OUTPUTS)}, not {output!r}")
@@ -125,7 +125,7 @@ def join(
             raise UsageError("--late-out writes a local file; the Spark job reports the late count only")
         if "-" in (left, right):
             raise UsageError("--emit-job needs files or logs, not stdin (-)")
-        from streamctl.fsutil import atomic_write
+        from streamctl.storage.fsutil import atomic_write
 
         text = joining.job_text(joining.job_params(spec, specs, master, snapshot=False))
         if emit_job == "-":
@@ -222,7 +222,7 @@ def _late_writer(late_out: str | None):  # type: ignore[no-untyped-def]
     import os
 
     from streamctl.errors import UsageError
-    from streamctl.fsutil import NOFOLLOW
+    from streamctl.storage.fsutil import NOFOLLOW
 
     try:
         fd = os.open(late_out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o644)
@@ -270,7 +270,7 @@ def _run_spark(spec, specs, master, output, out):  # type: ignore[no-untyped-def
 
     import orjson
 
-    from streamctl import joining
+    from streamctl.processing.joins import driver as joining
     from streamctl.spark.runner import run_job
 
     params = joining.job_params(spec, specs, master or "local[*]")

@@ -139,7 +139,7 @@ def replay(
         raise UsageError("--partition applies to an offset reset (with --group)")
     flt = None
     if key or header or where:
-        from streamctl.filters import Filter
+        from streamctl.clients.filters import Filter
 
         flt = Filter.from_options(key, header, where)
     return _range(log, from_, until, flt, compact, out, engine, spark_threshold, master, emit_job, unbuffered)
@@ -148,13 +148,13 @@ def replay(
 def _reset(log: str, group: str, mode: str, to_offset: int | None, to_datetime: str | None, shift_by: int | None,
            by_duration: str | None, partition: int | None, execute: bool, export: str | None = None,
            from_file: str | None = None) -> None:
-    from streamctl import offsetreset
-    from streamctl.consumer import check_partition_arg
+    from streamctl.clients.consumer import check_partition_arg
     from streamctl.errors import UsageError
     from streamctl.formats.table import table
     from streamctl.formats.writer import Output
-    from streamctl.log import open_log
-    from streamctl.names import check_group
+    from streamctl.groups import resets
+    from streamctl.storage.log import open_log
+    from streamctl.storage.names import check_group
     from streamctl.timeparse import parse_duration, parse_time
 
     check_group(group)
@@ -162,22 +162,22 @@ def _reset(log: str, group: str, mode: str, to_offset: int | None, to_datetime: 
         raise UsageError("--to-offset must not be negative")
     mode = mode.removeprefix("--")
     if mode == "to-offset":
-        spec = offsetreset.ResetSpec(mode, offset=to_offset)
+        spec = resets.ResetSpec(mode, offset=to_offset)
     elif mode == "to-datetime":
-        spec = offsetreset.ResetSpec(mode, ts=parse_time(to_datetime or ""))
+        spec = resets.ResetSpec(mode, ts=parse_time(to_datetime or ""))
     elif mode == "shift-by":
-        spec = offsetreset.ResetSpec(mode, shift=shift_by)
+        spec = resets.ResetSpec(mode, shift=shift_by)
     elif mode == "by-duration":
-        spec = offsetreset.by_duration(parse_duration(by_duration or ""))
+        spec = resets.by_duration(parse_duration(by_duration or ""))
     elif mode != "from-file":
-        spec = offsetreset.ResetSpec(mode)
+        spec = resets.ResetSpec(mode)
     lg = open_log(log)
     if mode == "from-file":
-        spec = offsetreset.from_file(from_file or "", lg)
-    parts = offsetreset.planned_partitions(spec, check_partition_arg(lg, partition), partition)
+        spec = resets.from_file(from_file or "", lg)
+    parts = resets.planned_partitions(spec, check_partition_arg(lg, partition), partition)
     if not execute:
-        busy = offsetreset.active_partitions(lg, group)
-        members = offsetreset.live_members(lg, group)
+        busy = resets.active_partitions(lg, group)
+        members = resets.live_members(lg, group)
         if busy or members:
             held = f"partitions {', '.join(map(str, busy))} held" if busy else f"{members} live member(s)"
             info(f"note: group {group} is consuming now ({held}); --execute would be refused until its consumers stop")
@@ -185,11 +185,11 @@ def _reset(log: str, group: str, mode: str, to_offset: int | None, to_datetime: 
 
     def save(rows) -> None:
         if export == "-":
-            out.write(offsetreset.encode_plan(rows))
+            out.write(resets.encode_plan(rows))
         elif export is not None:
-            offsetreset.export_plan(export, rows)
+            resets.export_plan(export, rows)
 
-    rows = offsetreset.reset(lg, group, spec, parts, execute, before_commit=save if export is not None else None)
+    rows = resets.reset(lg, group, spec, parts, execute, before_commit=save if export is not None else None)
     shown = (table([r.as_row() for r in rows], ["partition", "current", "new", "lag-after"]) + "\n").encode()
     if export == "-":
         out.flush()
@@ -210,7 +210,7 @@ def _range(log: str, from_: str | None, until: str | None, flt, compact: bool, o
            unbuffered: bool) -> None:
     import os
 
-    from streamctl import replay as core
+    from streamctl.clients import replay as core
     from streamctl.commands.common import parse_size
     from streamctl.errors import UsageError
     from streamctl.spark.engine import ENGINES
@@ -237,7 +237,7 @@ def _range(log: str, from_: str | None, until: str | None, flt, compact: bool, o
                              "output instead: python job.py | streamctl produce LOG2 --envelope")
         return _emit(log, spec, master, emit_job)
 
-    from streamctl import log as logmod
+    from streamctl.storage import log as logmod
 
     if "://" in log:
         if engine == "local":
@@ -284,7 +284,7 @@ def _range(log: str, from_: str | None, until: str | None, flt, compact: bool, o
 
 
 def _copy_stored(lg, ranges, unbuffered: bool, progress) -> None:
-    from streamctl.consumer import copy_stored
+    from streamctl.clients.consumer import copy_stored
     from streamctl.formats.writer import Output
 
     w = Output(unbuffered=True if unbuffered else None)
@@ -330,8 +330,8 @@ def _write_to(lines, out: str | None, unbuffered: bool, source) -> None:
             w.write(data)
         w.flush()
         return
-    from streamctl import log as logmod
-    from streamctl import replay as core
+    from streamctl.clients import replay as core
+    from streamctl.storage import log as logmod
     from streamctl.timeparse import now_ms
 
     dest = logmod.open_or_create(out, None if logmod.is_log(out) else (source.partitions if source else 1),
@@ -364,7 +364,7 @@ def _spark_lines(lg, spec, ranges, master: str | None, now: int, into: int | Non
     import sys
     import tempfile
 
-    from streamctl import replay as core
+    from streamctl.clients import replay as core
     from streamctl.spark import jobgen, runner
 
     params = _job_params(os.path.abspath(lg.path), spec, relative=False)
@@ -432,8 +432,8 @@ def _job_params(log_uri: str, spec, relative: bool) -> dict:
 def _emit(log: str, spec, master: str | None, path: str) -> None:
     import os
 
-    from streamctl.fsutil import atomic_write
     from streamctl.spark import jobgen
+    from streamctl.storage.fsutil import atomic_write
 
     uri = log if "://" in log else os.path.abspath(log)
     params = _job_params(uri, spec, relative=True)

@@ -49,8 +49,8 @@ def tail(
     followed like `tail -F`: by name across rotation, from the start after a
     truncation.
     """
-    from streamctl import log as logmod
     from streamctl.errors import UsageError
+    from streamctl.storage import log as logmod
 
     if value and fmt is not None:
         raise UsageError("--value and --format cannot be combined")
@@ -58,7 +58,7 @@ def tail(
         raise UsageError("-n must not be negative")
     flt = None
     if key or header or where:
-        from streamctl.filters import Filter
+        from streamctl.clients.filters import Filter
 
         flt = Filter.from_options(key, header, where)
     if log == "-" or not logmod.is_log(log):
@@ -80,12 +80,13 @@ def tail(
             return _consume_plain(log, f"-{lines}" if lines else "latest", None, value, fmt, False)
         return _tail_plain(log, lines, follow, value, fmt, flt)
 
-    from streamctl import consumer, stopflag
+    from streamctl import stopflag
+    from streamctl.clients import consumer
     from streamctl.errors import Interrupted
     from streamctl.formats.records import renderer
     from streamctl.formats.template import log_name
     from streamctl.formats.writer import Output
-    from streamctl.live import tail_log
+    from streamctl.live.cursor import tail_log
 
     lg = logmod.open_log(log)
     parts = consumer.check_partition_arg(lg, partition)
@@ -103,11 +104,12 @@ def tail(
 
 
 def _tail_plain(path: str, lines: int, follow: bool, value: bool, fmt: str | None, flt=None) -> None:
-    from streamctl import plainfile, stopflag
+    from streamctl import stopflag
     from streamctl.errors import Interrupted
     from streamctl.formats.template import compile_plain_template, log_name
     from streamctl.formats.writer import Output
-    from streamctl.live import tail_plain
+    from streamctl.live.cursor import tail_plain
+    from streamctl.storage import plainfile
 
     out = Output()
     tmpl = compile_plain_template(fmt, log_name(path)) if fmt is not None else None

@@ -100,8 +100,8 @@ def window(
     emit_job: str | None = typer.Option(None, "--emit-job", metavar="FILE", help="Write the standalone PySpark job to FILE (- for stdout) and exit; run it with spark-submit or python. INPUT may then be any Spark URI (hdfs://, s3a://)."),
 ) -> None:
     from streamctl.errors import UsageError
+    from streamctl.processing.windows.driver import WindowConfig, parse_hopping
     from streamctl.timeparse import parse_duration
-    from streamctl.windowing import WindowConfig, parse_hopping
 
     chosen = [n for n, v in (("--tumbling", tumbling), ("--hopping", hopping), ("--sliding", sliding),
                              ("--session", session)) if v is not None]
@@ -124,11 +124,11 @@ def window(
     cfg = WindowConfig(kind=kind, size=size, hop=hop, by=list(by or []), time_field=time_field,
                        processing_time=processing_time, on_bad_time=on_bad_time, aggs=list(agg or ["count"]),
                        lateness=parse_duration(lateness), late=late, emit=emit)
-    from streamctl.windowing import WindowRun
+    from streamctl.processing.windows.driver import WindowRun
 
     WindowRun(cfg, True)  # validates every option before any input is read
     if group is not None:
-        from streamctl.names import check_group
+        from streamctl.storage.names import check_group
 
         check_group(group)
     if (group or idle_timeout) and not follow:
@@ -138,7 +138,7 @@ def window(
             raise UsageError("--engine spark and --emit-job are for finite input, not --follow")
         return _follow(input_, cfg, group, idle_timeout, late_out, output)
 
-    from streamctl.windowing import input_bytes, is_uri, spark_blocker
+    from streamctl.processing.windows.driver import input_bytes, is_uri, spark_blocker
 
     blocker = spark_blocker(cfg, input_, late_out)
     if is_uri(input_) and emit_job is None and engine != "spark":
@@ -181,7 +181,7 @@ class _Rows:
         self.csv = None
         if output == "csv":
             from streamctl.formats.table import CsvWriter
-            from streamctl.windowing import make_plan
+            from streamctl.processing.windows.driver import make_plan
 
             self.csv = CsvWriter()
             cols = ["window.start", "window.end", "key", *(s.name for s in make_plan(cfg).specs)]
@@ -193,7 +193,7 @@ class _Rows:
             self.out.write(",".join(cols).encode() + b"\n")
 
     def __call__(self, rows: list) -> None:
-        from streamctl.windowing import row_dict, row_json, rows_jsonl
+        from streamctl.processing.windows.driver import row_dict, row_json, rows_jsonl
 
         if self.output == "jsonl":
             write = self.out.write
@@ -236,8 +236,8 @@ def _late_writer(late_out: str | None, is_log: bool, append: bool):
     import os
 
     from streamctl.errors import UsageError
-    from streamctl.fsutil import NOFOLLOW
-    from streamctl.windowing import late_line
+    from streamctl.processing.windows.driver import late_line
+    from streamctl.storage.fsutil import NOFOLLOW
 
     try:
         fd = os.open(late_out, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC) | NOFOLLOW, 0o644)
@@ -264,7 +264,7 @@ def _report(cfg, run, late_out: str | None) -> None:
 
 def _local(path: str, cfg, late_out: str | None, output: str) -> None:
     from streamctl.errors import DataError, StreamctlError
-    from streamctl.windowing import WindowRun, records_of
+    from streamctl.processing.windows.driver import WindowRun, records_of
 
     is_log, recs = records_of(path, cfg)
     f, sink = _late_writer(late_out, is_log, append=False)
@@ -290,10 +290,11 @@ def _local(path: str, cfg, late_out: str | None, output: str) -> None:
 
 def _follow(path: str, cfg, group: str | None, idle_timeout: str | None, late_out: str | None,
             output: str) -> None:
-    from streamctl import inputorder, stopflag
+    from streamctl import stopflag
     from streamctl.errors import UsageError
+    from streamctl.processing import inputorder
+    from streamctl.processing.windows.driver import follow
     from streamctl.timeparse import parse_duration
-    from streamctl.windowing import follow
 
     spec = inputorder.classify(path)
     if not spec.is_log:
@@ -320,7 +321,7 @@ def _follow(path: str, cfg, group: str | None, idle_timeout: str | None, late_ou
 
 
 def _job(path: str, cfg, master: str | None, stats_line: bool = False, snapshot: bool = True) -> str:
-    from streamctl.windowing import spark_job
+    from streamctl.processing.windows.driver import spark_job
 
     return spark_job(path, cfg, master, stats_line, snapshot)
 
@@ -328,7 +329,7 @@ def _job(path: str, cfg, master: str | None, stats_line: bool = False, snapshot:
 def _emit_job(path: str, cfg, master: str | None, target: str) -> None:
     import os
 
-    from streamctl.windowing import is_uri
+    from streamctl.processing.windows.driver import is_uri
 
     # absolute, so the job runs from any folder; it reads to the end of the log as it is when it runs
     text = _job(path if is_uri(path) else os.path.abspath(path), cfg, master, snapshot=False)
@@ -339,7 +340,7 @@ def _emit_job(path: str, cfg, master: str | None, target: str) -> None:
         w.write(text.encode())
         w.flush()
         return
-    from streamctl.fsutil import atomic_write
+    from streamctl.storage.fsutil import atomic_write
 
     atomic_write(target, text.encode(), 0o755)
     info(f"wrote the Spark job to {target}; run it with: spark-submit {target}  (or: python {target})")
@@ -351,7 +352,7 @@ def _spark(path: str, cfg, master: str | None, output: str) -> None:
     from streamctl.spark.runner import run_job
 
     rows = _Rows(output, cfg)
-    from streamctl.windowing import is_uri
+    from streamctl.processing.windows.driver import is_uri
 
     job = _job(path if is_uri(path) else os.path.abspath(path), cfg, master, stats_line=True)
     counts: dict = {}
@@ -367,7 +368,7 @@ def _spark(path: str, cfg, master: str | None, output: str) -> None:
     run_job(job, take, master=master)
     rows.finish()
 
-    from streamctl.windowing import WindowRun, WindowStats
+    from streamctl.processing.windows.driver import WindowRun, WindowStats
 
     run = WindowRun(cfg, True)
     run.stats = WindowStats(counts.get("events", 0), counts.get("late", 0), counts.get("bad_time", 0),

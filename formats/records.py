@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from streamctl import record
+from streamctl.storage import record
 
 
 def value_line(line: bytes) -> bytes:

@@ -36,8 +36,8 @@ def log_records(log: str) -> list[dict]:
     """Every record of a log as parsed JSON, partition by partition (for invariant checks)."""
     import json
 
-    from streamctl import log as logmod
-    from streamctl import reader
+    from streamctl.storage import log as logmod
+    from streamctl.storage import reader
 
     lg = logmod.open_log(log)
     return [json.loads(line) for p in range(lg.partitions) for line in reader.iter_lines(lg, p, 0, None)]

@@ -16,11 +16,11 @@ import orjson
 import pytest
 
 from conftest import CLI, cli_env, run_cli
-from streamctl import record, swap
-from streamctl.appender import Appender
-from streamctl.compaction import CompactOptions, compact
 from streamctl.errors import StorageError
-from streamctl.log import open_log, open_or_create
+from streamctl.maintenance.compaction import CompactOptions, compact
+from streamctl.storage import record, replace
+from streamctl.storage.appender import Appender
+from streamctl.storage.log import open_log, open_or_create
 
 KEYS = ["k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7", "ké", 'a"b', "x\\y", "k11"]
 
@@ -171,8 +171,8 @@ def test_nothing_to_do_rewrites_nothing(logdir: str) -> None:
     before = snapshot(logdir)
     proc = run_cli("compact", logdir, "--json", check=True)
     after = snapshot(logdir)
-    assert {k: v for k, v in after.items() if not k.endswith(swap.COMPACT_LOCK)} == \
-        {k: v for k, v in before.items() if not k.endswith(swap.COMPACT_LOCK)}
+    assert {k: v for k, v in after.items() if not k.endswith(replace.COMPACT_LOCK)} == \
+        {k: v for k, v in before.items() if not k.endswith(replace.COMPACT_LOCK)}
     summary = orjson.loads(proc.stdout)
     assert summary["total"]["segments_rewritten"] == 0
 
@@ -342,7 +342,7 @@ def test_parallel_key_scan_reports_a_corrupt_segment(tmp_path) -> None:
 def test_one_compaction_at_a_time(tmp_path) -> None:
     path = str(tmp_path / "log")
     build(path, [(H, [("a", i) for i in range(100)])])
-    with swap.compaction_lock(path):
+    with replace.compaction_lock(path):
         with pytest.raises(StorageError, match="another compaction is running"):
             compact(open_log(path), CompactOptions())
     assert len(segment_lines(path)) == 100
@@ -492,7 +492,7 @@ if given is not None:
                 # null-key records are all still there
                 assert [ln for ln in after if record.key_bytes(ln) == b"null"] == \
                     [ln for ln in appended if record.key_bytes(ln) == b"null"]
-                from streamctl.check import check
+                from streamctl.maintenance.check import check
 
                 assert check(open_log(path)).ok
 

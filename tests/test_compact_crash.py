@@ -16,11 +16,11 @@ import orjson
 import pytest
 
 from conftest import CLI, cli_env, run_cli
-from streamctl import reader, record, swap
-from streamctl.appender import Appender
-from streamctl.check import check
-from streamctl.compaction import CompactOptions, compact
-from streamctl.log import open_log, open_or_create
+from streamctl.maintenance.check import check
+from streamctl.maintenance.compaction import CompactOptions, compact
+from streamctl.storage import reader, record, replace
+from streamctl.storage.appender import Appender
+from streamctl.storage.log import open_log, open_or_create
 
 STRACE = shutil.which("strace") or ("/usr/bin/strace" if os.path.exists("/usr/bin/strace") else None)
 
@@ -59,7 +59,7 @@ def make_log(path: str, seed: int, n: int = 600) -> list[bytes]:
 
 
 def leftovers(path: str) -> list[str]:
-    return [n for n in os.listdir(os.path.join(path, "p0")) if n.endswith((swap.CLEANED, swap.SWAP, swap.INSTALL))]
+    return [n for n in os.listdir(os.path.join(path, "p0")) if n.endswith((replace.CLEANED, replace.SWAP, replace.INSTALL))]
 
 
 def verify(path: str, appended: list[bytes]) -> None:
@@ -178,11 +178,11 @@ def test_leftovers_reported_by_check_and_repaired(tmp_path) -> None:
     appended = make_log(path, 3)
     pdir = os.path.join(path, "p0")
     # a dead compactor's half-written file, and a swap stopped right after its commit point
-    with open(swap.cleaned_path(pdir, 0, 1), "wb") as f:
+    with open(replace.cleaned_path(pdir, 0, 1), "wb") as f:
         f.write(b'{"offset":0')
     segs = open_log(path).segments(0)
     keep = [ln for ln in open(segs[0].path, "rb")][-1:]
-    run_path = os.path.join(pdir, swap.run_name(0, segs[1].base + 1, swap.SWAP))
+    run_path = os.path.join(pdir, replace.run_name(0, segs[1].base + 1, replace.SWAP))
     with open(run_path, "wb") as f:
         f.writelines(keep + [ln for ln in open(segs[1].path, "rb")])
     proc = run_cli("check", path)
@@ -211,15 +211,15 @@ def test_half_installed_swap_reads_and_checks_clean(tmp_path) -> None:
     later_keys = {record.key_bytes(ln) for s in segs[3:] for ln in open(s.path, "rb")}
     kept = [ln for ln in merged if latest[record.key_bytes(ln)] is ln and record.key_bytes(ln) not in later_keys]
     end = segs[2].base + 1
-    cleaned = swap.cleaned_path(pdir, 0, end)
+    cleaned = replace.cleaned_path(pdir, 0, end)
     with open(cleaned, "wb") as f:
         f.writelines(kept)
-    swap_path = os.path.join(pdir, swap.run_name(0, end, swap.SWAP))
+    swap_path = os.path.join(pdir, replace.run_name(0, end, replace.SWAP))
     os.rename(cleaned, swap_path)
     os.link(swap_path, os.path.join(pdir, "00000000000000000000.jsonl.install"))
     os.rename(os.path.join(pdir, "00000000000000000000.jsonl.install"), segs[0].path)
     verify(path, appended)
-    assert swap.superseded(pdir) == {segs[1].path, segs[2].path}
+    assert replace.superseded(pdir) == {segs[1].path, segs[2].path}
     # the next append finishes it
     appended += append_batch(path, random.Random(9), 5)
     assert not leftovers(path)

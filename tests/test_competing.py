@@ -144,8 +144,8 @@ def test_exec_run_without_follow_reads_only_free_partitions(logdir: str, tmp_pat
 
 def test_assignment_balances_and_dead_members_free_their_partitions(logdir: str) -> None:
     """The claim logic in-process: flocks on separate open files behave as separate members."""
-    from streamctl import log as logmod
-    from streamctl.membership import Membership
+    from streamctl.groups.membership import Membership
+    from streamctl.storage import log as logmod
 
     lg = logmod.open_or_create(logdir, 4, None, 0)
     a = Membership(lg, "g", [0, 1, 2, 3])

@@ -133,7 +133,7 @@ def test_bad_group_names_refused_before_any_file_access(logdir, bad):
 
 def test_group_name_with_nul_refused():
     from streamctl.errors import UsageError
-    from streamctl.names import check_group
+    from streamctl.storage.names import check_group
 
     with pytest.raises(UsageError):
         check_group("a\x00b")

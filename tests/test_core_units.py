@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from streamctl import record
 from streamctl.errors import UsageError
 from streamctl.formats.template import compile_template, parse_template
-from streamctl.partitioner import Partitioner, murmur2, partition_for_key
+from streamctl.storage import record
+from streamctl.storage.partitioner import Partitioner, murmur2, partition_for_key
 from streamctl.timeparse import event_time_ms, format_iso, parse_duration, parse_iso, parse_time
 
 

@@ -173,7 +173,7 @@ EXEC_FLAGS = ("--format", "%p %o %s\\n")
 
 
 def test_retry_delay_doubles_up_to_a_minute() -> None:
-    from streamctl.execbatch import MAX_BACKOFF, retry_delay
+    from streamctl.clients.execsink import MAX_BACKOFF, retry_delay
 
     assert MAX_BACKOFF == 60
     assert [retry_delay(i, 1.0) for i in range(1, 9)] == [1, 2, 4, 8, 16, 32, 60, 60]

@@ -1,4 +1,4 @@
-"""streamctl.fieldread (a log's fields read as columns with msgspec) against the full read it stands in
+"""streamctl.processing.columns (a log's fields read as columns with msgspec) against the full read it stands in
 for (inputorder._block_records, orjson): it must never accept a piece the full read rejects, and what
 it gives must be what the full read gives, value for value and bit for bit."""
 
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamctl import fieldread, inputorder
-from streamctl.windowing import WindowConfig, WindowRun, row_json
+from streamctl.processing import columns, inputorder
+from streamctl.processing.windows.driver import WindowConfig, WindowRun, row_json
 
 ODD = "odd name/é"
 PATHS = [("ts",), ("key",), ("value", "time"), ("value", "amount"), ("value", ODD)]
@@ -66,7 +66,7 @@ def full_columns(recs: list[dict]) -> dict:
 @given(ls=st.lists(lines(), min_size=1, max_size=6))
 def test_fast_read_accepts_only_what_the_full_read_reads_the_same(ls):
     piece = b"\n".join(ls) + b"\n"
-    fast = fieldread.FieldReader(PATHS).read_piece(piece)
+    fast = columns.FieldReader(PATHS).read_piece(piece)
     full = inputorder._block_records(piece)
     if fast is None:
         return
@@ -84,7 +84,7 @@ def test_fast_read_takes_ordinary_records():
                         "value": {"time": 1_763_683_200_000 + i, "amount": i / 4, "note": "é x", "n": {"a": [1]}}})
           for i in range(20)]
     piece = b"\n".join(ls) + b"\n"
-    fast = fieldread.FieldReader(PATHS).read_piece(piece)
+    fast = columns.FieldReader(PATHS).read_piece(piece)
     assert fast is not None and len(fast) == 20
     assert fast.cols[("value", "amount")][4] == 1.0 and fast.cols[("key",)][3] is None
     assert fast.cols[("value", ODD)] == [None] * 20
@@ -101,15 +101,15 @@ def test_fast_read_takes_ordinary_records():
 ])
 def test_what_the_fast_read_leaves_to_the_full_read(line):
     good = b'{"offset":1,"partition":0,"ts":1,"key":"a","value":{"time":5}}'
-    assert fieldread.FieldReader(PATHS).read_piece(good + b"\n" + line + b"\n") is None
+    assert columns.FieldReader(PATHS).read_piece(good + b"\n" + line + b"\n") is None
 
 
 def test_readable_paths():
-    assert fieldread.readable([("ts",), ("key",), ("value", "x")])
-    assert not fieldread.readable([("value", "a", "b")])
-    assert not fieldread.readable([("offset",)])
-    assert not fieldread.readable([("value", 'a"b')]) and not fieldread.readable([("value", "a\\b")])
-    assert not fieldread.readable([("value", "a\nb")])
+    assert columns.readable([("ts",), ("key",), ("value", "x")])
+    assert not columns.readable([("value", "a", "b")])
+    assert not columns.readable([("offset",)])
+    assert not columns.readable([("value", 'a"b')]) and not columns.readable([("value", "a\\b")])
+    assert not columns.readable([("value", "a\nb")])
 
 
 def test_window_over_mixed_pieces_equals_the_record_path(run, logdir, monkeypatch, tmp_path):
@@ -136,8 +136,8 @@ def test_window_over_mixed_pieces_equals_the_record_path(run, logdir, monkeypatc
     ref.finish(want_rows.extend)
 
     batches = list(inputorder.log_batches(logdir, fields=[("value", "at"), ("key",), ("value", "amount")]))
-    assert any(type(b) is fieldread.FieldBatch for b in batches)
-    assert any(type(b) is not fieldread.FieldBatch for b in batches)
+    assert any(type(b) is columns.FieldBatch for b in batches)
+    assert any(type(b) is not columns.FieldBatch for b in batches)
     got_rows: list = []
     got_late: list = []
     wr = WindowRun(cfg, True, got_late.append)
@@ -155,7 +155,7 @@ def test_window_over_mixed_pieces_equals_the_record_path(run, logdir, monkeypatc
     assert late.read_bytes() == b"".join(orjson.dumps(r) + b"\n" for r in want_late)
 
 
-# -- read-ahead in a child process (streamctl/readahead.py) ---------------------------------------------
+# -- read-ahead in a child process (streamctl/processing/decoder.py) ---------------------------------------------
 
 def _mixed_log(run, logdir: str) -> None:
     evs = []
@@ -172,7 +172,7 @@ def _mixed_log(run, logdir: str) -> None:
 def _flat(batches) -> list:
     out = []
     for b in batches:
-        if type(b) is fieldread.FieldBatch:
+        if type(b) is columns.FieldBatch:
             out.append(("cols", orjson.dumps({".".join(k): v for k, v in b.cols.items()}), len(b), list(b)))
         else:
             out.append(("recs", list(b)))
@@ -183,25 +183,25 @@ FIELDS = [("value", "at"), ("key",), ("value", "amount")]
 
 
 def test_read_ahead_gives_what_the_in_process_read_gives(run, logdir, monkeypatch):
-    from streamctl import readahead
+    from streamctl.processing import decoder
 
     _mixed_log(run, logdir)
     monkeypatch.setattr(inputorder, "PIECE", 3000)
-    monkeypatch.setattr(readahead.forkmap, "cores", lambda: 2)
+    monkeypatch.setattr(decoder.parallel, "cores", lambda: 2)
     want = _flat(inputorder.log_batches(logdir, fields=FIELDS))
     assert {k for k, *_ in want} == {"cols", "recs"}
-    assert _flat(readahead.log_batches(logdir, FIELDS)) == want
+    assert _flat(decoder.log_batches(logdir, FIELDS)) == want
 
 
 def test_read_ahead_items_cross_the_pipe_unchanged():
     """Items marshal can hold and items only pickle can (a Fraction), mixed, arrive equal and in order."""
     from fractions import Fraction
 
-    from streamctl import readahead
+    from streamctl.processing import decoder
 
     made = [[b"x" * 70_000, "k\u00e9y", None, 2**70, -0.0, True], (Fraction(1, 3), {"a": [1]}),
             {("value", "at"): [1, 2]}, [], Fraction(-2, 7)]
-    got = list(readahead.items(lambda: iter(made), "test"))
+    got = list(decoder.items(lambda: iter(made), "test"))
     assert got == made
     assert [type(x) for x in got] == [type(x) for x in made]
 
@@ -209,17 +209,17 @@ def test_read_ahead_items_cross_the_pipe_unchanged():
 def test_read_ahead_stopped_early_leaves_no_child(run, logdir, monkeypatch):
     import os
 
-    from streamctl import readahead
+    from streamctl.processing import decoder
 
     _mixed_log(run, logdir)
     monkeypatch.setattr(inputorder, "PIECE", 3000)
-    monkeypatch.setattr(readahead.forkmap, "cores", lambda: 2)
+    monkeypatch.setattr(decoder.parallel, "cores", lambda: 2)
     def children() -> set[int]:
         with open(f"/proc/self/task/{os.getpid()}/children") as f:
             return {int(x) for x in f.read().split()}
 
     before = children()
-    gen = readahead.log_batches(logdir, FIELDS)
+    gen = decoder.log_batches(logdir, FIELDS)
     next(gen)
     reader = children() - before
     assert len(reader) == 1
@@ -233,20 +233,20 @@ def test_read_ahead_stopped_early_leaves_no_child(run, logdir, monkeypatch):
 def test_read_ahead_child_failure_is_one_clear_error(run, logdir, monkeypatch, how, msg):
     import os
 
-    from streamctl import readahead
     from streamctl.errors import StorageError
+    from streamctl.processing import decoder
 
     _mixed_log(run, logdir)
-    monkeypatch.setattr(readahead.forkmap, "cores", lambda: 2)
+    monkeypatch.setattr(decoder.parallel, "cores", lambda: 2)
 
     def broken(self, piece):
         if how == "exit":
             os._exit(3)
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(fieldread.FieldReader, "read_piece", broken)
+    monkeypatch.setattr(columns.FieldReader, "read_piece", broken)
     with pytest.raises(StorageError, match=msg):
-        list(readahead.log_batches(logdir, FIELDS))
+        list(decoder.log_batches(logdir, FIELDS))
 
 
 def test_cli_window_reads_ahead_and_reports_a_corrupt_line(run, logdir):

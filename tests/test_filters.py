@@ -8,9 +8,9 @@ import time
 import pytest
 
 from conftest import run_cli
-from streamctl import record
+from streamctl.clients.filters import Filter, json_equal, parse_where
 from streamctl.errors import UsageError
-from streamctl.filters import Filter, json_equal, parse_where
+from streamctl.storage import record
 
 
 def line(off: int, value: object, key: str | None = "k", headers: dict | None = None, ts: int = 1000) -> bytes:

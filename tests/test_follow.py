@@ -177,8 +177,8 @@ def test_kill9_loop_committed_offset_monotonic_and_never_past_delivered(tmp_path
 
 def test_follower_behind_retention_is_told_and_resumes(logdir: str) -> None:
     """In-process: a cursor whose next records were deleted says so and resumes at the next one."""
-    from streamctl import log as logmod
-    from streamctl.live import Follower
+    from streamctl.live.cursor import Follower
+    from streamctl.storage import log as logmod
 
     produce(logdir, *({"k": "a", "i": i, "pad": "x" * 100} for i in range(40)), extra=("--segment-bytes", "1KiB"))
     lg = logmod.open_log(logdir)

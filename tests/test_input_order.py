@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_window_props import AGGS, T0, reference, reference_late, same
 
-from streamctl import inputorder
-from streamctl.windowing import WindowConfig, WindowRun, records_of
+from streamctl.processing import inputorder
+from streamctl.processing.windows.driver import WindowConfig, WindowRun, records_of
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                           HealthCheck.function_scoped_fixture])

@@ -9,11 +9,12 @@ import orjson
 import pytest
 
 from conftest import run_cli
-from streamctl import joining, record
-from streamctl import log as logmod
-from streamctl.joins.stream_stream import StreamStreamJoin
-from streamctl.joins.stream_table import TableAsOfTime, TableAtPosition
-from streamctl.joins.table_table import TableTableJoin
+from streamctl.processing.joins import driver as joining
+from streamctl.processing.joins.stream_stream import StreamStreamJoin
+from streamctl.processing.joins.stream_table import TableAsOfTime, TableAtPosition
+from streamctl.processing.joins.table_table import TableTableJoin
+from streamctl.storage import log as logmod
+from streamctl.storage import record
 
 L, R = 0, 1
 

@@ -1,4 +1,4 @@
-"""The batched enrichment of two logs (streamctl/joins/enrich.py) against the record-at-a-time
+"""The batched enrichment of two logs (streamctl/processing/joins/enrich.py) against the record-at-a-time
 stream-table join it stands in for: the same rows, bytes and order, the same counts."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from test_join import write_log
 
 from conftest import run_cli
-from streamctl import inputorder, joining
+from streamctl.processing import inputorder
+from streamctl.processing.joins import driver as joining
 
 T0 = 1_763_719_200_000
 

@@ -14,8 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamctl import inputorder, joining
 from streamctl.errors import DataError
+from streamctl.processing import inputorder
+from streamctl.processing.joins import driver as joining
 
 # Event times: mostly epoch ms near each other (so windows matter), some other forms a
 # user's file may hold: ISO strings, epoch seconds, nothing usable.
@@ -158,21 +159,21 @@ def test_plain_blocks_error_names_the_record_after_good_values(tmp_path):
 
 @pytest.mark.parametrize("cores", [1, 2])
 def test_read_ahead_gives_the_same_rows_and_error(tmp_path, monkeypatch, cores):
-    """With two cores the files are read in a child process (streamctl/readahead.py): the rows
+    """With two cores the files are read in a child process (streamctl/processing/decoder.py): the rows
     before a bad line and the error naming it are those of the one-process read."""
-    from streamctl import readahead
+    from streamctl.processing import decoder
 
     a = [orjson.dumps({"sid": f"s{i}", "time": BASE + i}) for i in range(3000)]
     b = [orjson.dumps({"sid": f"s{i}", "time": BASE + i + 5}) for i in range(0, 3000, 3)]
     b.insert(700, b'{"sid": broken')
     spec = joining.make_spec(write_file(tmp_path / "a.jsonl", a, True), write_file(tmp_path / "b.jsonl", b, True),
                              within="1s", on="sid", time_field="time")
-    monkeypatch.setattr(readahead.forkmap, "cores", lambda: cores)
+    monkeypatch.setattr(decoder.parallel, "cores", lambda: cores)
     out: list[bytes] = []
     with pytest.raises(DataError) as e:
         joining.run(spec, write_jsonl=out.append, block_bytes=4096)
     assert "b.jsonl: record 700: invalid JSON" in str(e.value)
-    monkeypatch.setattr(readahead.forkmap, "cores", lambda: 1)
+    monkeypatch.setattr(decoder.parallel, "cores", lambda: 1)
     ref: list[bytes] = []
     with pytest.raises(DataError) as e1:
         joining.run(spec, write_jsonl=ref.append, block_bytes=4096)

@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamctl import joining
+from streamctl.processing.joins import driver as joining
 
 L, R = 0, 1
 MIN_TIME = -(1 << 62)
@@ -95,7 +95,7 @@ def test_stream_stream_matches_reference(evs, within, how, lateness):
 def test_stream_stream_plain_batches_match_reference(tmp_path_factory, evs, within, how, lateness, block):
     """The plain-file batch path (join_batches: the inner fast path and the general one) gives the
     reference rows and late counts, for inputs whose own order the merge keeps."""
-    from streamctl.joins.stream_stream import join_batches
+    from streamctl.processing.joins.stream_stream import join_batches
 
     sides = [s for s, _, _ in evs]
     times = [t for _, _, t in evs]
@@ -219,7 +219,7 @@ def _heap_reference(specs, times):
     """The two-input merge as heapq.merge over (time carried forward, input, seq): the general path."""
     import heapq
 
-    from streamctl import inputorder
+    from streamctl.processing import inputorder
 
     def keyed(i, spec):
         last = -(1 << 62)
@@ -240,7 +240,7 @@ def _heap_reference(specs, times):
 def test_two_input_merge_equals_heap_merge(tmp_path_factory, ta, tb):
     import orjson
 
-    from streamctl import inputorder
+    from streamctl.processing import inputorder
 
     d = tmp_path_factory.mktemp("merge")
     paths = []

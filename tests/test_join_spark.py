@@ -15,7 +15,7 @@ import pytest
 from test_join import write_log
 
 from conftest import run_cli
-from streamctl import joining
+from streamctl.processing.joins import driver as joining
 
 T0 = 1_763_719_200_000
 

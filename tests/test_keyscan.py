@@ -1,4 +1,4 @@
-"""streamctl.keyscan: compaction's backward key scan against a model (each key's last line, every null line)."""
+"""streamctl.maintenance.keyindex: compaction's backward key scan against a model (each key's last line, every null line)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamctl import keyscan, record
 from streamctl.errors import StorageError
+from streamctl.maintenance import keyindex
+from streamctl.storage import record
 
 KEYS = [None, "a", "b", 'q"uote', "back\\slash", "é", "k-1"]
 
@@ -30,18 +31,18 @@ def _model(segments: list[list[bytes]]) -> tuple[dict[bytes, int], list[list[int
             if k == b"null":
                 mine.append(pos)
             else:
-                latest[k] = (ordinal << keyscan.PLACE_BITS) + pos
+                latest[k] = (ordinal << keyindex.PLACE_BITS) + pos
             pos += len(line)
         nulls.append(mine)
     return latest, nulls
 
 
-def _jobs(tmp_path, segments: list[list[bytes]], spans: bool = True) -> list[keyscan.ScanJob]:
+def _jobs(tmp_path, segments: list[list[bytes]], spans: bool = True) -> list[keyindex.ScanJob]:
     jobs = []
     for i, lines in enumerate(segments):
         path = _segment_file(tmp_path, f"{i:04d}.jsonl", lines)
         span = record.offset_of(lines[-1]) - record.offset_of(lines[0]) + 1 if spans else None
-        jobs.append(keyscan.ScanJob(i, path, sum(map(len, lines)), span))
+        jobs.append(keyindex.ScanJob(i, path, sum(map(len, lines)), span))
     return jobs
 
 
@@ -69,14 +70,14 @@ def test_scan_equals_model(tmp_path_factory, recs, per_segment, chunk):
         if i % per_segment == 0:
             segments.append([])
         segments[-1].append(line)
-    old = keyscan.CHUNK
-    keyscan.CHUNK = chunk
+    old = keyindex.CHUNK
+    keyindex.CHUNK = chunk
     try:
         jobs = _jobs(tmp_path, segments)
         for split in range(0, len(jobs) + 1, max(1, len(jobs) // 3)):
             # two chunks scanned apart and merged as compaction does: the later one wins
-            older, facts_a = keyscan.scan_chunk(jobs[:split], None)
-            newer, facts_b = keyscan.scan_chunk(jobs[split:], None)
+            older, facts_a = keyindex.scan_chunk(jobs[:split], None)
+            newer, facts_b = keyindex.scan_chunk(jobs[split:], None)
             older.update(newer)
             latest, nulls = _model(segments)
             assert older == latest
@@ -84,7 +85,7 @@ def test_scan_equals_model(tmp_path_factory, recs, per_segment, chunk):
             assert [f.nulls for f in facts] == nulls
             assert [f.lines for f in facts] == [len(s) for s in segments]
     finally:
-        keyscan.CHUNK = old
+        keyindex.CHUNK = old
 
 
 def test_a_damaged_line_is_named_even_in_a_gapless_segment(tmp_path) -> None:
@@ -93,12 +94,12 @@ def test_a_damaged_line_is_named_even_in_a_gapless_segment(tmp_path) -> None:
     lines[5] = b"X" + lines[5][1:]
     jobs = _jobs(tmp_path, [lines])
     with pytest.raises(StorageError, match=r"0000\.jsonl: byte \d+: corrupt record"):
-        keyscan.scan_chunk(jobs, None)
+        keyindex.scan_chunk(jobs, None)
 
 
 def test_without_a_span_every_block_is_counted(tmp_path) -> None:
     lines = [record.encode(i, 0, 1000, b'"k%d"' % (i % 3), b"1") for i in range(9)]
     lines.insert(3, _hand_written(record.encode(100, 0, 1000, b'"z"', b"1")))
-    latest, facts = keyscan.scan_chunk(_jobs(tmp_path, [lines], spans=False), None)
+    latest, facts = keyindex.scan_chunk(_jobs(tmp_path, [lines], spans=False), None)
     assert set(latest) == {b'"k0"', b'"k1"', b'"k2"', b'"z"'}
     assert facts[0].lines == 10

@@ -10,8 +10,9 @@ import orjson
 import pytest
 from test_replay import make_log
 
-from streamctl import offsetreset, offsets, reader
-from streamctl.log import open_log
+from streamctl.groups import offsets, resets
+from streamctl.storage import reader
+from streamctl.storage.log import open_log
 from streamctl.timeparse import now_ms
 
 T0 = 1_763_719_200_000
@@ -93,16 +94,16 @@ def test_to_datetime_and_by_duration(tmp_path, run):
         want[p] = offs[0] if offs else bounds(path)[p][1]
     assert committed(path, "g") == want
     # by-duration: now - D; the log's records are from 2025, so 1h ago is past every record: the end
-    rows = offsetreset.plan(open_log(path), "g", offsetreset.by_duration(3_600_000), [0, 1])
+    rows = resets.plan(open_log(path), "g", resets.by_duration(3_600_000), [0, 1])
     assert [r.new for r in rows] == [bounds(path)[p][1] for p in range(2)]
     # and a duration reaching before the first record is the start
-    rows = offsetreset.plan(open_log(path), "g", offsetreset.by_duration(now_ms() - T0 + 1000), [0, 1])
+    rows = resets.plan(open_log(path), "g", resets.by_duration(now_ms() - T0 + 1000), [0, 1])
     assert [r.new for r in rows] == [bounds(path)[p][0] for p in range(2)]
 
 
 def test_shift_without_commit_starts_from_earliest(log3):
     lg = open_log(log3)
-    rows = offsetreset.plan(lg, "fresh", offsetreset.ResetSpec("shift-by", shift=2), [0])
+    rows = resets.plan(lg, "fresh", resets.ResetSpec("shift-by", shift=2), [0])
     first, end = bounds(log3)[0]
     assert rows[0].current is None and rows[0].new == min(first + 2, end)
     assert rows[0].lag_after == end - rows[0].new
@@ -112,7 +113,7 @@ def test_refused_while_a_member_consumes(log3, run):
     lg = open_log(log3)
     run("replay", log3, "--group", "g", "--to-latest", "--execute", check=True)
     before = committed(log3, "g")
-    claim = offsetreset.claim_path(lg, "g", 1)
+    claim = resets.claim_path(lg, "g", 1)
     fd = os.open(claim, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a live `consume --group g --follow` holds
@@ -156,9 +157,9 @@ def test_refused_while_a_live_consume_follows(log3, run):
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=cli_env())
     try:
         deadline = time.monotonic() + 15
-        while not offsetreset.active_partitions(lg, "g") and time.monotonic() < deadline:
+        while not resets.active_partitions(lg, "g") and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert offsetreset.active_partitions(lg, "g"), "the consumer never claimed a partition"
+        assert resets.active_partitions(lg, "g"), "the consumer never claimed a partition"
         refused = run("replay", log3, "--group", "g", "--to-earliest", "--execute")
         assert refused.returncode == 1 and b"group g is consuming" in refused.stderr
     finally:
@@ -340,9 +341,9 @@ def test_failed_export_changes_nothing(log3, run, tmp_path):
 
 
 def test_parse_plan_core():
-    plan = offsetreset.parse_plan(b"partition,offset\n1,5\n0,0\n", "p.csv", 2)
-    assert plan == {1: offsetreset.PlanLine(2, 5), 0: offsetreset.PlanLine(3, 0)}
-    rows = [offsetreset.ResetRow(0, None, 3, 0, 9), offsetreset.ResetRow(2, 1, 4, 0, 9)]
-    assert offsetreset.encode_plan(rows) == b"0,3\n2,4\n"
-    assert offsetreset.parse_plan(offsetreset.encode_plan(rows), "p.csv", 3) == {
-        0: offsetreset.PlanLine(1, 3), 2: offsetreset.PlanLine(2, 4)}
+    plan = resets.parse_plan(b"partition,offset\n1,5\n0,0\n", "p.csv", 2)
+    assert plan == {1: resets.PlanLine(2, 5), 0: resets.PlanLine(3, 0)}
+    rows = [resets.ResetRow(0, None, 3, 0, 9), resets.ResetRow(2, 1, 4, 0, 9)]
+    assert resets.encode_plan(rows) == b"0,3\n2,4\n"
+    assert resets.parse_plan(resets.encode_plan(rows), "p.csv", 3) == {
+        0: resets.PlanLine(1, 3), 2: resets.PlanLine(2, 4)}

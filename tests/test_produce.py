@@ -36,7 +36,7 @@ def test_value_bytes_kept_as_written(logdir):
 
 
 def test_key_field_partitions_like_kafka(logdir):
-    from streamctl.partitioner import partition_for_key
+    from streamctl.storage.partitioner import partition_for_key
 
     lines = "".join(json.dumps({"user": {"id": f"u{i}"}, "n": i}) + "\n" for i in range(40))
     run_cli("produce", logdir, "--partitions", "4", "--key-field", "user.id", input=lines, check=True)
@@ -198,12 +198,12 @@ from hypothesis import strategies as st  # noqa: E402
 def _produce_bytes(tmp: str, name: str, data: bytes, *, key_field: str | None, partitions: int,
                    fast: bool, const_key: str | None = None, batch_bytes: int = 300,
                    envelope: bool = False, lane_calls: list | None = None) -> tuple:
-    from streamctl import log as logmod
-    from streamctl import paths
-    from streamctl.appender import Appender
+    from streamctl.clients.producer import Input, ProduceOptions, produce, validate_values
     from streamctl.errors import DataError
     from streamctl.formats import inputs
-    from streamctl.producer import Input, ProduceOptions, produce, validate_values
+    from streamctl.storage import fieldpaths
+    from streamctl.storage import log as logmod
+    from streamctl.storage.appender import Appender
 
     src = os.path.join(tmp, name + ".in")
     with open(src, "wb") as f:
@@ -225,7 +225,7 @@ def _produce_bytes(tmp: str, name: str, data: bytes, *, key_field: str | None, p
         if key_field is None:
             opts.validate_batch, opts.const_key = validate_values, const_key
         else:
-            opts.key_path = paths.value_path(key_field)
+            opts.key_path = fieldpaths.value_path(key_field)
     fd = os.open(src, os.O_RDONLY)
     try:
         with Appender(lg, fsync="never", clock=lambda: 1763683200000) as app:
@@ -313,7 +313,7 @@ def test_keyed_lane_on_many_repeating_keys(tmp_path):
 
 
 def test_partitioner_many_matches_one_by_one():
-    from streamctl import partitioner
+    from streamctl.storage import partitioner
 
     keys = [f"k{i % 50}" for i in range(500)] + [None, "k1", None] + [f"n{i}" for i in range(300)]
     a = partitioner.Partitioner(5, start=3)
@@ -323,8 +323,8 @@ def test_partitioner_many_matches_one_by_one():
 
 
 def test_append_keyed_writes_what_append_writes(tmp_path):
-    from streamctl import log as logmod
-    from streamctl.appender import Appender
+    from streamctl.storage import log as logmod
+    from streamctl.storage.appender import Appender
 
     keys = [b'"a"', b"null", b'"\\u00e9"'] * 40
     values = [b'{"i":%d}' % i for i in range(120)]

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamctl import reader, record
 from streamctl.errors import StorageError
-from streamctl.log import open_log
-from streamctl.segment import segment_name
+from streamctl.storage import reader, record
+from streamctl.storage.log import open_log
+from streamctl.storage.segment import segment_name
 from tests.test_replay import make_log
 
 

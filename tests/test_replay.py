@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import CLI, cli_env
-from streamctl import record
-from streamctl import replay as core
-from streamctl.log import open_log, open_or_create
-from streamctl.segment import segment_name
+from streamctl.clients import replay as core
+from streamctl.storage import record
+from streamctl.storage.log import open_log, open_or_create
+from streamctl.storage.segment import segment_name
 
 KEYS = ["user-1", "user-2", 'q"uote', "back\\slash", "é", "line\nbreak", "\"); import os", None]
 
@@ -216,7 +216,7 @@ def test_cli_out_appends_to_another_log(tmp_path, run):
     assert sorted(map(kv, copied), key=repr) == sorted(map(kv, expected), key=repr)
     assert open_log(dest).partitions == 3
     # keyed records are where Kafka's partitioner puts them in the new log, with fresh offsets
-    from streamctl.partitioner import partition_for_key
+    from streamctl.storage.partitioner import partition_for_key
 
     for ln in copied:
         o = orjson.loads(ln)

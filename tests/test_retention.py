@@ -12,11 +12,12 @@ import time
 import orjson
 
 from conftest import CLI, cli_env, run_cli
-from streamctl import offsets, record
-from streamctl.appender import Appender
-from streamctl.compaction import CompactOptions, compact
-from streamctl.log import open_log, open_or_create
-from streamctl.retention import RetentionOptions
+from streamctl.groups import offsets
+from streamctl.maintenance.compaction import CompactOptions, compact
+from streamctl.maintenance.retention import RetentionOptions
+from streamctl.storage import record
+from streamctl.storage.appender import Appender
+from streamctl.storage.log import open_log, open_or_create
 
 H = 3_600_000
 

@@ -7,9 +7,11 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamctl import check, offsets, reader, record, segment
-from streamctl import log as logmod
 from streamctl.errors import StorageError
+from streamctl.groups import offsets
+from streamctl.maintenance import check
+from streamctl.storage import log as logmod
+from streamctl.storage import reader, record, segment
 
 settings.register_profile("ci", deadline=None, max_examples=60)
 settings.load_profile("ci")
@@ -144,7 +146,7 @@ def test_segments_roll_before_the_first_line_past_segment_bytes(tmp_path_factory
     and each segment is named by its first offset."""
     import orjson
 
-    from streamctl.appender import Appender
+    from streamctl.storage.appender import Appender
 
     tmp = str(tmp_path_factory.mktemp("roll"))
     lg = logmod.open_or_create(tmp, 1, seg, 0)

@@ -72,9 +72,9 @@ def compacted(recs: list[dict]) -> dict[str, tuple]:
 
 
 def test_parse_rows_matches_a_full_parse(tmp_path):
-    from streamctl import log as logmod
-    from streamctl import reader
-    from streamctl.sqlitesink import parse_rows
+    from streamctl.clients.sqlitesink import parse_rows
+    from streamctl.storage import log as logmod
+    from streamctl.storage import reader
 
     log = str(tmp_path / "log")
     make_log(log, 400)

@@ -9,8 +9,8 @@ import pytest
 from test_replay import make_log
 
 from conftest import run_cli
-from streamctl import offsets, stats
-from streamctl.log import open_log
+from streamctl.groups import offsets, stats
+from streamctl.storage.log import open_log
 
 T0 = 1_763_719_200_000
 

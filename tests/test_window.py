@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from streamctl.errors import DataError, UsageError
+from streamctl.processing.windows.driver import WindowConfig, WindowRun, row_dict
 from streamctl.timeparse import format_iso, parse_iso
-from streamctl.windowing import WindowConfig, WindowRun, row_dict
 
 T0 = parse_iso("2026-11-21T10:00:00Z")
 S = 1000

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamctl import inputorder
 from streamctl.errors import DataError, UsageError
-from streamctl.windowing import WindowConfig, WindowRun, row_json, rows_jsonl
+from streamctl.processing import inputorder
+from streamctl.processing.windows.driver import WindowConfig, WindowRun, row_json, rows_jsonl
 
 T0 = 1_763_719_200_000
 M = 60_000

@@ -192,8 +192,8 @@ def retention_log(tmp_path, checkpoint_first: int) -> tuple[str, int]:
     """2000 events in small segments, of which a group has read `checkpoint_first` (a window checkpoint
     when > 0, else only committed offsets 0), then retention deleted the oldest segments, unread ones
     included: (log, its first offset left)."""
-    from streamctl import log as logmod
-    from streamctl import reader
+    from streamctl.storage import log as logmod
+    from streamctl.storage import reader
 
     log = str(tmp_path / "events")
     run_cli("produce", log, "--segment-bytes", "16KiB", input=padded(0, checkpoint_first or 2000), check=True)
@@ -210,7 +210,7 @@ def retention_log(tmp_path, checkpoint_first: int) -> tuple[str, int]:
 
 @pytest.mark.parametrize("checkpoint_first", [0, 300])
 def test_resume_in_a_range_retention_deleted_says_so_and_goes_on(tmp_path, checkpoint_first):
-    from streamctl.windowing import WindowConfig, follow
+    from streamctl.processing.windows.driver import WindowConfig, follow
 
     log, first = retention_log(tmp_path, checkpoint_first)
     cfg = WindowConfig("tumbling", 2000, time_field="at", aggs=["count", "sum:v"], lateness=10_000)
@@ -255,8 +255,8 @@ def test_retention_while_following_says_so_and_goes_on(tmp_path):
         os.kill(proc.pid, signal.SIGSTOP)
         run_cli("produce", log, input=padded(100, 1900), check=True)
         run_cli("compact", log, "--retention-bytes", "64KiB", "--force", check=True)
-        from streamctl import log as logmod
-        from streamctl import reader
+        from streamctl.storage import log as logmod
+        from streamctl.storage import reader
 
         first = reader.partition_info(logmod.open_log(log), 0).first_offset
         assert first > 100

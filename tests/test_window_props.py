@@ -10,7 +10,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamctl.windowing import WindowConfig, WindowRun
+from streamctl.processing.windows.driver import WindowConfig, WindowRun
 
 T0 = 1_763_719_200_000
 AGGS = ["count", "sum:v", "min:v", "max:v", "p50:v", "p90:v", "distinct:v", "first:v", "last:v"]
@@ -275,9 +275,9 @@ json_value = st.recursive(json_scalar, lambda inner: st.one_of(st.lists(inner, m
        by=st.sampled_from([[], ["k"], ["a.b"], ["k", "value.v"], ["key"]]),
        time_field=st.sampled_from(["ts", "v", "a.k"]))
 def test_compiled_prepare_agrees_with_the_reference_getters(value, key, is_log, by, time_field):
-    from streamctl.aggregations import Plan, parse_agg
-    from streamctl.paths import record_path
-    from streamctl.windowing import compile_prepare, key_getter, time_getter
+    from streamctl.processing.aggregations import Plan, parse_agg
+    from streamctl.processing.windows.driver import compile_prepare, key_getter, time_getter
+    from streamctl.storage.fieldpaths import record_path
 
     rec = {"offset": 3, "partition": 0, "key": key, "value": value}
     if is_log:
@@ -309,8 +309,8 @@ def test_compiled_prepare_agrees_with_the_reference_getters(value, key, is_log, 
                                                              st.text(max_size=2))), max_size=25))
 def test_column_results_equal_folded_results(rows):
     """Sliding rows are computed column-wise; that must equal folding the events one by one."""
-    from streamctl.aggregations import Plan, parse_agg
-    from streamctl.paths import record_path
+    from streamctl.processing.aggregations import Plan, parse_agg
+    from streamctl.storage.fieldpaths import record_path
 
     plan = Plan([parse_agg(s, record_path) for s in AGGS + ["avg:v", "count:v", "p99:v"]])
     events = []

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import run_cli
+from streamctl.processing.windows.driver import WindowConfig, WindowRun, row_dict
 from streamctl.timeparse import format_iso
-from streamctl.windowing import WindowConfig, WindowRun, row_dict
 
 T0 = 1_763_719_200_000
 S = 1000

@@ -17,9 +17,9 @@ import random
 import orjson
 import pytest
 
-from streamctl import log as logmod
-from streamctl import reader
-from streamctl.windowing import WindowConfig, WindowRun, records_of, row_json, spark_job
+from streamctl.processing.windows.driver import WindowConfig, WindowRun, records_of, row_json, spark_job
+from streamctl.storage import log as logmod
+from streamctl.storage import reader
 from tests.conftest import run_cli
 
 T0 = 1_763_719_200_000

@@ -38,8 +38,8 @@ from typing import Any
 
 import orjson
 
-from streamctl import inputorder
-from streamctl.joining import _block_column, _block_times
+from streamctl.processing import inputorder
+from streamctl.processing.joins.driver import _block_column, _block_times
 
 IDX_BITS = 40  # line numbers below 2**40
 
@@ -68,7 +68,7 @@ def read_side(path: str, side: int, key_field: str, time_field: str) -> tuple[li
 
 def join(a: list[list[Any]], b: list[list[Any]], within: int) -> tuple[list[int], list[bytes]]:
     """Inner join of one key half: (row tags, rows) in output order. The state and the pair test
-    are streamctl.joins.stream_stream._inner_batches' (without its eviction), with the watermark
+    are streamctl.processing.joins.stream_stream._inner_batches' (without its eviction), with the watermark
     taken from each record's merge key instead of a running maximum."""
     pos = a[0] + b[0]
     order = sorted(range(len(pos)), key=pos.__getitem__)

@@ -9,13 +9,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from streamctl import offsets, reader, record, stopflag
+from streamctl import stopflag
 from streamctl.errors import StorageError, UsageError
-from streamctl.log import Log
+from streamctl.groups import offsets
+from streamctl.storage import reader, record
+from streamctl.storage.log import Log
 from streamctl.timeparse import parse_time
 
 if TYPE_CHECKING:
-    from streamctl.replay import Bound
+    from streamctl.clients.replay import Bound
 
 
 @dataclass
@@ -55,7 +57,7 @@ def validate_from(spec: str) -> None:
 
 def parse_until(spec: str, now: int | None = None) -> Bound:
     """`--until OFFSET|TIME`: a bare integer is an offset (in every partition), anything else a time."""
-    from streamctl.replay import parse_bound
+    from streamctl.clients.replay import parse_bound
 
     return parse_bound(spec, "--until", now)
 

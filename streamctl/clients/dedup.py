@@ -31,10 +31,10 @@ from collections.abc import Sequence
 
 import orjson
 
-from streamctl import reader, record
-from streamctl.appender import Appender, Item
-from streamctl.fsutil import NOFOLLOW, write_all
-from streamctl.log import Log
+from streamctl.storage import reader, record
+from streamctl.storage.appender import Appender, Item
+from streamctl.storage.fsutil import NOFOLLOW, write_all
+from streamctl.storage.log import Log
 
 HEADER = "streamctl.source"
 _MARK = b'"streamctl.source"'

@@ -37,9 +37,10 @@ from dataclasses import dataclass
 
 import orjson
 
-from streamctl import record, stopflag
-from streamctl.consumer import Committer
+from streamctl import stopflag
+from streamctl.clients.consumer import Committer
 from streamctl.errors import StreamctlError, UsageError
+from streamctl.storage import record
 
 MAX_BACKOFF = 60.0  # seconds: the longest wait between two tries of a batch
 ERROR_TAIL = 1024  # bytes of the command's stderr kept in streamctl.error
@@ -92,7 +93,7 @@ def exec_policy(log: str, retries: int, retry_backoff: str | None, dead_letter: 
 
 def check_dead_letter(log: str, target: str) -> None:
     """Refuse a dead-letter log that is the consumed log, lies inside it or holds it, or is not a log."""
-    from streamctl.log import _own_leftover, is_log
+    from streamctl.storage.log import _own_leftover, is_log
 
     if not target.strip():
         raise UsageError("--dead-letter needs a log path")
@@ -121,8 +122,8 @@ class DeadLetters:
     """
 
     def __init__(self, path: str, source: str, group: str | None) -> None:
-        from streamctl import log as logmod
-        from streamctl.appender import Appender
+        from streamctl.storage import log as logmod
+        from streamctl.storage.appender import Appender
         from streamctl.timeparse import now_ms
 
         self.path = path
@@ -144,7 +145,7 @@ class DeadLetters:
 
     def add(self, line: bytes, p: int, error: str) -> bool:
         """Append the stored `line` (of source partition p) with its error; False if LOG2 had it."""
-        from streamctl.partitioner import partition_for_key
+        from streamctl.storage.partitioner import partition_for_key
 
         obj = record.parse(line)
         key = obj.get("key")
@@ -169,7 +170,7 @@ class DeadLetters:
 
     def _filter(self, p: int, items: Sequence, next_offset: int) -> Sequence:
         """Under LOG2's partition lock: read what is new there, drop our item if its tag is in."""
-        from streamctl import reader
+        from streamctl.storage import reader
 
         seen = self._seen.setdefault(p, set())
         start = self._scanned.get(p, 0)

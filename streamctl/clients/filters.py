@@ -43,8 +43,8 @@ from typing import Any
 import msgspec
 import orjson
 
-from streamctl import paths, record
 from streamctl.errors import UsageError
+from streamctl.storage import fieldpaths, record
 
 OPS = ("==", "!=", "<=", ">=", "<", ">", "~")
 _WHERE = re.compile(r"^\s*(?P<path>[^\s=!<>~]+)\s*(?P<op>==|!=|<=|>=|<|>|~)\s*(?P<value>.*?)\s*$", re.S)
@@ -73,7 +73,7 @@ def parse_where(text: str) -> Where:
     if raw == "":
         raise UsageError(f"--where {text!r}: no VALUE after {op} (JSON, or a bare word taken as a string)")
     try:
-        path = paths.record_path(path_text)
+        path = fieldpaths.record_path(path_text)
     except UsageError as e:
         raise UsageError(f"--where {text!r}: {e}") from None
     try:
@@ -228,7 +228,7 @@ class _Schema:
 
     def _struct(self, node: dict, top: bool = False) -> Any:
         if node is _LEAF or not all(_name_ok(n) and not n.lstrip("-").isdecimal() for n in node):
-            return Any  # decoded whole; the getter walks the rest with paths.get
+            return Any  # decoded whole; the getter walks the rest with fieldpaths.get
         fields = []
         names = {}
         for name, child in node.items():
@@ -255,7 +255,7 @@ class _Schema:
             for a in steps:
                 objs = [getattr(o, a, None) for o in objs]  # a struct, or None: missing stays None
             if rest:
-                objs = [paths.get(o, rest) for o in objs]
+                objs = [fieldpaths.get(o, rest) for o in objs]
             return objs
 
         return col
@@ -280,14 +280,14 @@ class _Schema:
                     return None
                 obj = getattr(obj, a)
             if rest:
-                return paths.get(obj, rest)
+                return fieldpaths.get(obj, rest)
             return obj
 
         return get
 
 
 def _full_get(path: tuple[str, ...]) -> Callable[[dict], Any]:
-    return lambda obj: paths.get(obj, path)
+    return lambda obj: fieldpaths.get(obj, path)
 
 
 # --- the filter -----------------------------------------------------------------

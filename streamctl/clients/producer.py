@@ -12,13 +12,13 @@ from operator import call, itemgetter
 
 import orjson
 
-from streamctl import paths
-from streamctl.appender import Appender, AppendResult, Item
+from streamctl.clients.inputlines import TooLong, read_batches
 from streamctl.errors import DataError, StorageError
-from streamctl.fsutil import NOFOLLOW, write_all
-from streamctl.linereader import TooLong, read_batches
-from streamctl.log import Log
-from streamctl.partitioner import Partitioner
+from streamctl.storage import fieldpaths
+from streamctl.storage.appender import Appender, AppendResult, Item
+from streamctl.storage.fsutil import NOFOLLOW, write_all
+from streamctl.storage.log import Log
+from streamctl.storage.partitioner import Partitioner
 
 DEFAULT_MAX_RECORD_BYTES = 1 << 20
 
@@ -45,7 +45,7 @@ class ProduceOptions:
     # line by line.
     validate_batch: Callable[[list], list[bytes] | None] | None = None
     const_key: str | None = None
-    # --key-field as a value path (paths.value_path): the keyed fast lane (KeyedLane)
+    # --key-field as a value path (fieldpaths.value_path): the keyed fast lane (KeyedLane)
     key_path: tuple[str, ...] | None = None
     # Fast lane for --envelope lines: decodes a whole read batch into (key JSON texts, value
     # texts, headers JSON texts or None, keys), or returns None to send the batch through
@@ -166,7 +166,7 @@ class KeyedLane:
                     # a value (or a step on the path) that is not an object: take the
                     # loop below from now on rather than parse each batch twice
                     self.chain = False
-            loads, get, kpath = orjson.loads, paths.get, self.kpath
+            loads, get, kpath = orjson.loads, fieldpaths.get, self.kpath
             return [get(loads(v), kpath) for v in values]
         except orjson.JSONDecodeError:
             return None

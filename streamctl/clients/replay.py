@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from streamctl import reader, record
 from streamctl.errors import UsageError
-from streamctl.log import Log
+from streamctl.storage import reader, record
+from streamctl.storage.log import Log
 from streamctl.timeparse import now_ms, parse_duration, parse_time
 
 if TYPE_CHECKING:
-    from streamctl.filters import Filter
+    from streamctl.clients.filters import Filter
 
 Progress = Callable[[int], None]  # called with the number of bytes just read
 
@@ -87,7 +87,7 @@ class ReplaySpec:
         if self.filter is not None:
             return self.filter
         if self.key is not None:
-            from streamctl.filters import Filter
+            from streamctl.clients.filters import Filter
 
             return Filter([self.key])
         return None
@@ -313,7 +313,7 @@ def _compact(log: Log, ranges: dict[int, Range], flt: Filter | None, progress: P
 
 def replay_plain(path: str, spec: ReplaySpec) -> Iterator[bytes]:
     """A plain .jsonl file or `-`: values with line-number offsets, as consume shows them."""
-    from streamctl import plainfile
+    from streamctl.storage import plainfile
 
     if spec.key is not None or spec.compact or (spec.filter is not None and spec.filter.keys):
         raise UsageError(f"{path}: a plain file has no keys; --key and --compact need a log")
@@ -356,8 +356,8 @@ def append_lines(dest: Log, lines: Iterator[bytes], batch_bytes: int = 1 << 20, 
     replay into a log with the same partition count keeps every record in
     its partition, in order.
     """
-    from streamctl.appender import Appender
-    from streamctl.partitioner import partition_for_key
+    from streamctl.storage.appender import Appender
+    from streamctl.storage.partitioner import partition_for_key
 
     stats = AppendStats(0, {})
     n = dest.partitions

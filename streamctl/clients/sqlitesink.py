@@ -37,10 +37,12 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from streamctl import offsets, record, stopflag
-from streamctl.consumer import Committer, locate_corrupt, plan
+from streamctl import stopflag
+from streamctl.clients.consumer import Committer, locate_corrupt, plan
 from streamctl.errors import StorageError, UsageError
-from streamctl.log import Log
+from streamctl.groups import offsets
+from streamctl.storage import record
+from streamctl.storage.log import Log
 
 OFFSETS_TABLE = "streamctl_offsets"
 COLUMNS = ("key", "value", "headers", "ts", "partition", "offset")
@@ -311,7 +313,7 @@ class SqliteTable:
         try:
             stored = self._stored_offsets()
             missing = [p for p in partitions if p not in stored]
-            from streamctl import reader
+            from streamctl.storage import reader
 
             for p in partitions:
                 if p in stored:

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from streamctl.fsutil import NOFOLLOW, open_lock
-from streamctl.log import Log
+from streamctl.storage.fsutil import NOFOLLOW, open_lock
+from streamctl.storage.log import Log
 
 # Checks a partition must be seen free before anyone who wants it takes it.
 FREE_GRACE = 3

@@ -15,9 +15,9 @@ import os
 import orjson
 
 from streamctl.errors import StorageError
-from streamctl.fsutil import NOFOLLOW, atomic_write, flock, open_lock, unlock
-from streamctl.log import Log
-from streamctl.names import check_group
+from streamctl.storage.fsutil import NOFOLLOW, atomic_write, flock, open_lock, unlock
+from streamctl.storage.log import Log
+from streamctl.storage.names import check_group
 
 MAX_FILE = 16 << 20
 

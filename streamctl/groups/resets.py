@@ -30,10 +30,11 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from streamctl import offsets, reader
 from streamctl.errors import DataError, StreamctlError, UsageError
-from streamctl.fsutil import NOFOLLOW, atomic_write
-from streamctl.log import Log
+from streamctl.groups import offsets
+from streamctl.storage import reader
+from streamctl.storage.fsutil import NOFOLLOW, atomic_write
+from streamctl.storage.log import Log
 from streamctl.timeparse import now_ms
 
 MODES = ("to-earliest", "to-latest", "to-offset", "to-datetime", "shift-by", "by-duration", "from-file")

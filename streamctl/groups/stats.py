@@ -17,8 +17,9 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 
-from streamctl import offsets, reader, record, segment
-from streamctl.log import Log
+from streamctl.groups import offsets
+from streamctl.storage import reader, record, segment
+from streamctl.storage.log import Log
 from streamctl.timeparse import now_ms
 
 

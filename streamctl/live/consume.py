@@ -1,4 +1,5 @@
-"""consume --follow / --exec: the live half of `streamctl consume` (dispatched from consume.py).
+"""consume --follow / --exec / --group / --sqlite: the live half of `streamctl consume` (dispatched from
+commands/consume.py). Diagnostics go to the `info` callback the command passes in.
 
 Decisions (also in docs/guide/live.md):
 - Following commits after every wake-up's records are flushed, so a kill -9
@@ -13,15 +14,14 @@ Decisions (also in docs/guide/live.md):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from streamctl.commands.common import info
-
 if TYPE_CHECKING:
-    from streamctl.execbatch import ExecPolicy
-    from streamctl.filters import Filter
-    from streamctl.replay import Bound
-    from streamctl.sqlitesink import SqliteTarget
+    from streamctl.clients.execsink import ExecPolicy
+    from streamctl.clients.filters import Filter
+    from streamctl.clients.replay import Bound
+    from streamctl.clients.sqlitesink import SqliteTarget
 
 FOLLOW_BATCH_TIMEOUT = 1.0
 # While catching up on history, commit at most this often (a commit is a rename and two fsyncs).
@@ -32,14 +32,15 @@ def run(log: str, group: str | None, from_: str | None, partition: int | None, m
         value: bool, fmt: str | None, follow: bool, idle_timeout: str | None, exec_: str | None,
         batch: int, batch_timeout: str | None, unbuffered: bool, flt: Filter | None = None,
         until: Bound | None = None, sqlite: SqliteTarget | None = None,
-        exec_policy: ExecPolicy | None = None) -> None:
-    from streamctl import consumer, stopflag
-    from streamctl import log as logmod
+        exec_policy: ExecPolicy | None = None, info: Callable[[str], None] = lambda msg: None) -> None:
+    from streamctl import stopflag
+    from streamctl.clients import consumer
     from streamctl.errors import Interrupted, UsageError
     from streamctl.formats.records import renderer
     from streamctl.formats.template import log_name
     from streamctl.formats.writer import Output
-    from streamctl.live import FilterSink, LiveOptions, PrintSink, consume_live
+    from streamctl.live.cursor import FilterSink, LiveOptions, PrintSink, consume_live
+    from streamctl.storage import log as logmod
     from streamctl.timeparse import parse_duration
 
     if exec_ is not None and not exec_.strip():
@@ -54,7 +55,7 @@ def run(log: str, group: str | None, from_: str | None, partition: int | None, m
     committer = consumer.Committer(lg, group, interval=COMMIT_INTERVAL)
     table_sink = None
     if sqlite is not None and group is not None:
-        from streamctl.sqlitesink import open_sink
+        from streamctl.clients.sqlitesink import open_sink
 
         # rows and offsets go into the database together; it says where each partition resumes
         stopflag.install()  # Ctrl-C while waiting for a lock on FILE: stop there, exit 130
@@ -63,7 +64,7 @@ def run(log: str, group: str | None, from_: str | None, partition: int | None, m
         committer = table_sink.committer
         from_ = None
     elif exec_ is not None:
-        from streamctl.execbatch import ExecBatcher
+        from streamctl.clients.execsink import ExecBatcher
 
         sink = ExecBatcher(exec_, batch, btimeout, committer, render, group, exec_policy, info)
     else:
@@ -84,7 +85,7 @@ def run(log: str, group: str | None, from_: str | None, partition: int | None, m
         if table_sink is not None:
             table_sink.committer.table.close()
     if table_sink is not None:
-        from streamctl.sqlitesink import report
+        from streamctl.clients.sqlitesink import report
 
         for note in report(table_sink):
             info(note)

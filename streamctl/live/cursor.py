@@ -25,18 +25,20 @@ from typing import TYPE_CHECKING, Protocol
 
 import orjson
 
-from streamctl import offsets, record, segment, stopflag
-from streamctl.consumer import Committer, plan, render_block, stream
+from streamctl import stopflag
+from streamctl.clients.consumer import Committer, plan, render_block, stream
 from streamctl.errors import BrokenPipe, StorageError
-from streamctl.follow import Waiter
-from streamctl.log import Log
-from streamctl.membership import Membership
-from streamctl.reader import _segment_for
+from streamctl.groups import offsets
+from streamctl.groups.membership import Membership
+from streamctl.live.wait import Waiter
+from streamctl.storage import record, segment
+from streamctl.storage.log import Log
+from streamctl.storage.reader import _segment_for
 from streamctl.timeparse import now_ms
 
 if TYPE_CHECKING:
+    from streamctl.clients.replay import Bound
     from streamctl.formats.writer import Output
-    from streamctl.replay import Bound
 
 # Bytes read per partition per poll: bounds memory when a follower is far behind.
 POLL_BYTES = 1 << 20
@@ -340,7 +342,7 @@ class FilterSink:
         try:
             kept = self.select(data)
         except record.BadRecord as e:
-            from streamctl.consumer import locate_corrupt
+            from streamctl.clients.consumer import locate_corrupt
 
             raise locate_corrupt(self.committer.log, p, self.committer.pending.get(p, 0), e) from None
         if kept:
@@ -580,7 +582,7 @@ def _last_matching(log: Log, parts: list[int], n: int, select: Callable[[bytes],
     """The last n records across `parts` that `select` keeps, in (ts, partition, offset) order, and
     each partition's end offset (where a follow goes on). Each partition is read backwards only
     until it has n matches: the last n overall are among them."""
-    from streamctl import reader
+    from streamctl.storage import reader
 
     found: dict[int, list[bytes]] = {}
     ends: dict[int, int] = {}

@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from streamctl import offsets, reader, record, segment
 from streamctl.errors import StorageError
-from streamctl.fsutil import NOFOLLOW, folder_lock
-from streamctl.log import Log
+from streamctl.groups import offsets
+from streamctl.storage import reader, record, segment
+from streamctl.storage.fsutil import NOFOLLOW, folder_lock
+from streamctl.storage.log import Log
 
 
 @dataclass
@@ -132,14 +133,14 @@ def _check_swaps(pdir: str, repair: bool, report: CheckReport) -> set[str]:
     Returns the segments a half-installed swap already replaced (their records
     are in the new segment), which are checked as if the swap had finished.
     """
-    from streamctl import swap
+    from streamctl.storage import replace
 
-    names = swap.leftovers(pdir)  # none while a compaction runs: its files are live
+    names = replace.leftovers(pdir)  # none while a compaction runs: its files are live
     if repair and names:
-        swap.recover_partition(pdir)
-    stale = swap.superseded(pdir)
+        replace.recover_partition(pdir)
+    stale = replace.superseded(pdir)
     for name in names:
-        fix = "finishes" if name.endswith(swap.SWAP) else "removes"
+        fix = "finishes" if name.endswith(replace.SWAP) else "removes"
         report.problems.append(Problem(
             os.path.join(pdir, name), None,
             f"left by an interrupted compaction (harmless: the next append, compact or check --repair {fix} it)",

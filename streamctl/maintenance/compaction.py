@@ -2,13 +2,13 @@
 
 Per partition, over the closed segments (the active one only after a roll):
 
-1. Scan (streamctl.keyscan): each segment is read newest block first, so the
+1. Scan (streamctl.maintenance.keyindex): each segment is read newest block first, so the
    first sighting of a key is its latest line; a block whose keys were all
    seen costs one regex findall and one set test, no JSON parsing. State: one
    dict entry per distinct key (key text -> place of its latest line), so
    memory is bounded by the number of keys, not by the log size. For logs of
    PARALLEL_SCAN_BYTES or more the segments are split into consecutive runs
-   scanned by forked processes, one per core (streamctl.forkmap), merged in
+   scanned by forked processes, one per core (streamctl.parallel), merged in
    segment order.
 2. Recopy: each segment keeps the lines that are the latest of their key,
    every null-key line (kept as is: there is nothing for them to supersede),
@@ -18,7 +18,7 @@ Per partition, over the closed segments (the active one only after a roll):
 3. Runs of neighbouring segments whose cleaned size fits in one segment are
    merged into one (named by the first one's base offset); a segment that
    loses nothing and merges with nothing is not rewritten. Each run is
-   swapped in with streamctl.swap (crash-safe, under the partition lock only
+   swapped in with streamctl.storage.replace (crash-safe, under the partition lock only
    for the swap), oldest run first: a record removed from one run is always
    superseded by a record still present in the same or a later run, so a
    kill -9 between two swaps never loses a key's latest value, and an expired
@@ -43,11 +43,13 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
-from streamctl import forkmap, keyscan, record, retention, segment, stopflag, swap
+from streamctl import parallel, stopflag
 from streamctl.errors import Interrupted, StorageError
-from streamctl.fsutil import NOFOLLOW, fsync_dir, write_all
-from streamctl.log import Log
-from streamctl.segment import Segment, list_segments, segment_name
+from streamctl.maintenance import keyindex, retention
+from streamctl.storage import record, replace, segment
+from streamctl.storage.fsutil import NOFOLLOW, fsync_dir, write_all
+from streamctl.storage.log import Log
+from streamctl.storage.segment import Segment, list_segments, segment_name
 from streamctl.timeparse import now_ms
 
 DEFAULT_TOMBSTONE_RETENTION_MS = 24 * 3600 * 1000
@@ -125,12 +127,12 @@ class _Piece:
     tombstones_removed: int = 0
 
 
-def _chunks(jobs: list[keyscan.ScanJob], workers: int) -> list[list[keyscan.ScanJob]]:
+def _chunks(jobs: list[keyindex.ScanJob], workers: int) -> list[list[keyindex.ScanJob]]:
     """Consecutive runs of segments with about equal bytes, one per worker (at least one run)."""
     total = sum(job.end for job in jobs)
     if workers <= 1 or len(jobs) <= 1 or total == 0:
         return [jobs]
-    chunks: list[list[keyscan.ScanJob]] = [[]]
+    chunks: list[list[keyindex.ScanJob]] = [[]]
     done = 0
     for job in jobs:
         if chunks[-1] and done >= total * len(chunks) / workers and len(chunks) < workers:
@@ -156,8 +158,8 @@ def _read(path: str, size: int) -> bytes:
 
 def _clean(sc: _Scanned, kept: list[int], tomb_cutoff: int) -> _Piece:
     """Pass 2 for one segment: its kept lines, as stored bytes sliced at their places."""
-    base = sc.ordinal << keyscan.PLACE_BITS
-    mine = kept[bisect_left(kept, base):bisect_left(kept, base + (1 << keyscan.PLACE_BITS))]
+    base = sc.ordinal << keyindex.PLACE_BITS
+    mine = kept[bisect_left(kept, base):bisect_left(kept, base + (1 << keyindex.PLACE_BITS))]
     may_expire = sc.first_ts is not None and sc.first_ts <= tomb_cutoff
     records = sc.lines + sc.tail_lines
     if len(mine) + len(sc.nulls) == sc.lines and not may_expire:
@@ -179,7 +181,7 @@ def _clean(sc: _Scanned, kept: list[int], tomb_cutoff: int) -> _Piece:
             try:
                 ts = record.envelope(line)[2]
             except record.BadRecord as e:
-                raise keyscan.corrupt(sc.seg.path, pos, e) from None
+                raise keyindex.corrupt(sc.seg.path, pos, e) from None
             if ts <= tomb_cutoff:
                 removed += 1
                 continue
@@ -257,14 +259,14 @@ class Compactor:
             if self.opts.dry_run:
                 # no lock (a dry run writes nothing, not even the lock file)
                 return [self.partition(p) for p in range(self.log.partitions)]
-            with swap.compaction_lock(self.log.path):
+            with replace.compaction_lock(self.log.path):
                 return [self.partition(p) for p in range(self.log.partitions)]
         except FileNotFoundError as e:
             raise StorageError(f"{e.filename}: vanished while compacting (another compaction, or a tool "
                                "deleting segments?)") from None
 
     def _locked(self, pdir: str) -> AbstractContextManager[None]:
-        return swap.partition_lock(pdir, self.opts.lock_timeout)
+        return replace.partition_lock(pdir, self.opts.lock_timeout)
 
     def partition(self, p: int) -> PartitionResult:
         pdir = self.log.partition_dir(p)
@@ -272,7 +274,7 @@ class Compactor:
         dry = self.opts.dry_run
         if not dry:
             with self._locked(pdir):
-                swap.recover(pdir, owner=True)
+                replace.recover(pdir, owner=True)
                 if self.opts.roll:
                     res.rolled = _roll(pdir)
         segs = list_segments(pdir)
@@ -308,14 +310,14 @@ class Compactor:
         return res
 
     def _scan_partition(self, closed: list[Segment]) -> tuple[list[_Scanned], dict[bytes, int]]:
-        """Pass 1: which segments (and how much of each) to compact, then the key scan (streamctl.keyscan).
+        """Pass 1: which segments (and how much of each) to compact, then the key scan (streamctl.maintenance.keyindex).
 
         The segments are split into consecutive runs of about equal bytes, one
         per worker; each run is scanned newest block first, and the runs'
         results merge in segment order, so a later run's sighting wins.
         """
         plans = self._plan_scan(closed)
-        jobs = [keyscan.ScanJob(i, pl[0].path, pl[2], pl[5]) for i, pl in enumerate(plans)]
+        jobs = [keyindex.ScanJob(i, pl[0].path, pl[2], pl[5]) for i, pl in enumerate(plans)]
         chunks = _chunks(jobs, self._workers(sum(job.end for job in jobs)))
         progress = self.progress
 
@@ -323,13 +325,13 @@ class Compactor:
             if stopflag.is_set():
                 raise Interrupted("compaction interrupted before anything was swapped in; the log is unchanged")
 
-        def scan(chunk: list[keyscan.ScanJob]) -> tuple[dict[bytes, int], list[keyscan.SegmentKeys]]:
+        def scan(chunk: list[keyindex.ScanJob]) -> tuple[dict[bytes, int], list[keyindex.SegmentKeys]]:
             report = progress if chunk is chunks[0] else None  # children have no terminal of their own
-            return keyscan.scan_chunk(chunk, report, stop)
+            return keyindex.scan_chunk(chunk, report, stop)
 
         latest: dict[bytes, int] = {}
         out: list[_Scanned] = []
-        for chunk, (part, facts) in zip(chunks, forkmap.fork_map(scan, chunks), strict=True):
+        for chunk, (part, facts) in zip(chunks, parallel.fork_map(scan, chunks), strict=True):
             latest.update(part)  # chunks in segment order: a later segment's line wins
             if chunk is not chunks[0] and progress is not None:
                 progress(sum(job.end for job in chunk))
@@ -342,7 +344,7 @@ class Compactor:
     def _workers(self, nbytes: int) -> int:
         if self.opts.workers is not None:
             return max(1, self.opts.workers)
-        return min(forkmap.cores(), MAX_SCAN_WORKERS) if nbytes >= PARALLEL_SCAN_BYTES else 1
+        return min(parallel.cores(), MAX_SCAN_WORKERS) if nbytes >= PARALLEL_SCAN_BYTES else 1
 
     def _plan_scan(self, closed: list[Segment]) -> list[tuple[Segment, int, int, int, int | None, int | None]]:
         """(segment, visible end, clean end, lines after the clean end, first ts, offsets spanned by
@@ -376,7 +378,7 @@ class Compactor:
                 try:
                     env = record.envelope(first[1]) if first else None
                 except record.BadRecord as e:
-                    raise keyscan.corrupt(seg.path, 0, e) from None
+                    raise keyindex.corrupt(seg.path, 0, e) from None
                 first_ts = env[2] if env else None
                 span = self._span(fd, seg.path, env[0], clean_end) if env and clean_end else None
                 tail_lines = sum(b.count(b"\n") for b in segment.iter_blocks(fd, clean_end, vend))
@@ -438,7 +440,7 @@ class Compactor:
         return removed, saved, merged_away, rewritten, tombs
 
     def _swap_in(self, pdir: str, base: int, end: int, run: list[_Piece]) -> None:
-        path = swap.cleaned_path(pdir, base, end)
+        path = replace.cleaned_path(pdir, base, end)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o644)
         except FileExistsError:
@@ -455,16 +457,16 @@ class Compactor:
             except OSError:
                 pass
             if isinstance(e, OSError):
-                reason = "disk full" if swap.is_enospc(e) else (e.strerror or str(e))
+                reason = "disk full" if replace.is_enospc(e) else (e.strerror or str(e))
                 raise StorageError(f"{path}: writing the compacted segment failed: {reason}; "
                                    "the log is unchanged") from None
             raise
         os.close(fd)
         with self._locked(pdir):
             try:
-                swap.install(pdir, path, base, end)
+                replace.install(pdir, path, base, end)
             except OSError as e:
-                reason = "disk full" if swap.is_enospc(e) else (e.strerror or str(e))
+                reason = "disk full" if replace.is_enospc(e) else (e.strerror or str(e))
                 if os.path.exists(path):  # before the commit point: the old segments stand
                     os.unlink(path)
                     raise StorageError(f"{path}: swapping in the compacted segment failed: {reason}; "

@@ -29,9 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import accumulate
 
-from streamctl import record
 from streamctl.errors import StorageError
-from streamctl.fsutil import NOFOLLOW
+from streamctl.storage import record
+from streamctl.storage.fsutil import NOFOLLOW
 
 PLACE_BITS = 40  # byte positions below 1 TiB: far above any segment size
 # Blocks that fit in a core's L2 cache: the regex reads the block while pread's copy

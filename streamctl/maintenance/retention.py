@@ -22,11 +22,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from streamctl import offsets, record, segment
 from streamctl.errors import StorageError
-from streamctl.fsutil import NOFOLLOW, fsync_dir
-from streamctl.log import Log
-from streamctl.segment import Segment
+from streamctl.groups import offsets
+from streamctl.storage import record, segment
+from streamctl.storage.fsutil import NOFOLLOW, fsync_dir
+from streamctl.storage.log import Log
+from streamctl.storage.segment import Segment
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ and then ignored like a missing value (SQL's NULL), never a crash.
 Per-window state is a plain list (one slot per aggregation) so that it is cheap
 to build, to merge (sessions) and to write into a follow-mode checkpoint.
 
-This module and `streamctl.windows` use only the standard library and orjson:
+This module and `streamctl.processing.windows` use only the standard library and orjson:
 the Spark engine pastes their source into the generated job, so executors
 run exactly the same code as the local engine.
 """
@@ -41,7 +41,7 @@ class AggSpec(NamedTuple):
 def parse_agg(text: str, record_path: Any) -> AggSpec:
     """`count`, `avg:latency`, `p99_ms=p99:value.latency.ms` -> AggSpec.
 
-    `record_path` turns a dotted path into a record path tuple (streamctl.paths.record_path).
+    `record_path` turns a dotted path into a record path tuple (streamctl.storage.fieldpaths.record_path).
     """
     s = text.strip()
     name = None

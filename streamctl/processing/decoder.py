@@ -5,7 +5,7 @@ A window over a one-partition log spends about half its time reading
 into windows; both are CPU-bound Python, and the GIL keeps threads from
 overlapping them. So a forked child reads the partition (the end fixed by the
 parent before the fork: the same snapshot as reading in-process), decodes each
-piece into columns (streamctl.fieldread) and sends them down a pipe;
+piece into columns (streamctl.processing.columns) and sends them down a pipe;
 the parent folds one piece while the child decodes the next. The consumer may
 hand the child its own column step too (`hooks`): window's key JSON texts,
 time checks and number checks then also run on the second core, and a piece
@@ -29,8 +29,9 @@ import signal
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from streamctl import fieldread, forkmap, inputorder, stopflag
+from streamctl import parallel, stopflag
 from streamctl.errors import Interrupted, StorageError, StreamctlError
+from streamctl.processing import columns, inputorder
 
 PIPE_BYTES = 1 << 20  # a larger pipe: fewer wake-ups per piece
 T = TypeVar("T")
@@ -43,7 +44,7 @@ _MARSHAL_VERSION = 4
 
 
 def can_fork() -> bool:
-    return forkmap.cores() >= 2 and hasattr(os, "fork")
+    return parallel.cores() >= 2 and hasattr(os, "fork")
 
 
 def items(make: Callable[[], Iterable[T]], what: str) -> Iterator[T]:
@@ -78,7 +79,7 @@ def items(make: Callable[[], Iterable[T]], what: str) -> Iterator[T]:
                 elif kind == "end":
                     return
                 else:
-                    raise forkmap.rebuilt_error(msg[1], msg[2])
+                    raise parallel.rebuilt_error(msg[1], msg[2])
     finally:
         try:
             os.kill(pid, signal.SIGKILL)  # done or stopped early: it has nothing left to do
@@ -137,7 +138,7 @@ def _receive(f: Any) -> tuple:
     return marshal.loads(data) if head[:1] == _MARSHAL else pickle.loads(data)
 
 
-def log_batches(path: str, fields: Sequence[fieldread.FieldPath], hooks: dict | None = None,
+def log_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | None = None,
                 time_of: inputorder.TimeOf | None = None) -> Iterator[Sequence[dict]]:
     """inputorder.log_batches(path, fields=fields), read ahead in a child process when that can help
     (one partition with something to read, two or more cores, fork available).
@@ -158,7 +159,7 @@ def log_batches(path: str, fields: Sequence[fieldread.FieldPath], hooks: dict | 
 
     def pieces() -> Iterator[tuple]:  # in the child
         transform, keep = hooks.get("transform"), hooks.get("records", True)
-        read = fieldread.FieldReader(fields).read_piece
+        read = columns.FieldReader(fields).read_piece
         for piece in inputorder.partition_pieces(lg, p, start, end):
             batch = read(piece)
             if batch is None:
@@ -175,7 +176,7 @@ def log_batches(path: str, fields: Sequence[fieldread.FieldPath], hooks: dict | 
             else:
                 yield ("c", piece if keep else None, None, batch.n, pre)
 
-    FieldBatch, piece_records = fieldread.FieldBatch, inputorder.piece_records
+    FieldBatch, piece_records = columns.FieldBatch, inputorder.piece_records
     for msg in items(pieces, path):
         if msg[0] == "c":
             yield FieldBatch(msg[1], msg[2], msg[3], msg[4])

@@ -28,10 +28,12 @@ from typing import Any
 
 import orjson
 
-from streamctl import consumer, fieldread, plainfile, reader, record
-from streamctl import log as logmod
+from streamctl.clients import consumer
 from streamctl.errors import UsageError
-from streamctl.fieldread import FieldPath
+from streamctl.processing import columns
+from streamctl.processing.columns import FieldPath
+from streamctl.storage import log as logmod
+from streamctl.storage import plainfile, reader, record
 
 Record = dict[str, Any]
 TimeOf = Callable[[Record], "int | None"]
@@ -221,7 +223,7 @@ def log_batches(path: str, partitions: list[int] | None = None,
 
     A one-partition log is its own order: it is parsed a block at a time (one orjson call for
     the block, its envelopes checked column by column), and with `fields` (paths that
-    fieldread.readable accepts) its pieces come as fieldread.FieldBatch columns of those
+    columns.readable accepts) its pieces come as columns.FieldBatch columns of those
     fields where they can (and as records where they cannot). Several partitions go through
     merge_lanes, as MergedBatch lists of records (`highs` of each is by partition).
     """
@@ -272,7 +274,7 @@ def _line_records(path: str, p: int, block: bytes) -> Iterator[tuple[int, int, i
 
 def _partition_batches(path: str, lg: logmod.Log, p: int, start: int, end: int | None,
                        fields: Sequence[FieldPath] | None = None) -> Iterator[Sequence[Record]]:
-    read_fields = fieldread.FieldReader(fields).read_piece if fields else None
+    read_fields = columns.FieldReader(fields).read_piece if fields else None
     for piece in partition_pieces(lg, p, start, end):
         if read_fields is not None:
             cols = read_fields(piece)

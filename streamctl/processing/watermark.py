@@ -1,7 +1,7 @@
 """The watermark: the largest event time seen so far in input order, minus the allowed lateness.
 
 It only moves forward. Because "seen so far" is defined by the deterministic
-input order (streamctl.inputorder), not by wall-clock arrival, two runs over
+input order (streamctl.processing.inputorder), not by wall-clock arrival, two runs over
 the same input agree on which events were late; the Spark engine replays it
 as a running max over that same order.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from streamctl.windows import NO_WATERMARK
+from streamctl.processing.windows import NO_WATERMARK
 
 
 @dataclass

@@ -16,12 +16,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import count, repeat
 
-from streamctl import record
 from streamctl.errors import StorageError
-from streamctl.fsutil import NOFOLLOW, flock, fsync_dir, unlock, write_all
-from streamctl.log import Log
-from streamctl.segment import cut_torn_tail, last_line, list_segments, segment_name, visible_end
-from streamctl.swap import recover as _finish_interrupted_swaps
+from streamctl.storage import record
+from streamctl.storage.fsutil import NOFOLLOW, flock, fsync_dir, unlock, write_all
+from streamctl.storage.log import Log
+from streamctl.storage.replace import recover as _finish_interrupted_swaps
+from streamctl.storage.segment import cut_torn_tail, last_line, list_segments, segment_name, visible_end
 from streamctl.timeparse import now_ms
 
 FSYNC_POLICIES = ("always", "batch", "never")

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 import orjson
 
 from streamctl.errors import StorageError, UsageError
-from streamctl.fsutil import NOFOLLOW, atomic_write, flock, fsync_dir, open_lock, unlock
-from streamctl.segment import Segment, list_segments
+from streamctl.storage.fsutil import NOFOLLOW, atomic_write, flock, fsync_dir, open_lock, unlock
+from streamctl.storage.segment import Segment, list_segments
 
 FORMAT = 1
 META = "streamctl.json"

@@ -12,10 +12,10 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from streamctl import record, segment
 from streamctl.errors import StorageError
-from streamctl.log import Log
-from streamctl.segment import Segment
+from streamctl.storage import record, segment
+from streamctl.storage.log import Log
+from streamctl.storage.segment import Segment
 
 
 @dataclass

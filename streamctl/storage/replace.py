@@ -35,8 +35,8 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
 from streamctl.errors import StorageError
-from streamctl.fsutil import NOFOLLOW, flock, folder_lock, fsync_dir, open_lock, unlock
-from streamctl.segment import NAME_DIGITS, list_segments, segment_name
+from streamctl.storage.fsutil import NOFOLLOW, flock, folder_lock, fsync_dir, open_lock, unlock
+from streamctl.storage.segment import NAME_DIGITS, list_segments, segment_name
 
 CLEANED = ".cleaned"
 SWAP = ".swap"

@@ -10,8 +10,8 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from streamctl import record
-from streamctl.fsutil import NOFOLLOW
+from streamctl.storage import record
+from streamctl.storage.fsutil import NOFOLLOW
 
 SUFFIX = ".jsonl"
 NAME_DIGITS = 20

@@ -1,7 +1,7 @@
 """The three join kinds (DDIA ch. 11), each a small state machine fed in the input order.
 
-Every kind is driven the same way: `streamctl.joining` reads both inputs through
-`streamctl.inputorder.merged`, extracts a normalized key and an event time per
+Every kind is driven the same way: `streamctl.processing.joins.driver` reads both inputs through
+`streamctl.processing.inputorder.merged`, extracts a normalized key and an event time per
 record, and calls `left(...)` / `right(...)` on the join object in that order;
 the join calls `emit(...)` with output rows. Nothing here reads a clock or
 depends on how fast input arrives, so the same input order gives the same rows.

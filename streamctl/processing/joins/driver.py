@@ -14,7 +14,7 @@ Decisions (also in `streamctl join --help` and docs/guide/joins.md):
 - Keys are equal when their JSON is equal: "7" and 7 do not join, 1 and 1.0
   do not either; objects compare with sorted fields. A null or missing key
   never joins (the event can still come out unmatched in an outer join).
-- Input order: `streamctl.inputorder.merged` (ties to LEFT), except that for
+- Input order: `streamctl.processing.inputorder.merged` (ties to LEFT), except that for
   --table the table side is passed first, so it wins ties (see read_inputs).
 - Event time: `--time-field PATH[=PATH]`, default `ts` (append time). Times are
   ISO-8601 strings or epoch s/ms/us numbers. A stream event without a usable
@@ -37,9 +37,10 @@ from typing import Any
 
 import orjson
 
-from streamctl import inputorder, paths
 from streamctl.errors import UsageError
-from streamctl.joins import HOWS_STREAM, HOWS_TABLE, Emit, EmitOp
+from streamctl.processing import inputorder
+from streamctl.processing.joins import HOWS_STREAM, HOWS_TABLE, Emit, EmitOp
+from streamctl.storage import fieldpaths
 from streamctl.timeparse import event_time_ms
 
 KINDS = ("stream", "table", "tables")
@@ -82,7 +83,7 @@ def split_pair(text: str | None, default: str, what: str) -> tuple[tuple[str, ..
     a, _, b = text.partition("=")
     if not b:
         b = a
-    return paths.record_path(a.strip()), paths.record_path(b.strip())
+    return fieldpaths.record_path(a.strip()), fieldpaths.record_path(b.strip())
 
 
 def make_spec(left: str, right: str, *, within: str | None = None, table: bool = False, tables: bool = False,
@@ -172,7 +173,7 @@ def _key_getter(parts: tuple[str, ...]) -> Callable[[Record], Any]:
             return v.get(name) if v.__class__ is dict else None
 
         return one
-    return lambda rec: paths.get(rec, parts)
+    return lambda rec: fieldpaths.get(rec, parts)
 
 
 def _value_field(parts: tuple[str, ...]) -> str | None:
@@ -308,7 +309,7 @@ def run(spec: JoinSpec, emit: Emit | None = None, emit_op: EmitOp | None = None,
 
 def _run_enrich(spec: JoinSpec, write_jsonl: Callable[[bytes], None]) -> JoinStats:
     """--table --as-of position of two logs, joined on record keys or value fields: joins/enrich.py."""
-    from streamctl.joins import enrich
+    from streamctl.processing.joins import enrich
 
     stats = JoinStats()
     with _gc_frozen():
@@ -338,7 +339,7 @@ def _gc_frozen():
 def _run_stream(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, stats: JoinStats,
                 times: tuple[_RememberedTime, _RememberedTime],
                 late: Callable[[int, Record], None] | None) -> None:
-    from streamctl.joins.stream_stream import StreamStreamJoin
+    from streamctl.processing.joins.stream_stream import StreamStreamJoin
 
     assert spec.within is not None
     j = StreamStreamJoin(spec.within, spec.how, emit, spec.lateness)
@@ -379,14 +380,14 @@ def _plain_values_only(spec: JoinSpec) -> bool:
 
 
 def _value_reader(parts: tuple[str, ...]) -> Callable[[Any], Any]:
-    """A record path under value as a function of the value alone (paths.get(rec, parts) for a plain file)."""
+    """A record path under value as a function of the value alone (fieldpaths.get(rec, parts) for a plain file)."""
     sub = parts[1:]
     if not sub:
         return lambda v: v
     if len(sub) == 1:
         name = sub[0]
         return lambda v: v.get(name) if v.__class__ is dict else None
-    return lambda v: paths.get(v, sub)
+    return lambda v: fieldpaths.get(v, sub)
 
 
 _MS_LOW, _MS_HIGH = 100_000_000_000, 100_000_000_000_000  # epoch milliseconds, by magnitude
@@ -432,7 +433,7 @@ def _run_stream_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], bloc
     """A stream-stream join of two plain files: read, merged and joined a block at a time, values
     that are already in orjson's form pasted into the rows as the file has them (the same
     rows in the same order as the record-at-a-time path)."""
-    from streamctl.joins.stream_stream import join_batches
+    from streamctl.processing.joins.stream_stream import join_batches
 
     assert spec.within is not None
     stats = JoinStats()
@@ -443,12 +444,12 @@ def _run_stream_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], bloc
     def merged() -> Iterator[inputorder.Batch]:
         return inputorder.merged_plain([spec.left, spec.right], times, keys, raw=True, **kw)
 
-    from streamctl import readahead
+    from streamctl.processing import decoder
 
     # reading, parsing and merging in a second process while this one joins (not for stdin: a
     # terminal on stdin would be read by a process Ctrl-C does not stop)
-    ahead = readahead.can_fork() and "-" not in (spec.left, spec.right)
-    batches = readahead.items(merged, spec.left) if ahead else merged()
+    ahead = decoder.can_fork() and "-" not in (spec.left, spec.right)
+    batches = decoder.items(merged, spec.left) if ahead else merged()
     try:
         with _gc_frozen():
             join_batches(batches, norm_key, spec.within, spec.how, write_jsonl, stats.records, stats.no_time,
@@ -470,7 +471,7 @@ def _payload_sink(late: LateSink) -> Callable[[int, Any], None]:
 
 def _run_table(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, stats: JoinStats,
                right_index: int, late: Callable[[int, Record], None] | None = None) -> None:
-    from streamctl.joins.stream_table import TableAsOfTime, TableAtPosition
+    from streamctl.processing.joins.stream_table import TableAsOfTime, TableAtPosition
 
     keys = (_key_getter(spec.on[0]), _key_getter(spec.on[1]))
     left_key, right_key = keys
@@ -557,7 +558,7 @@ def _run_table(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, 
 
 
 def _run_tables(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit_op: EmitOp, stats: JoinStats) -> None:
-    from streamctl.joins.table_table import TableTableJoin
+    from streamctl.processing.joins.table_table import TableTableJoin
 
     j = TableTableJoin(emit_op)
     keys = (_key_getter(spec.on[0]), _key_getter(spec.on[1]))
@@ -585,8 +586,8 @@ def job_params(spec: JoinSpec, specs: list[inputorder.InputSpec], master: str | 
     as the local engine reads them (left out for --emit-job: the job reads what is there when it runs)."""
     import os
 
-    from streamctl import log as logmod
-    from streamctl import reader
+    from streamctl.storage import log as logmod
+    from streamctl.storage import reader
 
     inputs = []
     for s in specs:

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from streamctl import inputorder
+from streamctl.processing import inputorder
 
 Record = dict[str, Any]
 _ts = itemgetter("ts")

@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 
-from streamctl.joins import Emit
+from streamctl.processing.joins import Emit
 
 # An event in the state is a list (cheaper to make than an object, and compared
 # by identity below): [time, value, matched, side, normalized key, key].

@@ -35,7 +35,7 @@ import heapq
 from bisect import bisect_right
 from typing import Any
 
-from streamctl.joins import MIN_TIME, Emit
+from streamctl.processing.joins import MIN_TIME, Emit
 
 
 class TableAtPosition:

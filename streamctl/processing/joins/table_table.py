@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamctl.joins import EmitOp
+from streamctl.processing.joins import EmitOp
 
 
 class TableTableJoin:

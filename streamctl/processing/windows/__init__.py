@@ -1,6 +1,6 @@
 """Window operators: tumbling, hopping, sliding and session windows over event time.
 
-Every operator has the same small interface, driven by `streamctl.windowing`
+Every operator has the same small interface, driven by `streamctl.processing.windows.driver`
 (and, unchanged, by the Spark engine's per-group replay):
 
     add(key, t, seq, vals, wm, out) -> bool   fold one event in; True if it was late

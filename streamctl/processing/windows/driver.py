@@ -1,6 +1,6 @@
 """The window driver: input order, event time, watermark, the window operator, and rows out.
 
-For each record in the one deterministic input order (streamctl.inputorder):
+For each record in the one deterministic input order (streamctl.processing.inputorder):
 its event time is read (`--time-field`, or the wall clock with
 `--processing-time`), its group key (`--by`, default the record key) and the
 aggregation inputs are pulled out, the operator folds it in against the
@@ -23,15 +23,17 @@ from typing import Any
 
 import orjson
 
-from streamctl import aggregations, fieldread, inputorder, paths
 from streamctl.errors import DataError, UsageError
+from streamctl.processing import aggregations, inputorder
+from streamctl.processing import columns as fieldcolumns  # "columns" names the compiled column makers here
+from streamctl.processing.watermark import Watermark
+from streamctl.processing.windows import NO_WATERMARK
+from streamctl.processing.windows.hopping import Hopping
+from streamctl.processing.windows.session import Session
+from streamctl.processing.windows.sliding import Sliding
+from streamctl.processing.windows.tumbling import Tumbling
+from streamctl.storage import fieldpaths
 from streamctl.timeparse import bad_time_reason, event_time_ms, format_iso, now_ms, usable_range
-from streamctl.watermark import Watermark
-from streamctl.windows import NO_WATERMARK
-from streamctl.windows.hopping import Hopping
-from streamctl.windows.session import Session
-from streamctl.windows.sliding import Sliding
-from streamctl.windows.tumbling import Tumbling
 
 KINDS = ("tumbling", "hopping", "sliding", "session")
 LATE_POLICIES = ("drop", "correct")
@@ -82,7 +84,7 @@ def parse_hopping(text: str, parse_duration: Callable[[str], int]) -> tuple[int,
 
 def make_plan(cfg: WindowConfig) -> aggregations.Plan:
     try:
-        return aggregations.Plan([aggregations.parse_agg(a, paths.record_path) for a in cfg.aggs])
+        return aggregations.Plan([aggregations.parse_agg(a, fieldpaths.record_path) for a in cfg.aggs])
     except aggregations.AggSpecError as e:
         raise UsageError(str(e)) from None
 
@@ -129,7 +131,7 @@ def key_getter(by: list[str]) -> Callable[[dict], bytes]:
     key_json = key_json_cached()
     if not by:
         return lambda r: key_json(r.get("key"))
-    getters = [_path_getter(paths.record_path(p)) for p in by]
+    getters = [_path_getter(fieldpaths.record_path(p)) for p in by]
     if len(getters) == 1:
         g = getters[0]
         return lambda r: key_json(g(r))
@@ -151,7 +153,7 @@ def time_field_getter(cfg: WindowConfig, is_log: bool) -> tuple[Callable[[dict],
     time) rather than a value event_time_ms reads. A plain file has no envelope ts, so there the
     default `ts` means the value's own `ts` field (`{"ts": "2026-11-21T10:00:00Z", ...}` lines work as is).
     """
-    parts = paths.record_path(cfg.time_field)
+    parts = fieldpaths.record_path(cfg.time_field)
     if parts == ("ts",):
         if is_log:
             return (lambda r: r.get("ts")), True
@@ -202,7 +204,7 @@ def compile_prepare(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan) ->
     if cfg.processing_time:
         src.append("    t = _now()")
     else:
-        parts = paths.record_path(cfg.time_field)
+        parts = fieldpaths.record_path(cfg.time_field)
         if parts == ("ts",) and not is_log:
             parts = ("value", "ts")  # a plain file has no append time: its own ts field
         if parts == ("ts",):
@@ -216,12 +218,12 @@ def compile_prepare(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan) ->
     src.append("        return None, None, None")
     if not cfg.by or len(cfg.by) == 1:
         # the key cache inlined: a string key seen before costs one dict lookup
-        src.append(f"    kv = {expr(paths.record_path(cfg.by[0])) if cfg.by else 'r.get(' + repr('key') + ')'}")
+        src.append(f"    kv = {expr(fieldpaths.record_path(cfg.by[0])) if cfg.by else 'r.get(' + repr('key') + ')'}")
         src.append("    k = _kc.get(kv) if type(kv) is str else None")
         src.append("    if k is None:")
         src.append("        k = _kj(kv)")
     else:
-        src.append(f"    k = _dumps([{', '.join(expr(paths.record_path(p)) for p in cfg.by)}])")
+        src.append(f"    k = _dumps([{', '.join(expr(fieldpaths.record_path(p)) for p in cfg.by)}])")
     lines, result = plan.extract_source(env)
     src += lines
     src.append(f"    return t, k, {result}")
@@ -256,13 +258,13 @@ def _numeric_column(col: list) -> tuple[list, int]:
 
 def window_fields(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan) -> list[tuple[str, ...]] | None:
     """The record fields a run reads (time, group key, aggregation inputs), when a log can give them
-    as columns (streamctl.fieldread); None when it cannot (then whole records are read)."""
+    as columns (streamctl.processing.columns); None when it cannot (then whole records are read)."""
     if cfg.processing_time or not is_log:
         return None
-    fields = [paths.record_path(cfg.time_field)]
-    fields += [paths.record_path(p) for p in cfg.by] if cfg.by else [("key",)]
+    fields = [fieldpaths.record_path(cfg.time_field)]
+    fields += [fieldpaths.record_path(p) for p in cfg.by] if cfg.by else [("key",)]
     fields += [s.path for s in plan.specs if s.path is not None]
-    return fields if fieldread.readable(fields) else None
+    return fields if fieldcolumns.readable(fields) else None
 
 
 def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
@@ -272,7 +274,7 @@ def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
     rest = (key JSON list, one column per aggregation that reads a field), else None; and whether
     the times never go down (None: not known).
 
-    `recs` may also be a fieldread.FieldBatch of window_fields(): the same columns, taken from it.
+    `recs` may also be a fieldcolumns.FieldBatch of window_fields(): the same columns, taken from it.
     Nothing is counted before every column is made (a caller that gets an exception can hand the
     records to the per-record path); non-numeric values are counted at the end, as compile_prepare
     counts them for records with a good time.
@@ -281,7 +283,7 @@ def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
                  "_dumps": orjson.dumps, "_g": [], "_dget": dict.get, "_rep": itertools.repeat,
                  "_INT": _INT, "_DICT": _DICT, "_num": _numeric_column, "_nn": plan.non_numeric,
                  "_names": [s.name for s in plan.specs], "_le": le, "_islice": islice,
-                 "_Batch": inputorder.RecordBatch, "_FB": fieldread.FieldBatch}
+                 "_Batch": inputorder.RecordBatch, "_FB": fieldcolumns.FieldBatch}
     env["_lo"], env["_hi"] = lo, hi = time_range(cfg)
 
     def one(parts: tuple[str, ...]) -> str:
@@ -319,7 +321,7 @@ def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
                    "    _vals = recs.values if type(recs) is _Batch else list(map(_dget, recs, _rep('value')))",
                    "    _vd = {*map(type, _vals)} == _DICT",
                    "    ordered = None"]
-        parts = paths.record_path(cfg.time_field)
+        parts = fieldpaths.record_path(cfg.time_field)
         if parts == ("ts",) and not is_log:
             parts = ("value", "ts")  # a plain file has no append time: its own ts field
         # a time outside time_range(cfg) [_lo, _hi] is a bad time: the column comes back with None there
@@ -349,7 +351,7 @@ def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
             src.append("            ts = [t if type(t) is int and _lo <= t <= _hi else None for t in ts]")
             src.append("            return ts, None, None")
         if not cfg.by or len(cfg.by) == 1:
-            kparts = paths.record_path(cfg.by[0]) if cfg.by else ("key",)
+            kparts = fieldpaths.record_path(cfg.by[0]) if cfg.by else ("key",)
             if from_batch:
                 kcol = col(kparts)
             elif cfg.by:
@@ -373,10 +375,10 @@ def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
             src.append("        if None in ks:  # not in the cache (yet)")
             src.append("            ks = [k if k is not None else _kj(v) for k, v in zip(ks, kv)]")
         elif from_batch:
-            cols = ", ".join(col(paths.record_path(p)) for p in cfg.by)
+            cols = ", ".join(col(fieldpaths.record_path(p)) for p in cfg.by)
             src.append(f"    ks = [_dumps(list(t)) for t in zip({cols})]")
         else:
-            exprs = ", ".join(one(paths.record_path(p)) for p in cfg.by)
+            exprs = ", ".join(one(fieldpaths.record_path(p)) for p in cfg.by)
             src.append(f"    ks = [_dumps([{exprs}]) for r, _val in zip(recs, _vals)]")
         cols, counts = [], []
         for i, (spec, numeric) in enumerate(zip(plan.specs, plan.numeric, strict=True)):
@@ -389,7 +391,7 @@ def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
             cols.append(f"c{i}")
         rest = f"(ks, ({''.join(c + ', ' for c in cols)}))"
         if from_batch:
-            # counted by the caller (this may run in the read-ahead process: readahead.py)
+            # counted by the caller (this may run in the read-ahead process: decoder.py)
             src.append(f"    return ts, {rest}, ordered, ({''.join(f'({i}, n{i}), ' for i in counts)})")
             return [ln.replace("return ts, None, None", "return ts, None, None, ()") for ln in src]
         for i in counts:
@@ -402,7 +404,7 @@ def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
     src = source("columns", False)
     if batch_src:
         src[1:1] = ["    if type(recs) is _FB:",
-                    "        # made by the read-ahead process (readahead.py) or here",
+                    "        # made by the read-ahead process (decoder.py) or here",
                     "        ts, rest, ordered, counts = recs.pre or batch_columns(recs)",
                     "        for i, n in counts:",
                     "            if n:",
@@ -416,7 +418,7 @@ def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
 
 class RecordBlocks:
     """Records that come in lists (a log read a block at a time). Iterating gives them one by one;
-    WindowRun.feed takes the lists as they are. `hooks` (see readahead.log_batches) lets feed hand
+    WindowRun.feed takes the lists as they are. `hooks` (see decoder.log_batches) lets feed hand
     the reading process the function that makes a batch's columns."""
 
     def __init__(self, batches: Iterable[list[dict]], hooks: dict | None = None) -> None:
@@ -553,7 +555,7 @@ class WindowRun:
                     ts, rest, ordered = columns(recs)
                 except Exception:
                     rest = ts = ordered = None
-                if rest is None and type(recs) is fieldread.FieldBatch:
+                if rest is None and type(recs) is fieldcolumns.FieldBatch:
                     recs = list(recs)  # the slow paths below take whole records
                 if rest is None and ts is not None and not fail:
                     good = []
@@ -751,7 +753,7 @@ def records_of(path: str, cfg: WindowConfig | None = None) -> tuple[bool, Iterat
     """The input's records; a log's come in blocks, as columns of the fields `cfg` reads where it can."""
     from operator import itemgetter
 
-    from streamctl import inputorder
+    from streamctl.processing import inputorder
 
     spec = inputorder.classify(path)
     if spec.is_log:
@@ -760,10 +762,10 @@ def records_of(path: str, cfg: WindowConfig | None = None) -> tuple[bool, Iterat
         time_of = time_getter(cfg, True) if cfg is not None and not cfg.processing_time else None
         fields = window_fields(cfg, True, make_plan(cfg)) if cfg is not None else None
         if fields is not None:
-            from streamctl import readahead
+            from streamctl.processing import decoder
 
             hooks: dict = {}
-            return True, RecordBlocks(readahead.log_batches(path, fields, hooks, time_of), hooks)
+            return True, RecordBlocks(decoder.log_batches(path, fields, hooks, time_of), hooks)
         return True, RecordBlocks(inputorder.log_batches(path, time_of=time_of))
     # map/itemgetter rather than a generator expression: one less Python frame per record
     return False, map(itemgetter(1), inputorder.merged([spec], lambda r: None))
@@ -773,7 +775,7 @@ def input_bytes(path: str) -> int:
     """Bytes of input, for the engine choice (stdin counts as small: it cannot be handed to Spark)."""
     import os
 
-    from streamctl import log as logmod
+    from streamctl.storage import log as logmod
 
     if path == "-" or is_uri(path):
         return 0
@@ -832,8 +834,9 @@ def _resume_positions(lg, group: str, positions: dict[int, int], ckpt: str | Non
     writes both), so a mirror that a crash between the two writes left behind is brought
     up to the checkpoint first.
     """
-    from streamctl import consumer, offsets
+    from streamctl.clients import consumer
     from streamctl.errors import StorageError
+    from streamctl.groups import offsets
 
     if ckpt is not None and positions:
         committed = offsets.load(lg, group)
@@ -884,10 +887,13 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
     import os
     import time
 
-    from streamctl import fsutil, inputorder, offsets, stopflag
-    from streamctl import log as logmod
+    from streamctl import stopflag
     from streamctl.errors import StorageError
-    from streamctl.follow import Waiter
+    from streamctl.groups import offsets
+    from streamctl.live.wait import Waiter
+    from streamctl.processing import inputorder
+    from streamctl.storage import fsutil
+    from streamctl.storage import log as logmod
 
     lg = logmod.open_log(path)
     run = WindowRun(cfg, True, late_sink)
@@ -1001,8 +1007,13 @@ def _embedded_source(module) -> str:
     import inspect
 
     keep = []
+    in_import = False  # inside a parenthesised `from streamctl... import (` spanning lines
     for line in inspect.getsource(module).splitlines():
+        if in_import:
+            in_import = ")" not in line
+            continue
         if line.startswith(("from __future__", "from streamctl", "import orjson")):
+            in_import = line.rstrip().endswith("(")
             continue
         keep.append(line)
     return f"# ---- {module.__name__} (pasted from streamctl) ----\n" + "\n".join(keep).strip() + "\n"
@@ -1022,10 +1033,11 @@ def spark_job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool
     end as it is then. A URI input is a log unless it names a .jsonl file.
     """
 
-    from streamctl import log as logmod
-    from streamctl import reader, windows
+    from streamctl.processing import windows
+    from streamctl.processing.windows import hopping, session, sliding, tumbling
     from streamctl.spark import jobgen
-    from streamctl.windows import hopping, session, sliding, tumbling
+    from streamctl.storage import log as logmod
+    from streamctl.storage import reader
 
     plan = make_plan(cfg)
     if is_uri(path):
@@ -1035,11 +1047,11 @@ def spark_job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool
     params: dict[str, Any] = {
         "input": path, "is_log": is_log, "kind": cfg.kind, "size": cfg.size, "hop": cfg.hop,
         "lateness": cfg.lateness, "time_field": cfg.time_field,
-        "by": [list(paths.record_path(p)) for p in cfg.by],
+        "by": [list(fieldpaths.record_path(p)) for p in cfg.by],
         "aggs": [[s.name, s.func, list(s.path) if s.path else None] for s in plan.specs],
         "stats_line": stats_line,
     }
-    tparts = paths.record_path(cfg.time_field)
+    tparts = fieldpaths.record_path(cfg.time_field)
     params["time_path"] = None if tparts == ("ts",) and is_log else (
         ["value", "ts"] if tparts == ("ts",) else list(tparts))
     params["time_range"] = list(time_range(cfg))  # the job's time getter applies the same rule

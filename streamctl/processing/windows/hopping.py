@@ -8,7 +8,7 @@ It is late for each of those windows that has already closed; with
 
 from __future__ import annotations
 
-from streamctl.windows import GridWindows
+from streamctl.processing.windows import GridWindows
 
 
 class Hopping(GridWindows):

@@ -47,7 +47,7 @@ import heapq
 import itertools
 from collections import deque
 
-from streamctl.windows import NO_WATERMARK, col_names, compile_fold, compile_inorder, fold_tail, val_names
+from streamctl.processing.windows import NO_WATERMARK, col_names, compile_fold, compile_inorder, fold_tail, val_names
 
 # a session: [start, last, state, late events in it, id, windows written for it and still valid (or None)]
 START, LAST, STATE, REV, SID, SHOWN = range(6)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right, insort
 
-from streamctl.windows import compile_fold
+from streamctl.processing.windows import compile_fold
 
 
 def _time(ev: tuple) -> int:

@@ -5,7 +5,15 @@ from __future__ import annotations
 import bisect
 import heapq
 
-from streamctl.windows import GridWindows, col_names, compile_fold, compile_inorder, fold_tail, uses_seq, val_names
+from streamctl.processing.windows import (
+    GridWindows,
+    col_names,
+    compile_fold,
+    compile_inorder,
+    fold_tail,
+    uses_seq,
+    val_names,
+)
 
 
 class Tumbling(GridWindows):
