@@ -15,11 +15,11 @@ from streamctl.commands.main import COMMANDS, build_app
 
 
 def available_commands() -> list[str]:
-    from typer._click import core
+    from typer import Context
     from typer.main import get_command
 
     root = get_command(build_app())
-    return root.list_commands(core.Context(root))
+    return root.list_commands(Context(root))
 
 
 def test_version_and_module_entry():

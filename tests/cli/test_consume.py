@@ -236,7 +236,11 @@ def interrupt_mid_run(logdir: str, tmp_path, args: str) -> tuple[str, bytes, byt
     script = (f"{' '.join(CLI)} consume {logdir}{args} 2>{err} | "
               f"(head -c 100001 >{out}; sleep 3; cat >>{out}); echo ${{PIPESTATUS[0]}} > {rc}")
     proc = subprocess.Popen(["bash", "-c", script], env=cli_env())
-    time.sleep(1.5)
+    # once head has its 100001 bytes the reader sleeps, and consume is blocked writing into the pipe
+    deadline = time.monotonic() + 60
+    while not (out.exists() and out.stat().st_size >= 100001):
+        assert time.monotonic() < deadline and proc.poll() is None, "consume never filled the pipe"
+        time.sleep(0.02)
     pids = subprocess.run(["pgrep", "-f", f"streamctl consume {logdir}{args}$"], capture_output=True).stdout.split()
     assert pids
     for pid in pids:

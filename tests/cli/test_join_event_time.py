@@ -18,11 +18,12 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_join import write_log
 
 from conftest import run_cli
 from streamctl.processing.joins import driver as joining
 from streamctl.storage.partitioner import partition_for_key
+
+from test_join import write_log
 
 T0 = 1_763_719_200_000  # 2025-11-21T10:00:00Z
 MIN = 60_000

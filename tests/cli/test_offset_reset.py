@@ -8,12 +8,13 @@ import os
 
 import orjson
 import pytest
-from test_replay import make_log
 
 from streamctl.groups import offsets, resets
 from streamctl.storage import reader
 from streamctl.storage.log import open_log
 from streamctl.timeparse import now_ms
+
+from test_replay import make_log
 
 T0 = 1_763_719_200_000
 

@@ -7,13 +7,14 @@ import os
 import time
 
 import pytest
-from test_replay import make_log
 
 from conftest import log_records, run_cli
 from streamctl.groups import offsets, stats
 from streamctl.storage import reader
 from streamctl.storage.log import open_log
 from streamctl.timeparse import now_ms
+
+from test_replay import make_log
 
 T0 = 1_763_719_200_000
 

@@ -6,11 +6,12 @@ import json
 import re
 
 import pytest
-from test_replay import make_log
 
 from conftest import run_cli
 from streamctl.groups import offsets, stats
 from streamctl.storage.log import open_log
+
+from test_replay import make_log
 
 T0 = 1_763_719_200_000
 

@@ -12,10 +12,11 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_window_props import AGGS, T0, reference, reference_late, same
 
 from streamctl.processing import inputorder
 from streamctl.processing.windows.driver import WindowConfig, WindowRun, records_of
+
+from test_window_props import AGGS, T0, reference, reference_late, same
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                           HealthCheck.function_scoped_fixture])

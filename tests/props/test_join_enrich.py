@@ -7,11 +7,12 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_join import write_log
 
 from conftest import run_cli
 from streamctl.processing import inputorder
 from streamctl.processing.joins import driver as joining
+
+from test_join import write_log
 
 T0 = 1_763_719_200_000
 

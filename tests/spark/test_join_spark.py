@@ -12,10 +12,11 @@ import random
 
 import orjson
 import pytest
-from test_join import write_log
 
 from conftest import run_cli
 from streamctl.processing.joins import driver as joining
+
+from test_join import write_log
 
 T0 = 1_763_719_200_000
 

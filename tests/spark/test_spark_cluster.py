@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import cli_env, run_cli
-from tests.test_window_spark import late_notes, same_rows
+
+from test_window_spark import late_notes, same_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

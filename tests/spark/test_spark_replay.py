@@ -15,12 +15,13 @@ import subprocess
 import sys
 
 import pytest
-from test_replay import make_log, model, run_local
 
 from conftest import CLI, cli_env
 from streamctl.clients import replay as core
 from streamctl.spark import engine, jobgen
 from streamctl.storage.log import open_log
+
+from test_replay import make_log, model, run_local
 
 T0 = 1_763_719_200_000
 

@@ -13,7 +13,8 @@ from streamctl.errors import StorageError
 from streamctl.storage import reader, record
 from streamctl.storage.log import open_log
 from streamctl.storage.segment import segment_name
-from tests.test_replay import make_log
+
+from test_replay import make_log
 
 
 def _lines_of(blocks) -> list[bytes]:
