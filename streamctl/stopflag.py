@@ -21,6 +21,11 @@ def wait(timeout: float) -> bool:
     return _event.wait(timeout)
 
 
+def event() -> threading.Event:
+    """The flag itself, for a library that takes a stop event (watchfiles)."""
+    return _event
+
+
 def _handler(sig: int, frame: object) -> None:
     if _event.is_set() and sig == signal.SIGINT:
         # a second Ctrl-C: the user means it

@@ -39,15 +39,15 @@ from typing import Any
 import orjson
 
 from streamctl.processing import inputorder
-from streamctl.processing.joins.driver import _block_column, _block_times
+from streamctl.processing.joins.driver import block_column, block_times
 
 IDX_BITS = 40  # line numbers below 2**40
 
 
 def read_side(path: str, side: int, key_field: str, time_field: str) -> tuple[list[list[Any]], list[list[Any]]]:
     """(partition 0 columns, partition 1 columns) of one file: positions, times, keys, payloads."""
-    times_of = _block_times(("value", time_field))
-    keys_of = _block_column(("value", key_field))
+    times_of = block_times(("value", time_field))
+    keys_of = block_column(("value", key_field))
     state: list[Any] = [None, -(1 << 62)]
     parts: tuple[list[list[Any]], list[list[Any]]] = ([[], [], [], []], [[], [], [], []])
     idx = 0

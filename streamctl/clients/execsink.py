@@ -93,7 +93,7 @@ def exec_policy(log: str, retries: int, retry_backoff: str | None, dead_letter: 
 
 def check_dead_letter(log: str, target: str) -> None:
     """Refuse a dead-letter log that is the consumed log, lies inside it or holds it, or is not a log."""
-    from streamctl.storage.log import _own_leftover, is_log
+    from streamctl.storage.log import is_log, own_leftover
 
     if not target.strip():
         raise UsageError("--dead-letter needs a log path")
@@ -105,7 +105,7 @@ def check_dead_letter(log: str, target: str) -> None:
     if os.path.lexists(target) and not os.path.isdir(target):
         raise UsageError(f"--dead-letter {target}: exists and is not a streamctl log (a folder)")
     # a creation cut short by a crash leaves only a log's own names: the log's creation finishes it
-    if os.path.isdir(target) and not is_log(target) and not all(map(_own_leftover, os.listdir(target))):
+    if os.path.isdir(target) and not is_log(target) and not all(map(own_leftover, os.listdir(target))):
         raise UsageError(f"--dead-letter {target}: exists, is not empty and is not a streamctl log")
 
 

@@ -33,7 +33,7 @@ from streamctl.groups.membership import Membership
 from streamctl.live.wait import Waiter
 from streamctl.storage import record, segment
 from streamctl.storage.log import Log
-from streamctl.storage.reader import _segment_for
+from streamctl.storage.reader import segment_for
 from streamctl.timeparse import now_ms
 
 if TYPE_CHECKING:
@@ -160,7 +160,7 @@ class PartitionCursor:
                     f"partition {self.p}: offsets {self.next_offset}..{segs[0].base - 1} were deleted "
                     f"(retention) before they were read; resuming at {segs[0].base}")
                 self.next_offset = segs[0].base
-            for i in range(_segment_for(segs, self.next_offset), len(segs)):
+            for i in range(segment_for(segs, self.next_offset), len(segs)):
                 seg = segs[i]
                 try:
                     fd = segment.open_read(seg.path)

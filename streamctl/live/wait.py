@@ -28,7 +28,7 @@ class Waiter:
                 import watchfiles
 
                 self._gen = watchfiles.watch(
-                    path, watch_filter=None, debounce=1, step=1, stop_event=stopflag._event,
+                    path, watch_filter=None, debounce=1, step=1, stop_event=stopflag.event(),
                     rust_timeout=int(max_wait * 1000), yield_on_timeout=True, raise_interrupt=False,
                     recursive=True, ignore_permission_denied=True,
                 )

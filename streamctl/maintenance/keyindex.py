@@ -122,8 +122,8 @@ class _Scan:
                got: SegmentKeys) -> None:
         """The whole lines buf[cut:] of a segment whose places start at `base`; buf[i] is its byte start + i."""
         end = len(buf)
-        first = record._FIRST_KEY.match(buf, cut, end)
-        keys = record._NEXT_KEY.findall(buf, first.end(), end) if first is not None else None
+        first = record.FIRST_KEY.match(buf, cut, end)
+        keys = record.NEXT_KEY.findall(buf, first.end(), end) if first is not None else None
         if keys is None or (checked and len(keys) + 1 != buf.count(b"\n", cut, end)):
             self._slow_block(buf, cut, base, start, path, got)
             return

@@ -62,7 +62,7 @@ def parse_agg(text: str, record_path: Any) -> AggSpec:
     return AggSpec(name or f"{func}_{parts[-1]}", func, parts)
 
 
-def _getter(parts: tuple[str, ...]):
+def getter(parts: tuple[str, ...]):
     """A fast accessor for a record path (the common one- and two-level cases unrolled)."""
     if len(parts) == 1:
         (a,) = parts
@@ -119,7 +119,7 @@ class Plan:
                 raise AggSpecError(f"--agg: {n!r} is taken by the row itself (use NAME=FUNC:PATH)")
         self.specs = specs
         self.funcs = [s.func for s in specs]
-        self.getters = [_getter(s.path) if s.path is not None else None for s in specs]
+        self.getters = [getter(s.path) if s.path is not None else None for s in specs]
         self.numeric = [s.func in NUMERIC_FUNCS for s in specs]
         self.non_numeric: dict[str, int] = {}
         self.n = len(specs)

@@ -150,7 +150,7 @@ def log_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | No
     paths. "records": False when the consumer never asks a batch with a `pre` for its records,
     whose bytes then stay behind (pickling them cost as much as the decoding). Several partitions
     are merged in this process, by the event time `time_of` reads."""
-    lg, ranges = inputorder._read_plan(path, None, None)
+    lg, ranges = inputorder.read_plan(path, None, None)
     if len(ranges) != 1 or not can_fork():
         yield from inputorder.log_batches(path, fields=fields, time_of=time_of)
         return

@@ -193,7 +193,7 @@ def log_lanes(path: str, time_of: TimeOf | None = None, partitions: list[int] | 
     """A lane per partition with something to read (to the end as of now), records read and checked a
     piece at a time. `time_of` reads a record's event time (default: its ts); `highs` carries
     each partition's merge key from an earlier read (follow mode)."""
-    lg, ranges = _read_plan(path, partitions, starts)
+    lg, ranges = read_plan(path, partitions, starts)
     return _lanes(path, lg, ranges, time_of, highs)
 
 
@@ -227,7 +227,7 @@ def log_batches(path: str, partitions: list[int] | None = None,
     fields where they can (and as records where they cannot). Several partitions go through
     merge_lanes, as MergedBatch lists of records (`highs` of each is by partition).
     """
-    lg, ranges = _read_plan(path, partitions, starts)
+    lg, ranges = read_plan(path, partitions, starts)
     if len(ranges) == 1 and highs is None:
         yield from _partition_batches(path, lg, *ranges[0], fields=fields)
         return
@@ -236,7 +236,7 @@ def log_batches(path: str, partitions: list[int] | None = None,
     yield from merge_lanes(_lanes(path, lg, ranges, time_of, highs))
 
 
-def _read_plan(path: str, partitions: list[int] | None,
+def read_plan(path: str, partitions: list[int] | None,
                starts: dict[int, int] | None) -> tuple[logmod.Log, list[tuple[int, int, int | None]]]:
     """The log and (partition, start, end) of each partition with something to read."""
     lg = logmod.open_log(path)
@@ -491,7 +491,7 @@ def merged(specs: Sequence[InputSpec], event_time: TimeOf | Sequence[TimeOf]) ->
     inputs: list[int] = []
     for i, spec in enumerate(specs):
         if spec.is_log:
-            lg, ranges = _read_plan(spec.path, None, None)
+            lg, ranges = read_plan(spec.path, None, None)
             lanes += _lanes(spec.path, lg, ranges, times[i], None)
             inputs += repeat(i, len(ranges))
         else:

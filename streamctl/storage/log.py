@@ -107,7 +107,7 @@ def open_log(path: str) -> Log:
     return Log(path, _read_meta(path))
 
 
-def _own_leftover(name: str) -> bool:
+def own_leftover(name: str) -> bool:
     return (name in ("groups", ".create.lock") or (name[:1] == "p" and name[1:].isdecimal())
             or (name.startswith(f".{META}.") and name.endswith(".tmp")))
 
@@ -130,7 +130,7 @@ def open_or_create(path: str, partitions: int | None, segment_bytes: int | None,
     except OSError as e:
         raise StorageError(f"{path}: cannot create log folder: {e.strerror}") from None
     # a creation that crashed half-way leaves only our own names behind: finish it
-    foreign = [n for n in os.listdir(path) if not _own_leftover(n)]
+    foreign = [n for n in os.listdir(path) if not own_leftover(n)]
     if foreign and not is_log(path):
         raise StorageError(f"{path} exists, is not empty and is not a streamctl log")
     lock = open_lock(os.path.join(path, ".create.lock"))

@@ -148,7 +148,7 @@ def offset_from_end(log: Log, p: int, n: int) -> int:
     return info.next_offset if n <= 0 else info.first_offset
 
 
-def _segment_for(segs: list[Segment], offset: int) -> int:
+def segment_for(segs: list[Segment], offset: int) -> int:
     """Index of the last segment whose base <= offset (0 if none)."""
     idx = 0
     for i, s in enumerate(segs):
@@ -209,7 +209,7 @@ def iter_ranges(log: Log, p: int, start: int, end: int | None) -> Iterator[tuple
         if not segs:
             return
         vanished = False
-        for seg in segs[_segment_for(segs, next_off):]:
+        for seg in segs[segment_for(segs, next_off):]:
             opened = _open(seg)
             if opened is None:
                 vanished = True  # deleted or swapped under us: list the folder again

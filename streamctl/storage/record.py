@@ -28,11 +28,11 @@ _HEADERS_MARK = b'"headers"'
 
 # The canonical prefix up to the key, which is a JSON string (unrolled loop: fast
 # in `re`) or null. Possessive quantifiers (Python 3.11+) never backtrack: ~10%
-# faster over a block, and no pattern here needs to give characters back. _NEXT_KEY anchors on the `\n` before a line: a record line
+# faster over a block, and no pattern here needs to give characters back. NEXT_KEY anchors on the `\n` before a line: a record line
 # never holds a raw newline, so it only matches at line starts.
 _PREFIX = rb'\{"offset":\d++,"partition":\d++,"ts":\d++,"key":(null|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"),"value":'
-_FIRST_KEY = re.compile(_PREFIX)
-_NEXT_KEY = re.compile(rb"\n" + _PREFIX)
+FIRST_KEY = re.compile(_PREFIX)
+NEXT_KEY = re.compile(rb"\n" + _PREFIX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,10 +129,10 @@ def block_keys(buf: bytes, end: int) -> list[bytes] | None:
     """The key JSON text of every line in buf[:end] (whole lines, end just after a `\n`), read
     from the canonical prefix with two regex calls and no per-line Python; None when some line
     is not in the canonical layout (the caller then takes the slow path, line by line)."""
-    first = _FIRST_KEY.match(buf, 0, end)
+    first = FIRST_KEY.match(buf, 0, end)
     if first is None:
         return None
-    keys = _NEXT_KEY.findall(buf, first.end(), end)
+    keys = NEXT_KEY.findall(buf, first.end(), end)
     if len(keys) + 1 != buf.count(b"\n", 0, end):
         return None
     keys.insert(0, first.group(1))

@@ -394,11 +394,11 @@ _MS_LOW, _MS_HIGH = 100_000_000_000, 100_000_000_000_000  # epoch milliseconds, 
 _INT = {int}
 
 
-def _block_times(parts: tuple[str, ...]) -> Callable[[list[Any]], list[int | None]]:
+def block_times(parts: tuple[str, ...]) -> Callable[[list[Any]], list[int | None]]:
     """The event times of a block of plain-file values (what _time_getter reads from each record)."""
     lo, hi = _MS_LOW, _MS_HIGH
     conv = event_time_ms
-    raw = _block_column(parts)
+    raw = block_column(parts)
 
     def times(values: list[Any]) -> list[int | None]:
         ts = raw(values)
@@ -410,7 +410,7 @@ def _block_times(parts: tuple[str, ...]) -> Callable[[list[Any]], list[int | Non
     return times
 
 
-def _block_column(parts: tuple[str, ...]) -> Callable[[list[Any]], list[Any]]:
+def block_column(parts: tuple[str, ...]) -> Callable[[list[Any]], list[Any]]:
     """A value path read from each of a block of plain-file values (what _key_getter reads from
     each record): in one C-level pass when every value is an object holding the field."""
     if len(parts) != 2:
@@ -437,8 +437,8 @@ def _run_stream_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], bloc
 
     assert spec.within is not None
     stats = JoinStats()
-    times = [_block_times(spec.time_field[0]), _block_times(spec.time_field[1])]
-    keys = [_block_column(spec.on[0]), _block_column(spec.on[1])]
+    times = [block_times(spec.time_field[0]), block_times(spec.time_field[1])]
+    keys = [block_column(spec.on[0]), block_column(spec.on[1])]
     kw = {} if block_bytes is None else {"block_bytes": block_bytes}
 
     def merged() -> Iterator[inputorder.Batch]:

@@ -105,7 +105,7 @@ def make_operator(cfg: WindowConfig, plan: aggregations.Plan):
 
 
 def _path_getter(parts: tuple[str, ...]) -> Callable[[dict], Any]:
-    return aggregations._getter(parts)
+    return aggregations.getter(parts)
 
 
 def key_json_cached(cache: dict[str, bytes] | None = None) -> Callable[[Any], bytes]:
@@ -292,7 +292,7 @@ def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
             return f"(_val.get({parts[1]!r}) if type(_val) is dict else None)"
         if len(parts) == 1:
             return f"r.get({parts[0]!r})"
-        env["_g"].append(aggregations._getter(parts))
+        env["_g"].append(aggregations.getter(parts))
         return f"_g[{len(env['_g']) - 1}](r)"
 
     def column(parts: tuple[str, ...], lazy: bool = False) -> str:
