@@ -215,7 +215,7 @@ def join(
     _report(spec, stats, late_out)
 
 
-def _late_writer(late_out: str | None):  # type: ignore[no-untyped-def]
+def _late_writer(late_out: str | None):
     """The --late-out file and a sink writing late records' lines to it (None, None without it)."""
     if late_out is None:
         return None, None
@@ -232,7 +232,7 @@ def _late_writer(late_out: str | None):  # type: ignore[no-untyped-def]
     return f, (lambda _side, line: f.write(line))
 
 
-def _report(spec, stats, late_out: str | None) -> None:  # type: ignore[no-untyped-def]
+def _report(spec, stats, late_out: str | None) -> None:
     skipped = sum(stats.no_time)
     if skipped:
         info(f"{skipped} event(s) without a usable time in {'.'.join(spec.time_field[0])} were skipped "
@@ -264,7 +264,7 @@ def _input_bytes(paths: list[str]) -> int:
     return total
 
 
-def _run_spark(spec, specs, master, output, out):  # type: ignore[no-untyped-def]
+def _run_spark(spec, specs, master, output, out):
     """Run the join as a Spark job; rows to `out`, and the job's counts back as JoinStats."""
     import sys
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
 from streamctl.commands.common import example, info
+
+if TYPE_CHECKING:
+    from streamctl.formats.table import CsvWriter
 
 EPILOG = example(
     "streamctl window requests --tumbling 1m                                # requests per minute per key",
@@ -178,7 +183,7 @@ class _Rows:
         self.output = output
         self.out = Output(unbuffered=unbuffered)
         self.table_rows: list[dict] = []
-        self.csv = None
+        self.csv: CsvWriter | None = None
         if output == "csv":
             from streamctl.formats.table import CsvWriter
             from streamctl.processing.windows.driver import make_plan
@@ -202,7 +207,7 @@ class _Rows:
             except (TypeError, ValueError):
                 for r in rows:  # raises at the row orjson cannot write, after the rows before it
                     write(row_json(r))
-        elif self.output == "csv":
+        elif self.csv is not None:
             self.out.write(self.csv.rows(row_dict(r) for r in rows))
         else:
             self.table_rows.extend(row_dict(r) for r in rows)
@@ -216,7 +221,7 @@ class _Rows:
                 self.out.write(line if line.endswith(b"\n") else line + b"\n")
             return
         rows = [orjson.loads(line) for line in lines if line.strip()]
-        if self.output == "csv":
+        if self.csv is not None:
             self.out.write(self.csv.rows(rows))
         else:
             self.table_rows.extend(rows)

@@ -254,7 +254,11 @@ class EnvelopeLane:
 
     def __init__(self, const_key: str | None) -> None:
         self.const_key = const_key
-        self.decode = msgspec.json.Decoder(_Envelope if const_key is None else _EnvelopeAnyKey).decode
+        self.decode: Callable[[bytes], _Envelope | _EnvelopeAnyKey]
+        if const_key is None:
+            self.decode = msgspec.json.Decoder(_Envelope).decode
+        else:
+            self.decode = msgspec.json.Decoder(_EnvelopeAnyKey).decode
 
     def __call__(self, batch: list) -> EnvelopeBatch | None:
         try:
@@ -281,7 +285,7 @@ class EnvelopeLane:
             headers = [None] * len(hs)
         values = list(map(_value, envs))
         if self.const_key is not None:
-            keys = [self.const_key] * len(envs)
+            keys: list[str | None] = [self.const_key] * len(envs)
             key_texts = [orjson.dumps(self.const_key)] * len(envs)
         else:
             keys = list(map(_key, envs))

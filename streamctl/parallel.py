@@ -15,7 +15,7 @@ import os
 import pickle
 import signal
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from streamctl import stopflag
 from streamctl.errors import Interrupted, StorageError, StreamctlError
@@ -80,7 +80,7 @@ def _spawn(func: Callable[[T], R], chunk: T) -> tuple[int, int]:
         os._exit(code)
 
 
-def _collect(pid: int, fd: int) -> R:
+def _collect(pid: int, fd: int) -> Any:
     with os.fdopen(fd, "rb") as f:
         data = f.read()
     _, status = os.waitpid(pid, 0)

@@ -86,7 +86,7 @@ def plan(log: Log, partitions: list[int], from_spec: str | None, group: str | No
             start = committed[p]
             if start > info.next_offset:
                 raise StorageError(
-                    f"{log.group_path(group)}: committed offset {start} for partition {p} is past the end "
+                    f"{log.group_path(group or '')}: committed offset {start} for partition {p} is past the end "
                     f"of the log ({info.next_offset}); the log was truncated or replaced. Reset with "
                     f"`streamctl replay {log.path} --group {group} --to-latest --execute`")
             if start < info.first_offset:

@@ -339,7 +339,7 @@ class Filter:
         return " ".join(parts + [f"--where {w.text!r}" for w in self.wheres])
 
     def _compile(self, make_getter: Callable[[tuple[str, ...]], Callable[[Any], Any]]) -> Callable[[Any], bool]:
-        tests: list[Callable[[Any], bool]] = []
+        tests: list[Callable[..., bool]] = []
         if self.keys:
             get_key = make_getter(("key",))
             keys = set(self.keys)

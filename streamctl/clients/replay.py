@@ -20,7 +20,7 @@ streamctl/spark/replay_job.py implements the same rules.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -200,7 +200,7 @@ def _lines(log: Log, p: int, rng: Range, flt: Filter | None, progress: Progress 
         yield from block.splitlines(keepends=True)
 
 
-def _merge(per_partition: dict[int, Iterator[bytes]]) -> Iterator[bytes]:
+def _merge(per_partition: Mapping[int, Iterator[bytes]]) -> Iterator[bytes]:
     """Lines of several partitions in (ts, partition, offset) order (each input is in offset order)."""
     if len(per_partition) == 1:
         yield from next(iter(per_partition.values()))
@@ -372,6 +372,7 @@ def append_lines(dest: Log, lines: Iterator[bytes], batch_bytes: int = 1 << 20, 
             if items:
                 res = app.append(p, items)
                 stats.records += len(items)
+                assert stats.ranges is not None  # set when the stats are made
                 rng = stats.ranges.setdefault(p, [res.first_offset, res.last_offset])
                 rng[1] = res.last_offset
 

@@ -429,6 +429,7 @@ class SqliteCommitter(Committer):
 
     def __init__(self, log: Log, group: str, table: SqliteTable, interval: float = 1.0) -> None:
         super().__init__(log, group, interval=interval)
+        self.sink_group = group  # always a group here (Committer's may be None)
         self.table = table
         self.rows: list[Row] = []
         self.mirror: dict[int, int] = {}  # offsets committed to the database, not yet to the group file
@@ -447,7 +448,7 @@ class SqliteCommitter(Committer):
             self.mirror.update(stored)
         now = time.monotonic()
         if self.mirror and (mirror or now - self._mirrored >= self.interval):
-            offsets.commit(self.log, self.group, self.mirror)
+            offsets.commit(self.log, self.sink_group, self.mirror)
             self.mirror = {}
             self._mirrored = now
         self._last = now

@@ -264,13 +264,13 @@ class ClaimGuard:
             self.fds.append(fd)
         members = 0
         for path in member_paths(self.log, self.group):
-            fd = _try_hold(path)
-            if fd is None:
+            got = _try_hold(path)
+            if got is None:
                 continue
-            if fd < 0:
+            if got < 0:
                 members += 1
             else:
-                self.fds.append(fd)
+                self.fds.append(got)
         if busy or members:
             self._release()
             held = f"a member holds partition(s) {', '.join(str(p) for p in busy)}" if busy else \

@@ -119,7 +119,7 @@ def format_age(ms: int) -> str:
         return f"{ms}ms"
     secs = ms // 1000
     units = (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1))
-    parts = []
+    parts: list[str] = []
     for name, size in units:
         if secs >= size or parts:
             n, secs = divmod(secs, size)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from streamctl.clients.filters import Filter
     from streamctl.clients.replay import Bound
     from streamctl.clients.sqlitesink import SqliteTarget
+    from streamctl.live.cursor import Sink
 
 FOLLOW_BATCH_TIMEOUT = 1.0
 # While catching up on history, commit at most this often (a commit is a rename and two fsyncs).
@@ -54,6 +55,7 @@ def run(log: str, group: str | None, from_: str | None, partition: int | None, m
     render = renderer(value, fmt, log_name(log))
     committer = consumer.Committer(lg, group, interval=COMMIT_INTERVAL)
     table_sink = None
+    sink: Sink
     if sqlite is not None and group is not None:
         from streamctl.clients.sqlitesink import open_sink
 

@@ -487,6 +487,7 @@ def consume_live(log: Log, opts: LiveOptions, sink: Sink, committer: Committer,
             if p not in finished:
                 follower.add(p, pos.end if pos.end is not None and pos.end > pos.start else pos.start)
         res.finished = finished
+        assert waiter is not None  # made above whenever opts.follow
         _follow(log, opts, sink, committer, members, follower, waiter, res, say)
         res.stopped_by = stopflag.signum()
         return res
@@ -557,6 +558,7 @@ def _follow(log: Log, opts: LiveOptions, sink: Sink, committer: Committer, membe
             for p in releasing:
                 follower.remove(p)
                 _forget(committer, p)
+            assert members is not None  # only members release partitions
             members.release(releasing)
             releasing = []
         if opts.idle_timeout is not None and now - last_delivery >= opts.idle_timeout:
@@ -631,7 +633,11 @@ def tail_log(log: Log, parts: list[int], n: int, follow: bool, render: Callable[
             pl = plan(log, parts, "latest", None) if ends is None else None
             for line in lines:
                 write(line if render is None else render(line))
-            starts = ends if ends is not None else {p: pos.start for p, pos in pl.positions.items()}
+            if ends is not None:
+                starts = ends
+            else:
+                assert pl is not None  # planned above when no record matched
+                starts = {p: pos.start for p, pos in pl.positions.items()}
         else:
             pl = plan(log, parts, f"-{n}" if n else "latest", None)
             last: deque[bytes] = deque(maxlen=n or 1)

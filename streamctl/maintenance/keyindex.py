@@ -128,6 +128,8 @@ class _Scan:
             self._slow_block(buf, cut, base, start, path, got)
             return
         got.lines += len(keys) + 1
+        assert first is not None  # keys is None without it
+        assert first is not None  # keys is None without it
         k0 = first.group(1)
         if k0 in self.seen and self.seen.issuperset(keys):
             return  # every key here has a later line already (null is never in `seen`)

@@ -385,7 +385,7 @@ class Plan:
     # -- checkpoints (follow mode) -------------------------------------------------
 
     def dump(self, st: list) -> list:
-        out = []
+        out: list[Any] = []
         for f, x in zip(self.funcs, st, strict=True):
             if f == "distinct":
                 out.append([["s", v] if type(v) is str else ["j", v.decode()] for v in x])

@@ -67,7 +67,7 @@ class FieldReader:
                          ("key", str | None, None)], gc=False)
         self._decode = msgspec.json.Decoder(envelope).decode
         self._value = attrgetter("value")
-        self._getters = {("ts",): attrgetter("ts"), ("key",): attrgetter("key")}
+        self._getters: dict[FieldPath, attrgetter[Any]] = {("ts",): attrgetter("ts"), ("key",): attrgetter("key")}
         for i, n in enumerate(names):
             self._getters[("value", n)] = attrgetter(f"f{i}")
 

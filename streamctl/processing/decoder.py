@@ -26,7 +26,7 @@ import marshal
 import os
 import pickle
 import signal
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from streamctl import parallel, stopflag
@@ -47,7 +47,7 @@ def can_fork() -> bool:
     return parallel.cores() >= 2 and hasattr(os, "fork")
 
 
-def items(make: Callable[[], Iterable[T]], what: str) -> Iterator[T]:
+def items(make: Callable[[], Iterable[T]], what: str) -> Generator[T, None, None]:
     """The items of make(), made in a forked child and handed over a pipe: the caller works on
     one while the child makes the next. make() runs in the child only (on a copy of this
     process); its StreamctlErrors arrive here after the items before them. `what` names the
@@ -139,7 +139,7 @@ def _receive(f: Any) -> tuple:
 
 
 def log_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | None = None,
-                time_of: inputorder.TimeOf | None = None) -> Iterator[Sequence[dict]]:
+                time_of: inputorder.TimeOf | None = None) -> Generator[inputorder.Block, None, None]:
     """inputorder.log_batches(path, fields=fields), read ahead in a child process when that can help
     (one partition with something to read, two or more cores, fork available).
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, chain, islice, repeat
 from operator import itemgetter, le
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -37,6 +37,9 @@ from streamctl.storage import plainfile, reader, record
 
 Record = dict[str, Any]
 TimeOf = Callable[[Record], "int | None"]
+# A block of records in input order: a list of records, or (a log read for a few fields) the
+# columns of those fields, which parse a record in full only when it is taken.
+Block = Sequence[Record] | columns.FieldBatch
 
 NO_TIME = -(1 << 62)  # a lane's merge key before its first timed record
 
@@ -101,9 +104,10 @@ def merge_keys(times: Sequence[int | None], high: int) -> list[int]:
     """The merge keys of a lane's next records: the running maximum of their times, starting
     from `high`; a record without a time (None) keeps the maximum so far."""
     if None not in times:
-        if times and times[0] >= high and all(map(le, times, islice(times, 1, None))):
-            return list(times)  # in order already (the usual case): the keys are the times
-        return list(accumulate(times, max, initial=high))[1:]
+        known = cast("Sequence[int]", times)
+        if known and known[0] >= high and all(map(le, known, islice(known, 1, None))):
+            return list(known)  # in order already (the usual case): the keys are the times
+        return list(accumulate(known, max, initial=high))[1:]
     out = []
     for t in times:
         if t is not None and t > high:
@@ -117,6 +121,8 @@ class MergedBatch(list):
     merge key after its last item here, for lanes that have one in this batch)."""
 
     __slots__ = ("lanes", "highs")
+    lanes: list[int]
+    highs: dict[int, int]
 
 
 def merge_lanes(lanes: Sequence[Lane]) -> Iterator[MergedBatch]:
@@ -218,7 +224,7 @@ def log_records(path: str, partitions: list[int] | None = None, starts: dict[int
 def log_batches(path: str, partitions: list[int] | None = None,
                 starts: dict[int, int] | None = None,
                 fields: Sequence[FieldPath] | None = None, time_of: TimeOf | None = None,
-                highs: dict[int, int] | None = None) -> Iterator[Sequence[Record]]:
+                highs: dict[int, int] | None = None) -> Generator[Block, None, None]:
     """A log's records in the input order, in lists.
 
     A one-partition log is its own order: it is parsed a block at a time (one orjson call for
@@ -273,7 +279,7 @@ def _line_records(path: str, p: int, block: bytes) -> Iterator[tuple[int, int, i
 
 
 def _partition_batches(path: str, lg: logmod.Log, p: int, start: int, end: int | None,
-                       fields: Sequence[FieldPath] | None = None) -> Iterator[Sequence[Record]]:
+                       fields: Sequence[FieldPath] | None = None) -> Iterator[Block]:
     read_fields = columns.FieldReader(fields).read_piece if fields else None
     for piece in partition_pieces(lg, p, start, end):
         if read_fields is not None:
@@ -305,7 +311,7 @@ def piece_records(path: str, p: int, piece: bytes) -> list[Record]:
     recs = _block_records(piece)
     if recs is None:
         # something unusual in the piece: line by line, exactly as log_records reads it
-        recs = [obj for _ts, _p, _off, obj in _line_records(path, p, piece)]
+        return [obj for _ts, _p, _off, obj in _line_records(path, p, piece)]
     return recs
 
 
@@ -321,6 +327,8 @@ class RecordBatch(list):
     value (in order), for a consumer that needs them."""
 
     __slots__ = ("keys", "values")
+    keys: list[Any]
+    values: list[Any]
 
 
 def _block_records(block: bytes) -> RecordBatch | None:
@@ -510,7 +518,7 @@ Column = Callable[[list[Any]], list[Any]]
 
 
 def merged_plain(paths: Sequence[str], times_of: Sequence[Column], keys_of: Sequence[Column],
-                 raw: bool = False, block_bytes: int = PLAIN_BLOCK) -> Iterator[Batch]:
+                 raw: bool = False, block_bytes: int = PLAIN_BLOCK) -> Generator[Batch, None, None]:
     """merged() of two plain files, a batch at a time: (sides, times, keys, payloads), sides
     False for the first input and True for the second, times and keys as `times_of[i]` and
     `keys_of[i]` read them from a block of input i's values, payloads as plain_blocks_raw
@@ -569,5 +577,5 @@ def merged_plain(paths: Sequence[str], times_of: Sequence[Column], keys_of: Sequ
                 continue
             both = ka + kb
             order = sorted(range(len(both)), key=both.__getitem__)  # stable: ties to the first input
-            yield (list(map(n.__le__, order)), *(list(map((a[c][sa:ea] + b[c][sb:eb]).__getitem__, order))
-                                                 for c in (0, 1, 2)))
+            ts, keys, payloads = (list(map((a[c][sa:ea] + b[c][sb:eb]).__getitem__, order)) for c in (0, 1, 2))
+            yield list(map(n.__le__, order)), ts, keys, payloads

@@ -47,7 +47,7 @@ class Partitioner:
         self._cycle = itertools.cycle(range(partitions))
         for _ in range(start % partitions):
             next(self._cycle)
-        self._cache: dict[str, int] = {}
+        self._cache: dict[str | None, int] = {}  # None is never stored: it has no fixed partition
 
     def spread(self, count: int) -> int:
         """Start partition for `count` null-key records spread round-robin; advances the cycle."""
@@ -85,5 +85,5 @@ class Partitioner:
             cache.clear()  # bounded: start over rather than grow with a stream of new keys
         n = self.partitions
         for k in missing:
-            cache[k] = partition_for_key(k, n)
+            cache[k] = partition_for_key(k, n)  # type: ignore[arg-type]  # None left above  # type: ignore[arg-type]  # None left above
         return list(map(cache.__getitem__, keys))

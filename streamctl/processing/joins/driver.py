@@ -30,7 +30,7 @@ Decisions (also in `streamctl join --help` and docs/guide/joins.md):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
@@ -100,6 +100,7 @@ def make_spec(left: str, right: str, *, within: str | None = None, table: bool =
     kind = "stream" if within is not None else "table" if table else "tables"
     if left == "-" and right == "-":
         raise UsageError("only one input can be stdin (-)")
+    hows: tuple[str, ...]
     if kind == "stream":
         hows = HOWS_STREAM
     elif kind == "table":
@@ -441,7 +442,7 @@ def _run_stream_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], bloc
     keys = [block_column(spec.on[0]), block_column(spec.on[1])]
     kw = {} if block_bytes is None else {"block_bytes": block_bytes}
 
-    def merged() -> Iterator[inputorder.Batch]:
+    def merged() -> Generator[inputorder.Batch, None, None]:
         return inputorder.merged_plain([spec.left, spec.right], times, keys, raw=True, **kw)
 
     from streamctl.processing import decoder

@@ -12,7 +12,7 @@ row that uses it), and a run's rows are encoded by one C-level map.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from itertools import islice, repeat
 from operator import itemgetter, le
 from typing import Any
@@ -29,7 +29,7 @@ class _Side:
     """One log read a batch at a time: the current batch's records, times, keys and values, and
     the position of the next record in it."""
 
-    def __init__(self, batches: Iterator[Sequence[Record]], key_field: str | None) -> None:
+    def __init__(self, batches: Iterator[inputorder.Block], key_field: str | None) -> None:
         self.batches = batches
         self.key_field = key_field  # a value field, or None for the record key
         self.i = 0

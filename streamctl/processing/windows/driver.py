@@ -375,8 +375,8 @@ def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
             src.append("        if None in ks:  # not in the cache (yet)")
             src.append("            ks = [k if k is not None else _kj(v) for k, v in zip(ks, kv)]")
         elif from_batch:
-            cols = ", ".join(col(fieldpaths.record_path(p)) for p in cfg.by)
-            src.append(f"    ks = [_dumps(list(t)) for t in zip({cols})]")
+            by_cols = ", ".join(col(fieldpaths.record_path(p)) for p in cfg.by)
+            src.append(f"    ks = [_dumps(list(t)) for t in zip({by_cols})]")
         else:
             exprs = ", ".join(one(fieldpaths.record_path(p)) for p in cfg.by)
             src.append(f"    ks = [_dumps([{exprs}]) for r, _val in zip(recs, _vals)]")
@@ -421,7 +421,7 @@ class RecordBlocks:
     WindowRun.feed takes the lists as they are. `hooks` (see decoder.log_batches) lets feed hand
     the reading process the function that makes a batch's columns."""
 
-    def __init__(self, batches: Iterable[list[dict]], hooks: dict | None = None) -> None:
+    def __init__(self, batches: Iterable[inputorder.Block], hooks: dict | None = None) -> None:
         self.batches = batches
         self.hooks = hooks if hooks is not None else {}
 
@@ -445,7 +445,8 @@ class WindowRun:
         self.plan = make_plan(cfg)
         self.op = make_operator(cfg, self.plan)
         self.prepare = compile_prepare(cfg, is_log, self.plan)
-        self.columns = None if cfg.processing_time else compile_columns(cfg, is_log, self.plan, {})
+        # compiled source: a function with a `prepare` attribute (see compile_columns)
+        self.columns: Any = None if cfg.processing_time else compile_columns(cfg, is_log, self.plan, {})
         self.watermark = Watermark(cfg.lateness)
         self.stats = WindowStats()
         self.seq = 0
@@ -518,8 +519,8 @@ class WindowRun:
             if gc_was_enabled:
                 gc.enable()
 
-    def feed_batches(self, batches: Iterable[list[dict]], emit: Callable[[list], None],
-                     source: str = "input", done: Callable[[list[dict]], None] | None = None) -> None:
+    def feed_batches(self, batches: Iterable[inputorder.Block], emit: Callable[[list], None],
+                     source: str = "input", done: Callable[[inputorder.Block], None] | None = None) -> None:
         """feed() for records that come in lists, with the same rows, order, counts and state.
 
         Each list's fields are read column by column (compile_columns) and folded
@@ -749,7 +750,7 @@ def late_line(rec: dict, is_log: bool) -> bytes:
     return orjson.dumps(rec if is_log else rec.get("value")) + b"\n"
 
 
-def records_of(path: str, cfg: WindowConfig | None = None) -> tuple[bool, Iterator[dict]]:
+def records_of(path: str, cfg: WindowConfig | None = None) -> tuple[bool, Iterable[dict]]:
     """The input's records; a log's come in blocks, as columns of the fields `cfg` reads where it can."""
     from operator import itemgetter
 
@@ -942,15 +943,17 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
         fsutil.atomic_write(ckpt, orjson.dumps(body))
         if positions:
             # the group file is for `stat` (lag); the checkpoint above is what a restart trusts
+            assert group is not None  # a checkpoint is kept only with --group
             offsets.commit(lg, group, dict(positions))
 
-    def done(batch: list[dict]) -> None:
+    def done(batch: inputorder.Block) -> None:
+        assert isinstance(batch, inputorder.MergedBatch)  # log_batches merges when given highs
         # the last record of each partition in the batch (later pairs overwrite earlier ones)
         for p, off in dict(map(_partition_offset, batch)).items():
             positions[p] = off + 1
         highs.update(batch.highs)
 
-    def round_of(batches: Iterator[list[dict]]) -> Iterator[list[dict]]:
+    def round_of(batches: Iterator[inputorder.Block]) -> Iterator[inputorder.Block]:
         """About FOLLOW_BATCH records, a batch at a time, until a stop signal."""
         n = 0
         for batch in batches:

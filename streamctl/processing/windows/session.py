@@ -93,7 +93,7 @@ class Session:
         latest one's last + GAP matters."""
         if self.correct:
             closed = self.closed.get(key)
-            return bool(closed) and t <= closed[-1][LAST] + self.gap
+            return closed is not None and bool(closed) and t <= closed[-1][LAST] + self.gap
         last = self.closed_last.get(key)
         return last is not None and t <= last + self.gap
 

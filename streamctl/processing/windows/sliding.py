@@ -29,7 +29,7 @@ class Sliding:
         self.events: dict[bytes, list[tuple]] = {}  # key -> [(t, seq, vals)] sorted by (t, seq)
         self.pending: list[tuple[int, bytes, int]] = []  # heap of rows not yet closed: (t, key, seq)
         self.revisions: dict[tuple[bytes, int], int] = {}  # --late correct: (key, t) -> last revision
-        self._swept = None
+        self._swept: int | None = None
 
     def _result(self, evs: list, t: int) -> dict:
         lo = bisect_left(evs, t - self.size, key=_time)
