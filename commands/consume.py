@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from streamctl.commands import options
 from streamctl.commands.common import example, info
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ def consume(
     sqlite: str | None = typer.Option(None, "--sqlite", metavar="FILE", help="With --group: write the records into a table of the SQLite database FILE (created if missing) instead of stdout, exactly once: each batch's rows and the group's offsets are committed in one transaction, and consume resumes from the offsets in FILE (--from counts only for a first run)."),
     table: str | None = typer.Option(None, "--table", metavar="NAME", help="With --sqlite: the table (default: the log's folder name), created with columns key, value (JSON text), headers (JSON text or NULL), ts, partition, offset."),
     mode: str = typer.Option("append", "--mode", metavar="append|upsert", help="With --sqlite: append (a row per record, primary key partition, offset) or upsert (a row per key, the latest; a null value deletes it; null keys are skipped and counted)."),
-    unbuffered: bool = typer.Option(False, "--unbuffered", "-u", help="Flush after every record (automatic on a terminal)."),
+    unbuffered: bool = options.unbuffered(),
 ) -> None:
     """Write LOG's records to stdout and exit at the end of the log.
 
@@ -151,13 +152,7 @@ def consume(
 
     from streamctl.storage import log as logmod
 
-    if log == "-" or not logmod.is_log(log):
-        import os
-
-        if log != "-" and os.path.isdir(log):
-            raise UsageError(f"{log}: not a streamctl log (no streamctl.json)")
-        if log != "-" and not os.path.exists(log):
-            raise UsageError(f"{log}: no such log or file")
+    if not logmod.is_log_input(log):
         if group or follow or exec_ or partition not in (None, 0):
             raise UsageError("--group, --follow, --exec and --partition need a log, not a plain file")
         if bound is not None and bound.kind != "offset":
@@ -176,7 +171,6 @@ def consume(
     # no group: nothing to claim or commit; stream the stored lines straight through
     from streamctl import stopflag
     from streamctl.clients import consumer
-    from streamctl.errors import Interrupted
     from streamctl.formats.records import renderer
     from streamctl.formats.template import log_name
     from streamctl.formats.writer import Output
@@ -198,11 +192,7 @@ def consume(
         items = consumer.stream(lg, pl, merge=True)
         consumer.run(items, render, out.write, out.flush, consumer.Committer(lg, None), max_,
                      flt.select if flt is not None else None)
-    if stopflag.is_set():
-        import signal
-
-        if stopflag.signum() == signal.SIGINT:
-            raise Interrupted("interrupted")
+    stopflag.end()
 
 
 def _consume_plain(path: str, from_: str | None, max_: int | None, value: bool, fmt: str | None,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from streamctl.commands.common import example, info
+from streamctl.commands import options
+from streamctl.commands.common import example, info, write_job
 
 EPILOG = example(
     "# click-through: searches without a click within 1h (each comes out once the watermark is 1h past it)",
@@ -97,11 +98,11 @@ def join(
     lateness: str | None = typer.Option(None, "--lateness", metavar="DUR", help="How far the watermark trails the largest event time seen (default 0); with --within or --as-of event-time."),
     late_out: str | None = typer.Option(None, "--late-out", metavar="FILE", help="Write late records to FILE (a log's records as stored JSON, a plain file's values)."),
     output: str = typer.Option("jsonl", "--output", "-o", metavar="jsonl|csv|table", help="jsonl for scripts (default), csv, or an aligned table for people (buffers all rows)."),
-    engine: str = typer.Option("auto", "--engine", metavar="local|spark|auto", help="Where to run: auto picks Spark above --spark-threshold bytes of input when pyspark and Java are available."),
-    spark_threshold: str | None = typer.Option(None, "--spark-threshold", metavar="SIZE", help="Input size from which --engine auto uses Spark (default 8GiB)."),
-    master: str | None = typer.Option(None, "--master", metavar="URL", help="Spark master (default local[*]), e.g. spark://host:7077 or yarn."),
-    emit_job: str | None = typer.Option(None, "--emit-job", metavar="FILE", help="Write the PySpark job to FILE and exit (run it with spark-submit FILE or python FILE)."),
-    unbuffered: bool = typer.Option(False, "--unbuffered", "-u", help="Flush after every row (automatic on a terminal)."),
+    engine: str = options.engine(),
+    spark_threshold: str | None = options.spark_threshold(),
+    master: str | None = options.master(),
+    emit_job: str | None = options.emit_job(),
+    unbuffered: bool = options.unbuffered("row"),
 ) -> None:
     from streamctl.errors import UsageError
     from streamctl.formats.table import OUTPUTS
@@ -125,18 +126,7 @@ def join(
             raise UsageError("--late-out writes a local file; the Spark job reports the late count only")
         if "-" in (left, right):
             raise UsageError("--emit-job needs files or logs, not stdin (-)")
-        from streamctl.storage.fsutil import atomic_write
-
-        text = joining.job_text(joining.job_params(spec, specs, master, snapshot=False))
-        if emit_job == "-":
-            from streamctl.formats.writer import Output
-
-            w = Output()
-            w.write(text.encode())
-            w.flush()
-            return
-        atomic_write(emit_job, text.encode(), 0o755)
-        info(f"wrote the Spark job to {emit_job}; run it with: spark-submit {emit_job}  (or: python {emit_job})")
+        write_job(joining.job_text(joining.job_params(spec, specs, master, snapshot=False)), emit_job)
         return
 
     chosen = "local"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from streamctl.commands.common import example, info
+from streamctl.commands import options
+from streamctl.commands.common import example, info, write_job
 from streamctl.commands.consume import WHERE_HELP
 
 EPILOG = example(
@@ -63,11 +64,11 @@ def replay(
     where: list[str] | None = typer.Option(None, "--where", metavar="'PATH OP VALUE'", help=WHERE_HELP + " Local engine only."),
     compact: bool = typer.Option(False, "--compact", help="The table as of --until: the latest record per key, deleted keys (tombstones) and records without a key left out."),
     out: str | None = typer.Option(None, "--out", metavar="LOG2", help="Append the records to LOG2 (new offsets; created with LOG's partition count if missing) instead of stdout."),
-    engine: str = typer.Option("auto", "--engine", metavar="local|spark|auto", help="Who does the work: this process, a generated PySpark job, or auto: Spark above --spark-threshold when pyspark and Java are available (the choice is said on stderr)."),
-    spark_threshold: str | None = typer.Option(None, "--spark-threshold", metavar="BYTES", help="auto picks Spark at or above this much input (default 8GiB: on 2 cores one process stayed faster up to at least 4 GiB)."),
-    master: str | None = typer.Option(None, "--master", metavar="URL", help="Spark master (default local[*]; with --emit-job, unset so spark-submit's --master applies)."),
-    emit_job: str | None = typer.Option(None, "--emit-job", metavar="FILE", help="Write the standalone PySpark job to FILE (- for stdout) and exit; run it with spark-submit or python."),
-    unbuffered: bool = typer.Option(False, "--unbuffered", "-u", help="Flush after every record (automatic on a terminal)."),
+    engine: str = options.engine(),
+    spark_threshold: str | None = options.spark_threshold(),
+    master: str | None = options.master(),
+    emit_job: str | None = options.emit_job(),
+    unbuffered: bool = options.unbuffered(),
 ) -> None:
     """Reset a consumer group's offsets, or replay a range or a snapshot of LOG.
 
@@ -208,7 +209,6 @@ def _reset(log: str, group: str, mode: str, to_offset: int | None, to_datetime: 
 def _range(log: str, from_: str | None, until: str | None, flt, compact: bool, out: str | None,
            engine: str, spark_threshold: str | None, master: str | None, emit_job: str | None,
            unbuffered: bool) -> None:
-    import os
 
     from streamctl.clients import replay as core
     from streamctl.commands.common import parse_size
@@ -243,11 +243,7 @@ def _range(log: str, from_: str | None, until: str | None, flt, compact: bool, o
         if engine == "local":
             raise UsageError(f"{log} is a URI: only the Spark engine reads it (--engine spark, or --emit-job)")
         return _spark_uri(log, spec, out, master, engine, unbuffered)
-    if log == "-" or not logmod.is_log(log):
-        if log != "-" and os.path.isdir(log):
-            raise UsageError(f"{log}: not a streamctl log (no streamctl.json)")
-        if log != "-" and not os.path.exists(log):
-            raise UsageError(f"{log}: no such log or file")
+    if not logmod.is_log_input(log):
         if engine == "spark":
             raise UsageError("--engine spark needs a log; plain files are replayed locally")
         return _write(core.replay_plain(log, spec), out, unbuffered, None)
@@ -433,7 +429,6 @@ def _emit(log: str, spec, master: str | None, path: str) -> None:
     import os
 
     from streamctl.spark import jobgen
-    from streamctl.storage.fsutil import atomic_write
 
     uri = log if "://" in log else os.path.abspath(log)
     params = _job_params(uri, spec, relative=True)
@@ -442,16 +437,7 @@ def _emit(log: str, spec, master: str | None, path: str) -> None:
            "  spark-submit --master yarn job.py > out.jsonl    # on a cluster\n"
            "  python job.py > out.jsonl                        # plain Python with pyspark, local[*]\n"
            "Relative times (from/until \"ago_ms\") are resolved when the job starts.")
-    text = jobgen.render_job(_title(spec), how, params, jobgen.body_source("replay_job"))
-    if path == "-":
-        from streamctl.formats.writer import Output
-
-        w = Output()
-        w.write(text.encode())
-        w.flush()
-        return
-    atomic_write(path, text.encode(), 0o755)
-    info(f"wrote the Spark job to {path}; run it with: spark-submit {path}  (or: python {path})")
+    write_job(jobgen.render_job(_title(spec), how, params, jobgen.body_source("replay_job")), path)
 
 
 class _Progress:

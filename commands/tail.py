@@ -61,13 +61,7 @@ def tail(
         from streamctl.clients.filters import Filter
 
         flt = Filter.from_options(key, header, where)
-    if log == "-" or not logmod.is_log(log):
-        import os
-
-        if log != "-" and os.path.isdir(log):
-            raise UsageError(f"{log}: not a streamctl log (no streamctl.json)")
-        if log != "-" and not os.path.exists(log):
-            raise UsageError(f"{log}: no such log or file")
+    if not logmod.is_log_input(log):
         if partition not in (None, 0):
             raise UsageError("--partition needs a log; a plain file has only partition 0")
         if log == "-":
@@ -82,7 +76,6 @@ def tail(
 
     from streamctl import stopflag
     from streamctl.clients import consumer
-    from streamctl.errors import Interrupted
     from streamctl.formats.records import renderer
     from streamctl.formats.template import log_name
     from streamctl.formats.writer import Output
@@ -97,15 +90,11 @@ def tail(
     sig = tail_log(lg, parts, lines, follow, render, out.write, out.flush, info,
                    flt.select if flt is not None else None)
     if sig is not None:
-        import signal
-
-        if sig == signal.SIGINT:
-            raise Interrupted("interrupted")
+        stopflag.end()
 
 
 def _tail_plain(path: str, lines: int, follow: bool, value: bool, fmt: str | None, flt=None) -> None:
     from streamctl import stopflag
-    from streamctl.errors import Interrupted
     from streamctl.formats.template import compile_plain_template, log_name
     from streamctl.formats.writer import Output
     from streamctl.live.cursor import tail_plain
@@ -139,7 +128,4 @@ def _tail_plain(path: str, lines: int, follow: bool, value: bool, fmt: str | Non
         stopflag.install()
     sig = tail_plain(path, lines, follow, emit, out.flush, info, keep)
     if sig is not None:
-        import signal
-
-        if sig == signal.SIGINT:
-            raise Interrupted("interrupted")
+        stopflag.end()

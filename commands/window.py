@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from streamctl.commands.common import example, info
+from streamctl.commands import options
+from streamctl.commands.common import example, info, write_job
 
 if TYPE_CHECKING:
     from streamctl.formats.table import CsvWriter
@@ -99,10 +100,10 @@ def window(
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep running on a LOG, emitting windows as the watermark moves."),
     group: str | None = typer.Option(None, "--group", "-g", metavar="G", help="With --follow: checkpoint input offsets and window state together in LOG/groups/.G.window.json."),
     idle_timeout: str | None = typer.Option(None, "--idle-timeout", metavar="DUR", help="With --follow: after DUR without new records, flush open windows and exit (the checkpoint keeps them open)."),
-    engine: str = typer.Option("auto", "--engine", metavar="local|spark|auto", help="Engine for finite input: auto picks Spark above --spark-threshold when pyspark and Java are available."),
-    spark_threshold: str | None = typer.Option(None, "--spark-threshold", metavar="BYTES", help="Input size from which auto picks Spark (e.g. 8GiB)."),
-    master: str | None = typer.Option(None, "--master", metavar="URL", help="Spark master (default local[*])."),
-    emit_job: str | None = typer.Option(None, "--emit-job", metavar="FILE", help="Write the standalone PySpark job to FILE (- for stdout) and exit; run it with spark-submit or python. INPUT may then be any Spark URI (hdfs://, s3a://)."),
+    engine: str = options.engine(),
+    spark_threshold: str | None = options.spark_threshold(),
+    master: str | None = options.master(),
+    emit_job: str | None = options.emit_job("INPUT may then be any Spark URI (hdfs://, s3a://)."),
 ) -> None:
     from streamctl.errors import UsageError
     from streamctl.processing.windows.driver import WindowConfig, parse_hopping
@@ -316,13 +317,7 @@ def _follow(path: str, cfg, group: str | None, idle_timeout: str | None, late_ou
             f.close()
     rows.finish()
     _report(cfg, run, late_out)
-    if stopflag.is_set():
-        import signal
-
-        from streamctl.errors import Interrupted
-
-        if stopflag.signum() == signal.SIGINT:
-            raise Interrupted("interrupted; window state and offsets were checkpointed")
+    stopflag.end("interrupted; window state and offsets were checkpointed")
 
 
 def _job(path: str, cfg, master: str | None, stats_line: bool = False, snapshot: bool = True) -> str:
@@ -337,18 +332,7 @@ def _emit_job(path: str, cfg, master: str | None, target: str) -> None:
     from streamctl.processing.windows.driver import is_uri
 
     # absolute, so the job runs from any folder; it reads to the end of the log as it is when it runs
-    text = _job(path if is_uri(path) else os.path.abspath(path), cfg, master, snapshot=False)
-    if target == "-":
-        from streamctl.formats.writer import Output
-
-        w = Output()
-        w.write(text.encode())
-        w.flush()
-        return
-    from streamctl.storage.fsutil import atomic_write
-
-    atomic_write(target, text.encode(), 0o755)
-    info(f"wrote the Spark job to {target}; run it with: spark-submit {target}  (or: python {target})")
+    write_job(_job(path if is_uri(path) else os.path.abspath(path), cfg, master, snapshot=False), target)
 
 
 def _spark(path: str, cfg, master: str | None, output: str) -> None:

@@ -34,6 +34,14 @@ def _handler(sig: int, frame: object) -> None:
     _event.set()
 
 
+def end(message: str = "interrupted") -> None:
+    """How a command ends after a stop: SIGINT is Interrupted (exit 130), SIGTERM a clean stop."""
+    if signum() == signal.SIGINT:
+        from streamctl.errors import Interrupted
+
+        raise Interrupted(message)
+
+
 def install() -> None:
     """Only long-running commands install this; others keep Python's defaults."""
     signal.signal(signal.SIGINT, _handler)

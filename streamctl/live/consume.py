@@ -36,7 +36,7 @@ def run(log: str, group: str | None, from_: str | None, partition: int | None, m
         exec_policy: ExecPolicy | None = None, info: Callable[[str], None] = lambda msg: None) -> None:
     from streamctl import stopflag
     from streamctl.clients import consumer
-    from streamctl.errors import Interrupted, UsageError
+    from streamctl.errors import UsageError
     from streamctl.formats.records import renderer
     from streamctl.formats.template import log_name
     from streamctl.formats.writer import Output
@@ -92,8 +92,4 @@ def run(log: str, group: str | None, from_: str | None, partition: int | None, m
         for note in report(table_sink):
             info(note)
     if res.stopped_by is not None:
-        import signal
-
-        if res.stopped_by == signal.SIGINT:
-            raise Interrupted("interrupted; offsets of the records written were committed"
-                              if group else "interrupted")
+        stopflag.end("interrupted; offsets of the records written were committed" if group else "interrupted")

@@ -74,6 +74,21 @@ def is_log(path: str) -> bool:
     return os.path.isfile(os.path.join(path, META))
 
 
+def is_log_input(path: str) -> bool:
+    """Whether an input argument names a log (True) or a plain .jsonl file or `-` (False).
+
+    A folder that is no log, or a path that does not exist, is a UsageError: the one
+    check (and message) of every command that reads either.
+    """
+    if path != "-" and is_log(path):
+        return True
+    if path != "-" and os.path.isdir(path):
+        raise UsageError(f"{path}: not a streamctl log (no {META})")
+    if path != "-" and not os.path.exists(path):
+        raise UsageError(f"{path}: no such log or file")
+    return False
+
+
 def _read_meta(path: str) -> LogMeta:
     meta_path = os.path.join(path, META)
     try:
