@@ -157,7 +157,7 @@ def consume(
             raise UsageError("--group, --follow, --exec and --partition need a log, not a plain file")
         if bound is not None and bound.kind != "offset":
             raise UsageError(f"{log}: a plain file has no timestamps; --until takes an offset (a line number)")
-        return _consume_plain(log, from_, max_, value, fmt, unbuffered, flt,
+        return consume_plain(log, from_, max_, value, fmt, unbuffered, flt,
                               bound.value if bound is not None else None)
 
     if follow or exec_ or group:
@@ -195,8 +195,8 @@ def consume(
     stopflag.end()
 
 
-def _consume_plain(path: str, from_: str | None, max_: int | None, value: bool, fmt: str | None,
-                   unbuffered: bool, flt: Filter | None = None, until: int | None = None) -> None:
+def consume_plain(path: str, from_: str | None, max_: int | None, value: bool, fmt: str | None,
+                  unbuffered: bool, flt: Filter | None = None, until: int | None = None) -> None:
     """A plain .jsonl file (or -): its values with line numbers as offsets; filters see them as
     records with a null key, no ts and no headers."""
     from streamctl.formats.template import compile_plain_template, log_name

@@ -67,11 +67,11 @@ def tail(
         if log == "-":
             if follow:
                 raise UsageError("-f needs a log or a file, not stdin")
-            from streamctl.commands.consume import _consume_plain
+            from streamctl.commands.consume import consume_plain
 
             if flt is not None:
                 return _tail_plain(log, lines, False, value, fmt, flt)
-            return _consume_plain(log, f"-{lines}" if lines else "latest", None, value, fmt, False)
+            return consume_plain(log, f"-{lines}" if lines else "latest", None, value, fmt, False)
         return _tail_plain(log, lines, follow, value, fmt, flt)
 
     from streamctl import stopflag
