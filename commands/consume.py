@@ -199,12 +199,13 @@ def consume_plain(path: str, from_: str | None, max_: int | None, value: bool, f
                   unbuffered: bool, flt: Filter | None = None, until: int | None = None) -> None:
     """A plain .jsonl file (or -): its values with line numbers as offsets; filters see them as
     records with a null key, no ts and no headers."""
-    from streamctl.formats.template import compile_plain_template, log_name
+    from streamctl.formats.records import plain_renderer
+    from streamctl.formats.template import log_name
     from streamctl.formats.writer import Output
     from streamctl.storage import plainfile
 
     out = Output(unbuffered=True if unbuffered else None)
-    tmpl = compile_plain_template(fmt, log_name(path)) if fmt is not None else None
+    render = plain_renderer(value, fmt, log_name(path))
     n = 0
     for off, v in plainfile.select(plainfile.iter_values(path), from_):
         if max_ is not None and n >= max_:
@@ -213,11 +214,6 @@ def consume_plain(path: str, from_: str | None, max_: int | None, value: bool, f
             break
         if flt is not None and not flt.select(plainfile.envelope_line(off, v)):
             continue
-        if tmpl is not None:
-            out.write(tmpl(off, v))
-        elif value:
-            out.write(v + b"\n")
-        else:
-            out.write(plainfile.envelope_line(off, v))
+        out.write(render(off, v))
         n += 1
     out.flush()

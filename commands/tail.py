@@ -95,21 +95,17 @@ def tail(
 
 def _tail_plain(path: str, lines: int, follow: bool, value: bool, fmt: str | None, flt=None) -> None:
     from streamctl import stopflag
-    from streamctl.formats.template import compile_plain_template, log_name
+    from streamctl.formats.records import plain_renderer
+    from streamctl.formats.template import log_name
     from streamctl.formats.writer import Output
     from streamctl.live.cursor import tail_plain
     from streamctl.storage import plainfile
 
     out = Output()
-    tmpl = compile_plain_template(fmt, log_name(path)) if fmt is not None else None
+    render = plain_renderer(value, fmt, log_name(path))
 
     def emit(off: int, v: bytes) -> None:
-        if tmpl is not None:
-            out.write(tmpl(off, v))
-        elif value:
-            out.write(v + b"\n")
-        else:
-            out.write(plainfile.envelope_line(off, v))
+        out.write(render(off, v))
 
     keep = None
     if flt is not None:
