@@ -254,7 +254,7 @@ def merge_lines(parts: Iterator[tuple[int, list[bytes]]]) -> Iterator[Item]:
 
 
 class Sink(Protocol):
-    """Where consumed records go: stdout (PrintSink) or batches for a command (execbatch)."""
+    """Where consumed records go: stdout (PrintSink) or batches for a command (clients.execsink)."""
 
     per_line: bool
 

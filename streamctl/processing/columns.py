@@ -117,7 +117,7 @@ class FieldBatch:
     __slots__ = ("piece", "cols", "n", "pre", "_lines")
 
     def __init__(self, piece: bytes | None, cols: dict[FieldPath, list] | None, n: int, pre: Any = None) -> None:
-        self.piece = piece  # None: the reading process kept it (readahead.py: nobody needs the records)
+        self.piece = piece  # None: the reading process kept it (decoder.py: nobody needs the records)
         self.cols = cols
         self.n = n
         self.pre = pre  # what its consumer made of the columns, when the reading process made it

@@ -146,7 +146,7 @@ def log_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | No
     `hooks`, read when the first batch is asked for: "transform" is applied to each FieldBatch in
     the child too, its result travelling as the batch's `pre` instead of the columns. It must not
     change the parent's state (it runs on a copy); when it raises, or gives no `rest` (bad times:
-    windowing's columns), the batch travels with its columns and bytes, for the parent's slow
+    the window driver's columns), the batch travels with its columns and bytes, for the parent's slow
     paths. "records": False when the consumer never asks a batch with a `pre` for its records,
     whose bytes then stay behind (pickling them cost as much as the decoding). Several partitions
     are merged in this process, by the event time `time_of` reads."""
