@@ -27,11 +27,11 @@ def check(
     Exit 0 when clean (or everything found was repaired), 1 when problems remain.
     Problems name the file and byte offset.
     """
-    from streamctl.check import check as run_check
-    from streamctl.check import dumps
     from streamctl.errors import ExitCode
     from streamctl.formats.writer import Output
-    from streamctl.log import open_log
+    from streamctl.maintenance.check import check as run_check
+    from streamctl.maintenance.check import dumps
+    from streamctl.storage.log import open_log
 
     report = run_check(open_log(log), repair=repair)
     out = Output()

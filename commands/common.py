@@ -14,6 +14,21 @@ def info(msg: str) -> None:
         pass
 
 
+def write_job(text: str, target: str) -> None:
+    """--emit-job: the generated PySpark job to stdout (`-`) or to an executable file, replaced atomically."""
+    if target == "-":
+        from streamctl.formats.writer import Output
+
+        w = Output()
+        w.write(text.encode())
+        w.flush()
+        return
+    from streamctl.storage.fsutil import atomic_write
+
+    atomic_write(target, text.encode(), 0o755)
+    info(f"wrote the Spark job to {target}; run it with: spark-submit {target}  (or: python {target})")
+
+
 def example(*lines: str) -> str:
     """An epilog block that click prints verbatim (\\b stops re-wrapping)."""
     return "\b\nExamples:\n" + "\n".join(f"  {ln}" for ln in lines)

@@ -56,9 +56,9 @@ def compact(
 
     from streamctl import stopflag
     from streamctl.commands.common import parse_size
-    from streamctl.compaction import CompactOptions, Compactor
-    from streamctl.log import open_log
-    from streamctl.retention import RetentionOptions
+    from streamctl.maintenance.compaction import CompactOptions, Compactor
+    from streamctl.maintenance.retention import RetentionOptions
+    from streamctl.storage.log import open_log
     from streamctl.timeparse import parse_duration
 
     def duration(text: str) -> int:

@@ -6,10 +6,11 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from streamctl.commands.common import example
+from streamctl.commands import options
+from streamctl.commands.common import example, info
 
 if TYPE_CHECKING:
-    from streamctl.filters import Filter
+    from streamctl.clients.filters import Filter
 
 EPILOG = example(
     "streamctl consume orders                               # every record, then exit",
@@ -71,7 +72,7 @@ def consume(
     sqlite: str | None = typer.Option(None, "--sqlite", metavar="FILE", help="With --group: write the records into a table of the SQLite database FILE (created if missing) instead of stdout, exactly once: each batch's rows and the group's offsets are committed in one transaction, and consume resumes from the offsets in FILE (--from counts only for a first run)."),
     table: str | None = typer.Option(None, "--table", metavar="NAME", help="With --sqlite: the table (default: the log's folder name), created with columns key, value (JSON text), headers (JSON text or NULL), ts, partition, offset."),
     mode: str = typer.Option("append", "--mode", metavar="append|upsert", help="With --sqlite: append (a row per record, primary key partition, offset) or upsert (a row per key, the latest; a null value deletes it; null keys are skipped and counted)."),
-    unbuffered: bool = typer.Option(False, "--unbuffered", "-u", help="Flush after every record (automatic on a terminal)."),
+    unbuffered: bool = options.unbuffered(),
 ) -> None:
     """Write LOG's records to stdout and exit at the end of the log.
 
@@ -110,14 +111,14 @@ def consume(
         raise UsageError("--batch-timeout needs --exec or --sqlite")
     exec_policy = None
     if retries or retry_backoff is not None or dead_letter is not None:
-        from streamctl.execbatch import exec_policy as check_exec_policy
+        from streamctl.clients.execsink import exec_policy as check_exec_policy
 
         if exec_ is None:
             raise UsageError("--retries, --retry-backoff and --dead-letter need --exec CMD")
         exec_policy = check_exec_policy(log, retries, retry_backoff, dead_letter)
     sqlite_target = None
     if sqlite is not None:
-        from streamctl.sqlitesink import MODES, SqliteTarget, check_table_name
+        from streamctl.clients.sqlitesink import MODES, SqliteTarget, check_table_name
 
         if group is None:
             raise UsageError("--sqlite needs --group G (the offsets stored with the rows are the group's)")
@@ -131,51 +132,45 @@ def consume(
     elif table is not None or mode != "append":
         raise UsageError("--table and --mode need --sqlite FILE")
     if group is not None:
-        from streamctl.names import check_group
+        from streamctl.storage.names import check_group
 
         check_group(group)
     if from_ is not None:
-        from streamctl.consumer import validate_from
+        from streamctl.clients.consumer import validate_from
 
         validate_from(from_)
     flt = None
     if key or header or where:
-        from streamctl.filters import Filter
+        from streamctl.clients.filters import Filter
 
         flt = Filter.from_options(key, header, where)
     bound = None
     if until is not None:
-        from streamctl.consumer import parse_until
+        from streamctl.clients.consumer import parse_until
 
         bound = parse_until(until)
 
-    from streamctl import log as logmod
+    from streamctl.storage import log as logmod
 
-    if log == "-" or not logmod.is_log(log):
-        import os
-
-        if log != "-" and os.path.isdir(log):
-            raise UsageError(f"{log}: not a streamctl log (no streamctl.json)")
-        if log != "-" and not os.path.exists(log):
-            raise UsageError(f"{log}: no such log or file")
+    if not logmod.is_log_input(log):
         if group or follow or exec_ or partition not in (None, 0):
             raise UsageError("--group, --follow, --exec and --partition need a log, not a plain file")
         if bound is not None and bound.kind != "offset":
             raise UsageError(f"{log}: a plain file has no timestamps; --until takes an offset (a line number)")
-        return _consume_plain(log, from_, max_, value, fmt, unbuffered, flt,
+        return consume_plain(log, from_, max_, value, fmt, unbuffered, flt,
                               bound.value if bound is not None else None)
 
     if follow or exec_ or group:
         # a group run claims its partitions so competing members split them
-        from streamctl.commands import consume_live
+        from streamctl.live import consume as consume_live
 
         return consume_live.run(log, group, from_, partition, max_, value, fmt, follow, idle_timeout,
                                 exec_, batch, batch_timeout, unbuffered, flt, bound, sqlite_target,
-                                exec_policy)
+                                exec_policy, info=info)
 
     # no group: nothing to claim or commit; stream the stored lines straight through
-    from streamctl import consumer, stopflag
-    from streamctl.errors import Interrupted
+    from streamctl import stopflag
+    from streamctl.clients import consumer
     from streamctl.formats.records import renderer
     from streamctl.formats.template import log_name
     from streamctl.formats.writer import Output
@@ -197,23 +192,20 @@ def consume(
         items = consumer.stream(lg, pl, merge=True)
         consumer.run(items, render, out.write, out.flush, consumer.Committer(lg, None), max_,
                      flt.select if flt is not None else None)
-    if stopflag.is_set():
-        import signal
-
-        if stopflag.signum() == signal.SIGINT:
-            raise Interrupted("interrupted")
+    stopflag.end()
 
 
-def _consume_plain(path: str, from_: str | None, max_: int | None, value: bool, fmt: str | None,
-                   unbuffered: bool, flt: Filter | None = None, until: int | None = None) -> None:
+def consume_plain(path: str, from_: str | None, max_: int | None, value: bool, fmt: str | None,
+                  unbuffered: bool, flt: Filter | None = None, until: int | None = None) -> None:
     """A plain .jsonl file (or -): its values with line numbers as offsets; filters see them as
     records with a null key, no ts and no headers."""
-    from streamctl import plainfile
-    from streamctl.formats.template import compile_plain_template, log_name
+    from streamctl.formats.records import plain_renderer
+    from streamctl.formats.template import log_name
     from streamctl.formats.writer import Output
+    from streamctl.storage import plainfile
 
     out = Output(unbuffered=True if unbuffered else None)
-    tmpl = compile_plain_template(fmt, log_name(path)) if fmt is not None else None
+    render = plain_renderer(value, fmt, log_name(path))
     n = 0
     for off, v in plainfile.select(plainfile.iter_values(path), from_):
         if max_ is not None and n >= max_:
@@ -222,11 +214,6 @@ def _consume_plain(path: str, from_: str | None, max_: int | None, value: bool, 
             break
         if flt is not None and not flt.select(plainfile.envelope_line(off, v)):
             continue
-        if tmpl is not None:
-            out.write(tmpl(off, v))
-        elif value:
-            out.write(v + b"\n")
-        else:
-            out.write(plainfile.envelope_line(off, v))
+        out.write(render(off, v))
         n += 1
     out.flush()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from streamctl.commands.common import example, info
+from streamctl.commands import options
+from streamctl.commands.common import example, info, write_job
 
 EPILOG = example(
     "# click-through: searches without a click within 1h (each comes out once the watermark is 1h past it)",
@@ -97,15 +98,15 @@ def join(
     lateness: str | None = typer.Option(None, "--lateness", metavar="DUR", help="How far the watermark trails the largest event time seen (default 0); with --within or --as-of event-time."),
     late_out: str | None = typer.Option(None, "--late-out", metavar="FILE", help="Write late records to FILE (a log's records as stored JSON, a plain file's values)."),
     output: str = typer.Option("jsonl", "--output", "-o", metavar="jsonl|csv|table", help="jsonl for scripts (default), csv, or an aligned table for people (buffers all rows)."),
-    engine: str = typer.Option("auto", "--engine", metavar="local|spark|auto", help="Where to run: auto picks Spark above --spark-threshold bytes of input when pyspark and Java are available."),
-    spark_threshold: str | None = typer.Option(None, "--spark-threshold", metavar="SIZE", help="Input size from which --engine auto uses Spark (default 8GiB)."),
-    master: str | None = typer.Option(None, "--master", metavar="URL", help="Spark master (default local[*]), e.g. spark://host:7077 or yarn."),
-    emit_job: str | None = typer.Option(None, "--emit-job", metavar="FILE", help="Write the PySpark job to FILE and exit (run it with spark-submit FILE or python FILE)."),
-    unbuffered: bool = typer.Option(False, "--unbuffered", "-u", help="Flush after every row (automatic on a terminal)."),
+    engine: str = options.engine(),
+    spark_threshold: str | None = options.spark_threshold(),
+    master: str | None = options.master(),
+    emit_job: str | None = options.emit_job(),
+    unbuffered: bool = options.unbuffered("row"),
 ) -> None:
-    from streamctl import joining
     from streamctl.errors import UsageError
     from streamctl.formats.table import OUTPUTS
+    from streamctl.processing.joins import driver as joining
 
     if output not in OUTPUTS:
         raise UsageError(f"--output must be one of {', '.join(OUTPUTS)}, not {output!r}")
@@ -125,18 +126,7 @@ def join(
             raise UsageError("--late-out writes a local file; the Spark job reports the late count only")
         if "-" in (left, right):
             raise UsageError("--emit-job needs files or logs, not stdin (-)")
-        from streamctl.fsutil import atomic_write
-
-        text = joining.job_text(joining.job_params(spec, specs, master, snapshot=False))
-        if emit_job == "-":
-            from streamctl.formats.writer import Output
-
-            w = Output()
-            w.write(text.encode())
-            w.flush()
-            return
-        atomic_write(emit_job, text.encode(), 0o755)
-        info(f"wrote the Spark job to {emit_job}; run it with: spark-submit {emit_job}  (or: python {emit_job})")
+        write_job(joining.job_text(joining.job_params(spec, specs, master, snapshot=False)), emit_job)
         return
 
     chosen = "local"
@@ -215,14 +205,14 @@ def join(
     _report(spec, stats, late_out)
 
 
-def _late_writer(late_out: str | None):  # type: ignore[no-untyped-def]
+def _late_writer(late_out: str | None):
     """The --late-out file and a sink writing late records' lines to it (None, None without it)."""
     if late_out is None:
         return None, None
     import os
 
     from streamctl.errors import UsageError
-    from streamctl.fsutil import NOFOLLOW
+    from streamctl.storage.fsutil import NOFOLLOW
 
     try:
         fd = os.open(late_out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o644)
@@ -232,7 +222,7 @@ def _late_writer(late_out: str | None):  # type: ignore[no-untyped-def]
     return f, (lambda _side, line: f.write(line))
 
 
-def _report(spec, stats, late_out: str | None) -> None:  # type: ignore[no-untyped-def]
+def _report(spec, stats, late_out: str | None) -> None:
     skipped = sum(stats.no_time)
     if skipped:
         info(f"{skipped} event(s) without a usable time in {'.'.join(spec.time_field[0])} were skipped "
@@ -264,13 +254,13 @@ def _input_bytes(paths: list[str]) -> int:
     return total
 
 
-def _run_spark(spec, specs, master, output, out):  # type: ignore[no-untyped-def]
+def _run_spark(spec, specs, master, output, out):
     """Run the join as a Spark job; rows to `out`, and the job's counts back as JoinStats."""
     import sys
 
     import orjson
 
-    from streamctl import joining
+    from streamctl.processing.joins import driver as joining
     from streamctl.spark.runner import run_job
 
     params = joining.job_params(spec, specs, master or "local[*]")

@@ -63,13 +63,7 @@ def build_app() -> typer.Typer:
         pass
 
     for name in COMMANDS:
-        try:
-            mod = importlib.import_module(f"streamctl.commands.{name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"streamctl.commands.{name}":
-                continue  # not built yet
-            raise
-        mod.register(app)
+        importlib.import_module(f"streamctl.commands.{name}").register(app)
     return app
 
 
@@ -82,7 +76,8 @@ def _print_error(msg: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # typer 0.29 vendors click; its usage errors live here, Exit/Abort in typer.
+    # typer 0.26-0.28 vendor click and export only Exit/Abort; click's usage errors are reachable
+    # only as typer._click (pinned by pyproject's typer<0.29). This is the one place that names it.
     from typer import Abort, Exit
     from typer._click import exceptions as click_exc
     from typer.main import get_command

@@ -48,15 +48,15 @@ def produce(
     import os
     import sys
 
-    from streamctl import log as logmod
-    from streamctl.appender import FSYNC_POLICIES, Appender
+    from streamctl.clients.producer import Input, ProduceOptions, validate_values
+    from streamctl.clients.producer import produce as run_produce
     from streamctl.commands.common import parse_size
     from streamctl.errors import UsageError
     from streamctl.formats import inputs
-    from streamctl.names import check_partition
-    from streamctl.paths import value_path
-    from streamctl.producer import Input, ProduceOptions, validate_values
-    from streamctl.producer import produce as run_produce
+    from streamctl.storage import log as logmod
+    from streamctl.storage.appender import FSYNC_POLICIES, Appender
+    from streamctl.storage.fieldpaths import value_path
+    from streamctl.storage.names import check_partition
     from streamctl.timeparse import now_ms, parse_duration
 
     if fsync not in FSYNC_POLICIES:
@@ -138,7 +138,7 @@ def produce(
             opts.key_path = value_path(key_field)
     with Appender(lg, fsync=fsync, lock_timeout=timeout) as app_:
         if exactly_once:
-            from streamctl.exactlyonce import Deduper
+            from streamctl.clients.dedup import Deduper
 
             deduper = Deduper(lg, app_)
             opts.dedupe = deduper

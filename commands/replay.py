@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from streamctl.commands.common import example, info
+from streamctl.commands import options
+from streamctl.commands.common import example, info, write_job
 from streamctl.commands.consume import WHERE_HELP
 
 EPILOG = example(
@@ -63,11 +64,11 @@ def replay(
     where: list[str] | None = typer.Option(None, "--where", metavar="'PATH OP VALUE'", help=WHERE_HELP + " Local engine only."),
     compact: bool = typer.Option(False, "--compact", help="The table as of --until: the latest record per key, deleted keys (tombstones) and records without a key left out."),
     out: str | None = typer.Option(None, "--out", metavar="LOG2", help="Append the records to LOG2 (new offsets; created with LOG's partition count if missing) instead of stdout."),
-    engine: str = typer.Option("auto", "--engine", metavar="local|spark|auto", help="Who does the work: this process, a generated PySpark job, or auto: Spark above --spark-threshold when pyspark and Java are available (the choice is said on stderr)."),
-    spark_threshold: str | None = typer.Option(None, "--spark-threshold", metavar="BYTES", help="auto picks Spark at or above this much input (default 8GiB: on 2 cores one process stayed faster up to at least 4 GiB)."),
-    master: str | None = typer.Option(None, "--master", metavar="URL", help="Spark master (default local[*]; with --emit-job, unset so spark-submit's --master applies)."),
-    emit_job: str | None = typer.Option(None, "--emit-job", metavar="FILE", help="Write the standalone PySpark job to FILE (- for stdout) and exit; run it with spark-submit or python."),
-    unbuffered: bool = typer.Option(False, "--unbuffered", "-u", help="Flush after every record (automatic on a terminal)."),
+    engine: str = options.engine(),
+    spark_threshold: str | None = options.spark_threshold(),
+    master: str | None = options.master(),
+    emit_job: str | None = options.emit_job(),
+    unbuffered: bool = options.unbuffered(),
 ) -> None:
     """Reset a consumer group's offsets, or replay a range or a snapshot of LOG.
 
@@ -139,7 +140,7 @@ def replay(
         raise UsageError("--partition applies to an offset reset (with --group)")
     flt = None
     if key or header or where:
-        from streamctl.filters import Filter
+        from streamctl.clients.filters import Filter
 
         flt = Filter.from_options(key, header, where)
     return _range(log, from_, until, flt, compact, out, engine, spark_threshold, master, emit_job, unbuffered)
@@ -148,13 +149,13 @@ def replay(
 def _reset(log: str, group: str, mode: str, to_offset: int | None, to_datetime: str | None, shift_by: int | None,
            by_duration: str | None, partition: int | None, execute: bool, export: str | None = None,
            from_file: str | None = None) -> None:
-    from streamctl import offsetreset
-    from streamctl.consumer import check_partition_arg
+    from streamctl.clients.consumer import check_partition_arg
     from streamctl.errors import UsageError
     from streamctl.formats.table import table
     from streamctl.formats.writer import Output
-    from streamctl.log import open_log
-    from streamctl.names import check_group
+    from streamctl.groups import resets
+    from streamctl.storage.log import open_log
+    from streamctl.storage.names import check_group
     from streamctl.timeparse import parse_duration, parse_time
 
     check_group(group)
@@ -162,22 +163,22 @@ def _reset(log: str, group: str, mode: str, to_offset: int | None, to_datetime: 
         raise UsageError("--to-offset must not be negative")
     mode = mode.removeprefix("--")
     if mode == "to-offset":
-        spec = offsetreset.ResetSpec(mode, offset=to_offset)
+        spec = resets.ResetSpec(mode, offset=to_offset)
     elif mode == "to-datetime":
-        spec = offsetreset.ResetSpec(mode, ts=parse_time(to_datetime or ""))
+        spec = resets.ResetSpec(mode, ts=parse_time(to_datetime or ""))
     elif mode == "shift-by":
-        spec = offsetreset.ResetSpec(mode, shift=shift_by)
+        spec = resets.ResetSpec(mode, shift=shift_by)
     elif mode == "by-duration":
-        spec = offsetreset.by_duration(parse_duration(by_duration or ""))
+        spec = resets.by_duration(parse_duration(by_duration or ""))
     elif mode != "from-file":
-        spec = offsetreset.ResetSpec(mode)
+        spec = resets.ResetSpec(mode)
     lg = open_log(log)
     if mode == "from-file":
-        spec = offsetreset.from_file(from_file or "", lg)
-    parts = offsetreset.planned_partitions(spec, check_partition_arg(lg, partition), partition)
+        spec = resets.from_file(from_file or "", lg)
+    parts = resets.planned_partitions(spec, check_partition_arg(lg, partition), partition)
     if not execute:
-        busy = offsetreset.active_partitions(lg, group)
-        members = offsetreset.live_members(lg, group)
+        busy = resets.active_partitions(lg, group)
+        members = resets.live_members(lg, group)
         if busy or members:
             held = f"partitions {', '.join(map(str, busy))} held" if busy else f"{members} live member(s)"
             info(f"note: group {group} is consuming now ({held}); --execute would be refused until its consumers stop")
@@ -185,11 +186,11 @@ def _reset(log: str, group: str, mode: str, to_offset: int | None, to_datetime: 
 
     def save(rows) -> None:
         if export == "-":
-            out.write(offsetreset.encode_plan(rows))
+            out.write(resets.encode_plan(rows))
         elif export is not None:
-            offsetreset.export_plan(export, rows)
+            resets.export_plan(export, rows)
 
-    rows = offsetreset.reset(lg, group, spec, parts, execute, before_commit=save if export is not None else None)
+    rows = resets.reset(lg, group, spec, parts, execute, before_commit=save if export is not None else None)
     shown = (table([r.as_row() for r in rows], ["partition", "current", "new", "lag-after"]) + "\n").encode()
     if export == "-":
         out.flush()
@@ -208,9 +209,8 @@ def _reset(log: str, group: str, mode: str, to_offset: int | None, to_datetime: 
 def _range(log: str, from_: str | None, until: str | None, flt, compact: bool, out: str | None,
            engine: str, spark_threshold: str | None, master: str | None, emit_job: str | None,
            unbuffered: bool) -> None:
-    import os
 
-    from streamctl import replay as core
+    from streamctl.clients import replay as core
     from streamctl.commands.common import parse_size
     from streamctl.errors import UsageError
     from streamctl.spark.engine import ENGINES
@@ -237,17 +237,13 @@ def _range(log: str, from_: str | None, until: str | None, flt, compact: bool, o
                              "output instead: python job.py | streamctl produce LOG2 --envelope")
         return _emit(log, spec, master, emit_job)
 
-    from streamctl import log as logmod
+    from streamctl.storage import log as logmod
 
     if "://" in log:
         if engine == "local":
             raise UsageError(f"{log} is a URI: only the Spark engine reads it (--engine spark, or --emit-job)")
         return _spark_uri(log, spec, out, master, engine, unbuffered)
-    if log == "-" or not logmod.is_log(log):
-        if log != "-" and os.path.isdir(log):
-            raise UsageError(f"{log}: not a streamctl log (no streamctl.json)")
-        if log != "-" and not os.path.exists(log):
-            raise UsageError(f"{log}: no such log or file")
+    if not logmod.is_log_input(log):
         if engine == "spark":
             raise UsageError("--engine spark needs a log; plain files are replayed locally")
         return _write(core.replay_plain(log, spec), out, unbuffered, None)
@@ -284,7 +280,7 @@ def _range(log: str, from_: str | None, until: str | None, flt, compact: bool, o
 
 
 def _copy_stored(lg, ranges, unbuffered: bool, progress) -> None:
-    from streamctl.consumer import copy_stored
+    from streamctl.clients.consumer import copy_stored
     from streamctl.formats.writer import Output
 
     w = Output(unbuffered=True if unbuffered else None)
@@ -330,8 +326,8 @@ def _write_to(lines, out: str | None, unbuffered: bool, source) -> None:
             w.write(data)
         w.flush()
         return
-    from streamctl import log as logmod
-    from streamctl import replay as core
+    from streamctl.clients import replay as core
+    from streamctl.storage import log as logmod
     from streamctl.timeparse import now_ms
 
     dest = logmod.open_or_create(out, None if logmod.is_log(out) else (source.partitions if source else 1),
@@ -364,7 +360,7 @@ def _spark_lines(lg, spec, ranges, master: str | None, now: int, into: int | Non
     import sys
     import tempfile
 
-    from streamctl import replay as core
+    from streamctl.clients import replay as core
     from streamctl.spark import jobgen, runner
 
     params = _job_params(os.path.abspath(lg.path), spec, relative=False)
@@ -432,7 +428,6 @@ def _job_params(log_uri: str, spec, relative: bool) -> dict:
 def _emit(log: str, spec, master: str | None, path: str) -> None:
     import os
 
-    from streamctl.fsutil import atomic_write
     from streamctl.spark import jobgen
 
     uri = log if "://" in log else os.path.abspath(log)
@@ -442,16 +437,7 @@ def _emit(log: str, spec, master: str | None, path: str) -> None:
            "  spark-submit --master yarn job.py > out.jsonl    # on a cluster\n"
            "  python job.py > out.jsonl                        # plain Python with pyspark, local[*]\n"
            "Relative times (from/until \"ago_ms\") are resolved when the job starts.")
-    text = jobgen.render_job(_title(spec), how, params, jobgen.body_source("replay_job"))
-    if path == "-":
-        from streamctl.formats.writer import Output
-
-        w = Output()
-        w.write(text.encode())
-        w.flush()
-        return
-    atomic_write(path, text.encode(), 0o755)
-    info(f"wrote the Spark job to {path}; run it with: spark-submit {path}  (or: python {path})")
+    write_job(jobgen.render_job(_title(spec), how, params, jobgen.body_source("replay_job")), path)
 
 
 class _Progress:

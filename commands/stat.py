@@ -68,8 +68,8 @@ def stat(
     """
     from streamctl.errors import ThresholdError, UsageError
     from streamctl.formats.writer import Output
-    from streamctl.log import open_log
-    from streamctl.stats import stat as compute
+    from streamctl.groups.stats import stat as compute
+    from streamctl.storage.log import open_log
     from streamctl.timeparse import now_ms, parse_duration
 
     if output is None:
@@ -91,7 +91,7 @@ def stat(
         body = stats[0].to_dict() if len(stats) == 1 else [st.to_dict() for st in stats]
         out.write(orjson.dumps(body) + b"\n")
     elif output == "prometheus":
-        from streamctl.stats import prometheus
+        from streamctl.groups.stats import prometheus
 
         out.write(prometheus(stats).encode())
     else:
@@ -106,7 +106,7 @@ def stat(
                 crossed.append(f"{st.log}: group {g.group} lags by {g.lag} records on partition {g.partition} "
                                f"(more than --fail-lag {fail_lag})")
             if max_age is not None and g.lag_age_ms > max_age:
-                from streamctl.stats import format_age
+                from streamctl.groups.stats import format_age
 
                 crossed.append(f"{st.log}: group {g.group}'s oldest unread record on partition {g.partition} has "
                                f"waited {format_age(g.lag_age_ms)} ({g.lag_age_ms} ms; more than --fail-lag-age {fail_lag_age})")
@@ -120,7 +120,7 @@ def stat(
 
 def _tables(st, heading: bool, first: bool) -> str:
     from streamctl.formats.table import table
-    from streamctl.stats import format_age
+    from streamctl.groups.stats import format_age
     from streamctl.timeparse import format_iso
 
     def iso(ms: int | None) -> str:

@@ -49,8 +49,8 @@ def tail(
     followed like `tail -F`: by name across rotation, from the start after a
     truncation.
     """
-    from streamctl import log as logmod
     from streamctl.errors import UsageError
+    from streamctl.storage import log as logmod
 
     if value and fmt is not None:
         raise UsageError("--value and --format cannot be combined")
@@ -58,34 +58,28 @@ def tail(
         raise UsageError("-n must not be negative")
     flt = None
     if key or header or where:
-        from streamctl.filters import Filter
+        from streamctl.clients.filters import Filter
 
         flt = Filter.from_options(key, header, where)
-    if log == "-" or not logmod.is_log(log):
-        import os
-
-        if log != "-" and os.path.isdir(log):
-            raise UsageError(f"{log}: not a streamctl log (no streamctl.json)")
-        if log != "-" and not os.path.exists(log):
-            raise UsageError(f"{log}: no such log or file")
+    if not logmod.is_log_input(log):
         if partition not in (None, 0):
             raise UsageError("--partition needs a log; a plain file has only partition 0")
         if log == "-":
             if follow:
                 raise UsageError("-f needs a log or a file, not stdin")
-            from streamctl.commands.consume import _consume_plain
+            from streamctl.commands.consume import consume_plain
 
             if flt is not None:
                 return _tail_plain(log, lines, False, value, fmt, flt)
-            return _consume_plain(log, f"-{lines}" if lines else "latest", None, value, fmt, False)
+            return consume_plain(log, f"-{lines}" if lines else "latest", None, value, fmt, False)
         return _tail_plain(log, lines, follow, value, fmt, flt)
 
-    from streamctl import consumer, stopflag
-    from streamctl.errors import Interrupted
+    from streamctl import stopflag
+    from streamctl.clients import consumer
     from streamctl.formats.records import renderer
     from streamctl.formats.template import log_name
     from streamctl.formats.writer import Output
-    from streamctl.live import tail_log
+    from streamctl.live.cursor import tail_log
 
     lg = logmod.open_log(log)
     parts = consumer.check_partition_arg(lg, partition)
@@ -96,29 +90,22 @@ def tail(
     sig = tail_log(lg, parts, lines, follow, render, out.write, out.flush, info,
                    flt.select if flt is not None else None)
     if sig is not None:
-        import signal
-
-        if sig == signal.SIGINT:
-            raise Interrupted("interrupted")
+        stopflag.end()
 
 
 def _tail_plain(path: str, lines: int, follow: bool, value: bool, fmt: str | None, flt=None) -> None:
-    from streamctl import plainfile, stopflag
-    from streamctl.errors import Interrupted
-    from streamctl.formats.template import compile_plain_template, log_name
+    from streamctl import stopflag
+    from streamctl.formats.records import plain_renderer
+    from streamctl.formats.template import log_name
     from streamctl.formats.writer import Output
-    from streamctl.live import tail_plain
+    from streamctl.live.cursor import tail_plain
+    from streamctl.storage import plainfile
 
     out = Output()
-    tmpl = compile_plain_template(fmt, log_name(path)) if fmt is not None else None
+    render = plain_renderer(value, fmt, log_name(path))
 
     def emit(off: int, v: bytes) -> None:
-        if tmpl is not None:
-            out.write(tmpl(off, v))
-        elif value:
-            out.write(v + b"\n")
-        else:
-            out.write(plainfile.envelope_line(off, v))
+        out.write(render(off, v))
 
     keep = None
     if flt is not None:
@@ -137,7 +124,4 @@ def _tail_plain(path: str, lines: int, follow: bool, value: bool, fmt: str | Non
         stopflag.install()
     sig = tail_plain(path, lines, follow, emit, out.flush, info, keep)
     if sig is not None:
-        import signal
-
-        if sig == signal.SIGINT:
-            raise Interrupted("interrupted")
+        stopflag.end()

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
-from streamctl.commands.common import example, info
+from streamctl.commands import options
+from streamctl.commands.common import example, info, write_job
+
+if TYPE_CHECKING:
+    from streamctl.formats.table import CsvWriter
 
 EPILOG = example(
     "streamctl window requests --tumbling 1m                                # requests per minute per key",
@@ -94,14 +100,14 @@ def window(
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep running on a LOG, emitting windows as the watermark moves."),
     group: str | None = typer.Option(None, "--group", "-g", metavar="G", help="With --follow: checkpoint input offsets and window state together in LOG/groups/.G.window.json."),
     idle_timeout: str | None = typer.Option(None, "--idle-timeout", metavar="DUR", help="With --follow: after DUR without new records, flush open windows and exit (the checkpoint keeps them open)."),
-    engine: str = typer.Option("auto", "--engine", metavar="local|spark|auto", help="Engine for finite input: auto picks Spark above --spark-threshold when pyspark and Java are available."),
-    spark_threshold: str | None = typer.Option(None, "--spark-threshold", metavar="BYTES", help="Input size from which auto picks Spark (e.g. 8GiB)."),
-    master: str | None = typer.Option(None, "--master", metavar="URL", help="Spark master (default local[*])."),
-    emit_job: str | None = typer.Option(None, "--emit-job", metavar="FILE", help="Write the standalone PySpark job to FILE (- for stdout) and exit; run it with spark-submit or python. INPUT may then be any Spark URI (hdfs://, s3a://)."),
+    engine: str = options.engine(),
+    spark_threshold: str | None = options.spark_threshold(),
+    master: str | None = options.master(),
+    emit_job: str | None = options.emit_job("INPUT may then be any Spark URI (hdfs://, s3a://)."),
 ) -> None:
     from streamctl.errors import UsageError
+    from streamctl.processing.windows.driver import WindowConfig, parse_hopping
     from streamctl.timeparse import parse_duration
-    from streamctl.windowing import WindowConfig, parse_hopping
 
     chosen = [n for n, v in (("--tumbling", tumbling), ("--hopping", hopping), ("--sliding", sliding),
                              ("--session", session)) if v is not None]
@@ -124,11 +130,11 @@ def window(
     cfg = WindowConfig(kind=kind, size=size, hop=hop, by=list(by or []), time_field=time_field,
                        processing_time=processing_time, on_bad_time=on_bad_time, aggs=list(agg or ["count"]),
                        lateness=parse_duration(lateness), late=late, emit=emit)
-    from streamctl.windowing import WindowRun
+    from streamctl.processing.windows.driver import WindowRun
 
     WindowRun(cfg, True)  # validates every option before any input is read
     if group is not None:
-        from streamctl.names import check_group
+        from streamctl.storage.names import check_group
 
         check_group(group)
     if (group or idle_timeout) and not follow:
@@ -138,7 +144,7 @@ def window(
             raise UsageError("--engine spark and --emit-job are for finite input, not --follow")
         return _follow(input_, cfg, group, idle_timeout, late_out, output)
 
-    from streamctl.windowing import input_bytes, is_uri, spark_blocker
+    from streamctl.processing.windows.driver import input_bytes, is_uri, spark_blocker
 
     blocker = spark_blocker(cfg, input_, late_out)
     if is_uri(input_) and emit_job is None and engine != "spark":
@@ -178,10 +184,10 @@ class _Rows:
         self.output = output
         self.out = Output(unbuffered=unbuffered)
         self.table_rows: list[dict] = []
-        self.csv = None
+        self.csv: CsvWriter | None = None
         if output == "csv":
             from streamctl.formats.table import CsvWriter
-            from streamctl.windowing import make_plan
+            from streamctl.processing.windows.driver import make_plan
 
             self.csv = CsvWriter()
             cols = ["window.start", "window.end", "key", *(s.name for s in make_plan(cfg).specs)]
@@ -193,7 +199,7 @@ class _Rows:
             self.out.write(",".join(cols).encode() + b"\n")
 
     def __call__(self, rows: list) -> None:
-        from streamctl.windowing import row_dict, row_json, rows_jsonl
+        from streamctl.processing.windows.driver import row_dict, row_json, rows_jsonl
 
         if self.output == "jsonl":
             write = self.out.write
@@ -202,7 +208,7 @@ class _Rows:
             except (TypeError, ValueError):
                 for r in rows:  # raises at the row orjson cannot write, after the rows before it
                     write(row_json(r))
-        elif self.output == "csv":
+        elif self.csv is not None:
             self.out.write(self.csv.rows(row_dict(r) for r in rows))
         else:
             self.table_rows.extend(row_dict(r) for r in rows)
@@ -216,7 +222,7 @@ class _Rows:
                 self.out.write(line if line.endswith(b"\n") else line + b"\n")
             return
         rows = [orjson.loads(line) for line in lines if line.strip()]
-        if self.output == "csv":
+        if self.csv is not None:
             self.out.write(self.csv.rows(rows))
         else:
             self.table_rows.extend(rows)
@@ -236,8 +242,8 @@ def _late_writer(late_out: str | None, is_log: bool, append: bool):
     import os
 
     from streamctl.errors import UsageError
-    from streamctl.fsutil import NOFOLLOW
-    from streamctl.windowing import late_line
+    from streamctl.processing.windows.driver import late_line
+    from streamctl.storage.fsutil import NOFOLLOW
 
     try:
         fd = os.open(late_out, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC) | NOFOLLOW, 0o644)
@@ -264,7 +270,7 @@ def _report(cfg, run, late_out: str | None) -> None:
 
 def _local(path: str, cfg, late_out: str | None, output: str) -> None:
     from streamctl.errors import DataError, StreamctlError
-    from streamctl.windowing import WindowRun, records_of
+    from streamctl.processing.windows.driver import WindowRun, records_of
 
     is_log, recs = records_of(path, cfg)
     f, sink = _late_writer(late_out, is_log, append=False)
@@ -290,10 +296,11 @@ def _local(path: str, cfg, late_out: str | None, output: str) -> None:
 
 def _follow(path: str, cfg, group: str | None, idle_timeout: str | None, late_out: str | None,
             output: str) -> None:
-    from streamctl import inputorder, stopflag
+    from streamctl import stopflag
     from streamctl.errors import UsageError
+    from streamctl.processing import inputorder
+    from streamctl.processing.windows.driver import follow
     from streamctl.timeparse import parse_duration
-    from streamctl.windowing import follow
 
     spec = inputorder.classify(path)
     if not spec.is_log:
@@ -310,17 +317,11 @@ def _follow(path: str, cfg, group: str | None, idle_timeout: str | None, late_ou
             f.close()
     rows.finish()
     _report(cfg, run, late_out)
-    if stopflag.is_set():
-        import signal
-
-        from streamctl.errors import Interrupted
-
-        if stopflag.signum() == signal.SIGINT:
-            raise Interrupted("interrupted; window state and offsets were checkpointed")
+    stopflag.end("interrupted; window state and offsets were checkpointed")
 
 
 def _job(path: str, cfg, master: str | None, stats_line: bool = False, snapshot: bool = True) -> str:
-    from streamctl.windowing import spark_job
+    from streamctl.processing.windows.driver import spark_job
 
     return spark_job(path, cfg, master, stats_line, snapshot)
 
@@ -328,21 +329,10 @@ def _job(path: str, cfg, master: str | None, stats_line: bool = False, snapshot:
 def _emit_job(path: str, cfg, master: str | None, target: str) -> None:
     import os
 
-    from streamctl.windowing import is_uri
+    from streamctl.processing.windows.driver import is_uri
 
     # absolute, so the job runs from any folder; it reads to the end of the log as it is when it runs
-    text = _job(path if is_uri(path) else os.path.abspath(path), cfg, master, snapshot=False)
-    if target == "-":
-        from streamctl.formats.writer import Output
-
-        w = Output()
-        w.write(text.encode())
-        w.flush()
-        return
-    from streamctl.fsutil import atomic_write
-
-    atomic_write(target, text.encode(), 0o755)
-    info(f"wrote the Spark job to {target}; run it with: spark-submit {target}  (or: python {target})")
+    write_job(_job(path if is_uri(path) else os.path.abspath(path), cfg, master, snapshot=False), target)
 
 
 def _spark(path: str, cfg, master: str | None, output: str) -> None:
@@ -351,7 +341,7 @@ def _spark(path: str, cfg, master: str | None, output: str) -> None:
     from streamctl.spark.runner import run_job
 
     rows = _Rows(output, cfg)
-    from streamctl.windowing import is_uri
+    from streamctl.processing.windows.driver import is_uri
 
     job = _job(path if is_uri(path) else os.path.abspath(path), cfg, master, stats_line=True)
     counts: dict = {}
@@ -367,7 +357,7 @@ def _spark(path: str, cfg, master: str | None, output: str) -> None:
     run_job(job, take, master=master)
     rows.finish()
 
-    from streamctl.windowing import WindowRun, WindowStats
+    from streamctl.processing.windows.driver import WindowRun, WindowStats
 
     run = WindowRun(cfg, True)
     run.stats = WindowStats(counts.get("events", 0), counts.get("late", 0), counts.get("bad_time", 0),

@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from streamctl import paths
+from streamctl.storage import fieldpaths
 
 Decoded = tuple["str | None", bytes, "bytes | None", "tuple[str, int, int] | None"]
 Decoder = Callable[[bytes], Decoded]
@@ -73,7 +73,7 @@ def coerce_key(k: Any) -> str | None:
 
 
 def value_decoder(key_field: str | None, const_key: str | None) -> Decoder:
-    kpath = paths.value_path(key_field) if key_field else None
+    kpath = fieldpaths.value_path(key_field) if key_field else None
 
     def decode(line: bytes) -> Decoded:
         text = line.strip(b" \t\r")
@@ -82,7 +82,7 @@ def value_decoder(key_field: str | None, const_key: str | None) -> Decoder:
         obj = _loads(text)
         key = const_key
         if kpath is not None:
-            key = coerce_key(paths.get(obj, kpath))
+            key = coerce_key(fieldpaths.get(obj, kpath))
         return key, text, None, None
 
     return decode
@@ -254,7 +254,11 @@ class EnvelopeLane:
 
     def __init__(self, const_key: str | None) -> None:
         self.const_key = const_key
-        self.decode = msgspec.json.Decoder(_Envelope if const_key is None else _EnvelopeAnyKey).decode
+        self.decode: Callable[[bytes], _Envelope | _EnvelopeAnyKey]
+        if const_key is None:
+            self.decode = msgspec.json.Decoder(_Envelope).decode
+        else:
+            self.decode = msgspec.json.Decoder(_EnvelopeAnyKey).decode
 
     def __call__(self, batch: list) -> EnvelopeBatch | None:
         try:
@@ -281,7 +285,7 @@ class EnvelopeLane:
             headers = [None] * len(hs)
         values = list(map(_value, envs))
         if self.const_key is not None:
-            keys = [self.const_key] * len(envs)
+            keys: list[str | None] = [self.const_key] * len(envs)
             key_texts = [orjson.dumps(self.const_key)] * len(envs)
         else:
             keys = list(map(_key, envs))

@@ -1,10 +1,11 @@
-"""Renderings of a stored line for consume/tail: the line itself, its value, or a template."""
+"""Renderings for consume/tail: of a stored line (the line itself, its value, or a template), and of
+a plain file's line (as a record envelope, the value alone, or a template)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from streamctl import record
+from streamctl.storage import record
 
 
 def value_line(line: bytes) -> bytes:
@@ -21,3 +22,20 @@ def renderer(value: bool, template: str | None, name: str = "") -> Callable[[byt
     if value:
         return value_line
     return None
+
+
+def _value_alone(offset: int, value: bytes) -> bytes:
+    return value + b"\n"
+
+
+def plain_renderer(value: bool, template: str | None, name: str = "") -> Callable[[int, bytes], bytes]:
+    """How consume and tail print line `offset` of a plain file, whose text is `value`."""
+    if template is not None:
+        from streamctl.formats.template import compile_plain_template
+
+        return compile_plain_template(template, name)
+    if value:
+        return _value_alone
+    from streamctl.storage.plainfile import envelope_line
+
+    return envelope_line

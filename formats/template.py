@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 import orjson
 
-from streamctl import record
 from streamctl.errors import UsageError
+from streamctl.storage import record
 from streamctl.timeparse import format_iso
 
 TOKENS = {

@@ -21,12 +21,25 @@ def wait(timeout: float) -> bool:
     return _event.wait(timeout)
 
 
+def event() -> threading.Event:
+    """The flag itself, for a library that takes a stop event (watchfiles)."""
+    return _event
+
+
 def _handler(sig: int, frame: object) -> None:
     if _event.is_set() and sig == signal.SIGINT:
         # a second Ctrl-C: the user means it
         raise KeyboardInterrupt
     _signal.append(sig)
     _event.set()
+
+
+def end(message: str = "interrupted") -> None:
+    """How a command ends after a stop: SIGINT is Interrupted (exit 130), SIGTERM a clean stop."""
+    if signum() == signal.SIGINT:
+        from streamctl.errors import Interrupted
+
+        raise Interrupted(message)
 
 
 def install() -> None:

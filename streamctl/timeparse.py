@@ -24,6 +24,7 @@ import re
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import Any
 
 from streamctl.errors import UsageError
 
@@ -251,7 +252,7 @@ def _tail_of(tail: str) -> int | None:
     return ms
 
 
-def event_times(values: Iterable[object]) -> list[int | None]:
+def event_times(values: Iterable[Any]) -> list[int | None]:  # Any: the hot loop tests types by __class__
     """`[event_time_ms(v) for v in values]`, fast for the common shapes of an event-time column.
 
     event_time_ms is the reference: this returns exactly what it returns for every value (the

@@ -10,6 +10,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+TIERS = ("unit", "props", "cli", "spark")
+
+# Test modules of one tier import helpers from another by module name (`from test_replay import
+# make_log`); pytest puts a test's own folder on sys.path only when it collects it, so put all now.
+for _tier in TIERS:
+    if str(Path(__file__).parent / _tier) not in sys.path:
+        sys.path.insert(0, str(Path(__file__).parent / _tier))
 CLI = [sys.executable, "-m", "streamctl"]
 
 
@@ -36,8 +43,8 @@ def log_records(log: str) -> list[dict]:
     """Every record of a log as parsed JSON, partition by partition (for invariant checks)."""
     import json
 
-    from streamctl import log as logmod
-    from streamctl import reader
+    from streamctl.storage import log as logmod
+    from streamctl.storage import reader
 
     lg = logmod.open_log(log)
     return [json.loads(line) for p in range(lg.partitions) for line in reader.iter_lines(lg, p, 0, None)]

@@ -38,23 +38,24 @@ from typing import Any
 
 import orjson
 
-from streamctl import inputorder
-from streamctl.joining import _block_column, _block_times
+from streamctl.processing import inputorder
+from streamctl.processing.joins.driver import block_column, block_times
 
 IDX_BITS = 40  # line numbers below 2**40
 
 
 def read_side(path: str, side: int, key_field: str, time_field: str) -> tuple[list[list[Any]], list[list[Any]]]:
     """(partition 0 columns, partition 1 columns) of one file: positions, times, keys, payloads."""
-    times_of = _block_times(("value", time_field))
-    keys_of = _block_column(("value", key_field))
-    state: list[Any] = [None, -(1 << 62)]
+    times_of = block_times(("value", time_field))
+    keys_of = block_column(("value", key_field))
+    high = inputorder.NO_TIME
     parts: tuple[list[list[Any]], list[list[Any]]] = ([[], [], [], []], [[], [], [], []])
     idx = 0
     for values, payloads in inputorder.plain_blocks_raw(path, raw=True):
         ts = times_of(values)
         ks = keys_of(values)
-        marks = inputorder._running_max(ts, state)
+        marks = inputorder.merge_keys(ts, high)
+        high = marks[-1] if marks else high
         n = len(ts)
         pos = [((m << 1 | side) << IDX_BITS) | i for m, i in zip(marks, range(idx, idx + n), strict=True)]
         idx += n
@@ -68,7 +69,7 @@ def read_side(path: str, side: int, key_field: str, time_field: str) -> tuple[li
 
 def join(a: list[list[Any]], b: list[list[Any]], within: int) -> tuple[list[int], list[bytes]]:
     """Inner join of one key half: (row tags, rows) in output order. The state and the pair test
-    are streamctl.joins.stream_stream._inner_batches' (without its eviction), with the watermark
+    are streamctl.processing.joins.stream_stream._inner_batches' (without its eviction), with the watermark
     taken from each record's merge key instead of a running maximum."""
     pos = a[0] + b[0]
     order = sorted(range(len(pos)), key=pos.__getitem__)

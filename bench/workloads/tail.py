@@ -95,8 +95,8 @@ def run(b: Bench) -> None:
 
     # In-process writers time the follower alone: from the end of the append's
     # write() (streamctl's Appender, fsync never) or of a plain write to the file.
-    from streamctl.appender import Appender
-    from streamctl.log import open_log
+    from streamctl.storage.appender import Appender
+    from streamctl.storage.log import open_log
 
     appender = Appender(open_log(str(log)), fsync="never")
     pfd = os.open(plain, os.O_WRONLY | os.O_APPEND)

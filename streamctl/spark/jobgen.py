@@ -225,18 +225,18 @@ def body_source(module: str) -> str:
 
 # streamctl's own functions a job needs, pasted in: a job runs where streamctl is not
 # installed, and must read times and field paths exactly as the local engine does.
-_PASTED = (("timeparse", ("parse_iso", "format_iso", "_td", "event_time_ms")), ("paths", ("get",)))
+_PASTED = (("timeparse", ("parse_iso", "format_iso", "_td", "event_time_ms")), ("storage.fieldpaths", ("get",)))
 
 
 def pasted_core() -> str:
-    """Source of streamctl.timeparse's time functions and streamctl.paths.get for a job body.
+    """Source of streamctl.timeparse's time functions and streamctl.storage.fieldpaths.get for a job body.
 
     They carry type hints like `int | None`, so jobs need Python 3.10+ on the cluster.
     """
     import importlib
     import inspect
 
-    out = ["# ---- streamctl.timeparse and streamctl.paths (pasted from streamctl) ----",
+    out = ["# ---- streamctl.timeparse and streamctl.storage.fieldpaths (pasted from streamctl) ----",
            "from datetime import datetime, timezone", "from typing import Any", "",
            "UTC = timezone.utc", "_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)", "_MISSING = object()", ""]
     for module, names in _PASTED:

@@ -3,7 +3,7 @@
 Read as text and pasted after the replay job's body (streamctl.spark.replay_job,
 whose replay_frame() reads a log's visible records), so the script stays one
 standalone file. It computes the same rows in the same order as the local
-engine, by the rules written in streamctl/joins/*.py, as DataFrame operations:
+engine, by the rules written in streamctl/processing/joins/*.py, as DataFrame operations:
 
 1. Each input's records: a log through replay_frame, a plain file line by
    line (blank lines skipped; partition 0, offset = line number). Every
@@ -55,8 +55,8 @@ ROW_SCHEMA = StructType([StructField(n, t) for n, t in (
     ("t", LongType()), ("value_j", StringType()))])
 
 
-# ---- reading one record: the same rules as streamctl.joining (get and event_time_ms are
-# streamctl.paths / streamctl.timeparse, pasted in before this body) ----
+# ---- reading one record: the same rules as streamctl.processing.joins.driver (get and event_time_ms are
+# streamctl.storage.fieldpaths / streamctl.timeparse, pasted in before this body) ----
 
 def _norm(k):
     if k is None:

@@ -121,7 +121,7 @@ def _to_long(col):
 def _envelope(df):
     """Add offset, partition, ts from the line's fixed prefix (JSON parsing only for other layouts).
 
-    Like streamctl.record.envelope, the prefix {"offset":N,"partition":P,"ts":T, is
+    Like streamctl.storage.record.envelope, the prefix {"offset":N,"partition":P,"ts":T, is
     cut at its commas, not matched with regular expressions: the text up to the third
     comma is computed once, its pieces from it, and a line is canonical when the pieces
     rebuild that text exactly. Each step is a projection of its own (Spark does not merge
@@ -146,7 +146,7 @@ def _envelope(df):
 def _with_key(df):
     """Add `key`: the key as a string (JSON-decoded), NULL for a null key.
 
-    Like streamctl.record.key_bytes: the JSON text between the first ,"key":
+    Like streamctl.storage.record.key_bytes: the JSON text between the first ,"key":
     and the next ,"value": (a JSON string cannot hold either unescaped); it is
     decoded only when it has escapes, and lines in another layout are parsed.
     """
@@ -162,7 +162,7 @@ def _with_key(df):
 
 
 def _tombstone(line):
-    # Same rule as streamctl.record.is_tombstone: fast suffix test unless headers follow the value.
+    # Same rule as streamctl.storage.record.is_tombstone: fast suffix test unless headers follow the value.
     return F.when(line.contains('"headers"'), F.get_json_object(line, "$.value").isNull()).otherwise(
         line.endswith(',"value":null}'))
 

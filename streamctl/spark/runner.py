@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 
 from streamctl import stopflag
@@ -259,6 +259,7 @@ def run_job(job_text: str, write: Callable[[bytes], object], *, env: dict[str, s
     """
     n = 0
     gen = stream_job(job_text, env=env, master=master, what=what)
+    assert isinstance(gen, Generator)  # closed below: stops the job now, not at garbage collection
     try:
         for block in gen:
             n += block.count(b"\n")

@@ -86,7 +86,7 @@ def _wj_time_getter(params):
             t = r.get("ts")
             return t if type(t) is int and lo <= t <= hi else None
         return append_time
-    get = _getter(tuple(path))
+    get = getter(tuple(path))
 
     def event_time(r):
         v = get(r)
@@ -103,7 +103,7 @@ def _wj_key_getter(params):
     dumps = orjson.dumps
     if not by:
         return lambda r: b"null" if r.get("key") is None else dumps(r.get("key"))
-    getters = [_getter(tuple(p)) for p in by]
+    getters = [getter(tuple(p)) for p in by]
     if len(getters) == 1:
         g = getters[0]
         return lambda r: dumps(g(r))

@@ -1,17 +1,17 @@
 """compact killed at its K-th write or fsync (strace): the latest value of every key survives,
 and the next compaction or check --repair leaves a clean log. (Rename/link/unlink crash points
-are in tests/test_compact_crash.py.)"""
+are in tests/cli/test_compact_crash.py.)"""
 
 from __future__ import annotations
 
 import shutil
 
 import pytest
-from test_compact_crash import leftovers, make_log, verify, verify_repaired
 
 from conftest import run_cli
 
 from .util import count_calls, strace_run
+from test_compact_crash import leftovers, make_log, verify, verify_repaired
 
 ARGS = ["--roll", "--tombstone-retention", "0s"]
 

@@ -10,9 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import run_cli
-from streamctl import names, timeparse
+from streamctl import timeparse
 from streamctl.errors import StreamctlError
 from streamctl.formats import inputs, template
+from streamctl.storage import names
 
 settings.register_profile("torture", deadline=None, max_examples=300)
 

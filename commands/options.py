@@ -1,0 +1,37 @@
+"""Options that several subcommands share, defined once so their names and help agree.
+
+Each function returns a fresh typer.Option (typer needs one per parameter).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+
+def engine() -> Any:
+    return typer.Option("auto", "--engine", metavar="local|spark|auto",
+                        help="Where finite input is processed: this process, a generated PySpark job, or auto: "
+                             "Spark at or above --spark-threshold of input when pyspark and Java are available.")
+
+
+def spark_threshold() -> Any:
+    return typer.Option(None, "--spark-threshold", metavar="SIZE",
+                        help="Input size from which --engine auto picks Spark (default 8GiB).")
+
+
+def master() -> Any:
+    return typer.Option(None, "--master", metavar="URL",
+                        help="Spark master (default local[*]), e.g. spark://host:7077 or yarn; a job written by "
+                             "--emit-job without it takes spark-submit's --master.")
+
+
+def emit_job(extra: str = "") -> Any:
+    return typer.Option(None, "--emit-job", metavar="FILE",
+                        help="Write the standalone PySpark job to FILE (- for stdout) and exit; run it with "
+                             "spark-submit FILE or python FILE." + (f" {extra}" if extra else ""))
+
+
+def unbuffered(what: str = "record") -> Any:
+    return typer.Option(False, "--unbuffered", "-u", help=f"Flush after every {what} (automatic on a terminal).")

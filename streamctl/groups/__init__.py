@@ -1,0 +1,1 @@
+"""Consumer groups: committed offsets, members splitting partitions, offset resets, lag (stat)."""

@@ -1,0 +1,367 @@
+"""Offset reset for a consumer group (Kafka's `kafka-consumer-groups --reset-offsets`).
+
+A plan says, per partition, the committed offset now, the new one, and the lag
+after the reset; nothing changes until `execute`. New offsets are clamped into
+[first offset, next offset] of the partition, as Kafka does, so a reset never
+points into a hole left by retention or past the end.
+
+A reset is refused while a member of the group is consuming: live consumers
+(`consume --group G --follow` / `--exec`) hold an flock on their slot
+`groups/.G.m<N>.member` and on `groups/.G.p<N>.claim` for each partition they
+own. We try a non-blocking flock on each of those files and keep it during the
+write, so no member can join or claim a partition half-way through. A one-shot `consume --group G` without
+--follow holds no claim; resetting under it races with its final commit
+(last writer wins), exactly like Kafka's tool with an inactive group.
+
+A plan can be kept as a file: CSV lines `partition,offset` (Kafka's
+`--export` shape without its topic column, and like Kafka without a header),
+the new offset per partition. `--from-file` reads one back; unlike the other
+modes its offsets are checked, not clamped: an offset outside the partition's
+[first offset, next offset] means the file belongs to another log or is too
+old, and is reported by line.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from streamctl.errors import DataError, StreamctlError, UsageError
+from streamctl.groups import offsets
+from streamctl.storage import reader
+from streamctl.storage.fsutil import NOFOLLOW, atomic_write
+from streamctl.storage.log import Log
+from streamctl.timeparse import now_ms
+
+MODES = ("to-earliest", "to-latest", "to-offset", "to-datetime", "shift-by", "by-duration", "from-file")
+PLAN_HEADER = "partition,offset"
+MAX_PLAN_BYTES = 16 << 20
+MAX_REPORTED = 20  # bad lines named in one message; the rest are counted
+
+
+class GroupActive(StreamctlError):
+    """A member of the group holds partitions: resetting now would be overwritten or lost."""
+
+
+@dataclass(frozen=True)
+class ResetSpec:
+    mode: str  # one of MODES
+    offset: int | None = None  # to-offset
+    shift: int | None = None  # shift-by (may be negative)
+    ts: int | None = None  # to-datetime, by-duration (resolved: now - duration)
+    plan: dict[int, PlanLine] = field(default_factory=dict)  # from-file: partition -> its line
+    source: str = ""  # from-file: the file's name, for messages
+
+
+@dataclass(frozen=True)
+class PlanLine:
+    line: int  # 1-based line number in the plan file
+    offset: int
+
+
+@dataclass
+class ResetRow:
+    partition: int
+    current: int | None  # committed, None when the group never committed this partition
+    new: int
+    first_offset: int
+    next_offset: int
+
+    @property
+    def lag_after(self) -> int:
+        return self.next_offset - self.new
+
+    def as_row(self) -> dict:
+        return {"partition": self.partition, "current": "-" if self.current is None else self.current,
+                "new": self.new, "lag-after": self.lag_after}
+
+    def as_json(self) -> dict:
+        return {"partition": self.partition, "current": self.current, "new": self.new, "lag_after": self.lag_after}
+
+
+def _report(where: str, problems: list[tuple[int, str]]) -> str:
+    """One problem: `FILE:LINE: reason`; several: a count, then one indented `FILE:LINE: reason` each."""
+    if len(problems) == 1:
+        n, why = problems[0]
+        return f"{where}:{n}: {why}"
+    shown = [f"{where}: {len(problems)} bad line(s) in the plan:"]
+    shown += [f"  {where}:{n}: {why}" for n, why in problems[:MAX_REPORTED]]
+    if len(problems) > MAX_REPORTED:
+        shown.append(f"  ... and {len(problems) - MAX_REPORTED} more")
+    return "\n".join(shown)
+
+
+def parse_plan(raw: bytes, where: str, partitions: int) -> dict[int, PlanLine]:
+    """`partition,offset` lines -> {partition: PlanLine}.
+
+    A first line `partition,offset` is taken as a header; blank lines and lines
+    starting with `#` are skipped. Every bad line is named (file:line: reason) in
+    one DataError, so a hand-edited plan is fixed in one go.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{where}: not UTF-8 text (byte {e.start}); a plan is CSV lines partition,offset") from None
+    out: dict[int, PlanLine] = {}
+    problems: list[tuple[int, str]] = []
+    seen_data = False
+    for n, line in enumerate(text.split("\n"), 1):
+        line = line.removesuffix("\r").strip()
+        if not line or line.startswith("#"):
+            continue
+        if not seen_data and line.replace(" ", "").lower() == PLAN_HEADER:
+            seen_data = True
+            continue
+        seen_data = True
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) != 2:
+            problems.append((n, f"expected 2 fields partition,offset, got {len(fields)}: {line[:80]!r}"))
+            continue
+        ptext, otext = fields
+        if not (ptext.isdecimal() and ptext.isascii()):
+            problems.append((n, f"partition {ptext!r} is not a partition number"))
+            continue
+        p = int(ptext)
+        if p >= partitions:
+            problems.append((n, f"partition {p} does not exist in this log ({partitions} partition(s): "
+                                f"0..{partitions - 1})"))
+            continue
+        digits = otext.removeprefix("-")
+        if not (digits.isdecimal() and digits.isascii()):
+            problems.append((n, f"offset {otext!r} for partition {p} is not an integer"))
+            continue
+        offset = int(otext)
+        if offset < 0:
+            problems.append((n, f"offset {offset} for partition {p} is negative"))
+            continue
+        if p in out:
+            problems.append((n, f"partition {p} again (first on line {out[p].line})"))
+            continue
+        out[p] = PlanLine(n, offset)
+    if problems:
+        raise DataError(_report(where, problems))
+    if not out:
+        raise DataError(f"{where}: no offsets in the plan (expected lines partition,offset)")
+    return out
+
+
+def read_plan(path: str) -> bytes:
+    """The bytes of a plan file (`-`: standard input); a missing or unreadable file is a usage error."""
+    if path == "-":
+        raw = sys.stdin.buffer.read(MAX_PLAN_BYTES + 1)
+    else:
+        try:
+            with open(path, "rb") as f:
+                raw = f.read(MAX_PLAN_BYTES + 1)
+        except OSError as e:
+            raise UsageError(f"{path}: cannot read the plan file: {e.strerror}") from None
+    if len(raw) > MAX_PLAN_BYTES:
+        raise DataError(f"{path}: implausibly large for a plan file (over {MAX_PLAN_BYTES >> 20} MiB)")
+    return raw
+
+
+def from_file(path: str, log: Log) -> ResetSpec:
+    where = "<stdin>" if path == "-" else path
+    return ResetSpec("from-file", plan=parse_plan(read_plan(path), where, log.partitions), source=where)
+
+
+def planned_partitions(spec: ResetSpec, partitions: list[int], only: int | None) -> list[int]:
+    """The partitions a reset touches: all of `partitions`, or for a plan file those it names."""
+    if spec.mode != "from-file":
+        return partitions
+    if only is not None and only not in spec.plan:
+        raise UsageError(f"--partition {only}: {spec.source} has no line for partition {only}")
+    return [p for p in partitions if p in spec.plan]
+
+
+def encode_plan(rows: list[ResetRow]) -> bytes:
+    """The plan as `partition,offset` lines (no header, like Kafka's --export)."""
+    return "".join(f"{r.partition},{r.new}\n" for r in rows).encode()
+
+
+def export_plan(path: str, rows: list[ResetRow]) -> None:
+    """Write the plan to `path` atomically (a crash leaves the old file or the whole new one)."""
+    try:
+        atomic_write(path, encode_plan(rows))
+    except OSError as e:
+        raise UsageError(f"{path}: cannot write the plan file: {e.strerror}") from None
+
+
+def by_duration(ms: int, now: int | None = None) -> ResetSpec:
+    return ResetSpec("by-duration", ts=(now_ms() if now is None else now) - ms)
+
+
+def plan(log: Log, group: str, spec: ResetSpec, partitions: list[int]) -> list[ResetRow]:
+    committed = offsets.load(log, group)
+    rows = []
+    problems: list[tuple[int, str]] = []
+    for p in partitions:
+        info = reader.partition_info(log, p)
+        cur = committed.get(p)
+        if spec.mode == "to-earliest":
+            new = info.first_offset
+        elif spec.mode == "to-latest":
+            new = info.next_offset
+        elif spec.mode == "to-offset":
+            assert spec.offset is not None
+            new = spec.offset
+        elif spec.mode in ("to-datetime", "by-duration"):
+            assert spec.ts is not None
+            new = reader.offset_for_time(log, p, spec.ts)
+        elif spec.mode == "shift-by":
+            assert spec.shift is not None
+            # No committed offset: consume would start at the earliest record; shift from there.
+            new = (info.first_offset if cur is None else cur) + spec.shift
+        elif spec.mode == "from-file":
+            planned = spec.plan[p]
+            new = planned.offset
+            if not info.first_offset <= new <= info.next_offset:
+                problems.append((planned.line, f"offset {new} for partition {p} is outside the partition's "
+                                               f"offsets now [{info.first_offset}, {info.next_offset}]"))
+                continue
+        else:
+            raise UsageError(f"unknown reset mode {spec.mode!r}")
+        new = min(max(new, info.first_offset), info.next_offset)
+        rows.append(ResetRow(p, cur, new, info.first_offset, info.next_offset))
+    if problems:
+        problems.sort()
+        raise DataError(_report(spec.source, problems))
+    return rows
+
+
+def claim_path(log: Log, group: str, p: int) -> str:
+    return os.path.join(log.groups_dir(), f".{group}.p{p}.claim")
+
+
+class ClaimGuard:
+    """Holds the group's partition claims (where claim files exist) for the duration of a reset."""
+
+    def __init__(self, log: Log, group: str, partitions: list[int]) -> None:
+        self.log, self.group, self.partitions = log, group, partitions
+        self.fds: list[int] = []
+
+    def __enter__(self) -> ClaimGuard:
+        busy = []
+        for p in range(self.log.partitions):
+            try:
+                fd = os.open(claim_path(self.log, self.group, p), os.O_RDONLY | NOFOLLOW)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                if e.errno == errno.ELOOP:
+                    raise StreamctlError(f"{claim_path(self.log, self.group, p)} is a symlink; refusing it") from None
+                raise
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                busy.append(p)
+                continue
+            self.fds.append(fd)
+        members = 0
+        for path in member_paths(self.log, self.group):
+            got = _try_hold(path)
+            if got is None:
+                continue
+            if got < 0:
+                members += 1
+            else:
+                self.fds.append(got)
+        if busy or members:
+            self._release()
+            held = f"a member holds partition(s) {', '.join(str(p) for p in busy)}" if busy else \
+                f"{members} live member(s), holding no partition yet"
+            raise GroupActive(
+                f"group {self.group} is consuming {self.log.path} right now ({held}); "
+                "stop its consumers, then reset (Kafka refuses a reset of an active group too)")
+        return self
+
+    def _release(self) -> None:
+        for fd in self.fds:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
+        self.fds.clear()
+
+    def __exit__(self, *exc: object) -> None:
+        self._release()
+
+
+def member_paths(log: Log, group: str) -> list[str]:
+    """The group's member slot files (`groups/.G.m<N>.member`, locked by each live member)."""
+    prefix, suffix = f".{group}.m", ".member"
+    try:
+        names = os.listdir(log.groups_dir())
+    except FileNotFoundError:
+        return []
+    return [os.path.join(log.groups_dir(), n) for n in sorted(names)
+            if n.startswith(prefix) and n.endswith(suffix) and n[len(prefix):-len(suffix)].isdecimal()]
+
+
+def _try_hold(path: str) -> int | None:
+    """An fd holding path's flock; -1 when a live process holds it; None when the file is gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY | NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return -1
+    return fd
+
+
+def active_partitions(log: Log, group: str) -> list[int]:
+    """Partitions a live member of the group holds now (for messages and dry runs)."""
+    out = []
+    for p in range(log.partitions):
+        try:
+            fd = os.open(claim_path(log, group, p), os.O_RDONLY | NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except BlockingIOError:
+            out.append(p)
+        finally:
+            os.close(fd)
+    return out
+
+
+def live_members(log: Log, group: str) -> int:
+    n = 0
+    for path in member_paths(log, group):
+        fd = _try_hold(path)
+        if fd == -1:
+            n += 1
+        elif fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+    return n
+
+
+def reset(log: Log, group: str, spec: ResetSpec, partitions: list[int], execute: bool,
+          before_commit: Callable[[list[ResetRow]], None] | None = None) -> list[ResetRow]:
+    """Plan the reset; with `execute`, plan and write it while holding the group's claims.
+
+    Only the planned partitions change. Refused (GroupActive) while a member is consuming.
+    `before_commit` sees the plan first (an export): if it raises, nothing changes.
+    """
+    if not execute:
+        rows = plan(log, group, spec, partitions)
+        if before_commit is not None:
+            before_commit(rows)
+        return rows
+    with ClaimGuard(log, group, partitions):
+        rows = plan(log, group, spec, partitions)
+        if before_commit is not None:
+            before_commit(rows)
+        offsets.commit(log, group, {r.partition: r.new for r in rows})
+        return rows

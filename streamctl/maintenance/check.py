@@ -1,0 +1,163 @@
+"""check: verify every segment and group file of a log; repair torn tails."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import orjson
+
+from streamctl.errors import StorageError
+from streamctl.groups import offsets
+from streamctl.storage import reader, record, segment
+from streamctl.storage.fsutil import NOFOLLOW, folder_lock
+from streamctl.storage.log import Log
+
+
+@dataclass
+class Problem:
+    path: str
+    byte: int | None
+    reason: str
+    repairable: bool = False
+    repaired: bool = False
+    # Reported but not a failure: the log reads correctly as it is (an interrupted
+    # compaction's leftovers, which the next append, compact or --repair finishes).
+    benign: bool = False
+
+    def __str__(self) -> str:
+        where = f"{self.path}: byte {self.byte}" if self.byte is not None else self.path
+        tail = " (repaired)" if self.repaired else ""
+        return f"{where}: {self.reason}{tail}"
+
+
+@dataclass
+class CheckReport:
+    log: str
+    segments: int = 0
+    records: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(p.repaired or p.benign for p in self.problems)
+
+    def to_dict(self) -> dict:
+        return {"log": self.log, "ok": self.ok, "segments": self.segments, "records": self.records,
+                "problems": [{"path": p.path, "byte": p.byte, "reason": p.reason, "repaired": p.repaired}
+                             for p in self.problems]}
+
+
+def _check_segment(seg: segment.Segment, p: int, prev_offset: int, prev_ts: int, is_last: bool,
+                   report: CheckReport) -> tuple[int, int, int | None]:
+    """Returns (last offset, last ts, torn-tail start or None)."""
+    fd = os.open(seg.path, os.O_RDONLY | NOFOLLOW)
+    try:
+        size = os.fstat(fd).st_size
+        end = segment.visible_end(fd, size)
+        torn = end if end < size else None
+        first = True
+        for pos, line in segment.iter_lines(fd, 0, end):
+            report.records += 1
+            try:
+                obj = record.parse(line)
+            except record.BadRecord as e:
+                report.problems.append(Problem(seg.path, pos, f"corrupt record: {e}"))
+                return prev_offset, prev_ts, torn
+            off, part, ts = obj["offset"], obj["partition"], obj["ts"]
+            if part != p:
+                report.problems.append(Problem(seg.path, pos, f"record of partition {part} in p{p}"))
+            if off <= prev_offset:
+                report.problems.append(Problem(seg.path, pos, f"offset {off} does not increase (previous {prev_offset})"))
+            if first and off < seg.base:
+                report.problems.append(Problem(seg.path, pos, f"first offset {off} is below the segment's name {seg.base}"))
+            if ts < prev_ts:
+                report.problems.append(Problem(seg.path, pos, f"ts {ts} goes back in time (previous {prev_ts})"))
+            first = False
+            prev_offset, prev_ts = off, ts
+        if torn is not None:
+            tail = os.pread(fd, min(size - end, 200), end)
+            reason = f"torn tail: {size - end} byte(s) after the last complete line"
+            if not is_last:
+                reason += " in a closed segment"
+            if b"\x00" in tail:
+                reason += " (NUL bytes)"
+            report.problems.append(Problem(seg.path, end, reason, repairable=is_last))
+        return prev_offset, prev_ts, torn
+    finally:
+        os.close(fd)
+
+
+def check(log: Log, repair: bool = False) -> CheckReport:
+    report = CheckReport(log.path)
+    ends: dict[int, int] = {}
+    for p in range(log.partitions):
+        pdir = log.partition_dir(p)
+        if not os.path.isdir(pdir):
+            report.problems.append(Problem(pdir, None, "partition folder is missing"))
+            continue
+        for name in sorted(os.listdir(pdir)):
+            full = os.path.join(pdir, name)
+            if name.endswith(segment.SUFFIX) and segment.parse_segment_name(name) is None:
+                report.problems.append(Problem(full, None, "segment name is not 20 digits + .jsonl"))
+            if os.path.islink(full):
+                report.problems.append(Problem(full, None, "is a symlink"))
+        stale = _check_swaps(pdir, repair, report)
+        segs = [s for s in log.segments(p) if s.path not in stale]
+        report.segments += len(segs)
+        prev_off, prev_ts = -1, 0
+        for i, seg in enumerate(segs):
+            prev_off, prev_ts, torn = _check_segment(seg, p, prev_off, prev_ts, i == len(segs) - 1, report)
+            if torn is not None and repair and i == len(segs) - 1:
+                _repair_tail(log, p, seg, report.problems[-1])
+        try:
+            ends[p] = reader.partition_info(log, p).next_offset
+        except StorageError:
+            ends[p] = 1 << 62  # already reported above, segment by segment
+    for g in log.list_groups():
+        try:
+            committed = offsets.load(log, g)
+        except offsets.OffsetFileError as e:
+            report.problems.append(Problem(log.group_path(g), None, str(e).split(": ", 1)[-1]))
+            continue
+        for p, off in committed.items():
+            if off > ends.get(p, 0):
+                report.problems.append(Problem(log.group_path(g), None,
+                                               f"partition {p}: committed offset {off} is past the end ({ends.get(p, 0)})"))
+    return report
+
+
+def _check_swaps(pdir: str, repair: bool, report: CheckReport) -> set[str]:
+    """Leftovers of an interrupted compaction (.cleaned/.swap); --repair finishes or removes them.
+
+    Returns the segments a half-installed swap already replaced (their records
+    are in the new segment), which are checked as if the swap had finished.
+    """
+    from streamctl.storage import replace
+
+    names = replace.leftovers(pdir)  # none while a compaction runs: its files are live
+    if repair and names:
+        replace.recover_partition(pdir)
+    stale = replace.superseded(pdir)
+    for name in names:
+        fix = "finishes" if name.endswith(replace.SWAP) else "removes"
+        report.problems.append(Problem(
+            os.path.join(pdir, name), None,
+            f"left by an interrupted compaction (harmless: the next append, compact or check --repair {fix} it)",
+            repairable=True, repaired=repair, benign=True))
+    return stale
+
+
+def _repair_tail(log: Log, p: int, seg: segment.Segment, problem: Problem) -> None:
+    """Truncate a torn tail under the partition lock (so no producer is mid-append)."""
+    with folder_lock(log.partition_dir(p)):
+        fd = os.open(seg.path, os.O_RDWR | NOFOLLOW)
+        try:
+            segment.cut_torn_tail(fd)
+            problem.repaired = True
+        finally:
+            os.close(fd)
+
+
+def dumps(report: CheckReport) -> bytes:
+    return orjson.dumps(report.to_dict())

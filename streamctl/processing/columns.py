@@ -1,0 +1,144 @@
+"""A log's lines read for a few fields only, as columns.
+
+window and join need three or four fields of each record (its ts or a value's
+time field, the key, an amount), but orjson builds every string and number of
+every line: on the bench's 275-byte events that full parse is most of a
+tumbling window's run. msgspec decodes each line against a schema of the
+envelope plus the value fields a run asks for: the whole line is still checked
+as JSON (a damaged line fails here exactly where orjson fails), but Python
+objects are made only for the fields in the schema.
+
+The fast read is all or nothing for a piece of a segment. Whenever a line is
+not what the schema expects (a value that is not an object, a ts that is not
+a non-negative integer, invalid UTF-8, which msgspec does not check inside
+skipped strings) or a column holds something orjson would read differently
+(integers beyond 64 bits, which orjson turns into floats) or that the columns'
+users would need in full (objects and arrays), `read_piece` returns None and
+the caller reads the piece as full records, the one reference path, which also
+names a corrupt line's file and byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from operator import attrgetter
+from typing import Annotated, Any
+
+import msgspec
+
+FieldPath = tuple[str, ...]
+
+_U64 = (1 << 64) - 1
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+# orjson reads integers in [-2**63, 2**64 - 1] as int and anything larger as a float, while msgspec
+# reads any integer as int: the envelope's ints are bounded to int64 (all msgspec can bound), and a
+# line beyond that goes to the full read
+_Offset = Annotated[int, msgspec.Meta(ge=0, le=_I64_MAX)]
+_Int = Annotated[int, msgspec.Meta(ge=_I64_MIN, le=_I64_MAX)]
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_ENVELOPE = (("ts",), ("key",))
+
+
+def readable(paths: Sequence[FieldPath]) -> bool:
+    """Whether every path is one the fast read can give as a column: the envelope's ts or key, or a
+    top-level field of the value."""
+    return all(p in _ENVELOPE or (len(p) == 2 and p[0] == "value" and _name_ok(p[1])) for p in paths)
+
+
+def _name_ok(name: str) -> bool:
+    # msgspec refuses field names with a quote, a backslash or a control character
+    return not any(c in '"\\' or c < " " for c in name)
+
+
+class FieldReader:
+    """Decodes pieces of a log segment into columns of the given paths (see `readable`)."""
+
+    def __init__(self, paths: Sequence[FieldPath]) -> None:
+        if not readable(paths):
+            raise ValueError(f"not readable as columns: {paths}")
+        self.paths = list(dict.fromkeys(paths))
+        names = list(dict.fromkeys(p[1] for p in self.paths if p[0] == "value"))
+        # Python names f0, f1... with the JSON names given by `name=`: any JSON name works
+        value = msgspec.defstruct(
+            "Value", [(f"f{i}", Any, msgspec.field(default=None, name=n)) for i, n in enumerate(names)],
+            gc=False)
+        envelope = msgspec.defstruct(
+            "Envelope", [("offset", _Offset), ("partition", _Int), ("ts", _Offset), ("value", value),
+                         ("key", str | None, None)], gc=False)
+        self._decode = msgspec.json.Decoder(envelope).decode
+        self._value = attrgetter("value")
+        self._getters: dict[FieldPath, attrgetter[Any]] = {("ts",): attrgetter("ts"), ("key",): attrgetter("key")}
+        for i, n in enumerate(names):
+            self._getters[("value", n)] = attrgetter(f"f{i}")
+
+    def read_piece(self, piece: bytes) -> FieldBatch | None:
+        """The piece's lines and a column per path, or None when the piece must be read in full."""
+        if not piece.isascii():
+            try:
+                piece.decode()
+            except UnicodeDecodeError:
+                return None
+        lines = piece.splitlines()
+        try:
+            objs = list(map(self._decode, lines))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        values = None
+        cols: dict[FieldPath, list] = {}
+        for p in self.paths:
+            get = self._getters[p]
+            if p[0] == "value":
+                if values is None:
+                    values = list(map(self._value, objs))
+                col = list(map(get, values))
+                if not _plain(col):
+                    return None
+            else:
+                col = list(map(get, objs))
+            cols[p] = col
+        return FieldBatch(piece, cols, len(lines))
+
+
+def _plain(col: list) -> bool:
+    """Scalars that orjson would have read the same (no int outside its 64-bit range)."""
+    types = {*map(type, col)}
+    if not types <= _SCALARS:
+        return False
+    if int in types:
+        ints = col if len(types) == 1 else [x for x in col if type(x) is int]
+        return min(ints) >= _I64_MIN and max(ints) <= _U64
+    return True
+
+
+class FieldBatch:
+    """A piece of a log read as columns. len() is its number of records; batch[i] parses record i
+    in full (late events written to --late-out are few), and iterating parses them all."""
+
+    __slots__ = ("piece", "cols", "n", "pre", "_lines")
+
+    def __init__(self, piece: bytes | None, cols: dict[FieldPath, list] | None, n: int, pre: Any = None) -> None:
+        self.piece = piece  # None: the reading process kept it (decoder.py: nobody needs the records)
+        self.cols = cols
+        self.n = n
+        self.pre = pre  # what its consumer made of the columns, when the reading process made it
+        self._lines: list[bytes] | None = None
+
+    def lines(self) -> list[bytes]:
+        if self._lines is None:
+            if self.piece is None:
+                raise RuntimeError("this batch's records were not kept")
+            self._lines = self.piece.splitlines()
+        return self._lines
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict:
+        import orjson
+
+        return orjson.loads(self.lines()[i])
+
+    def __iter__(self) -> Iterator[dict]:
+        import orjson
+
+        return map(orjson.loads, self.lines())

@@ -1,0 +1,184 @@
+"""Decode a log in a second process while this one computes: window's reading on its own core.
+
+A window over a one-partition log spends about half its time reading
+(splitting lines and decoding the fields it needs) and half folding events
+into windows; both are CPU-bound Python, and the GIL keeps threads from
+overlapping them. So a forked child reads the partition (the end fixed by the
+parent before the fork: the same snapshot as reading in-process), decodes each
+piece into columns (streamctl.processing.columns) and sends them down a pipe;
+the parent folds one piece while the child decodes the next. The consumer may
+hand the child its own column step too (`hooks`): window's key JSON texts,
+time checks and number checks then also run on the second core, and a piece
+whose columns came out clean travels without its bytes.
+
+The child sends, per piece, ("c", piece, columns, count, pre) or, when the piece
+needs the full read, ("r", piece): the parent reads those itself with
+inputorder.piece_records, so a corrupt line fails with the same message in
+the same place as without read-ahead. The child then sends ("end",), or
+("e", error class, message) when reading fails. It only reads: if the parent
+stops or dies, the child's next write fails and it exits; the parent kills
+and reaps it when the consumer stops early.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import pickle
+import signal
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+from streamctl import parallel, stopflag
+from streamctl.errors import Interrupted, StorageError, StreamctlError
+from streamctl.processing import columns, inputorder
+
+PIPE_BYTES = 1 << 20  # a larger pipe: fewer wake-ups per piece
+T = TypeVar("T")
+_F_SETPIPE_SZ = 1031
+# Each message is a tag byte, its length (8 bytes) and the message: marshal (about 3x faster than pickle both ways for
+# the lists of bytes, strings and ints most items are, and safe here: both ends are the same
+# Python) when it can hold the item, pickle otherwise.
+_MARSHAL, _PICKLE = b"m", b"p"
+_MARSHAL_VERSION = 4
+
+
+def can_fork() -> bool:
+    return parallel.cores() >= 2 and hasattr(os, "fork")
+
+
+def items(make: Callable[[], Iterable[T]], what: str) -> Generator[T, None, None]:
+    """The items of make(), made in a forked child and handed over a pipe: the caller works on
+    one while the child makes the next. make() runs in the child only (on a copy of this
+    process); its StreamctlErrors arrive here after the items before them. `what` names the
+    input in the error when the child stops without a word."""
+    r, w = os.pipe()
+    try:
+        import fcntl
+
+        fcntl.fcntl(w, _F_SETPIPE_SZ, PIPE_BYTES)
+    except (ImportError, OSError):
+        pass  # a smaller pipe only costs more wake-ups
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        _child(w, make)
+    os.close(w)
+    try:
+        with os.fdopen(r, "rb", buffering=PIPE_BYTES) as f:
+            while True:
+                try:
+                    msg = _receive(f)
+                except EOFError:
+                    if stopflag.is_set():
+                        raise Interrupted("interrupted") from None
+                    raise StorageError(f"{what}: the reading process stopped early") from None
+                kind = msg[0]
+                if kind == "i":
+                    yield msg[1]
+                elif kind == "end":
+                    return
+                else:
+                    raise parallel.rebuilt_error(msg[1], msg[2])
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)  # done or stopped early: it has nothing left to do
+        except OSError:
+            pass
+        try:
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
+
+
+def _child(w: int, make: Callable[[], Iterable[Any]]) -> None:
+    code = 0
+    try:
+        # Ctrl-C reaches the whole process group: the parent decides (it kills the child when it
+        # stops; if it dies, the child's next write fails). Were the child to die first, the parent
+        # could meet the end of the pipe before its own KeyboardInterrupt and report a failure.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        with os.fdopen(w, "wb", buffering=PIPE_BYTES) as f:
+            try:
+                for item in make():
+                    _send(f, ("i", item))
+                _send(f, ("end",))
+            except StreamctlError as e:
+                _send(f, ("e", type(e).__name__, str(e)))
+            except Exception as e:  # noqa: BLE001 - reported by the parent as one clear error
+                _send(f, ("e", "StorageError", f"{type(e).__name__}: {e}"))
+    except BaseException:  # noqa: BLE001 - a broken pipe (the parent is gone): nothing to report
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _send(f: Any, msg: tuple) -> None:
+    try:
+        data = marshal.dumps(msg, _MARSHAL_VERSION)
+        tag = _MARSHAL
+    except ValueError:  # an object marshal does not know
+        data = pickle.dumps(msg, pickle.HIGHEST_PROTOCOL)
+        tag = _PICKLE
+    f.write(tag + len(data).to_bytes(8, "little"))
+    f.write(data)
+
+
+def _receive(f: Any) -> tuple:
+    """The next message; EOFError at the end of the pipe, even in the middle of one."""
+    # whole messages read, then decoded: marshal.load on a file would call its read per object
+    head = f.read(9)
+    if len(head) < 9:
+        raise EOFError
+    n = int.from_bytes(head[1:], "little")
+    data = f.read(n)
+    if len(data) < n:
+        raise EOFError
+    return marshal.loads(data) if head[:1] == _MARSHAL else pickle.loads(data)
+
+
+def log_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | None = None,
+                time_of: inputorder.TimeOf | None = None) -> Generator[inputorder.Block, None, None]:
+    """inputorder.log_batches(path, fields=fields), read ahead in a child process when that can help
+    (one partition with something to read, two or more cores, fork available).
+
+    `hooks`, read when the first batch is asked for: "transform" is applied to each FieldBatch in
+    the child too, its result travelling as the batch's `pre` instead of the columns. It must not
+    change the parent's state (it runs on a copy); when it raises, or gives no `rest` (bad times:
+    the window driver's columns), the batch travels with its columns and bytes, for the parent's slow
+    paths. "records": False when the consumer never asks a batch with a `pre` for its records,
+    whose bytes then stay behind (pickling them cost as much as the decoding). Several partitions
+    are merged in this process, by the event time `time_of` reads."""
+    lg, ranges = inputorder.read_plan(path, None, None)
+    if len(ranges) != 1 or not can_fork():
+        yield from inputorder.log_batches(path, fields=fields, time_of=time_of)
+        return
+    p, start, end = ranges[0]
+    hooks = hooks if hooks is not None else {}
+
+    def pieces() -> Iterator[tuple]:  # in the child
+        transform, keep = hooks.get("transform"), hooks.get("records", True)
+        read = columns.FieldReader(fields).read_piece
+        for piece in inputorder.partition_pieces(lg, p, start, end):
+            batch = read(piece)
+            if batch is None:
+                yield ("r", piece)
+                continue
+            pre = None
+            if transform is not None:
+                try:
+                    pre = transform(batch)
+                except Exception:  # noqa: BLE001 - the parent meets it again and takes its slow path
+                    pre = None
+            if pre is None or pre[1] is None:
+                yield ("c", piece, batch.cols, batch.n, None)
+            else:
+                yield ("c", piece if keep else None, None, batch.n, pre)
+
+    FieldBatch, piece_records = columns.FieldBatch, inputorder.piece_records
+    for msg in items(pieces, path):
+        if msg[0] == "c":
+            yield FieldBatch(msg[1], msg[2], msg[3], msg[4])
+        else:
+            yield piece_records(path, p, msg[1])

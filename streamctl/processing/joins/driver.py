@@ -1,0 +1,632 @@
+"""The join driver: reads LEFT and RIGHT in the one input order and feeds a join kind.
+
+Decisions (also in `streamctl join --help` and docs/guide/joins.md):
+- `--on` omitted means the record key on both sides. `--on PATH` uses the same
+  path on both sides, `--on A=B` path A on LEFT and B on RIGHT; a path not
+  starting with an envelope field is under `value` (`user.id` = `value.user.id`).
+  A plain file has no record key, so it needs a value path.
+- The key of a changelog (a table side) is its join key: the record key by
+  default. A null value is a tombstone for that key; when the key comes from
+  a value path, a tombstone (which has no value to read it from) deletes the
+  row whose key, written the way `produce --key-field PATH` writes record keys
+  (a string as is, a number as its JSON text), equals the tombstone's record
+  key. A plain-file line `null` is skipped (it has no key).
+- Keys are equal when their JSON is equal: "7" and 7 do not join, 1 and 1.0
+  do not either; objects compare with sorted fields. A null or missing key
+  never joins (the event can still come out unmatched in an outer join).
+- Input order: `streamctl.processing.inputorder.merged` (ties to LEFT), except that for
+  --table the table side is passed first, so it wins ties (see read_inputs).
+- Event time: `--time-field PATH[=PATH]`, default `ts` (append time). Times are
+  ISO-8601 strings or epoch s/ms/us numbers. A stream event without a usable
+  time is skipped and counted (stream-stream and as-of joins need one).
+- Lateness (`--lateness DUR`, stream-stream and --as-of event-time): the
+  watermark is the largest event time seen so far in the input order minus
+  DUR. A stream-stream event whose time + --within is behind it when it
+  arrives is late: not joined, not emitted as unmatched, counted per side and
+  handed to `late` (joins/stream_stream.py says why). In an as-of join the
+  late records are table changes whose time is behind the watermark: still
+  applied, counted (joins/stream_table.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import Any
+
+import orjson
+
+from streamctl.errors import UsageError
+from streamctl.processing import inputorder
+from streamctl.processing.joins import HOWS_STREAM, HOWS_TABLE, Emit, EmitOp
+from streamctl.storage import fieldpaths
+from streamctl.timeparse import event_time_ms, event_times
+
+KINDS = ("stream", "table", "tables")
+AS_OF = ("position", "event-time")
+Record = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class JoinSpec:
+    left: str
+    right: str
+    kind: str  # stream | table | tables
+    on: tuple[tuple[str, ...], tuple[str, ...]] = (("key",), ("key",))
+    time_field: tuple[tuple[str, ...], tuple[str, ...]] = (("ts",), ("ts",))
+    within: int | None = None  # ms, stream-stream
+    how: str = "inner"
+    as_of: str = "position"  # stream-table
+    retention: int | None = None  # ms, stream-table --as-of event-time
+    lateness: int = 0  # ms the watermark trails the largest event time (stream-stream, --as-of event-time)
+
+    @property
+    def has_watermark(self) -> bool:
+        return self.kind == "stream" or (self.kind == "table" and self.as_of == "event-time")
+
+
+@dataclass
+class JoinStats:
+    records: list[int] = field(default_factory=lambda: [0, 0])
+    no_time: list[int] = field(default_factory=lambda: [0, 0])  # stream events skipped: no usable time
+    late: list[int] = field(default_factory=lambda: [0, 0])  # late records per side (see the module docstring)
+    rows: int = 0
+    max_state: int = 0
+
+
+def split_pair(text: str | None, default: str, what: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """`PATH` or `LEFTPATH=RIGHTPATH` -> (left parts, right parts), as record paths."""
+    text = default if text is None or text == "" else text
+    if text.count("=") > 1:
+        raise UsageError(f"{what} {text!r}: write PATH or LEFTPATH=RIGHTPATH")
+    a, _, b = text.partition("=")
+    if not b:
+        b = a
+    return fieldpaths.record_path(a.strip()), fieldpaths.record_path(b.strip())
+
+
+def make_spec(left: str, right: str, *, within: str | None = None, table: bool = False, tables: bool = False,
+              on: str | None = None, time_field: str | None = None, how: str | None = None,
+              as_of: str | None = None, table_retention: str | None = None,
+              lateness: str | None = None) -> JoinSpec:
+    """Check the flag combination of `streamctl join` and build a JoinSpec (UsageError on misuse)."""
+    from streamctl.timeparse import parse_duration
+
+    chosen = [name for name, on_ in (("--within", within is not None), ("--table", table), ("--tables", tables)) if on_]
+    if len(chosen) != 1:
+        raise UsageError("choose one join kind: --within DUR (stream-stream), --table (stream-table) "
+                         "or --tables (table-table)" + (f"; got {' and '.join(chosen)}" if chosen else ""))
+    kind = "stream" if within is not None else "table" if table else "tables"
+    if left == "-" and right == "-":
+        raise UsageError("only one input can be stdin (-)")
+    hows: tuple[str, ...]
+    if kind == "stream":
+        hows = HOWS_STREAM
+    elif kind == "table":
+        hows = HOWS_TABLE
+    else:
+        hows = ("inner",)
+    how_ = how or "inner"
+    if how_ not in hows:
+        kinds = {"stream": "a stream-stream join", "table": "a stream-table join", "tables": "a table-table join"}
+        raise UsageError(f"--how {how_!r}: {kinds[kind]} takes {'|'.join(hows)}")
+    if as_of is not None and kind != "table":
+        raise UsageError("--as-of needs --table")
+    as_of_ = as_of or "position"
+    if as_of_ not in AS_OF:
+        raise UsageError(f"--as-of {as_of_!r}: use position or event-time")
+    if table_retention is not None and as_of_ != "event-time":
+        raise UsageError("--table-retention needs --as-of event-time")
+    if lateness is not None and not (kind == "stream" or as_of_ == "event-time"):
+        raise UsageError("--lateness needs a watermark: --within DUR, or --table --as-of event-time")
+    within_ms = parse_duration(within) if within is not None else None
+    retention = parse_duration(table_retention) if table_retention is not None else None
+    lateness_ms = parse_duration(lateness) if lateness is not None else 0
+    spec = JoinSpec(left, right, kind, split_pair(on, "key", "--on"), split_pair(time_field, "ts", "--time-field"),
+                    within_ms, how_, as_of_, retention, lateness_ms)
+    return spec
+
+
+def check_inputs(spec: JoinSpec) -> list[inputorder.InputSpec]:
+    specs = [inputorder.classify(spec.left), inputorder.classify(spec.right)]
+    # A table record without a time is valid from the beginning, so only events need one.
+    needs_time = (spec.kind == "stream" or (spec.kind == "table" and spec.as_of == "event-time"),
+                  spec.kind == "stream")
+    for i, s in enumerate(specs):
+        side = ("LEFT", "RIGHT")[i]
+        if not s.is_log and spec.on[i][0] in ("key", "offset", "partition", "ts", "headers"):
+            raise UsageError(f"{side} {s.path} is a plain file: it has no {'.'.join(spec.on[i])}; "
+                             f"join it on a value field with --on PATH (e.g. --on user.id)")
+        if not s.is_log and needs_time[i] and spec.time_field[i][0] in ("ts", "offset", "partition", "key"):
+            raise UsageError(f"{side} {s.path} is a plain file without append times; "
+                             f"give its event time with --time-field PATH")
+    return specs
+
+
+def read_inputs(spec: JoinSpec, specs: list[inputorder.InputSpec],
+                times: list[Callable[[Record], int | None]] | None = None) -> Iterator[tuple[int, Record]]:
+    """(side, record) in the input order (ties to LEFT)."""
+    if times is None:
+        times = [_time_getter(spec.time_field[0]), _time_getter(spec.time_field[1])]
+    if spec.kind != "table":
+        return inputorder.merged(specs, times)
+    return ((1 - i, rec) for i, rec in read_table_inputs(spec, specs))
+
+
+def read_table_inputs(spec: JoinSpec, specs: list[inputorder.InputSpec]) -> Iterator[tuple[int, Record]]:
+    """For --table: (0 for RIGHT / 1 for LEFT, record). The table side wins ties: a table change
+    at the same time as an event applies before it (as --as-of event-time's "at or before"),
+    and a table file without times is loaded before a stream file without times."""
+    times = [_time_getter(spec.time_field[0]), _time_getter(spec.time_field[1])]
+    return inputorder.merged([specs[1], specs[0]], [times[1], times[0]])
+
+
+def _key_getter(parts: tuple[str, ...]) -> Callable[[Record], Any]:
+    if len(parts) == 1:
+        name = parts[0]
+        return lambda rec: rec.get(name)
+    if len(parts) == 2 and parts[0] == "value":
+        name = parts[1]
+
+        def one(rec: Record) -> Any:
+            v = rec["value"]
+            return v.get(name) if v.__class__ is dict else None
+
+        return one
+    return lambda rec: fieldpaths.get(rec, parts)
+
+
+def _value_field(parts: tuple[str, ...]) -> str | None:
+    """The field name when the path is one level under value (the fast path), else None."""
+    return parts[1] if len(parts) == 2 and parts[0] == "value" else None
+
+
+def _time_getter(parts: tuple[str, ...]) -> Callable[[Record], int | None]:
+    if parts == ("ts",):
+        return lambda rec: rec.get("ts")
+    fname = _value_field(parts)
+    get = _key_getter(parts)
+
+    def time_of(rec: Record) -> int | None:
+        if fname is not None:
+            v = rec["value"]
+            v = v.get(fname) if v.__class__ is dict else None
+        else:
+            v = get(rec)
+        # epoch milliseconds, the common case, without event_time_ms's checks
+        if v.__class__ is int and 100_000_000_000 <= v < 100_000_000_000_000:
+            return v
+        return event_time_ms(v)
+
+    return time_of
+
+
+class _RememberedTime:
+    """A time getter that remembers its last answer: the input merge reads a plain file's times,
+    and the join reads the same record's time right after, without parsing it twice.
+    `memo` is [record, time]; holding the record keeps `is` exact (no other dict can get its address)."""
+
+    __slots__ = ("get", "memo", "remember")
+
+    def __init__(self, get: Callable[[Record], int | None]) -> None:
+        self.get = get
+        memo: list[Any] = [None, None]
+        self.memo = memo
+
+        def remember(rec: Record) -> int | None:
+            t = get(rec)
+            memo[0] = rec
+            memo[1] = t
+            return t
+
+        self.remember = remember
+
+
+_SORT = orjson.OPT_SORT_KEYS
+
+
+def tombstone_keys(record_key: str | None) -> list[tuple[Any, Any]]:
+    """(normalized key, key) pairs a tombstone with this record key deletes when the table key is a value path.
+
+    `produce --key-field id` stores the number 7 as the record key "7", so the
+    tombstone "7" deletes the row of 7 as well as the row of "7".
+    """
+    if record_key is None:
+        return []
+    out: list[tuple[Any, Any]] = [(record_key, record_key)]
+    try:
+        alt = orjson.loads(record_key)
+    except orjson.JSONDecodeError:
+        return out
+    if isinstance(alt, (int, float)) and not isinstance(alt, bool) and orjson.dumps(alt).decode() == record_key:
+        out.append((norm_key(alt), alt))
+    return out
+
+
+def norm_key(k: Any) -> Any:
+    """A hashable stand-in that is equal exactly when the JSON of two keys is equal."""
+    if k.__class__ is str or k is None:
+        return k
+    return ("\x00json", orjson.dumps(k, option=_SORT))
+
+
+LateSink = Callable[[int, bytes], None]
+
+
+def late_line(rec: Record, is_log: bool) -> bytes:
+    """A late record as --late-out keeps it: the record (log) or the value line (plain file)."""
+    return orjson.dumps(rec if is_log else rec.get("value")) + b"\n"
+
+
+def run(spec: JoinSpec, emit: Emit | None = None, emit_op: EmitOp | None = None,
+        items: Iterator[tuple[int, Record]] | None = None,
+        write_jsonl: Callable[[bytes], None] | None = None, block_bytes: int | None = None,
+        late: LateSink | None = None) -> JoinStats:
+    """Run the join; rows go to emit(key, left, right) (or emit_op(op, key, left, right) for --tables).
+
+    `items` replaces reading the files (tests feed (input index, record) pairs in input order).
+    `write_jsonl`, when given, takes the rows of a stream-stream join of two plain files as
+    JSON lines (a batch of rows per call; the bytes emit's rows make with orjson.dumps and
+    a newline) instead of emit; other joins still go to emit. `block_bytes` sets how
+    much of a plain file is read at a time (tests use small blocks). `late(side, line)`
+    gets each late record as late_line writes it (records fed through `items` count as
+    log records).
+    """
+    if write_jsonl is not None and items is None and spec.kind == "stream" and _plain_values_only(spec):
+        specs = check_inputs(spec)
+        if not specs[0].is_log and not specs[1].is_log:
+            return _run_stream_plain(spec, write_jsonl, block_bytes, late)
+    if (write_jsonl is not None and items is None and spec.kind == "table" and spec.as_of == "position"
+            and spec.time_field == (("ts",), ("ts",))):
+        specs = check_inputs(spec)
+        simple = all(parts == ("key",) or _value_field(parts) is not None for parts in spec.on)
+        if specs[0].is_log and specs[1].is_log and simple:
+            return _run_enrich(spec, write_jsonl)
+    right_index = 1
+    remembered = (_RememberedTime(_time_getter(spec.time_field[0])),
+                  _RememberedTime(_time_getter(spec.time_field[1])))
+    logs = (True, True)
+    if items is None:
+        specs = check_inputs(spec)
+        logs = (specs[0].is_log, specs[1].is_log)
+        if spec.kind == "table":
+            items, right_index = read_table_inputs(spec, specs), 0
+        else:
+            items = read_inputs(spec, specs, [remembered[0].remember, remembered[1].remember])
+    sink = None if late is None else (lambda side, rec: late(side, late_line(rec, logs[side])))
+    stats = JoinStats()
+    if spec.kind == "stream":
+        assert emit is not None and spec.within is not None
+        _run_stream(spec, items, emit, stats, remembered, sink)
+    elif spec.kind == "table":
+        assert emit is not None
+        _run_table(spec, items, emit, stats, right_index, sink)
+    else:
+        assert emit_op is not None
+        _run_tables(spec, items, emit_op, stats)
+    return stats
+
+
+def _run_enrich(spec: JoinSpec, write_jsonl: Callable[[bytes], None]) -> JoinStats:
+    """--table --as-of position of two logs, joined on record keys or value fields: joins/enrich.py."""
+    from streamctl.processing.joins import enrich
+
+    stats = JoinStats()
+    with _gc_frozen():
+        n_left, n_right, size = enrich.run(spec.left, spec.right, _value_field(spec.on[0]), _value_field(spec.on[1]),
+                                           spec.how == "inner", write_jsonl, norm_key, tombstone_keys)
+    stats.records = [n_left, n_right]
+    stats.max_state = size
+    return stats
+
+
+def _gc_frozen():
+    # Many small long-lived objects (state): the cyclic GC only costs time here.
+    import gc
+
+    class _Frozen:
+        def __enter__(self) -> None:
+            self.was = gc.isenabled()
+            gc.disable()
+
+        def __exit__(self, *exc: object) -> None:
+            if self.was:
+                gc.enable()
+
+    return _Frozen()
+
+
+def _run_stream(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, stats: JoinStats,
+                times: tuple[_RememberedTime, _RememberedTime],
+                late: Callable[[int, Record], None] | None) -> None:
+    from streamctl.processing.joins.stream_stream import StreamStreamJoin
+
+    assert spec.within is not None
+    j = StreamStreamJoin(spec.within, spec.how, emit, spec.lateness)
+    late_counts = stats.late
+    keys = (_key_getter(spec.on[0]), _key_getter(spec.on[1]))
+    kfields = (_value_field(spec.on[0]), _value_field(spec.on[1]))
+    counts = stats.records
+    no_time = stats.no_time
+    push = j.push
+    pos = 0
+    memos = (times[0].memo, times[1].memo)
+    gets = (times[0].get, times[1].get)
+    with _gc_frozen():
+        for side, rec in items:
+            pos += 1
+            counts[side] += 1
+            memo = memos[side]
+            t = memo[1] if memo[0] is rec else gets[side](rec)
+            if t is None:
+                no_time[side] += 1
+                continue
+            v = rec["value"]
+            kf = kfields[side]
+            if kf is not None:
+                k = v.get(kf) if v.__class__ is dict else None
+            else:
+                k = keys[side](rec)
+            if push(side, k if k.__class__ is str else norm_key(k), k, t, v, pos):
+                late_counts[side] += 1
+                if late is not None:
+                    late(side, rec)
+        j.finish()
+
+
+def _plain_values_only(spec: JoinSpec) -> bool:
+    """Every key and time path is under value (what a plain file has)."""
+    return all(parts[0] == "value" for parts in (*spec.on, *spec.time_field))
+
+
+def _value_reader(parts: tuple[str, ...]) -> Callable[[Any], Any]:
+    """A record path under value as a function of the value alone (fieldpaths.get(rec, parts) for a plain file)."""
+    sub = parts[1:]
+    if not sub:
+        return lambda v: v
+    if len(sub) == 1:
+        name = sub[0]
+        return lambda v: v.get(name) if v.__class__ is dict else None
+    return lambda v: fieldpaths.get(v, sub)
+
+
+_MS_LOW, _MS_HIGH = 100_000_000_000, 100_000_000_000_000  # epoch milliseconds, by magnitude
+_INT = {int}
+
+
+def block_times(parts: tuple[str, ...]) -> Callable[[list[Any]], list[int | None]]:
+    """The event times of a block of plain-file values (what _time_getter reads from each record)."""
+    lo, hi = _MS_LOW, _MS_HIGH
+    raw = block_column(parts)
+
+    def times(values: list[Any]) -> list[int | None]:
+        ts = raw(values)
+        # all epoch milliseconds (the common case): the times as they are, checked in C
+        if ts and {*map(type, ts)} == _INT and lo <= min(ts) and max(ts) < hi:
+            return ts
+        return event_times(ts)  # ISO-8601 strings, seconds: the column at once
+
+    return times
+
+
+def block_column(parts: tuple[str, ...]) -> Callable[[list[Any]], list[Any]]:
+    """A value path read from each of a block of plain-file values (what _key_getter reads from
+    each record): in one C-level pass when every value is an object holding the field."""
+    if len(parts) != 2:
+        get = _value_reader(parts)
+        return lambda values: list(map(get, values))
+    name = parts[1]
+    item = itemgetter(name)
+
+    def column(values: list[Any]) -> list[Any]:
+        try:
+            return list(map(item, values))
+        except (KeyError, TypeError, IndexError):  # a value without the field, or not an object
+            return [v.get(name) if v.__class__ is dict else None for v in values]
+
+    return column
+
+
+def _run_stream_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], block_bytes: int | None,
+                      late: LateSink | None = None) -> JoinStats:
+    """A stream-stream join of two plain files: read, merged and joined a block at a time, values
+    that are already in orjson's form pasted into the rows as the file has them (the same
+    rows in the same order as the record-at-a-time path)."""
+    from streamctl.processing.joins.stream_stream import join_batches
+
+    assert spec.within is not None
+    stats = JoinStats()
+    times = [block_times(spec.time_field[0]), block_times(spec.time_field[1])]
+    keys = [block_column(spec.on[0]), block_column(spec.on[1])]
+    kw = {} if block_bytes is None else {"block_bytes": block_bytes}
+
+    def merged() -> Generator[inputorder.Batch, None, None]:
+        return inputorder.merged_plain([spec.left, spec.right], times, keys, raw=True, **kw)
+
+    from streamctl.processing import decoder
+
+    # reading, parsing and merging in a second process while this one joins (not for stdin: a
+    # terminal on stdin would be read by a process Ctrl-C does not stop)
+    ahead = decoder.can_fork() and "-" not in (spec.left, spec.right)
+    batches = decoder.items(merged, spec.left) if ahead else merged()
+    try:
+        with _gc_frozen():
+            join_batches(batches, norm_key, spec.within, spec.how, write_jsonl, stats.records, stats.no_time,
+                         spec.lateness, stats.late, None if late is None else _payload_sink(late))
+    finally:
+        batches.close()  # stops and reaps the reading process now, whatever a traceback keeps alive
+    return stats
+
+
+def _payload_sink(late: LateSink) -> Callable[[int, Any], None]:
+    """late(side, line) for a plain file's payloads: the line itself when the payload is its bytes."""
+    dumps = orjson.dumps
+
+    def sink(side: int, payload: Any) -> None:
+        late(side, (payload if payload.__class__ is bytes else dumps(payload)) + b"\n")
+
+    return sink
+
+
+def _run_table(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, stats: JoinStats,
+               right_index: int, late: Callable[[int, Record], None] | None = None) -> None:
+    from streamctl.processing.joins.stream_table import TableAsOfTime, TableAtPosition
+
+    keys = (_key_getter(spec.on[0]), _key_getter(spec.on[1]))
+    left_key, right_key = keys
+    right_by_record_key = spec.on[1] != ("key",)
+    counts = stats.records
+    inner = spec.how == "inner"
+    with _gc_frozen():
+        if spec.as_of == "position":
+            # The hot loop of enrichment: the lookup is inlined (TableAtPosition.event does the same).
+            j = TableAtPosition(inner, emit)
+            change, table = j.change, j.table
+            lget = _value_field(spec.on[0])
+            n_right = n_left = 0
+            for i, rec in items:
+                if i == right_index:
+                    n_right += 1
+                    value = rec["value"]
+                    if value is None and right_by_record_key:
+                        for nk, _k in tombstone_keys(rec.get("key")):
+                            change(nk, None)
+                        continue
+                    k = right_key(rec)
+                    if k is None:
+                        continue
+                    change(k if k.__class__ is str else norm_key(k), value)
+                else:
+                    n_left += 1
+                    if lget is not None:
+                        v = rec["value"]
+                        k = v.get(lget) if v.__class__ is dict else None
+                    else:
+                        k = left_key(rec)
+                        v = rec["value"]
+                    if k.__class__ is str:
+                        row = table.get(k)
+                    else:
+                        row = table.get(norm_key(k)) if k is not None else None
+                    if row is not None or not inner:
+                        emit(k, v, row)
+            counts[0] += n_left
+            counts[1] += n_right
+            stats.max_state = j.state_size()
+            return
+        ja = TableAsOfTime(inner, emit, spec.retention, spec.lateness)
+        times = (_time_getter(spec.time_field[0]), _time_getter(spec.time_field[1]))
+        pos = 0
+        late_counts = stats.late
+        for i, rec in items:
+            side = 1 if i == right_index else 0
+            pos += 1
+            counts[side] += 1
+            t = times[side](rec)
+            if side:
+                value = rec["value"]
+                if value is None and right_by_record_key:
+                    found = tombstone_keys(rec.get("key"))
+                    if found and ja.is_late(t):
+                        late_counts[1] += 1
+                        if late is not None:
+                            late(1, rec)
+                    for nk, _k in found:
+                        ja.change(nk, t, None, pos)
+                    if t is not None:
+                        ja.advance(t)
+                    continue
+                k = right_key(rec)
+                if k is None:
+                    if t is not None:
+                        ja.advance(t)
+                    continue
+                if ja.is_late(t):
+                    late_counts[1] += 1
+                    if late is not None:
+                        late(1, rec)
+                ja.change(k if k.__class__ is str else norm_key(k), t, value, pos)
+            else:
+                if t is None:
+                    stats.no_time[0] += 1
+                    continue
+                k = left_key(rec)
+                ja.event(k if k.__class__ is str else norm_key(k), k, t, rec["value"], pos)
+        ja.finish()
+        stats.max_state = ja.state_size()
+
+
+def _run_tables(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit_op: EmitOp, stats: JoinStats) -> None:
+    from streamctl.processing.joins.table_table import TableTableJoin
+
+    j = TableTableJoin(emit_op)
+    keys = (_key_getter(spec.on[0]), _key_getter(spec.on[1]))
+    by_record_key = (spec.on[0] != ("key",), spec.on[1] != ("key",))
+    counts = stats.records
+    change = j.change
+    with _gc_frozen():
+        for side, rec in items:
+            counts[side] += 1
+            value = rec["value"]
+            if value is None and by_record_key[side]:
+                for nk, k in tombstone_keys(rec.get("key")):
+                    change(side, nk, k, None)
+                continue
+            k = keys[side](rec)
+            if k is None:
+                continue
+            change(side, k if k.__class__ is str else norm_key(k), k, value)
+    stats.max_state = j.state_size()
+
+
+def job_params(spec: JoinSpec, specs: list[inputorder.InputSpec], master: str | None,
+               snapshot: bool = True) -> dict:
+    """PARAMS of the generated Spark job. `snapshot` pins each log's end offsets as of now,
+    as the local engine reads them (left out for --emit-job: the job reads what is there when it runs)."""
+    import os
+
+    from streamctl.storage import log as logmod
+    from streamctl.storage import reader
+
+    inputs = []
+    for s in specs:
+        path = s.path if "://" in s.path else os.path.abspath(s.path)
+        entry: dict[str, Any] = {"path": path, "is_log": s.is_log}
+        if s.is_log and snapshot:
+            lg = logmod.open_log(s.path)
+            entry["end_offsets"] = {str(p): reader.partition_info(lg, p).next_offset for p in range(lg.partitions)}
+        inputs.append(entry)
+    return {
+        "kind": spec.kind,
+        "inputs": inputs,
+        "on": [list(spec.on[0]), list(spec.on[1])],
+        "time_field": [list(spec.time_field[0]), list(spec.time_field[1])],
+        "within": spec.within,
+        "how": spec.how,
+        "as_of": spec.as_of,
+        "retention": spec.retention,
+        "lateness": spec.lateness,
+        "output": None,
+        "master": master,
+        "app_name": "streamctl-join",
+        "log_level": "WARN",
+        # local mode runs executors inside the driver's JVM: the global-order windows need room
+        "spark_conf": {"spark.ui.enabled": "false", "spark.driver.memory": "2g"},
+    }
+
+
+def job_text(params: dict) -> str:
+    """The standalone PySpark script: the replay job's log reader, then the join body."""
+    from streamctl.spark import jobgen
+
+    kinds = {"stream": f"stream-stream window join (within {params['within']} ms, how {params['how']})",
+             "table": f"stream-table join (as of {params['as_of']}, how {params['how']})",
+             "tables": "table-table join (the changelog of the inner join)"}
+    title = (f"streamctl join: {kinds[params['kind']]} of two inputs, rows in the same order as "
+             "streamctl join --engine local.")
+    how = ("  spark-submit job.py > rows.jsonl                 # the master from spark-submit (default local[*])\n"
+           "  spark-submit --master yarn job.py > rows.jsonl   # on a cluster\n"
+           "  python job.py > rows.jsonl                       # plain Python with pyspark")
+    body = "\n\n".join([jobgen.body_source("replay_job"), jobgen.pasted_core(), jobgen.body_source("join_job")])
+    return jobgen.render_job(title, how, params, body)

@@ -1,0 +1,317 @@
+"""Stream-stream window join: pairs with equal key and event times at most `within` apart.
+
+The rule, exactly (it is what the tests' brute-force reference and the Spark job
+compute): records are numbered by their position in the input order; W(p) is
+the watermark after position p: the largest event time seen up to and
+including p, minus `lateness`. An event b is late when t_b + within < W(b): the
+partners it could have had before it in time have left the window, so it is
+not joined at all -- not paired, not stored, not emitted as unmatched -- only
+counted (and handed to the caller to keep, `--late-out`). Joining it with the
+partners that happen to remain would give a result that depends on how late
+it came; leaving it out gives exactly the rows of the other events (Flink's
+interval join drops late elements the same way). With `lateness` at least as
+large as how far event times run behind the largest time seen before them,
+nothing is late and every pair with |t_a - t_b| <= within is found.
+
+An earlier event a and a later event b of the other side, neither late, pair up
+when their keys are equal (and not null), |t_a - t_b| <= within, and a is still
+in the window when b arrives: t_a + within >= W(b). Pairs are emitted when b
+arrives, in a's input order.
+
+An event leaves the state at the first position where the watermark passes
+its time + within (W > t + within), or at the end of the input. Then, if it
+never paired and its side is kept by `how`, it is emitted with the other side
+null, never earlier: a later event could still have matched it. Evictions at
+one position come out after that position's pairs, ordered by (time, position).
+State holds only events inside the window behind the watermark.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import orjson
+
+from streamctl.processing.joins import Emit
+
+# An event in the state is a list (cheaper to make than an object, and compared
+# by identity below): [time, value, matched, side, normalized key, key].
+# A key's buffer holds the event itself while it is the only one (most keys
+# in a click stream), and a list of events from the second on; an event's
+# first item is its time, an int, which tells the two apart.
+
+
+def _unbuffer(buf: dict[Any, Any], nkey: Any, ev: list) -> None:
+    """Remove exactly this event (by identity: equal-looking events can be different events)."""
+    cur = buf[nkey]
+    if cur is ev:
+        del buf[nkey]
+        return
+    for i, x in enumerate(cur):
+        if x is ev:
+            del cur[i]
+            break
+    if len(cur) == 1:
+        buf[nkey] = cur[0]
+
+
+class StreamStreamJoin:
+    def __init__(self, within: int, how: str, emit: Emit, lateness: int = 0) -> None:
+        self.within = within
+        self.lateness = lateness
+        self.late = 0  # events not joined: late on arrival
+        self.keep = (how in ("left", "outer"), how in ("right", "outer"))
+        self.emit = emit
+        # side -> normalized key -> the event, or a list of events, still in the window (input order)
+        self.buffers: tuple[dict[Any, Any], dict[Any, Any]] = ({}, {})
+        # Eviction order is (time, position). Input mostly comes in time order, so
+        # events that keep that order queue in a deque (O(1)); the others go to a heap,
+        # and eviction takes the smaller head of the two.
+        self.queue: deque[tuple[int, int, list]] = deque()
+        self.heap: list[tuple[int, int, list]] = []
+        self.max_time: int | None = None
+        self.watermark: int | None = None  # max_time - lateness
+
+    def push(self, side: int, nkey: Any, key: Any, t: int, value: Any, pos: int) -> bool:
+        """One event at input position `pos`; nkey is None for a null key (never matches).
+        Returns True when the event is late (counted in `late`, otherwise ignored)."""
+        within = self.within
+        mt = self.max_time
+        if mt is None or t > mt:
+            self.max_time = t
+            wm = self.watermark = t - self.lateness
+        else:
+            wm = self.watermark  # type: ignore[assignment]
+            if t + within < wm:
+                self.late += 1
+                return True
+        ev = [t, value, False, side, nkey, key]
+        if nkey is not None:
+            found = self.buffers[1 - side].get(nkey)
+            if found is not None:
+                emit = self.emit
+                for o in ((found,) if found[0].__class__ is int else found):
+                    ot = o[0]
+                    if ot + within >= wm and -within <= ot - t <= within:
+                        o[2] = True
+                        ev[2] = True
+                        if side:
+                            emit(key, o[1], value)
+                        else:
+                            emit(key, value, o[1])
+            buf = self.buffers[side]
+            cur = buf.get(nkey)
+            if cur is None:
+                buf[nkey] = ev
+            elif cur[0].__class__ is int:
+                buf[nkey] = [cur, ev]
+            else:
+                cur.append(ev)
+        end = t + within
+        queue = self.queue
+        if not queue or queue[-1][0] <= end:
+            queue.append((end, pos, ev))  # positions only grow, so (time, position) order holds
+        else:
+            heapq.heappush(self.heap, (end, pos, ev))
+        if self.heap:
+            if queue[0][0] < wm or self.heap[0][0] < wm:
+                self._evict(wm)
+            return False
+        # the common case, inlined: in-order input, evict from the queue's head
+        while queue and queue[0][0] < wm:
+            ev = queue.popleft()[2]
+            _t, value, matched, side, nkey, key = ev
+            if nkey is not None:
+                buf = self.buffers[side]
+                if buf[nkey] is ev:
+                    del buf[nkey]
+                else:
+                    _unbuffer(buf, nkey, ev)
+            if not matched and self.keep[side]:
+                if side:
+                    self.emit(key, None, value)
+                else:
+                    self.emit(key, value, None)
+        return False
+
+    def _evict(self, wm: int | None) -> None:
+        heap = self.heap
+        queue = self.queue
+        keep = self.keep
+        emit = self.emit
+        buffers = self.buffers
+        while True:
+            if queue and (not heap or queue[0][:2] < heap[0][:2]):
+                if wm is not None and queue[0][0] >= wm:
+                    return
+                ev = queue.popleft()[2]
+            elif heap:
+                if wm is not None and heap[0][0] >= wm:
+                    return
+                ev = heapq.heappop(heap)[2]
+            else:
+                return
+            _t, value, matched, side, nkey, key = ev
+            if nkey is not None:
+                _unbuffer(buffers[side], nkey, ev)
+            if not matched and keep[side]:
+                if side:
+                    emit(key, None, value)
+                else:
+                    emit(key, value, None)
+
+    def finish(self) -> None:
+        """End of input: every event still in the window is final now."""
+        self._evict(None)
+
+    def state_size(self) -> int:
+        return len(self.queue) + len(self.heap)
+
+
+# Output rows as JSON lines, pieced together: a payload is a value's JSON text (bytes) or a value.
+_KEY, _LEFT, _RIGHT, _END = b'{"key":', b',"left":', b',"right":', b"}\n"
+
+
+def join_batches(batches: Iterable[tuple[list[bool], list[Any], list[Any], list[Any]]],
+                 norm: Callable[[Any], Any], within: int, how: str, write: Callable[[bytes], None],
+                 counts: list[int], no_time: list[int], lateness: int = 0, late_counts: list[int] | None = None,
+                 late: Callable[[int, Any], None] | None = None) -> None:
+    """The rows StreamStreamJoin makes when fed record by record, as JSON lines (the bytes of
+    orjson.dumps({"key", "left", "right"}) + newline per row), for input that comes in batches
+    of (sides, times, keys, payloads) (inputorder.merged_plain). A payload is the value's JSON
+    text (pasted into the row as it is) or the value (dumped). `write` gets each batch's rows;
+    `norm` makes a key that is not a string hashable (joining.norm_key). Late events are
+    counted per side in `late_counts` and handed to `late(side, payload)`."""
+    if late_counts is None:
+        late_counts = [0, 0]
+    if how == "inner":
+        _inner_batches(batches, norm, within, write, counts, no_time, lateness, late_counts, late)
+        return
+    dumps = orjson.dumps
+    join = b"".join
+    parts: list[bytes] = []
+    add = parts.append
+
+    def emit(key: Any, lv: Any, rv: Any) -> None:
+        # each row joined at once: orjson's bytes are 4 KiB buffers while they live
+        add(join((_KEY, dumps(key), _LEFT, b"null" if lv is None else lv if lv.__class__ is bytes else dumps(lv),
+                  _RIGHT, b"null" if rv is None else rv if rv.__class__ is bytes else dumps(rv), _END)))
+
+    j = StreamStreamJoin(within, how, emit, lateness)
+    push = j.push
+    pos = 0
+    for sides, times, keys, payloads in batches:
+        for side, t, k, v in zip(sides, times, keys, payloads, strict=True):
+            pos += 1
+            if t is None:
+                no_time[side] += 1
+                continue
+            if push(side, k if k.__class__ is str else norm(k), k, t, v, pos):
+                late_counts[side] += 1
+                if late is not None:
+                    late(side, v)
+        n1 = sum(sides)
+        counts[0] += len(sides) - n1
+        counts[1] += n1
+        if parts:
+            write(b"".join(parts))
+            parts.clear()
+    j.finish()
+    if parts:
+        write(b"".join(parts))
+
+
+def _inner_batches(batches: Iterable[tuple[list[bool], list[Any], list[Any], list[Any]]],
+                   norm: Callable[[Any], Any], within: int, write: Callable[[bytes], None],
+                   counts: list[int], no_time: list[int], lateness: int, late_counts: list[int],
+                   late: Callable[[int, Any], None] | None) -> None:
+    """Inner joins emit only pairs, so when an event leaves the state does not show in the output
+    (a pair needs the earlier event still in the window, which the match checks itself).
+
+    That allows one dict for both sides, one lookup per event: normalized key -> entry
+    [left events, right events, normalized key, queued time, newest time], each side None,
+    one event (time, payload) or a list of them in input order. A late event (already behind
+    the window when it arrives) is counted and neither matched nor stored. Entries queue in the order they
+    were made; after each batch, entries queued with a time behind the window leave: the
+    whole entry when its newest event is behind it too, else it queues again with that time
+    and its lists keep only the events still in the window (so an event stays at most a
+    window after it left it, and a key's state stays bounded however long the key lives).
+    """
+    dumps = orjson.dumps
+    join = b"".join
+    buf: dict[Any, list[Any]] = {}
+    get = buf.get
+    queue: deque[list[Any]] = deque()
+    enqueue = queue.append
+    popleft = queue.popleft
+    high: float = float("-inf")  # the largest time seen
+    floor: float = high  # watermark - within: an event with a smaller time is out of the window
+    back = lateness + within
+    for sides, times, keys, payloads in batches:
+        parts: list[bytes] = []
+        add = parts.append
+        for side, t, k, v in zip(sides, times, keys, payloads, strict=True):
+            if t is None:
+                no_time[side] += 1
+                continue
+            if t > high:
+                high = t
+                floor = t - back
+            elif t < floor:
+                late_counts[side] += 1
+                if late is not None:
+                    late(side, v)
+                continue
+            if k is None:
+                continue
+            nk = k if k.__class__ is str else norm(k)
+            e = get(nk)
+            if e is None:
+                e = [None, (t, v), nk, t, t] if side else [(t, v), None, nk, t, t]
+                buf[nk] = e
+                enqueue(e)
+                continue
+            o = e[0] if side else e[1]
+            if o is not None:
+                for x in ((o,) if o.__class__ is tuple else o):
+                    ot = x[0]
+                    if ot >= floor and -within <= ot - t <= within:
+                        # each row joined at once: orjson's bytes are 4 KiB buffers while they live
+                        ov = x[1]
+                        vb = v if v.__class__ is bytes else dumps(v)
+                        ob = ov if ov.__class__ is bytes else dumps(ov)
+                        if side:
+                            add(join((_KEY, dumps(k), _LEFT, ob, _RIGHT, vb, _END)))
+                        else:
+                            add(join((_KEY, dumps(k), _LEFT, vb, _RIGHT, ob, _END)))
+            if t > e[4]:
+                e[4] = t
+            cur = e[side]
+            if cur is None:
+                e[side] = (t, v)
+            elif cur.__class__ is tuple:
+                e[side] = [cur, (t, v)] if cur[0] >= floor else (t, v)
+            else:
+                cur.append((t, v))
+        n1 = sum(sides)
+        counts[0] += len(sides) - n1
+        counts[1] += n1
+        if parts:
+            write(join(parts))
+        while queue and queue[0][3] < floor:
+            e = popleft()
+            if e[4] < floor:
+                del buf[e[2]]
+                continue
+            e[3] = e[4]
+            enqueue(e)
+            for s in (0, 1):
+                cur = e[s]
+                if cur.__class__ is list:
+                    kept = [x for x in cur if x[0] >= floor]
+                    e[s] = None if not kept else kept[0] if len(kept) == 1 else kept
+                elif cur is not None and cur[0] < floor:
+                    e[s] = None

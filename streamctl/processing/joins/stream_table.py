@@ -1,0 +1,163 @@
+"""Stream-table join: enrich each LEFT event with the RIGHT changelog's row for its key.
+
+The table is a changelog folded into the latest value per key; a null value
+(tombstone) deletes the key. Two ways to pick the row:
+
+- `TableAtPosition` (default): the row as it stands at the event's position in
+  the input order, i.e. after every table change that came before the event.
+  Emitted at once, in input order.
+- `TableAsOfTime` (`--as-of event-time`): the version whose event time is at
+  or before the event's (the latest by (time, position) among versions with
+  time <= t). So that a version with the same or an earlier time arriving a
+  little later still counts, an event waits until the watermark passes its
+  time (W > t; W is the stream-stream join's watermark: the largest event time
+  seen so far over both inputs, minus `lateness`) or the input ends; then it
+  is looked up among the versions seen so far. Events that resolve at one
+  position come out ordered by (time, position).
+  Lateness: an event that arrives with its time already behind W resolves at
+  once, and its answer is exact -- every version that came in on time and
+  could be its answer (time <= t < W) is already in the history -- so events
+  are never late here (Kafka Streams' stream-table join with a grace period
+  joins such a record at once too). What can come too late is a table change:
+  one whose time is behind W when it arrives (t < W) may be missing from rows
+  already written for events at or after its time. It is still applied (a
+  table never loses a change; later lookups see it), and it is counted late.
+  `retention` bounds the history: a key keeps only the versions an event not
+  older than W - retention could need (every version after the newest one at
+  or before W - retention). An event older than that finds nothing if its key
+  changed between its time and W - retention (Kafka Streams' versioned store
+  answers null past its history retention too).
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_right
+from typing import Any
+
+from streamctl.processing.joins import MIN_TIME, Emit
+
+
+class TableAtPosition:
+    def __init__(self, inner: bool, emit: Emit) -> None:
+        self.inner = inner
+        self.emit = emit
+        self.table: dict[Any, Any] = {}
+
+    def change(self, nkey: Any, value: Any) -> None:
+        if value is None:
+            self.table.pop(nkey, None)
+        else:
+            self.table[nkey] = value
+
+    def event(self, nkey: Any, key: Any, value: Any) -> None:
+        row = self.table.get(nkey) if nkey is not None else None
+        if row is not None or not self.inner:
+            self.emit(key, value, row)
+
+    def finish(self) -> None:
+        pass
+
+    def state_size(self) -> int:
+        return len(self.table)
+
+
+class _History:
+    """One key's versions sorted by (time, position); value None = deleted."""
+
+    __slots__ = ("pos", "times", "values")
+
+    def __init__(self) -> None:
+        self.times: list[int] = []
+        self.pos: list[int] = []
+        self.values: list[Any] = []
+
+    def add(self, t: int, pos: int, value: Any) -> None:
+        times = self.times
+        if not times or t >= times[-1]:
+            times.append(t)
+            self.pos.append(pos)
+            self.values.append(value)
+            return
+        # an out-of-order version: positions only grow, so the same time sorts after its equals
+        i = bisect_right(times, t)
+        times.insert(i, t)
+        self.pos.insert(i, pos)
+        self.values.insert(i, value)
+
+    def prune(self, horizon: int) -> None:
+        """Drop the versions superseded by a version at or before `horizon`."""
+        i = bisect_right(self.times, horizon) - 1
+        if i > 0:
+            del self.times[:i]
+            del self.pos[:i]
+            del self.values[:i]
+
+    def at(self, t: int) -> Any:
+        i = bisect_right(self.times, t)
+        return self.values[i - 1] if i else None
+
+
+class TableAsOfTime:
+    def __init__(self, inner: bool, emit: Emit, retention: int | None = None, lateness: int = 0) -> None:
+        self.inner = inner
+        self.emit = emit
+        self.retention = retention
+        self.lateness = lateness
+        self.history: dict[Any, _History] = {}
+        self.waiting: list[tuple[int, int, Any, Any, Any]] = []  # (t, position, nkey, key, value)
+        self.max_time: int | None = None
+        self.watermark: int | None = None  # max_time - lateness
+
+    def advance(self, t: int) -> None:
+        """Move the watermark (every record with a time does, even one without a usable key)."""
+        if self.max_time is None or t > self.max_time:
+            self.max_time = t
+            wm = self.watermark = t - self.lateness
+            if self.waiting and self.waiting[0][0] < wm:
+                self._resolve(wm)
+
+    def is_late(self, t: int | None) -> bool:
+        """Whether a table change with time t comes too late (behind the watermark; see above)."""
+        return t is not None and self.watermark is not None and t < self.watermark
+
+    def change(self, nkey: Any, t: int | None, value: Any, pos: int) -> None:
+        """A table version; t None = no time: valid from the beginning, does not move the watermark."""
+        h = self.history.get(nkey)
+        if h is None:
+            h = self.history[nkey] = _History()
+        h.add(MIN_TIME if t is None else t, pos, value)
+        if self.retention is not None and self.watermark is not None:
+            h.prune(self.watermark - self.retention)
+        if t is not None:
+            self.advance(t)
+
+    def event(self, nkey: Any, key: Any, t: int, value: Any, pos: int) -> None:
+        heapq.heappush(self.waiting, (t, pos, nkey, key, value))
+        self.advance(t)
+        if self.waiting[0][0] < self.watermark:  # type: ignore[operator]  # an event already behind it
+            self._resolve(self.watermark)
+
+    def _resolve(self, wm: int | None) -> None:
+        waiting = self.waiting
+        history = self.history
+        emit = self.emit
+        inner = self.inner
+        horizon = None if self.retention is None or self.watermark is None else self.watermark - self.retention
+        while waiting and (wm is None or waiting[0][0] < wm):
+            t, _pos, nkey, key, value = heapq.heappop(waiting)
+            row = None
+            if nkey is not None:
+                h = history.get(nkey)
+                if h is not None:
+                    if horizon is not None:
+                        h.prune(horizon)
+                    row = h.at(t)
+            if row is not None or not inner:
+                emit(key, value, row)
+
+    def finish(self) -> None:
+        self._resolve(None)
+
+    def state_size(self) -> int:
+        return sum(len(h.times) for h in self.history.values()) + len(self.waiting)

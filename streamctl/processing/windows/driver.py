@@ -1,0 +1,1099 @@
+"""The window driver: input order, event time, watermark, the window operator, and rows out.
+
+For each record in the one deterministic input order (streamctl.processing.inputorder):
+its event time is read (`--time-field`, or the wall clock with
+`--processing-time`), its group key (`--by`, default the record key) and the
+aggregation inputs are pulled out, the operator folds it in against the
+watermark *before* it (so an event can never make itself late), then the
+watermark moves and closes windows. End of input flushes every open window.
+
+Memory is the operator's open windows and groups; the input is streamed.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import chain, groupby, islice, repeat
+from operator import itemgetter, le
+from typing import Any
+
+import orjson
+
+from streamctl.errors import DataError, UsageError
+from streamctl.processing import aggregations, inputorder
+from streamctl.processing import columns as fieldcolumns  # "columns" names the compiled column makers here
+from streamctl.processing.watermark import Watermark
+from streamctl.processing.windows import NO_WATERMARK
+from streamctl.processing.windows.hopping import Hopping
+from streamctl.processing.windows.session import Session
+from streamctl.processing.windows.sliding import Sliding
+from streamctl.processing.windows.tumbling import Tumbling
+from streamctl.storage import fieldpaths
+from streamctl.timeparse import bad_time_reason, event_time_ms, event_times, format_iso, now_ms, usable_range
+
+KINDS = ("tumbling", "hopping", "sliding", "session")
+LATE_POLICIES = ("drop", "correct")
+EMIT_MODES = ("final", "update")
+BAD_TIME_POLICIES = ("skip", "fail")
+
+
+@dataclass
+class WindowConfig:
+    kind: str  # tumbling | hopping | sliding | session
+    size: int  # ms; the GAP for sessions
+    hop: int = 0  # hopping only
+    by: list[str] = field(default_factory=list)  # default: the record key
+    time_field: str = "ts"
+    processing_time: bool = False
+    on_bad_time: str = "skip"
+    aggs: list[str] = field(default_factory=lambda: ["count"])
+    lateness: int = 0
+    late: str = "drop"
+    emit: str = "final"
+
+    def describe(self) -> dict:
+        """What a checkpoint must match to be resumed (changing any of it changes the answers)."""
+        return {"kind": self.kind, "size": self.size, "hop": self.hop, "by": self.by,
+                "time_field": self.time_field, "processing_time": self.processing_time,
+                "aggs": self.aggs, "lateness": self.lateness, "late": self.late, "emit": self.emit}
+
+
+@dataclass
+class WindowStats:
+    events: int = 0
+    late: int = 0
+    bad_time: int = 0
+    bad_time_example: str | None = None
+
+
+def parse_hopping(text: str, parse_duration: Callable[[str], int]) -> tuple[int, int]:
+    size, sep, hop = text.partition("/")
+    if not sep:
+        raise UsageError(f"--hopping {text!r}: write SIZE/HOP, e.g. 10m/1m")
+    s, h = parse_duration(size), parse_duration(hop)
+    if s <= 0 or h <= 0:
+        raise UsageError(f"--hopping {text!r}: SIZE and HOP must be positive")
+    if h > s:
+        raise UsageError(f"--hopping {text!r}: HOP must not exceed SIZE (gaps would drop events)")
+    return s, h
+
+
+def make_plan(cfg: WindowConfig) -> aggregations.Plan:
+    try:
+        return aggregations.Plan([aggregations.parse_agg(a, fieldpaths.record_path) for a in cfg.aggs])
+    except aggregations.AggSpecError as e:
+        raise UsageError(str(e)) from None
+
+
+def make_operator(cfg: WindowConfig, plan: aggregations.Plan):
+    update, correct = cfg.emit == "update", cfg.late == "correct"
+    if cfg.size <= 0:
+        raise UsageError("the window size must be positive")
+    if cfg.kind == "tumbling":
+        return Tumbling(cfg.size, plan, update, correct)
+    if cfg.kind == "hopping":
+        return Hopping(cfg.size, cfg.hop, plan, update, correct)
+    if cfg.kind == "sliding":
+        return Sliding(cfg.size, plan, update, correct)
+    if cfg.kind == "session":
+        return Session(cfg.size, plan, update, correct)
+    raise UsageError(f"unknown window type {cfg.kind!r}")
+
+
+def _path_getter(parts: tuple[str, ...]) -> Callable[[dict], Any]:
+    return aggregations.getter(parts)
+
+
+def key_json_cached(cache: dict[str, bytes] | None = None) -> Callable[[Any], bytes]:
+    """JSON text of a key value, memoized for strings (keys repeat; orjson.dumps costs ~1-2 us a call)."""
+    dumps = orjson.dumps
+    if cache is None:
+        cache = {}
+
+    def key_json(k: Any) -> bytes:
+        if type(k) is str:
+            j = cache.get(k)
+            if j is None:
+                if len(cache) >= 200_000:
+                    cache.clear()  # bounded: memory must not grow with the number of distinct keys
+                j = cache[k] = dumps(k)
+            return j
+        return b"null" if k is None else dumps(k)
+    return key_json
+
+
+def key_getter(by: list[str]) -> Callable[[dict], bytes]:
+    """The group key as JSON text: one --by -> its value; several -> a list; none -> the record key."""
+    key_json = key_json_cached()
+    if not by:
+        return lambda r: key_json(r.get("key"))
+    getters = [_path_getter(fieldpaths.record_path(p)) for p in by]
+    if len(getters) == 1:
+        g = getters[0]
+        return lambda r: key_json(g(r))
+    dumps = orjson.dumps
+    return lambda r: dumps([g(r) for g in getters])
+
+
+def time_range(cfg: WindowConfig) -> tuple[int, int]:
+    """The event times this run can use (timeparse.usable_range): outside it, a time is a bad time."""
+    lo, hi = usable_range(cfg.kind, cfg.size, cfg.hop)
+    if lo > hi:
+        raise UsageError(f"--{cfg.kind} windows of {cfg.size} ms are too long: no event time has windows "
+                         f"that fit in years 1..9999, where ISO-8601 can write their bounds")
+    return lo, hi
+
+
+def time_field_getter(cfg: WindowConfig, is_log: bool) -> tuple[Callable[[dict], Any], bool]:
+    """The raw value of the event-time field, and whether it is epoch ms as it is (a log's append
+    time) rather than a value event_time_ms reads. A plain file has no envelope ts, so there the
+    default `ts` means the value's own `ts` field (`{"ts": "2026-11-21T10:00:00Z", ...}` lines work as is).
+    """
+    parts = fieldpaths.record_path(cfg.time_field)
+    if parts == ("ts",):
+        if is_log:
+            return (lambda r: r.get("ts")), True
+        parts = ("value", "ts")
+    return _path_getter(parts), False
+
+
+def time_getter(cfg: WindowConfig, is_log: bool) -> Callable[[dict], int | None]:
+    """Event time in ms, or None when missing, unparseable or outside time_range(cfg)."""
+    if cfg.processing_time:
+        return lambda r: now_ms()
+    lo, hi = time_range(cfg)
+    get, epoch_ms = time_field_getter(cfg, is_log)
+    if epoch_ms:
+        def append_time(r: dict) -> int | None:
+            t = get(r)
+            return t if type(t) is int and lo <= t <= hi else None
+        return append_time
+
+    def event_time(r: dict) -> int | None:
+        v = get(r)
+        if type(v) is not int or not 100_000_000_000 <= v < 100_000_000_000_000:
+            v = event_time_ms(v)  # (epoch ms, the common case, skips the general parse)
+            if v is None:
+                return None
+        return v if lo <= v <= hi else None
+
+    parts = fieldpaths.record_path(cfg.time_field)
+    first, rest = ("value", ("ts",)) if parts == ("ts",) else (parts[0], parts[1:])
+
+    def event_time_column(recs: list[dict]) -> list[int | None]:
+        """event_time of each record (the input-order merge reads a block's times at once)."""
+        # the field a level at a time (what `get` reads); a log's batch has its values already
+        if first == "value" and type(recs) is inputorder.RecordBatch:
+            col = recs.values
+        else:
+            col = list(map(dict.get, recs, repeat(first)))
+        for name in rest:
+            col = [v.get(name) if v.__class__ is dict else None for v in col]
+        return [t if t is not None and lo <= t <= hi else None for t in event_times(col)]
+
+    event_time.column = event_time_column  # type: ignore[attr-defined]
+    return event_time
+
+
+def compile_prepare(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan) -> Callable[[dict], tuple]:
+    """One function per run: record -> (event time ms, key JSON, aggregation inputs), or (None, ...) when
+    the record has no usable time. It is straight-line code generated for this run's paths, since it runs
+    once per event: the same reads as time_getter, key_getter and Plan.extract, without their calls."""
+    cache: dict[str, bytes] = {}
+    lo, hi = time_range(cfg)
+    env: dict = {"_etm": event_time_ms, "_now": now_ms, "_kj": key_json_cached(cache), "_kc": cache,
+                 "_dumps": orjson.dumps, "_g": [], "_lo": lo, "_hi": hi}
+
+    def expr(parts: tuple[str, ...]) -> str:
+        if len(parts) == 2 and parts[0] == "value":
+            return f"(_val.get({parts[1]!r}) if type(_val) is dict else None)"
+        if len(parts) == 1:
+            return f"r.get({parts[0]!r})"
+        env["_g"].append(_path_getter(parts))
+        return f"_g[{len(env['_g']) - 1}](r)"
+
+    src = ["def prepare(r):", "    _val = r.get('value')"]
+    if cfg.processing_time:
+        src.append("    t = _now()")
+    else:
+        parts = fieldpaths.record_path(cfg.time_field)
+        if parts == ("ts",) and not is_log:
+            parts = ("value", "ts")  # a plain file has no append time: its own ts field
+        if parts == ("ts",):
+            src.append("    t = r.get('ts')")
+        else:
+            src.append(f"    x = {expr(parts)}")
+            # epoch ms, the common case, without the general parse
+            src.append("    t = x if type(x) is int and 100_000_000_000 <= x < 100_000_000_000_000 else _etm(x)")
+    # outside time_range(cfg) a window bound could not be written: a bad time, as time_getter says
+    src.append("    if type(t) is not int or not _lo <= t <= _hi:")
+    src.append("        return None, None, None")
+    if not cfg.by or len(cfg.by) == 1:
+        # the key cache inlined: a string key seen before costs one dict lookup
+        src.append(f"    kv = {expr(fieldpaths.record_path(cfg.by[0])) if cfg.by else 'r.get(' + repr('key') + ')'}")
+        src.append("    k = _kc.get(kv) if type(kv) is str else None")
+        src.append("    if k is None:")
+        src.append("        k = _kj(kv)")
+    else:
+        src.append(f"    k = _dumps([{', '.join(expr(fieldpaths.record_path(p)) for p in cfg.by)}])")
+    lines, result = plan.extract_source(env)
+    src += lines
+    src.append(f"    return t, k, {result}")
+    exec("\n".join(src), env)
+    return env["prepare"]
+
+
+_INT = {int}
+_DICT = {dict}
+_INT_NONE = {int, type(None)}
+_NUMBERS = {int, float, type(None)}
+
+
+def _numeric_column(col: list) -> tuple[list, int]:
+    """A numeric aggregation's column with the values that are not numbers (nor null) replaced by None,
+    and how many there were: compile_prepare's per-value check, for a whole column at once."""
+    types = {*map(type, col)}
+    if types <= _INT_NONE:
+        return col, 0
+    if types <= _NUMBERS:
+        try:
+            # a NaN or an infinity makes the sum non-finite (falsy values cannot, so filter(None) may drop them)
+            if math.isfinite(sum(filter(None, col))):
+                return col, 0
+        except OverflowError:
+            pass
+    inf = (math.inf, -math.inf)
+    clean = [x if x is None or type(x) is int or (type(x) is float and x == x and x not in inf) else None
+             for x in col]
+    return clean, clean.count(None) - col.count(None)
+
+
+def window_fields(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan) -> list[tuple[str, ...]] | None:
+    """The record fields a run reads (time, group key, aggregation inputs), when a log can give them
+    as columns (streamctl.processing.columns); None when it cannot (then whole records are read)."""
+    if cfg.processing_time or not is_log:
+        return None
+    fields = [fieldpaths.record_path(cfg.time_field)]
+    fields += [fieldpaths.record_path(p) for p in cfg.by] if cfg.by else [("key",)]
+    fields += [s.path for s in plan.specs if s.path is not None]
+    return fields if fieldcolumns.readable(fields) else None
+
+
+def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
+                    key_cache: dict[str, bytes]) -> Callable[[Sequence[dict]], tuple]:
+    """compile_prepare for a list of records: `columns(recs) -> (ts, rest, ordered)`: the event times
+    (as compile_prepare reads them; anything but an int is a bad time); when every time is good,
+    rest = (key JSON list, one column per aggregation that reads a field), else None; and whether
+    the times never go down (None: not known).
+
+    `recs` may also be a fieldcolumns.FieldBatch of window_fields(): the same columns, taken from it.
+    Nothing is counted before every column is made (a caller that gets an exception can hand the
+    records to the per-record path); non-numeric values are counted at the end, as compile_prepare
+    counts them for records with a good time.
+    """
+    env: dict = {"_ets": event_times, "_kj": key_json_cached(key_cache), "_kc": key_cache,
+                 "_dumps": orjson.dumps, "_g": [], "_dget": dict.get, "_rep": itertools.repeat,
+                 "_INT": _INT, "_DICT": _DICT, "_num": _numeric_column, "_nn": plan.non_numeric,
+                 "_names": [s.name for s in plan.specs], "_le": le, "_islice": islice,
+                 "_Batch": inputorder.RecordBatch, "_FB": fieldcolumns.FieldBatch}
+    env["_lo"], env["_hi"] = lo, hi = time_range(cfg)
+
+    def one(parts: tuple[str, ...]) -> str:
+        """An expression of one record's field (names `r` and `_val`, its value) for a comprehension."""
+        if len(parts) == 2 and parts[0] == "value":
+            return f"(_val.get({parts[1]!r}) if type(_val) is dict else None)"
+        if len(parts) == 1:
+            return f"r.get({parts[0]!r})"
+        env["_g"].append(aggregations.getter(parts))
+        return f"_g[{len(env['_g']) - 1}](r)"
+
+    def column(parts: tuple[str, ...], lazy: bool = False) -> str:
+        """An expression of the column of a field over `recs` (values in `_vals`, all dicts if `_vd`);
+        `lazy`: an iterator is enough."""
+        wrap = (lambda e: e) if lazy else (lambda e: f"list({e})")
+        if len(parts) == 2 and parts[0] == "value":
+            return (f"({wrap(f'map(_dget, _vals, _rep({parts[1]!r}))')} if _vd else "
+                    f"[_val.get({parts[1]!r}) if type(_val) is dict else None for _val in _vals])")
+        if len(parts) == 1:
+            return wrap(f"map(_dget, recs, _rep({parts[0]!r}))")
+        return f"[{one(parts)} for r, _val in zip(recs, _vals)]"
+
+    def batch_column(parts: tuple[str, ...], lazy: bool = False) -> str:
+        return f"_c[{parts!r}]"
+
+    def source(name: str, from_batch: bool) -> list[str]:
+        col = batch_column if from_batch else column
+        if from_batch:
+            src = [f"def {name}(recs):",
+                   "    _c = recs.cols",
+                   "    ordered = None"]
+        else:
+            src = [f"def {name}(recs):",
+                   "    # a log's batch comes with its records' keys and values (inputorder.RecordBatch)",
+                   "    _vals = recs.values if type(recs) is _Batch else list(map(_dget, recs, _rep('value')))",
+                   "    _vd = {*map(type, _vals)} == _DICT",
+                   "    ordered = None"]
+        parts = fieldpaths.record_path(cfg.time_field)
+        if parts == ("ts",) and not is_log:
+            parts = ("value", "ts")  # a plain file has no append time: its own ts field
+        # a time outside time_range(cfg) [_lo, _hi] is a bad time: the column comes back with None there
+        if parts == ("ts",):
+            src.append(f"    ts = {col(parts)}")
+            src.append("    if {*map(type, ts)} != _INT:")
+            src.append("        ts = [t if type(t) is int and _lo <= t <= _hi else None for t in ts]")
+            src.append("        return ts, None, None")
+            src.append("    ordered = all(map(_le, ts, _islice(ts, 1, None)))")
+            src.append("    if (ts[0] < _lo or ts[-1] > _hi) if ordered else (min(ts) < _lo or max(ts) > _hi):")
+            src.append("        ts = [t if _lo <= t <= _hi else None for t in ts]")
+            src.append("        return ts, None, None")
+        else:
+            # epoch ms, the common case, needs no general parse (and lies in the range of any window
+            # shorter than 3000 years; _flo/_fhi are that fast range cut to time_range)
+            env["_flo"], env["_fhi"] = max(lo, 100_000_000_000), min(hi, 100_000_000_000_000 - 1)
+            src.append(f"    x = {col(parts)}")
+            src.append("    if {*map(type, x)} == _INT:")
+            src.append("        ordered = all(map(_le, x, _islice(x, 1, None)))")
+            src.append("        lo, hi = (x[0], x[-1]) if ordered else (min(x), max(x))")
+            src.append("    if ordered is not None and lo >= _flo and hi <= _fhi:")
+            src.append("        ts = x  # all epoch ms, the common case")
+            src.append("    else:")
+            src.append("        ordered = None")
+            src.append("        ts = _ets(x)  # ISO-8601 strings, seconds: the column at once")
+            src.append("        if {*map(type, ts)} != _INT or min(ts) < _lo or max(ts) > _hi:")
+            src.append("            ts = [t if type(t) is int and _lo <= t <= _hi else None for t in ts]")
+            src.append("            return ts, None, None")
+        if not cfg.by or len(cfg.by) == 1:
+            kparts = fieldpaths.record_path(cfg.by[0]) if cfg.by else ("key",)
+            if from_batch:
+                kcol = col(kparts)
+            elif cfg.by:
+                kcol = col(kparts)
+            else:
+                kcol = "(recs.keys if type(recs) is _Batch else list(map(_dget, recs, _rep('key'))))"
+            # The keys' JSON texts from one orjson call for the column, cut at its commas: each element
+            # is written as dumps() writes it alone, and when no key holds a comma there is one piece
+            # per key (the cut is kept only then). Cheaper than a cache lookup per key, whose 10k+
+            # entries are mostly out of the CPU cache.
+            src.append(f"    kv = {kcol}")
+            src.append("    try:")
+            src.append("        ks = _dumps(kv)[1:-1].split(b',')")
+            src.append("    except TypeError:")
+            src.append("        ks = ()")
+            src.append("    if len(ks) != len(kv):")
+            src.append("        try:")
+            src.append("            ks = list(map(_kc.get, kv))")
+            src.append("        except TypeError:  # a list or an object as the key: not in the cache")
+            src.append("            ks = [None] * len(kv)")
+            src.append("        if None in ks:  # not in the cache (yet)")
+            src.append("            ks = [k if k is not None else _kj(v) for k, v in zip(ks, kv)]")
+        elif from_batch:
+            by_cols = ", ".join(col(fieldpaths.record_path(p)) for p in cfg.by)
+            src.append(f"    ks = [_dumps(list(t)) for t in zip({by_cols})]")
+        else:
+            exprs = ", ".join(one(fieldpaths.record_path(p)) for p in cfg.by)
+            src.append(f"    ks = [_dumps([{exprs}]) for r, _val in zip(recs, _vals)]")
+        cols, counts = [], []
+        for i, (spec, numeric) in enumerate(zip(plan.specs, plan.numeric, strict=True)):
+            if spec.path is None:
+                continue
+            src.append(f"    c{i} = {col(spec.path)}")
+            if numeric:
+                src.append(f"    c{i}, n{i} = _num(c{i})")
+                counts.append(i)
+            cols.append(f"c{i}")
+        rest = f"(ks, ({''.join(c + ', ' for c in cols)}))"
+        if from_batch:
+            # counted by the caller (this may run in the read-ahead process: decoder.py)
+            src.append(f"    return ts, {rest}, ordered, ({''.join(f'({i}, n{i}), ' for i in counts)})")
+            return [ln.replace("return ts, None, None", "return ts, None, None, ()") for ln in src]
+        for i in counts:
+            src.append(f"    if n{i}:")
+            src.append(f"        _nn[_names[{i}]] = _nn.get(_names[{i}], 0) + n{i}")
+        src.append(f"    return ts, {rest}, ordered")
+        return src
+
+    batch_src = source("batch_columns", True) if window_fields(cfg, is_log, plan) is not None else []
+    src = source("columns", False)
+    if batch_src:
+        src[1:1] = ["    if type(recs) is _FB:",
+                    "        # made by the read-ahead process (decoder.py) or here",
+                    "        ts, rest, ordered, counts = recs.pre or batch_columns(recs)",
+                    "        for i, n in counts:",
+                    "            if n:",
+                    "                _nn[_names[i]] = _nn.get(_names[i], 0) + n",
+                    "        return ts, rest, ordered"]
+    exec("\n".join(batch_src + src), env)
+    columns = env["columns"]
+    columns.prepare = env.get("batch_columns")  # FieldBatch -> its columns, counts apart
+    return columns
+
+
+class RecordBlocks:
+    """Records that come in lists (a log read a block at a time). Iterating gives them one by one;
+    WindowRun.feed takes the lists as they are. `hooks` (see decoder.log_batches) lets feed hand
+    the reading process the function that makes a batch's columns."""
+
+    def __init__(self, batches: Iterable[inputorder.Block], hooks: dict | None = None) -> None:
+        self.batches = batches
+        self.hooks = hooks if hooks is not None else {}
+
+    def __iter__(self) -> Iterator[dict]:
+        return itertools.chain.from_iterable(self.batches)
+
+
+class WindowRun:
+    """One window computation: feed it records in input order, take rows out."""
+
+    def __init__(self, cfg: WindowConfig, is_log: bool, late_sink: Callable[[dict], None] | None = None) -> None:
+        if cfg.on_bad_time not in BAD_TIME_POLICIES:
+            raise UsageError(f"--on-bad-time must be skip or fail, not {cfg.on_bad_time!r}")
+        if cfg.late not in LATE_POLICIES:
+            raise UsageError(f"--late must be drop or correct, not {cfg.late!r}")
+        if cfg.emit not in EMIT_MODES:
+            raise UsageError(f"--emit must be final or update, not {cfg.emit!r}")
+        if cfg.lateness < 0:
+            raise UsageError("--lateness must not be negative")
+        self.cfg = cfg
+        self.plan = make_plan(cfg)
+        self.op = make_operator(cfg, self.plan)
+        self.prepare = compile_prepare(cfg, is_log, self.plan)
+        # compiled source: a function with a `prepare` attribute (see compile_columns)
+        self.columns: Any = None if cfg.processing_time else compile_columns(cfg, is_log, self.plan, {})
+        self.watermark = Watermark(cfg.lateness)
+        self.stats = WindowStats()
+        self.seq = 0
+        self.late_sink = late_sink
+
+    def feed(self, records: Iterable[dict], emit: Callable[[list], None],
+             source: str = "input", progress: Callable[[dict], None] | None = None) -> None:
+        """Process records; `emit(rows)` gets each non-empty batch of rows as they are ready.
+
+        `progress(rec)` is called after each record is fully processed (follow
+        mode tracks input offsets with it). RecordBlocks go through feed_batches.
+        """
+        if isinstance(records, RecordBlocks) and progress is None:
+            if self.columns is not None:
+                records.hooks["transform"] = self.columns.prepare
+                # without a late sink, a batch whose columns were made needs no records (nor its bytes)
+                records.hooks["records"] = self.late_sink is not None
+            try:
+                self.feed_batches(records.batches, emit, source)
+            finally:
+                close = getattr(records.batches, "close", None)
+                if close is not None:
+                    close()  # a read-ahead process is stopped and reaped now, not when collected
+            return
+        self.feed_records(records, emit, source, progress)
+
+    def feed_records(self, records: Iterable[dict], emit: Callable[[list], None],
+                     source: str = "input", progress: Callable[[dict], None] | None = None) -> None:
+        """feed() one record at a time: the reference that feed_batches must agree with."""
+        op, stats, wmark = self.op, self.stats, self.watermark
+        add, close, prepare = op.fast_add(), op.close, self.prepare
+        late_sink = self.late_sink
+        fail = self.cfg.on_bad_time == "fail"
+        lateness = wmark.lateness
+        maxt = wmark.max_time if wmark.max_time is not None else NO_WATERMARK
+        wm = wmark.value
+        seq = self.seq
+        out: list = []
+        gc_was_enabled = gc.isenabled()
+        # Window state is many small containers and no cycles: the cyclic GC
+        # only rescans them (measured 20-25% of a tumbling pass).
+        gc.disable()
+        try:
+            for rec in records:
+                t, key, vals = prepare(rec)
+                if t is None:
+                    self._bad_time(rec, source, fail)
+                    if progress is not None:
+                        progress(rec)
+                    continue
+                if add(key, t, seq, vals, wm, out):
+                    stats.late += 1
+                    if late_sink is not None:
+                        late_sink(rec)
+                seq += 1
+                if t > maxt:
+                    maxt = t
+                    wm = t - lateness
+                    close(wm, out)
+                if out:
+                    emit(out)
+                    out = []
+                if progress is not None:
+                    progress(rec)
+        finally:
+            stats.events += seq - self.seq
+            self.seq = seq
+            if maxt != NO_WATERMARK:
+                wmark.observe(maxt)
+            if gc_was_enabled:
+                gc.enable()
+
+    def feed_batches(self, batches: Iterable[inputorder.Block], emit: Callable[[list], None],
+                     source: str = "input", done: Callable[[inputorder.Block], None] | None = None) -> None:
+        """feed() for records that come in lists, with the same rows, order, counts and state.
+
+        Each list's fields are read column by column (compile_columns) and folded
+        in by the operator's batch loop (batch_fold), which does per event what
+        feed_records does (add against the watermark before it, late handling,
+        close when the watermark moves) with less work around it; rows are emitted
+        after each list. A list with bad times under --on-bad-time fail, or one
+        whose columns cannot be read as columns, goes through feed_records.
+        `done(recs)` is called after each list is processed.
+        """
+        if self.columns is None:  # --processing-time reads the clock per record
+            for recs in batches:
+                self.feed_records(recs, emit, source)
+                if done is not None:
+                    done(recs)
+            return
+        stats, wmark = self.stats, self.watermark
+        general, inorder = self.op.batch_folds(wmark.lateness)
+        columns, sink = self.columns, self.late_sink
+        fail = self.cfg.on_bad_time == "fail"
+        out: list = []
+        gc_was_enabled = gc.isenabled()
+        gc.disable()  # as in feed_records
+        seq = self.seq
+        maxt = wmark.max_time if wmark.max_time is not None else NO_WATERMARK
+        wm = wmark.value
+        try:
+            for batch in batches:
+                if not batch:
+                    continue
+                recs = batch
+                try:
+                    ts, rest, ordered = columns(recs)
+                except Exception:
+                    rest = ts = ordered = None
+                if rest is None and type(recs) is fieldcolumns.FieldBatch:
+                    recs = list(recs)  # the slow paths below take whole records
+                if rest is None and ts is not None and not fail:
+                    good = []
+                    for rec, t in zip(recs, ts, strict=True):
+                        if type(t) is int:
+                            good.append(rec)
+                        else:
+                            self._bad_time(rec, source, False)
+                    if good:
+                        try:
+                            ts, rest, ordered = columns(good)
+                        except Exception:
+                            rest = None
+                        recs = good
+                    else:
+                        ts = ()  # nothing left to fold
+                if rest is None and ts != ():
+                    # the per-record path: it raises at the first bad time (--on-bad-time fail) after
+                    # emitting the rows before it, or meets whatever made the columns fail
+                    self.seq = seq
+                    if maxt != NO_WATERMARK:
+                        wmark.observe(maxt)
+                    try:
+                        self.feed_records(recs, emit, source)
+                    finally:
+                        seq = self.seq
+                        maxt = wmark.max_time if wmark.max_time is not None else NO_WATERMARK
+                        wm = wmark.value
+                    if done is not None:
+                        done(batch)
+                    continue
+                if rest is not None:
+                    ks, cols = rest
+                    before = seq
+                    if ordered is None and inorder is not None and ts[0] >= maxt:
+                        ordered = all(map(le, ts, islice(ts, 1, None)))
+                    if inorder is not None and ordered and ts[0] >= maxt:
+                        seq, maxt, wm = inorder(ts, ks, cols, seq, maxt, wm, out)
+                    else:
+                        seq, maxt, wm, lates = general(ts, ks, cols, seq, maxt, wm, out)
+                        if lates:
+                            stats.late += len(lates)
+                            if sink is not None:
+                                for i in lates:
+                                    sink(recs[i - before])
+                    stats.events += seq - before
+                if out:
+                    emit(out)
+                    out = []
+                if done is not None:
+                    done(batch)
+        finally:
+            self.seq = seq
+            if maxt != NO_WATERMARK:
+                wmark.observe(maxt)
+            if gc_was_enabled:
+                gc.enable()
+
+    def _bad_time(self, rec: dict, source: str, fail: bool) -> None:
+        st = self.stats
+        st.bad_time += 1
+        if st.bad_time_example is None:
+            where = f"{source}: partition {rec.get('partition')} offset {rec.get('offset')}"
+            if rec.get("ts") is None:
+                where = f"{source}: record {rec.get('offset')}"
+            st.bad_time_example = f"{where}: no usable time in {self.cfg.time_field!r}: {self._bad_reason(rec)}"
+        if fail:
+            raise DataError(f"{st.bad_time_example} (--on-bad-time skip counts and skips such records)")
+
+    def _bad_reason(self, rec: dict) -> str:
+        """Why rec's time is not usable (the time getters only say that it is not)."""
+        if self.cfg.processing_time:
+            return bad_time_reason(now_ms(), *time_range(self.cfg), epoch_ms=True)
+        # a log's records carry their append time; a plain file's do not
+        get, epoch_ms = time_field_getter(self.cfg, rec.get("ts") is not None)
+        return bad_time_reason(get(rec), *time_range(self.cfg), epoch_ms=epoch_ms)
+
+    def tick(self, emit: Callable[[list], None]) -> None:
+        """With --processing-time, the clock moves the watermark even when no record arrives
+        (follow mode calls this on every wake-up, so windows close on time)."""
+        if not self.cfg.processing_time:
+            return
+        if self.watermark.observe(now_ms()):
+            out: list = []
+            self.op.close(self.watermark.value, out)
+            if out:
+                emit(out)
+
+    def finish(self, emit: Callable[[list], None]) -> None:
+        out: list = []
+        self.op.flush(out)
+        if out:
+            emit(out)
+
+    # -- follow-mode checkpoints -----------------------------------------------
+
+    def dump(self) -> dict:
+        st = self.stats
+        return {"config": self.cfg.describe(), "watermark": self.watermark.dump(), "seq": self.seq,
+                "stats": {"events": st.events, "late": st.late, "bad_time": st.bad_time},
+                "non_numeric": self.plan.non_numeric, "state": self.op.dump()}
+
+    def load(self, data: dict) -> None:
+        if "config" not in data:
+            raise KeyError("config")
+        if data["config"] != self.cfg.describe():
+            raise UsageError("the checkpoint was made with different window options; use another --group "
+                             "or delete the checkpoint file to start over")
+        self.watermark = Watermark.load(data["watermark"])
+        self.seq = data["seq"]
+        s = data["stats"]
+        self.stats = WindowStats(s["events"], s["late"], s["bad_time"])
+        self.plan.non_numeric = dict(data["non_numeric"])
+        self.op.load(data["state"])
+
+
+def row_dict(row: tuple) -> dict:
+    """An operator row -> the output object `{"window": {...}, "key": ..., aggregates, ["revision"]}`,
+    or for a delete row (values None: a row written before is withdrawn) `{"window", "key", "op": "delete"}`."""
+    start, end, key, values, revision = row
+    out = {"window": {"start": format_iso(start), "end": format_iso(end)}, "key": orjson.loads(key)}
+    if values is None:
+        out["op"] = "delete"
+        return out
+    out.update(values)
+    if revision is not None:
+        out["revision"] = revision
+    return out
+
+
+_iso_cache: dict[int, str] = {}
+
+
+def _iso(ms: int) -> str:
+    s = _iso_cache.get(ms)
+    if s is None:
+        if len(_iso_cache) > 4096:
+            _iso_cache.clear()
+        s = _iso_cache[ms] = format_iso(ms)
+    return s
+
+
+def row_json(row: tuple) -> bytes:
+    """The JSON line of a row (row_dict's object), with the key's JSON text spliced in as is."""
+    start, end, key, values, revision = row
+    out = {"window": {"start": _iso(start), "end": _iso(end)}, "key": orjson.Fragment(key)}
+    if values is None:
+        out["op"] = "delete"
+        return orjson.dumps(out) + b"\n"
+    out.update(values)
+    if revision is not None:
+        out["revision"] = revision
+    return orjson.dumps(out) + b"\n"
+
+
+def rows_jsonl(rows: list[tuple]) -> bytes:
+    """row_json() of each row, joined: the same bytes, made a window at a time.
+
+    Rows of one window (consecutive, same start and end, no revision) share the
+    `{"window":...,"key":` prefix, and their aggregates are encoded in one call
+    as a list of objects, cut apart at `},{` (kept only when that gives one piece
+    per row: a string holding `},{` would make more). A row is then the prefix,
+    the key's JSON text, `,`, its piece and `}`. Windows with a revised or a
+    delete row (values None) go through row_json. Raises where row_json would (a
+    value orjson cannot write); the caller then writes row by row, so the rows
+    before it still come out.
+    """
+    dumps = orjson.dumps
+    parts: list[bytes] = []
+    for (start, end), group in groupby(rows, _row_window):
+        grp = list(group)
+        values = list(map(_row_values, grp))
+        if {*map(_row_revision, grp)} == _NONE and all(values):
+            pieces = dumps(values)[2:-2].split(b"},{")
+            if len(pieces) == len(grp):
+                prefix = b'{"window":{"start":' + dumps(_iso(start)) + b',"end":' + dumps(_iso(end)) + b'},"key":'
+                parts += chain.from_iterable(zip(repeat(prefix), map(_row_key, grp), repeat(b","), pieces,
+                                                 repeat(b"}\n")))
+                continue
+        parts += map(row_json, grp)
+    return b"".join(parts)
+
+
+_row_window = itemgetter(0, 1)
+_row_key, _row_values, _row_revision = itemgetter(2), itemgetter(3), itemgetter(4)
+_NONE = {None}
+
+
+def late_line(rec: dict, is_log: bool) -> bytes:
+    """A late event as written to --late-out: the record (log) or the value line (plain file)."""
+    return orjson.dumps(rec if is_log else rec.get("value")) + b"\n"
+
+
+def records_of(path: str, cfg: WindowConfig | None = None) -> tuple[bool, Iterable[dict]]:
+    """The input's records; a log's come in blocks, as columns of the fields `cfg` reads where it can."""
+    from operator import itemgetter
+
+    from streamctl.processing import inputorder
+
+    spec = inputorder.classify(path)
+    if spec.is_log:
+        # a block of lines at a time (feed takes the lists as they are); several partitions are
+        # merged by the event time the window reads
+        time_of = time_getter(cfg, True) if cfg is not None and not cfg.processing_time else None
+        fields = window_fields(cfg, True, make_plan(cfg)) if cfg is not None else None
+        if fields is not None:
+            from streamctl.processing import decoder
+
+            hooks: dict = {}
+            return True, RecordBlocks(decoder.log_batches(path, fields, hooks, time_of), hooks)
+        return True, RecordBlocks(inputorder.log_batches(path, time_of=time_of))
+    # map/itemgetter rather than a generator expression: one less Python frame per record
+    return False, map(itemgetter(1), inputorder.merged([spec], lambda r: None))
+
+
+def input_bytes(path: str) -> int:
+    """Bytes of input, for the engine choice (stdin counts as small: it cannot be handed to Spark)."""
+    import os
+
+    from streamctl.storage import log as logmod
+
+    if path == "-" or is_uri(path):
+        return 0
+    if logmod.is_log(path):
+        lg = logmod.open_log(path)
+        total = 0
+        for p in range(lg.partitions):
+            for seg in lg.segments(p):
+                try:
+                    total += os.path.getsize(seg.path)
+                except OSError:
+                    pass
+        return total
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def spark_blocker(cfg: WindowConfig, path: str, late_out: str | None) -> str | None:
+    """Why the Spark engine cannot run this window (None when it can)."""
+    if path == "-":
+        return "stdin cannot be handed to a Spark job"
+    if is_uri(path):
+        return None
+    if cfg.processing_time:
+        return "--processing-time depends on when the local process reads each record"
+    if cfg.late == "correct":
+        return "--late correct revisions follow the local stream"
+    if cfg.emit == "update":
+        return "--emit update rows follow the local stream"
+    if late_out is not None:
+        return "--late-out writes a local file"
+    return None
+
+
+# -- follow mode ------------------------------------------------------------------
+
+CHECKPOINT_FORMAT = 1
+_partition_offset = itemgetter("partition", "offset")
+FOLLOW_BATCH = 50_000  # records per round between checkpoints on a large backlog
+CHECKPOINT_INTERVAL = 1.0  # seconds; at most this much output is repeated after a kill -9
+
+
+def checkpoint_path(log, group: str) -> str:
+    import os
+
+    return os.path.join(os.path.dirname(log.group_path(group)), f".{group}.window.json")
+
+
+def _resume_positions(lg, group: str, positions: dict[int, int], ckpt: str | None,
+                      notice: Callable[[str], None] | None) -> dict[int, int]:
+    """The offsets a group resumes from, through consume's checks (consumer.plan) on them.
+
+    consumer.plan checks the group file; it mirrors the checkpoint's offsets (follow's save
+    writes both), so a mirror that a crash between the two writes left behind is brought
+    up to the checkpoint first.
+    """
+    from streamctl.clients import consumer
+    from streamctl.errors import StorageError
+    from streamctl.groups import offsets
+
+    if ckpt is not None and positions:
+        committed = offsets.load(lg, group)
+        if any(committed.get(p) != o for p, o in positions.items()):
+            offsets.commit(lg, group, dict(positions))
+    try:
+        pl = consumer.plan(lg, list(range(lg.partitions)), None, group, follow=True)
+    except StorageError as e:
+        if ckpt is None:
+            raise
+        raise StorageError(f"{e}; `window --follow --group {group}` resumes from the offsets in {ckpt}: "
+                           f"move that checkpoint away too (its window state is of the records before)") from None
+    for note in pl.notices:
+        if notice is not None:
+            notice(note)
+    return {p: pl.positions[p].start if p in pl.positions else o for p, o in positions.items()}
+
+
+def _skip_deleted(lg, positions: dict[int, int], notice: Callable[[str], None] | None) -> None:
+    """Partitions whose next offset retention deleted while this follower ran (whole segments below
+    it are gone): said, and moved to the first segment that is left, as a restart would."""
+    for p, off in positions.items():
+        segs = lg.segments(p)
+        if segs and off < segs[0].base:
+            if notice is not None:
+                notice(f"{lg.path}: partition {p}: offset {off} is no longer in the log (retention removed it "
+                       f"before it was read); resuming at {segs[0].base}, the next existing record")
+            positions[p] = segs[0].base
+
+
+def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list], None],
+           flush_out: Callable[[], None], idle_timeout: float | None,
+           late_sink: Callable[[dict], None] | None = None,
+           flush_late: Callable[[], None] | None = None,
+           notice: Callable[[str], None] | None = None) -> WindowRun:
+    """Run a window on a log forever (until a stop signal or idle timeout), emitting as the watermark moves.
+
+    With a group, input offsets and window state are written together, atomically,
+    to LOG/groups/.G.window.json after the rows they produced were flushed: a
+    kill -9 at any point restarts from a consistent (offsets, state) pair, so no
+    event is lost or counted twice; rows emitted after the last checkpoint are
+    written again (identically) after a restart.
+
+    The group resumes as `consume --group` does: an offset that retention or
+    compaction deleted resumes at the next record, said through `notice`; an
+    offset past the end of its partition is refused (StorageError).
+    """
+    import os
+    import time
+
+    from streamctl import stopflag
+    from streamctl.errors import StorageError
+    from streamctl.groups import offsets
+    from streamctl.live.wait import Waiter
+    from streamctl.processing import inputorder
+    from streamctl.storage import fsutil
+    from streamctl.storage import log as logmod
+
+    lg = logmod.open_log(path)
+    run = WindowRun(cfg, True, late_sink)
+    positions: dict[int, int] = {}
+    # each partition's merge key (inputorder.Lane.high) after its last record read, so a round
+    # merges its partitions in the input order where the round before stopped
+    highs: dict[int, int] = {}
+    time_of = None if cfg.processing_time else time_getter(cfg, True)
+    ckpt = None
+    lock_fd = None
+    if group is not None:
+        ckpt = checkpoint_path(lg, group)
+        os.makedirs(os.path.dirname(ckpt), exist_ok=True)
+        lock_fd = fsutil.open_lock(os.path.join(os.path.dirname(ckpt), f".{group}.window.lock"))
+        if not fsutil.flock(lock_fd, True, 0):
+            raise StorageError(f"another `window --follow --group {group}` is running on {path}")
+        try:
+            with open(ckpt, "rb") as fh:
+                data = orjson.loads(fh.read())
+        except FileNotFoundError:
+            data = None
+        except (OSError, orjson.JSONDecodeError) as e:
+            raise StorageError(f"{ckpt}: unreadable checkpoint ({e}); move it away to start over") from None
+        if data is not None:
+            if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT or "run" not in data:
+                raise StorageError(f"{ckpt}: not a window checkpoint (overwritten by hand or by a group reset?); "
+                                   "move it away to start over")
+            try:
+                run.load(data["run"])
+                positions = {int(p): int(o) for p, o in data["offsets"].items()}
+                highs = {int(p): int(h) for p, h in data.get("merge_keys", {}).items()}
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                raise StorageError(f"{ckpt}: damaged window checkpoint ({type(e).__name__}: {e}); "
+                                   "move it away to start over") from None
+        else:
+            positions = dict(offsets.load(lg, group))
+        positions = _resume_positions(lg, group, positions, ckpt if data is not None else None, notice)
+
+    def save() -> None:
+        if ckpt is None:
+            return
+        if flush_late is not None:
+            flush_late()
+        body = {"format": CHECKPOINT_FORMAT, "group": group, "offsets": {str(p): o for p, o in sorted(positions.items())},
+                "merge_keys": {str(p): h for p, h in sorted(highs.items())}, "run": run.dump()}
+        fsutil.atomic_write(ckpt, orjson.dumps(body))
+        if positions:
+            # the group file is for `stat` (lag); the checkpoint above is what a restart trusts
+            assert group is not None  # a checkpoint is kept only with --group
+            offsets.commit(lg, group, dict(positions))
+
+    def done(batch: inputorder.Block) -> None:
+        assert isinstance(batch, inputorder.MergedBatch)  # log_batches merges when given highs
+        # the last record of each partition in the batch (later pairs overwrite earlier ones)
+        for p, off in dict(map(_partition_offset, batch)).items():
+            positions[p] = off + 1
+        highs.update(batch.highs)
+
+    def round_of(batches: Iterator[inputorder.Block]) -> Iterator[inputorder.Block]:
+        """About FOLLOW_BATCH records, a batch at a time, until a stop signal."""
+        n = 0
+        for batch in batches:
+            if stopflag.is_set():
+                return
+            yield batch
+            n += len(batch)
+            if n >= FOLLOW_BATCH:
+                return
+
+    waiter = Waiter(path)
+    last_new = time.monotonic()
+    last_save = 0.0
+    dirty = False
+    try:
+        while not stopflag.is_set():
+            before = run.seq + run.stats.bad_time
+            _skip_deleted(lg, positions, notice)
+            batches = inputorder.log_batches(path, starts=dict(positions), time_of=time_of, highs=highs)
+            run.feed_batches(round_of(batches), emit, source=path, done=done)
+            batches.close()
+            got = run.seq + run.stats.bad_time - before
+            run.tick(emit)
+            now = time.monotonic()
+            if got:
+                dirty = True
+                last_new = now
+            if dirty and (now - last_save >= CHECKPOINT_INTERVAL or got >= FOLLOW_BATCH):
+                flush_out()
+                save()
+                last_save, dirty = now, False
+            if got >= FOLLOW_BATCH:
+                continue
+            if idle_timeout is not None and now - last_new >= idle_timeout:
+                break
+            waiter.wait(0.2)
+        flush_out()
+        save()
+        if not stopflag.is_set():
+            # idle timeout: like the end of a file, flush what is open; the checkpoint
+            # (saved just before) keeps those windows open, so a later run completes them
+            run.finish(emit)
+    finally:
+        waiter.close()
+        if lock_fd is not None:
+            os.close(lock_fd)
+    return run
+
+
+# -- the Spark engine -------------------------------------------------------------
+
+def _embedded_source(module) -> str:
+    """A core module's source for pasting into a job: streamctl imports dropped (the names are pasted too)."""
+    import inspect
+
+    keep = []
+    in_import = False  # inside a parenthesised `from streamctl... import (` spanning lines
+    for line in inspect.getsource(module).splitlines():
+        if in_import:
+            in_import = ")" not in line
+            continue
+        if line.startswith(("from __future__", "from streamctl", "import orjson")):
+            in_import = line.rstrip().endswith("(")
+            continue
+        keep.append(line)
+    return f"# ---- {module.__name__} (pasted from streamctl) ----\n" + "\n".join(keep).strip() + "\n"
+
+
+def is_uri(path: str) -> bool:
+    """hdfs://, s3a://, file://...: only a Spark job reads those."""
+    return "://" in path
+
+
+def spark_job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool = False,
+              snapshot: bool = True) -> str:
+    """The standalone PySpark script for this window (see streamctl/spark/window_job.py).
+
+    `snapshot` fixes each partition's end at its current end (a run now, like the
+    local engine); an emitted job (run later by cron or spark-submit) reads to the
+    end as it is then. A URI input is a log unless it names a .jsonl file.
+    """
+
+    from streamctl.processing import windows
+    from streamctl.processing.windows import hopping, session, sliding, tumbling
+    from streamctl.spark import jobgen
+    from streamctl.storage import log as logmod
+    from streamctl.storage import reader
+
+    plan = make_plan(cfg)
+    if is_uri(path):
+        is_log = not path.rstrip("/").endswith(".jsonl")
+    else:
+        is_log = path != "-" and logmod.is_log(path)
+    params: dict[str, Any] = {
+        "input": path, "is_log": is_log, "kind": cfg.kind, "size": cfg.size, "hop": cfg.hop,
+        "lateness": cfg.lateness, "time_field": cfg.time_field,
+        "by": [list(fieldpaths.record_path(p)) for p in cfg.by],
+        "aggs": [[s.name, s.func, list(s.path) if s.path else None] for s in plan.specs],
+        "stats_line": stats_line,
+    }
+    tparts = fieldpaths.record_path(cfg.time_field)
+    params["time_path"] = None if tparts == ("ts",) and is_log else (
+        ["value", "ts"] if tparts == ("ts",) else list(tparts))
+    params["time_range"] = list(time_range(cfg))  # the job's time getter applies the same rule
+    if is_log and snapshot and not is_uri(path):
+        lg = logmod.open_log(path)
+        # the end of the input is the end as of now, like the local engine's snapshot
+        params["end_offsets"] = {str(p): reader.partition_info(lg, p).next_offset for p in range(lg.partitions)}
+    if master:
+        params["master"] = master
+    replay_src = jobgen.body_source("replay_job")
+    cut = replay_src.find("\ndef main(")
+    if cut >= 0:
+        replay_src = replay_src[:cut]
+    body = "\n\n".join([
+        "# ---- the log reader, shared with `streamctl replay` ----\n" + replay_src.strip(),
+        jobgen.pasted_core(),
+        *(_embedded_source(m) for m in (aggregations, windows, tumbling, hopping, sliding, session)),
+        "# ---- the window job ----\n" + jobgen.body_source("window_job").strip(),
+    ])
+    what = {"tumbling": f"tumbling windows of {cfg.size} ms", "hopping": f"hopping windows {cfg.size}/{cfg.hop} ms",
+            "sliding": f"sliding windows of {cfg.size} ms", "session": f"session windows, gap {cfg.size} ms"}[cfg.kind]
+    return jobgen.render_job(
+        f"streamctl window: {what} over event time, with the local engine's watermark and late rules.",
+        "  spark-submit job.py            (on a cluster: spark-submit --master URL job.py)\n"
+        "  python job.py                  (local[*] unless PARAMS has a master)",
+        params, body)

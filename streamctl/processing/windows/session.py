@@ -1,0 +1,355 @@
+"""Session windows: a group's events at most GAP apart form one session [first, last + GAP).
+
+The rules (this code decides on both engines: the Spark job replays each
+group through it):
+
+- An event joins every open session of its group that it is within GAP of
+  (start - GAP <= t <= last + GAP); they merge, so one event can bridge two.
+- A session closes when the watermark passes its end, last + GAP (strictly:
+  an event exactly GAP after the last still joins it).
+- An event is late when t + GAP <= watermark (no open session could take it,
+  Kafka Streams' rule), or when it lies within GAP of a session of its group
+  that has already closed (it would change a closed window). So sessions of
+  one group never overlap within GAP: a late event is dropped whole
+  (`--late drop`), even from an open session it also touches. With `a@0s,
+  a@50s, a@40s` and `--session 45s`: a@50 closes [0s, 45s); a@40 is within GAP
+  of it, so it is late, and [50s, 95s) stays as it was.
+- `--late correct` keeps the closed sessions. A late event joins every session
+  of its group it touches, closed or open, and they merge. The result is closed
+  when its end is before the watermark (written at once) and open otherwise
+  (written when it closes, or at once with `--emit update`): a correction that
+  reaches the open sessions reopens the closed ones it merges, and the events
+  after it join as usual. Its rows carry `"revision": n`, the number of late
+  events in the session.
+- A written row stays valid until its session's bounds change (the session
+  grows, or merges with another). The next row of that session then comes
+  after a delete row for each old window, `(start, end, key, None, None)`,
+  written as `{"window": OLD, "key": K, "op": "delete"}`. Folding the rows by
+  (window, key) -- a row replaces the one before, a delete removes it -- leaves
+  the rows of `--emit final` for `--emit update`, and with `--late correct` the
+  sessions of all the events: the rows of a run whose lateness let nothing be late.
+
+Drop mode remembers, per group, only the last event time of its latest closed
+session (no other closed session can be within GAP of an event that is not
+late by the first rule), and forgets it when the watermark is 2 GAP past it
+(from then on the first rule covers every event it could catch).
+
+Each open session has one entry in the close heap, pushed when it is created
+with the end it had then; an entry popped for a session that has grown since
+is pushed again with the new end, so extending a session costs nothing and
+the heap holds one entry per open session (plus merged-away ones until popped).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+from collections import deque
+
+from streamctl.processing.windows import NO_WATERMARK, col_names, compile_fold, compile_inorder, fold_tail, val_names
+
+# a session: [start, last, state, late events in it, id, windows written for it and still valid (or None)]
+START, LAST, STATE, REV, SID, SHOWN = range(6)
+
+
+def _session_start(s: list) -> int:
+    return s[START]
+
+
+def _remove_session(sessions: list[list], s: list) -> None:
+    """Remove `s` itself (list.remove compares by value, states included)."""
+    for i, x in enumerate(sessions):
+        if x is s:
+            del sessions[i]
+            return
+
+
+class Session:
+    def __init__(self, gap: int, plan, update: bool = False, correct: bool = False) -> None:
+        if gap <= 0:
+            raise ValueError("GAP must be positive")
+        self.gap = gap
+        self.plan = plan
+        self.update = update
+        self.correct = correct
+        self.open: dict[bytes, list[list]] = {}  # key -> its open sessions
+        self.heap: list[tuple[int, int, bytes]] = []  # (end when pushed, session id, key)
+        # --late correct: key -> every closed session of the group, by start
+        self.closed: dict[bytes, list[list]] = {}
+        # --late drop: key -> last event time of the group's latest closed session, and
+        # (last, key) in the order they closed, to forget them once no event can be within GAP
+        self.closed_last: dict[bytes, int] = {}
+        self.closed_order: deque[tuple[int, bytes]] = deque()
+        self._ids = itertools.count()
+
+    def _touching(self, sessions: list[list], t: int) -> list[list]:
+        gap = self.gap
+        return [s for s in sessions if s[START] - gap <= t <= s[LAST] + gap]
+
+    def _near_closed(self, key: bytes, t: int) -> bool:
+        """Whether t (not late by t + GAP <= watermark) lies within GAP of a closed session of its group.
+        Every closed session ended before the watermark, so t is after its last event: only the
+        latest one's last + GAP matters."""
+        if self.correct:
+            closed = self.closed.get(key)
+            return closed is not None and bool(closed) and t <= closed[-1][LAST] + self.gap
+        last = self.closed_last.get(key)
+        return last is not None and t <= last + self.gap
+
+    def add(self, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool:
+        plan, gap = self.plan, self.gap
+        if t + gap <= wm or self._near_closed(key, t):
+            if self.correct:
+                self._correct(key, t, seq, vals, wm, out)
+            return True
+        sessions = self.open.get(key)
+        if sessions is not None and len(sessions) == 1:
+            s = sessions[0]
+            if s[START] <= t <= s[LAST] + gap:
+                # the hot path: the event extends (or falls inside) the group's only session
+                plan.add(s[STATE], vals, seq)
+                if t > s[LAST]:
+                    s[LAST] = t
+                if self.update:
+                    self._write(s, key, out)
+                return False
+        if sessions is None:
+            sessions = self.open[key] = []
+        touched = self._touching(sessions, t)
+        if touched:
+            s = touched[0]
+            for other in touched[1:]:
+                self._absorb(s, other)
+                _remove_session(sessions, other)  # its heap entry goes stale
+        else:
+            s = self._new(t)
+            sessions.append(s)
+            heapq.heappush(self.heap, (t + gap, s[SID], key))
+        plan.add(s[STATE], vals, seq)
+        if t < s[START]:
+            s[START] = t
+        elif t > s[LAST]:
+            s[LAST] = t
+        if self.update:
+            self._write(s, key, out)
+        return False
+
+    def _new(self, t: int) -> list:
+        return [t, t, self.plan.new(), 0, next(self._ids), None]
+
+    def _absorb(self, s: list, other: list) -> None:
+        """Merge session `other` into `s` (its written windows become s's to withdraw)."""
+        self.plan.merge(s[STATE], other[STATE])
+        if other[START] < s[START]:
+            s[START] = other[START]
+        if other[LAST] > s[LAST]:
+            s[LAST] = other[LAST]
+        s[REV] += other[REV]
+        if other[SHOWN]:
+            s[SHOWN] = (s[SHOWN] or []) + other[SHOWN]
+
+    def _correct(self, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> None:
+        """--late correct: the late event joins every session of its group it touches, open or closed."""
+        gap = self.gap
+        opened = self.open.get(key) or []
+        closed = self.closed.setdefault(key, [])
+        # closed sessions are disjoint and sorted by start: the ones within GAP of t are a run
+        hi = bisect.bisect_right(closed, t + gap, key=_session_start)
+        lo = hi
+        while lo > 0 and closed[lo - 1][LAST] + gap >= t:
+            lo -= 1
+        near = closed[lo:hi]
+        del closed[lo:hi]
+        touched = self._touching(opened, t)
+        if touched:
+            s, rest = touched[0], touched[1:] + near
+        elif near:
+            s, rest = near[0], near[1:]
+        else:
+            s, rest = self._new(t), []
+        for other in rest:
+            self._absorb(s, other)
+            _remove_session(opened, other)
+        self.plan.add(s[STATE], vals, seq)
+        s[START] = min(s[START], t)
+        s[LAST] = max(s[LAST], t)
+        s[REV] += 1
+        end = s[LAST] + gap
+        if end < wm:
+            # closed (an open session it touched would have an end at or past the watermark)
+            bisect.insort(closed, s, key=_session_start)
+            self._write(s, key, out)
+            return
+        if not touched:
+            self.open.setdefault(key, []).append(s)
+            heapq.heappush(self.heap, (end, s[SID], key))
+        if self.update:
+            self._write(s, key, out)
+
+    def _write(self, s: list, key: bytes, out: list) -> None:
+        """The session's row, after a delete row for each window written for it before under other bounds."""
+        window = (s[START], s[LAST] + self.gap)
+        shown = s[SHOWN]
+        if shown:
+            for old in sorted(shown):
+                if old != window:
+                    out.append((old[0], old[1], key, None, None))
+        out.append((window[0], window[1], key, self.plan.result(s[STATE]), s[REV] or None))
+        s[SHOWN] = [window]
+
+    def close(self, wm: int, out: list) -> None:
+        # Strictly after the end: an event at exactly last + GAP is "at most GAP apart"
+        # and still joins the session, so the session cannot close while wm == end.
+        heap = self.heap
+        if not heap or heap[0][0] >= wm:
+            return
+        batch = []
+        gap = self.gap
+        while heap and heap[0][0] < wm:
+            end, sid, key = heapq.heappop(heap)
+            sessions = self.open.get(key)
+            if not sessions:
+                continue
+            for i, s in enumerate(sessions):
+                if s[SID] == sid:
+                    now_end = s[LAST] + gap
+                    if now_end > end:
+                        heapq.heappush(heap, (now_end, sid, key))  # it grew: check again then
+                    else:
+                        del sessions[i]
+                        batch.append((s[START], now_end, key, s))
+                    break
+            if not sessions:
+                del self.open[key]
+        self._emit(batch, out)
+        if not self.correct:
+            self._forget(wm)
+
+    def _forget(self, wm: int) -> None:
+        """Drop mode: forget closed sessions no event can be within GAP of any more (last + 2 GAP <= wm)."""
+        order, last_of, gap2 = self.closed_order, self.closed_last, 2 * self.gap
+        while order and order[0][0] + gap2 <= wm:
+            last, key = order.popleft()
+            if last_of.get(key) == last:
+                del last_of[key]
+
+    def flush(self, out: list) -> None:
+        batch = [(s[START], s[LAST] + self.gap, key, s) for key, sessions in self.open.items() for s in sessions]
+        self.open.clear()
+        self.heap.clear()
+        self._emit(batch, out)
+
+    def _emit(self, batch: list, out: list) -> None:
+        batch.sort(key=lambda r: (r[0], r[2]))
+        if self.correct:
+            closed = self.closed
+            for _start, _end, key, s in batch:
+                if not self.update:
+                    self._write(s, key, out)
+                bisect.insort(closed.setdefault(key, []), s, key=_session_start)
+            return
+        if not self.update:
+            out += [(start, end, key, res, None)
+                    for (start, end, key, _s), res in zip(batch, self.plan.results([b[3][STATE] for b in batch]), strict=True)]
+        last_of, order = self.closed_last, self.closed_order
+        for _start, _end, key, s in batch:
+            last = s[LAST]
+            if last_of.get(key, NO_WATERMARK) < last:
+                last_of[key] = last
+                order.append((last, key))
+
+    def fast_add(self):
+        """`add` as a closure for the hot path (an event extending its group's only open session).
+        An event at or after that session's start cannot be within GAP of a closed session: the
+        open one already starts more than GAP after every closed one."""
+        if self.update or self.correct:
+            return self.add
+        gap, opened, plan_add, slow = self.gap, self.open, self.plan.add, self.add
+
+        def add(key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool:
+            if t + gap > wm:
+                sessions = opened.get(key)
+                if sessions is not None and len(sessions) == 1:
+                    s = sessions[0]
+                    if s[0] <= t <= s[1] + gap:
+                        plan_add(s[2], vals, seq)
+                        if t > s[1]:
+                            s[1] = t
+                        return False
+            return slow(key, t, seq, vals, wm, out)
+        return add
+
+    def batch_folds(self, lateness: int) -> tuple:
+        """The driver's batch loops (windows.compile_fold, compile_inorder) with fast_add's hot path
+        inlined. In order, an event cannot be late and is at or after its group's last one, so the
+        hot path is one bound check; the closing check compares the event time with the smallest
+        end in the heap plus lateness (`due`), kept up to date when add() or close() change it."""
+        head: list[str] = []
+        fast: list[str] = []
+        env = {"gap": self.gap, "opened": self.open, "heap": self.heap, "add": self.fast_add(),
+               "close": self.close, "lateness": lateness, "NO_WATERMARK": NO_WATERMARK,
+               "INF": float("inf"), **self.plan.add_env()}
+        if self.update or self.correct:
+            return compile_fold(self.plan, head, fast, dict(env, close_due="heap and heap[0][0] < wm")), None
+        add = self.plan.add_lines("st", val_names(self.plan), "seq")
+        fast = ["if t + gap > wm:",
+                "    sessions = opened.get(k)",
+                "    if sessions is not None and len(sessions) == 1:",
+                "        s = sessions[0]",
+                "        if s[0] <= t <= s[1] + gap:",
+                "            st = s[2]",
+                *("            " + ln for ln in add),
+                "            if t > s[1]:",
+                "                s[1] = t",
+                *("            " + ln for ln in fold_tail())]
+        general = compile_fold(self.plan, head, fast, dict(env, close_due="heap and heap[0][0] < wm"))
+        names = col_names(self.plan)
+        vals = ", ".join(val_names(self.plan))
+        body = ["base = seq",
+                "due = heap[0][0] + lateness if heap else INF",
+                f"for seq, t, k{''.join(', ' + n for n in names)} in zip(range(base, base + len(ts)), ts, ks"
+                + "".join(f", col_{n}" for n in names) + "):",
+                "    try:",
+                "        s, = opened[k]  # the group's only open session",
+                "    except (KeyError, ValueError):  # none, or several",
+                "        s = None",
+                "    if s is not None and t <= s[1] + gap:",
+                "        st = s[2]",
+                *("        " + ln for ln in add),
+                "        s[1] = t",
+                "    else:",
+                "        # the watermark before this event: from the previous event's time (or the batch's start)",
+                "        p = ts[seq - base - 1] if seq > base else maxt",
+                f"        add(k, t, seq, ({vals},), p - lateness if p != NO_WATERMARK else NO_WATERMARK, out)",
+                "        due = heap[0][0] + lateness if heap else INF",
+                "    if t > due:",
+                "        close(t - lateness, out)",
+                "        due = heap[0][0] + lateness if heap else INF",
+                "seq = base"]
+        return general, compile_inorder(self.plan, body, env)
+
+    def open_windows(self) -> int:
+        return sum(len(v) for v in self.open.values())
+
+    def dump(self) -> dict:
+        dump = self.plan.dump
+
+        def sessions(d: dict) -> list:
+            return [[k.decode(), [[s[START], s[LAST], dump(s[STATE]), s[REV], s[SHOWN]] for s in v]]
+                    for k, v in d.items()]
+        return {"open": sessions(self.open), "closed": sessions(self.closed),
+                "closed_last": [[k.decode(), last] for k, last in self.closed_last.items()]}
+
+    def load(self, data: dict) -> None:
+        load = self.plan.load
+        for name in ("open", "closed"):
+            target = getattr(self, name)
+            for k, v in data[name]:
+                target[k.encode()] = [[a, b, load(st), r, next(self._ids),
+                                       [tuple(w) for w in rest[0]] if rest and rest[0] else None]
+                                      for a, b, st, r, *rest in v]
+        self.heap = [(s[LAST] + self.gap, s[SID], k) for k, v in self.open.items() for s in v]
+        heapq.heapify(self.heap)
+        self.closed_last = {k.encode(): last for k, last in data.get("closed_last", [])}
+        self.closed_order = deque(sorted((last, k) for k, last in self.closed_last.items()))

@@ -1,0 +1,282 @@
+"""Appending records to a partition: the only code that writes to segments (besides compaction).
+
+Each append takes the partition's exclusive flock (on the partition folder
+itself), finds the true end of the active segment, truncates a torn tail left
+by a crashed writer, writes whole lines in one buffered batch, checks every
+write's byte count, truncates back on a failed or short write, and fsyncs per
+policy. An fsync error is final: it is reported, never retried (fsyncgate).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from itertools import count, repeat
+
+from streamctl.errors import StorageError
+from streamctl.storage import record
+from streamctl.storage.fsutil import NOFOLLOW, flock, fsync_dir, unlock, write_all
+from streamctl.storage.log import Log
+from streamctl.storage.replace import recover as _finish_interrupted_swaps
+from streamctl.storage.segment import cut_torn_tail, last_line, list_segments, segment_name, visible_end
+from streamctl.timeparse import now_ms
+
+FSYNC_POLICIES = ("always", "batch", "never")
+
+# (key JSON text, value JSON text, headers JSON text or None)
+Item = tuple[bytes, bytes, "bytes | None"]
+
+
+@dataclass
+class AppendResult:
+    partition: int
+    first_offset: int
+    last_offset: int
+    lines: list[bytes] | None = None
+
+
+@dataclass
+class _Tail:
+    """What this process last knew of a partition's active segment."""
+
+    path: str = ""
+    fd: int = -1
+    ino: int = -1
+    size: int = -1
+    next_offset: int = 0
+    last_ts: int = 0
+
+
+def _os_error(e: OSError, path: str, what: str) -> StorageError:
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        reason = "disk full"
+    elif e.errno == errno.EFBIG:
+        reason = "file size limit reached (ulimit -f)"
+    else:
+        reason = e.strerror or str(e)
+    return StorageError(f"{path}: {what} failed: {reason}")
+
+
+class Appender:
+    def __init__(self, log: Log, fsync: str = "batch", lock_timeout: float | None = None,
+                 clock: Callable[[], int] = now_ms) -> None:
+        self.log = log
+        self.fsync = fsync
+        self.lock_timeout = lock_timeout
+        self.clock = clock
+        self._locks: dict[int, int] = {}
+        self._tails: dict[int, _Tail] = {}
+        # Called with (partition dir) under the lock before each append; the
+        # compaction module installs its recovery of interrupted swaps here.
+        self.recover: Callable[[str], None] | None = _finish_interrupted_swaps
+        # Called with (partition, items, next offset) under the lock, once the
+        # partition's end is known; returns the items to write, possibly none.
+        # Exactly-once producers drop records whose source was already appended
+        # here, so two producers of the same source cannot both append it.
+        self.filter: Callable[[int, Sequence[Item], int], Sequence[Item]] | None = None
+
+    def close(self) -> None:
+        for t in self._tails.values():
+            if t.fd >= 0:
+                os.close(t.fd)
+        for fd in self._locks.values():
+            os.close(fd)
+        self._tails.clear()
+        self._locks.clear()
+
+    def __enter__(self) -> Appender:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _lock_fd(self, p: int) -> int:
+        fd = self._locks.get(p)
+        if fd is None:
+            fd = os.open(self.log.partition_dir(p), os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW)
+            self._locks[p] = fd
+        return fd
+
+    def append(self, p: int, items: Sequence[Item], want_lines: bool = False) -> AppendResult:
+        """Append items to partition p as one batch; returns the offsets they got."""
+        if not items:
+            raise ValueError("empty batch")
+        with self._locked(p) as tail:
+            if self.filter is not None:
+                items = self.filter(p, items, tail.next_offset)
+                if not items:
+                    return AppendResult(p, tail.next_offset, tail.next_offset - 1, [] if want_lines else None)
+            return self._write(p, tail, items, want_lines)
+
+    @contextmanager
+    def _locked(self, p: int) -> Iterator[_Tail]:
+        """Partition p's lock held, leftovers of a crashed compaction swap recovered, its tail found."""
+        lock = self._lock_fd(p)
+        flock(lock, timeout=self.lock_timeout, what=f"{self.log.path}/p{p}")
+        try:
+            if self.recover is not None:
+                self.recover(self.log.partition_dir(p))
+            yield self._refresh(p)
+        finally:
+            unlock(lock)
+
+    def append_values(self, p: int, key_json: bytes, values: Sequence[bytes], want_lines: bool = False) -> AppendResult:
+        """Append values that share one key: produce's fast lane (no per-record tuples)."""
+        if self.filter is not None:
+            return self.append(p, [(key_json, v, None) for v in values], want_lines)
+        with self._locked(p) as tail:
+            return self._write_values(p, tail, key_json, values, want_lines)
+
+    def append_keyed(self, p: int, key_jsons: Sequence[bytes], values: Sequence[bytes],
+                     want_lines: bool = False) -> AppendResult:
+        """Append values, each with its own key JSON text and no headers: produce's --key-field lane.
+
+        The same lines as append() of (key, value, None) items, without building a tuple per record.
+        """
+        if self.filter is not None:
+            return self.append(p, list(zip(key_jsons, values, repeat(None))), want_lines)
+        with self._locked(p) as tail:
+            ts = max(self.clock(), tail.last_ts)
+            middle = b',"partition":%d,"ts":%d,"key":' % (p, ts)
+            lines = (b'{"offset":%d%s%s,"value":%s}\n' % (off, middle, k, v)
+                     for off, k, v in zip(count(tail.next_offset), key_jsons, values))
+            return self._write_lines(p, tail, ts, lines, want_lines)
+
+    def _write_values(self, p: int, tail: _Tail, key_json: bytes, values: Sequence[bytes],
+                      want_lines: bool) -> AppendResult:
+        ts = max(self.clock(), tail.last_ts)
+        # record.encode's layout, with everything after the offset fixed for the batch
+        middle = b',"partition":%d,"ts":%d,"key":%s,"value":' % (p, ts, key_json)
+        lines = (b'{"offset":%d%s%s}\n' % (off, middle, v) for off, v in zip(count(tail.next_offset), values))
+        return self._write_lines(p, tail, ts, lines, want_lines)
+
+    def _refresh(self, p: int) -> _Tail:
+        """Find the active segment's end under the lock; reuse what we knew if unchanged."""
+        pdir = self.log.partition_dir(p)
+        segs = list_segments(pdir)
+        tail = self._tails.get(p) or _Tail()
+        if not segs:
+            path = os.path.join(pdir, segment_name(0))
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o644)
+            fsync_dir(pdir)
+            segs = list_segments(pdir)
+            os.close(fd)
+        active = segs[-1]
+        st = os.stat(active.path, follow_symlinks=False)
+        if tail.path == active.path and tail.ino == st.st_ino and tail.size == st.st_size:
+            return tail
+        if tail.fd >= 0:
+            os.close(tail.fd)
+        fd = os.open(active.path, os.O_RDWR | NOFOLLOW)
+        try:
+            # A crashed writer may have left a partial line: never visible, now removed.
+            end = cut_torn_tail(fd)
+        except OSError as e:
+            os.close(fd)
+            raise _os_error(e, active.path, "truncating a torn tail") from None
+        last = last_line(fd, end)
+        if last is not None:
+            off, _, ts = record.envelope(last)
+            next_offset, last_ts = off + 1, ts
+        else:
+            next_offset, last_ts = active.base, 0
+            for seg in reversed(segs[:-1]):
+                sfd = os.open(seg.path, os.O_RDONLY | NOFOLLOW)
+                try:
+                    prev = last_line(sfd, visible_end(sfd, os.fstat(sfd).st_size))
+                finally:
+                    os.close(sfd)
+                if prev is not None:
+                    off, _, last_ts = record.envelope(prev)
+                    next_offset = max(next_offset, off + 1)
+                    break
+        tail = _Tail(active.path, fd, os.fstat(fd).st_ino, end, next_offset, last_ts)
+        self._tails[p] = tail
+        return tail
+
+    def _roll(self, p: int, tail: _Tail) -> None:
+        pdir = self.log.partition_dir(p)
+        path = os.path.join(pdir, segment_name(tail.next_offset))
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o644)
+            fsync_dir(pdir)
+        except FileExistsError:
+            fd = os.open(path, os.O_RDWR | NOFOLLOW)
+        except OSError as e:
+            raise _os_error(e, path, "creating a segment") from None
+        os.close(tail.fd)
+        tail.path, tail.fd, tail.ino, tail.size = path, fd, os.fstat(fd).st_ino, os.fstat(fd).st_size
+
+    def _flush(self, tail: _Tail, buf: bytearray) -> None:
+        if not buf:
+            return
+        before = tail.size
+        try:
+            os.lseek(tail.fd, before, os.SEEK_SET)
+            write_all(tail.fd, buf)
+        except OSError as e:
+            err = _os_error(e, tail.path, "write")
+            try:
+                os.ftruncate(tail.fd, before)
+            except OSError:
+                pass
+            raise err from None
+        if self.fsync != "never":
+            try:
+                os.fsync(tail.fd)
+            except OSError as e:
+                err = _os_error(e, tail.path, "fsync")
+                try:
+                    os.ftruncate(tail.fd, before)
+                except OSError:
+                    pass
+                # fsyncgate: after a failed fsync the page cache may lie; never retry.
+                tail.size = -1
+                raise StorageError(f"{err}; the batch was not acknowledged and is not retried") from None
+        tail.size = before + len(buf)
+
+    def _write(self, p: int, tail: _Tail, items: Sequence[Item], want_lines: bool) -> AppendResult:
+        ts = max(self.clock(), tail.last_ts)
+        encode = record.encode
+        middle = b',"partition":%d,"ts":%d,"key":' % (p, ts)
+        # record.encode's layout, inlined for the common no-headers record (hot loop)
+        lines = (b'{"offset":%d%s%s,"value":%s}\n' % (off, middle, key, value) if headers is None
+                 else encode(off, p, ts, key, value, headers)
+                 for off, (key, value, headers) in zip(count(tail.next_offset), items))
+        return self._write_lines(p, tail, ts, lines, want_lines)
+
+    def _write_lines(self, p: int, tail: _Tail, ts: int, lines: Iterator[bytes], want_lines: bool) -> AppendResult:
+        """Write encoded lines (offsets tail.next_offset, +1, ...) in one batch, rolling segments."""
+        seg_bytes = self.log.meta.segment_bytes
+        first = off = tail.next_offset
+        buf = bytearray()
+        kept: list[bytes] | None = [] if want_lines else None
+        size = tail.size
+        try:
+            for line in lines:
+                if size + len(buf) >= seg_bytes and (size > 0 or buf):
+                    self._flush(tail, buf)
+                    buf.clear()
+                    tail.next_offset = off
+                    self._roll(p, tail)
+                    size = tail.size
+                buf += line
+                if kept is not None:
+                    kept.append(line)
+                off += 1
+            self._flush(tail, buf)
+        except StorageError:
+            # Offsets of this batch were not written; forget our cached view.
+            self._forget(p)
+            raise
+        tail.next_offset = off
+        tail.last_ts = ts
+        return AppendResult(p, first, off - 1, kept)
+
+    def _forget(self, p: int) -> None:
+        tail = self._tails.pop(p, None)
+        if tail is not None and tail.fd >= 0:
+            os.close(tail.fd)

@@ -1,0 +1,171 @@
+"""A log folder: its metadata file, partitions and where things live inside it."""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass, field
+
+import orjson
+
+from streamctl.errors import StorageError, UsageError
+from streamctl.storage.fsutil import NOFOLLOW, atomic_write, flock, fsync_dir, open_lock, unlock
+from streamctl.storage.segment import Segment, list_segments
+
+FORMAT = 1
+META = "streamctl.json"
+# 16 MiB: big enough that a million ~275-byte records make ~17 files (cheap to
+# list and open), small enough that compaction and retention, which work on
+# whole closed segments, can act on logs of a few hundred MB.
+DEFAULT_SEGMENT_BYTES = 16 << 20
+MIN_SEGMENT_BYTES = 1 << 10
+
+
+@dataclass(frozen=True)
+class LogMeta:
+    partitions: int
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES
+    created: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(
+            {"format": FORMAT, "partitions": self.partitions, "segment_bytes": self.segment_bytes,
+             "created": self.created, **self.extra},
+            option=orjson.OPT_INDENT_2,
+        ) + b"\n"
+
+
+class Log:
+    """An existing log folder. Cheap to construct; holds no file descriptors."""
+
+    def __init__(self, path: str, meta: LogMeta) -> None:
+        self.path = path
+        self.meta = meta
+
+    @property
+    def partitions(self) -> int:
+        return self.meta.partitions
+
+    def partition_dir(self, p: int) -> str:
+        return os.path.join(self.path, f"p{p}")
+
+    def segments(self, p: int) -> list[Segment]:
+        return list_segments(self.partition_dir(p))
+
+    def groups_dir(self) -> str:
+        return os.path.join(self.path, "groups")
+
+    def group_path(self, group: str) -> str:
+        return os.path.join(self.groups_dir(), f"{group}.json")
+
+    def list_groups(self) -> list[str]:
+        try:
+            names = os.listdir(self.groups_dir())
+        except FileNotFoundError:
+            return []
+        return sorted(n[:-5] for n in names if n.endswith(".json") and not n.startswith("."))
+
+    def total_bytes(self) -> int:
+        return sum(s.size() for p in range(self.partitions) for s in self.segments(p))
+
+
+def is_log(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, META))
+
+
+def is_log_input(path: str) -> bool:
+    """Whether an input argument names a log (True) or a plain .jsonl file or `-` (False).
+
+    A folder that is no log, or a path that does not exist, is a UsageError: the one
+    check (and message) of every command that reads either.
+    """
+    if path != "-" and is_log(path):
+        return True
+    if path != "-" and os.path.isdir(path):
+        raise UsageError(f"{path}: not a streamctl log (no {META})")
+    if path != "-" and not os.path.exists(path):
+        raise UsageError(f"{path}: no such log or file")
+    return False
+
+
+def _read_meta(path: str) -> LogMeta:
+    meta_path = os.path.join(path, META)
+    try:
+        fd = os.open(meta_path, os.O_RDONLY | NOFOLLOW)
+    except FileNotFoundError:
+        raise StorageError(f"{path}: not a streamctl log (no {META})") from None
+    except OSError as e:
+        raise StorageError(f"{meta_path}: cannot open: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        raw = f.read(1 << 20)
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise StorageError(f"{meta_path}: invalid JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise StorageError(f"{meta_path}: not a JSON object")
+    if obj.get("format") != FORMAT:
+        raise StorageError(f"{meta_path}: unsupported format {obj.get('format')!r} (this streamctl reads format {FORMAT})")
+    parts, seg = obj.get("partitions"), obj.get("segment_bytes", DEFAULT_SEGMENT_BYTES)
+    if not isinstance(parts, int) or isinstance(parts, bool) or not 1 <= parts <= 10_000:
+        raise StorageError(f"{meta_path}: 'partitions' must be an integer from 1 to 10000")
+    if not isinstance(seg, int) or isinstance(seg, bool) or seg < MIN_SEGMENT_BYTES:
+        raise StorageError(f"{meta_path}: 'segment_bytes' must be an integer >= {MIN_SEGMENT_BYTES}")
+    extra = {k: v for k, v in obj.items() if k not in ("format", "partitions", "segment_bytes", "created")}
+    return LogMeta(parts, seg, int(obj.get("created") or 0), extra)
+
+
+def open_log(path: str) -> Log:
+    if not os.path.isdir(path):
+        raise StorageError(f"{path}: no such log")
+    return Log(path, _read_meta(path))
+
+
+def own_leftover(name: str) -> bool:
+    return (name in ("groups", ".create.lock") or (name[:1] == "p" and name[1:].isdecimal())
+            or (name.startswith(f".{META}.") and name.endswith(".tmp")))
+
+
+def open_or_create(path: str, partitions: int | None, segment_bytes: int | None, created_ms: int) -> Log:
+    """Open LOG, creating it (under a lock on its parent folder's entry) if missing."""
+    if partitions is not None and not 1 <= partitions <= 10_000:
+        raise UsageError("--partitions must be from 1 to 10000")
+    if segment_bytes is not None and segment_bytes < MIN_SEGMENT_BYTES:
+        raise UsageError(f"--segment-bytes must be at least {MIN_SEGMENT_BYTES}")
+    if is_log(path):
+        log = open_log(path)
+        if partitions is not None and partitions != log.partitions:
+            raise UsageError(f"{path} already has {log.partitions} partitions; --partitions {partitions} only applies when creating a log")
+        return log
+    if os.path.islink(path):
+        raise StorageError(f"{path} is a symlink; refusing to create a log through it")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise StorageError(f"{path}: cannot create log folder: {e.strerror}") from None
+    # a creation that crashed half-way leaves only our own names behind: finish it
+    foreign = [n for n in os.listdir(path) if not own_leftover(n)]
+    if foreign and not is_log(path):
+        raise StorageError(f"{path} exists, is not empty and is not a streamctl log")
+    lock = open_lock(os.path.join(path, ".create.lock"))
+    try:
+        flock(lock)
+        if not is_log(path):
+            meta = LogMeta(partitions or 1, segment_bytes or DEFAULT_SEGMENT_BYTES, created_ms)
+            for p in range(meta.partitions):
+                try:
+                    os.mkdir(os.path.join(path, f"p{p}"))
+                except FileExistsError:
+                    pass
+            os.makedirs(os.path.join(path, "groups"), exist_ok=True)
+            atomic_write(os.path.join(path, META), meta.to_json())
+            fsync_dir(os.path.dirname(os.path.abspath(path)))
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise StorageError(f"{path}: disk full while creating the log") from None
+        raise
+    finally:
+        unlock(lock)
+        os.close(lock)
+    return open_log(path)

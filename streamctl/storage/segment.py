@@ -1,0 +1,195 @@
+"""Segment files: naming, listing, and reading complete lines out of them.
+
+A segment is `pN/<first offset, 20 digits>.jsonl`. Only bytes up to the last
+`\n` are visible; anything after it is a torn tail from a crashed writer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from streamctl.storage import record
+from streamctl.storage.fsutil import NOFOLLOW
+
+SUFFIX = ".jsonl"
+NAME_DIGITS = 20
+CHUNK = 1 << 20
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:0{NAME_DIGITS}d}{SUFFIX}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    if len(name) == NAME_DIGITS + len(SUFFIX) and name.endswith(SUFFIX) and name[:NAME_DIGITS].isdecimal():
+        return int(name[:NAME_DIGITS])
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    base: int
+    path: str
+
+    def size(self) -> int:
+        try:
+            return os.stat(self.path).st_size
+        except FileNotFoundError:
+            return 0
+
+
+def list_segments(pdir: str) -> list[Segment]:
+    """Segments of a partition folder, oldest first."""
+    out = []
+    try:
+        names = os.listdir(pdir)
+    except FileNotFoundError:
+        return []
+    for name in names:
+        base = parse_segment_name(name)
+        if base is not None:
+            out.append(Segment(base, os.path.join(pdir, name)))
+    out.sort(key=lambda s: s.base)
+    return out
+
+
+def open_read(path: str) -> int:
+    return os.open(path, os.O_RDONLY | NOFOLLOW)
+
+
+def visible_end(fd: int, size: int) -> int:
+    """Byte position just past the last `\n` at or before `size`."""
+    pos = size
+    while pos > 0:
+        step = min(CHUNK, pos)
+        buf = os.pread(fd, step, pos - step)
+        i = buf.rfind(b"\n")
+        if i >= 0:
+            return pos - step + i + 1
+        pos -= step
+    return 0
+
+
+def cut_torn_tail(fd: int) -> int:
+    """Truncate bytes after the last `\n` (a crashed writer's partial line) and fsync.
+
+    Only the holder of the partition lock may call this: a live writer's
+    unfinished batch looks exactly like a torn tail. Returns the new size.
+    """
+    size = os.fstat(fd).st_size
+    end = visible_end(fd, size)
+    if end < size:
+        os.ftruncate(fd, end)
+        os.fsync(fd)
+    return end
+
+
+def last_line(fd: int, end: int) -> bytes | None:
+    """The complete line that ends at `end` (which must follow a `\n`)."""
+    if end <= 0:
+        return None
+    pos = end - 1  # the '\n'
+    chunks = []
+    while pos > 0:
+        step = min(65536, pos)
+        buf = os.pread(fd, step, pos - step)
+        i = buf.rfind(b"\n")
+        if i >= 0:
+            chunks.append(buf[i + 1:])
+            break
+        chunks.append(buf)
+        pos -= step
+    chunks.reverse()
+    return b"".join(chunks) + os.pread(fd, 1, end - 1)
+
+
+def iter_blocks(fd: int, start: int, end: int, chunk: int = CHUNK) -> Iterator[bytes]:
+    """Blocks of whole lines between byte positions start and end (end after a `\n`)."""
+    pos = start
+    carry = b""
+    while pos < end:
+        buf = os.pread(fd, min(chunk, end - pos), pos)
+        if not buf:
+            break  # the file shrank under us; the caller re-checks
+        pos += len(buf)
+        i = buf.rfind(b"\n")
+        if i < 0:
+            carry += buf
+            continue
+        yield carry + buf[: i + 1] if carry else buf[: i + 1]
+        carry = buf[i + 1:]
+    if carry:
+        # only possible when the file shrank below `end`
+        return
+
+
+def iter_lines(fd: int, start: int, end: int) -> Iterator[tuple[int, bytes]]:
+    """(byte position, line) for each whole line in [start, end)."""
+    pos = start
+    for block in iter_blocks(fd, start, end):
+        for line in block.splitlines(keepends=True):
+            yield pos, line
+            pos += len(line)
+
+
+def line_at_or_after(fd: int, pos: int, limit: int, end: int) -> tuple[int, bytes] | None:
+    """The first whole line starting in [pos, limit) (pos may be mid-line); lines end by `end`."""
+    if pos > 0 and os.pread(fd, 1, pos - 1) != b"\n":
+        while pos < limit:
+            buf = os.pread(fd, min(65536, end - pos), pos)
+            if not buf:
+                return None
+            i = buf.find(b"\n")
+            if i >= 0:
+                pos += i + 1
+                break
+            pos += len(buf)
+    if pos >= limit or pos >= end:
+        return None
+    chunks = []
+    p = pos
+    while p < end:
+        buf = os.pread(fd, min(65536, end - p), p)
+        if not buf:
+            break
+        i = buf.find(b"\n")
+        if i >= 0:
+            chunks.append(buf[: i + 1])
+            break
+        chunks.append(buf)
+        p += len(buf)
+    return pos, b"".join(chunks)
+
+
+def bisect(fd: int, end: int, key: Callable[[bytes], int], target: int, start: int = 0) -> int:
+    """Byte position of the first line (from `start`) whose key(line) >= target, or `end`.
+
+    Keys (offset, or ts) are non-decreasing through a segment, so a binary search
+    over byte positions finds the line in O(log size) reads. Invariant: every line
+    starting before `lo` has key < target; the first line at or after `hi` has
+    key >= target or `hi` is `end`.
+    """
+    lo, hi = start, end
+    while hi - lo > 65536:
+        mid = (lo + hi) // 2
+        found = line_at_or_after(fd, mid, hi, end)
+        if found is None:
+            hi = mid
+        elif key(found[1]) >= target:
+            hi = found[0]
+        else:
+            lo = found[0] + len(found[1])
+    for pos, line in iter_lines(fd, lo, end):
+        if key(line) >= target:
+            return pos
+    return end
+
+
+def offset_key(line: bytes) -> int:
+    return record.offset_of(line)
+
+
+def ts_key(line: bytes) -> int:
+    return record.envelope(line)[2]

@@ -1,0 +1,303 @@
+"""window --follow --group: kill -9 in a loop while events are produced; nothing lost, nothing double-counted."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+
+import orjson
+import pytest
+
+from tests.conftest import CLI, cli_env, run_cli
+
+T0 = 1_763_719_200_000
+WINDOW = ["--tumbling", "2s", "--time-field", "at", "--agg", "count", "--agg", "sum:v", "--lateness", "10s"]
+
+
+def batches(n_batches: int, per_batch: int, seed: int = 7) -> list[str]:
+    rnd = random.Random(seed)
+    out = []
+    i = 0
+    for _ in range(n_batches):
+        lines = []
+        for _ in range(per_batch):
+            at = T0 + i * 100 + rnd.randint(-300, 300)
+            lines.append(json.dumps({"at": at, "u": f"u{rnd.randrange(3)}", "v": rnd.randint(1, 9)}))
+            i += 1
+        out.append("\n".join(lines) + "\n")
+    return out
+
+
+def rows_of(data: bytes) -> list[bytes]:
+    return [line for line in data.splitlines() if line.strip()]
+
+
+def start_follow(log: str, out_path: str, *extra: str) -> subprocess.Popen:
+    out = open(out_path, "ab")
+    try:
+        return subprocess.Popen([*CLI, "window", log, *WINDOW, "--follow", "--group", "g", *extra],
+                                stdout=out, stderr=subprocess.DEVNULL, env=cli_env())
+    finally:
+        out.close()
+
+
+@pytest.mark.slow
+def test_kill_9_loop_equals_one_uninterrupted_run(tmp_path):
+    log = str(tmp_path / "events")
+    out_path = str(tmp_path / "follow.jsonl")
+    todo = batches(12, 40)
+    run_cli("produce", log, "--partitions", "2", "--key-field", "u", input=todo[0], check=True)
+
+    def producer() -> None:
+        for b in todo[1:]:
+            run_cli("produce", log, "--key-field", "u", input=b, check=True)
+            time.sleep(0.15)
+
+    th = threading.Thread(target=producer)
+    th.start()
+    rnd = random.Random(1)
+    kills = 0
+    try:
+        while th.is_alive() or kills < 4:
+            proc = start_follow(log, out_path)
+            time.sleep(rnd.uniform(0.3, 1.2))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            kills += 1
+    finally:
+        th.join()
+    # a clean finish: runs until idle, then flushes what is open, like the end of a file
+    proc = start_follow(log, out_path, "--idle-timeout", "1s")
+    assert proc.wait(timeout=60) == 0
+
+    followed = rows_of(open(out_path, "rb").read())
+    once = rows_of(run_cli("window", log, *WINDOW, check=True).stdout)
+    # rows emitted after the last checkpoint are written again, identically, after a restart
+    assert set(followed) == set(once)
+    by_window: dict = {}
+    for line in followed:
+        r = orjson.loads(line)
+        by_window.setdefault((r["window"]["start"], r["key"]), set()).add(line)
+    assert all(len(v) == 1 for v in by_window.values()), "a window was emitted with two different contents"
+    ck = orjson.loads(open(os.path.join(log, "groups", ".g.window.json"), "rb").read())
+    assert ck["run"]["stats"]["events"] == 12 * 40
+    assert sum(ck["offsets"].values()) == 12 * 40
+    assert kills >= 4
+
+
+def test_restart_continues_from_checkpoint(tmp_path):
+    log = str(tmp_path / "events")
+    todo = batches(2, 30)
+    run_cli("produce", log, "--key-field", "u", input=todo[0], check=True)
+    a = run_cli("window", log, *WINDOW, "--follow", "--group", "g", "--idle-timeout", "300ms", check=True)
+    run_cli("produce", log, "--key-field", "u", input=todo[1], check=True)
+    b = run_cli("window", log, *WINDOW, "--follow", "--group", "g", "--idle-timeout", "300ms", check=True)
+    once = run_cli("window", log, *WINDOW, check=True).stdout
+    # the first run's idle flush was provisional (the checkpoint kept those windows open):
+    # the second run's rows, upserted over the first's by (window, key), are the whole answer
+    latest = {}
+    for line in rows_of(a.stdout) + rows_of(b.stdout):
+        r = orjson.loads(line)
+        latest[(r["window"]["start"], r["key"])] = line
+    assert sorted(latest.values()) == sorted(rows_of(once))
+    # stat sees the group's progress
+    assert orjson.loads(open(os.path.join(log, "groups", "g.json"), "rb").read())["offsets"] == {"0": 60}
+
+
+def test_changed_options_refuse_the_checkpoint(tmp_path):
+    log = str(tmp_path / "events")
+    run_cli("produce", log, input=batches(1, 5)[0], check=True)
+    run_cli("window", log, *WINDOW, "--follow", "--group", "g", "--idle-timeout", "100ms", check=True)
+    p = run_cli("window", log, "--tumbling", "5s", "--follow", "--group", "g", "--idle-timeout", "100ms")
+    assert p.returncode == 2 and b"different window options" in p.stderr
+
+
+def test_sigterm_checkpoints_and_exits_0(tmp_path):
+    log = str(tmp_path / "events")
+    run_cli("produce", log, input=batches(1, 20)[0], check=True)
+    proc = subprocess.Popen([*CLI, "window", log, *WINDOW, "--follow", "--group", "g"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env())
+    ck = os.path.join(log, "groups", ".g.window.json")
+    deadline = time.monotonic() + 20
+    while not os.path.exists(ck) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert orjson.loads(open(ck, "rb").read())["offsets"] == {"0": 20}
+
+
+def test_follow_needs_a_log(tmp_path):
+    f = tmp_path / "e.jsonl"
+    f.write_text('{"at": 1}\n')
+    p = run_cli("window", str(f), "--tumbling", "1s", "--follow")
+    assert p.returncode == 2 and b"needs a log" in p.stderr
+
+
+def test_a_second_follower_on_the_group_is_refused(tmp_path):
+    log = str(tmp_path / "events")
+    run_cli("produce", log, input=batches(1, 3)[0], check=True)
+    proc = subprocess.Popen([*CLI, "window", log, *WINDOW, "--follow", "--group", "g"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cli_env())
+    try:
+        ck = os.path.join(log, "groups", ".g.window.json")
+        deadline = time.monotonic() + 20
+        while not os.path.exists(ck) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        p = run_cli("window", log, *WINDOW, "--follow", "--group", "g", "--idle-timeout", "100ms")
+        assert p.returncode == 1 and b"another" in p.stderr
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_processing_time_windows_close_on_the_clock(tmp_path):
+    log = str(tmp_path / "events")
+    run_cli("produce", log, input='{"a": 1}\n{"a": 2}\n', check=True)
+    p = run_cli("window", log, "--tumbling", "200ms", "--processing-time", "--follow", "--group", "g",
+                "--idle-timeout", "1500ms", check=True)
+    rows = [orjson.loads(x) for x in p.stdout.splitlines()]
+    assert sum(r["count"] for r in rows) == 2
+    # closed by the clock before the idle timeout: nothing was left open in the checkpoint
+    ck = orjson.loads(open(os.path.join(log, "groups", ".g.window.json"), "rb").read())
+    assert ck["run"]["state"]["open"] == []
+
+
+def test_damaged_checkpoint_is_a_clear_error(tmp_path):
+    log = str(tmp_path / "events")
+    run_cli("produce", log, input=batches(1, 5)[0], check=True)
+    ck = os.path.join(log, "groups", ".g.window.json")
+    os.makedirs(os.path.dirname(ck), exist_ok=True)
+    for text in ('{"format":1,"group":"g","offsets":{"0":3}}', '{"format":1,"offsets":{},"run":{"x":1}}', "{oops"):
+        with open(ck, "w") as f:
+            f.write(text)
+        p = run_cli("window", log, *WINDOW, "--follow", "--group", "g", "--idle-timeout", "100ms")
+        assert p.returncode == 1 and b"checkpoint" in p.stderr and b"Traceback" not in p.stderr, p.stderr
+
+
+# -- resuming where retention deleted unread records, or past the end (as consume --group does) --
+
+def padded(first: int, n: int) -> str:
+    """n events, one per 100 ms from T0 + first * 100, padded so a 16 KiB segment holds ~100."""
+    return "".join(json.dumps({"at": T0 + i * 100, "u": "u", "v": 1, "pad": "x" * 100}) + "\n"
+                   for i in range(first, first + n))
+
+
+def retention_log(tmp_path, checkpoint_first: int) -> tuple[str, int]:
+    """2000 events in small segments, of which a group has read `checkpoint_first` (a window checkpoint
+    when > 0, else only committed offsets 0), then retention deleted the oldest segments, unread ones
+    included: (log, its first offset left)."""
+    from streamctl.storage import log as logmod
+    from streamctl.storage import reader
+
+    log = str(tmp_path / "events")
+    run_cli("produce", log, "--segment-bytes", "16KiB", input=padded(0, checkpoint_first or 2000), check=True)
+    if checkpoint_first:
+        run_cli("window", log, *WINDOW, "--follow", "--group", "g", "--idle-timeout", "300ms", check=True)
+        run_cli("produce", log, input=padded(checkpoint_first, 2000 - checkpoint_first), check=True)
+    else:
+        run_cli("replay", log, "--group", "g", "--to-earliest", "--execute", check=True)  # committed 0, nothing read
+    run_cli("compact", log, "--retention-bytes", "64KiB", "--force", check=True)
+    first = reader.partition_info(logmod.open_log(log), 0).first_offset
+    assert first > max(checkpoint_first, 1), "retention must have deleted records the group did not read"
+    return log, first
+
+
+@pytest.mark.parametrize("checkpoint_first", [0, 300])
+def test_resume_in_a_range_retention_deleted_says_so_and_goes_on(tmp_path, checkpoint_first):
+    from streamctl.processing.windows.driver import WindowConfig, follow
+
+    log, first = retention_log(tmp_path, checkpoint_first)
+    cfg = WindowConfig("tumbling", 2000, time_field="at", aggs=["count", "sum:v"], lateness=10_000)
+    rows: list = []
+    notes: list[str] = []
+    run = follow(log, "g", cfg, rows.extend, lambda: None, 0.3, notice=notes.append)
+    assert len(notes) == 1
+    assert f"committed offset {checkpoint_first} is no longer in the log" in notes[0]
+    assert f"resuming at {first}, the next existing record" in notes[0]
+    assert run.stats.events == checkpoint_first + 2000 - first  # what the first run read, and the rest
+    ck = orjson.loads(open(os.path.join(log, "groups", ".g.window.json"), "rb").read())
+    assert ck["offsets"] == {"0": 2000}
+    # the next run resumes at the end: nothing more to say
+    notes.clear()
+    follow(log, "g", cfg, rows.extend, lambda: None, 0.3, notice=notes.append)
+    assert notes == []
+
+
+def test_resume_after_retention_from_the_shell(tmp_path):
+    log, first = retention_log(tmp_path, 0)
+    p = run_cli("window", log, *WINDOW, "--follow", "--group", "g", "--idle-timeout", "1s")
+    assert p.returncode == 0, p.stderr
+    assert f"resuming at {first}, the next existing record".encode() in p.stderr
+    assert sum(orjson.loads(x)["count"] for x in p.stdout.splitlines()) == 2000 - first
+    assert orjson.loads(open(os.path.join(log, "groups", "g.json"), "rb").read())["offsets"] == {"0": 2000}
+
+
+def test_retention_while_following_says_so_and_goes_on(tmp_path):
+    """Retention deletes records a running follower has not read yet (it was stopped meanwhile):
+    the follower says so on stderr, resumes at the next record and counts the rest."""
+    log = str(tmp_path / "events")
+    run_cli("produce", log, "--segment-bytes", "16KiB", input=padded(0, 100), check=True)
+    proc = subprocess.Popen([*CLI, "window", log, *WINDOW, "--follow", "--group", "g", "--idle-timeout", "3s"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env())
+    try:
+        ck = os.path.join(log, "groups", ".g.window.json")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the first 100 are read and checkpointed
+            if os.path.exists(ck) and orjson.loads(open(ck, "rb").read())["offsets"].get("0") == 100:
+                break
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGSTOP)
+        run_cli("produce", log, input=padded(100, 1900), check=True)
+        run_cli("compact", log, "--retention-bytes", "64KiB", "--force", check=True)
+        from streamctl.storage import log as logmod
+        from streamctl.storage import reader
+
+        first = reader.partition_info(logmod.open_log(log), 0).first_offset
+        assert first > 100
+        os.kill(proc.pid, signal.SIGCONT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert b"offset 100 is no longer in the log" in err and f"resuming at {first}".encode() in err
+    assert sum(orjson.loads(x)["count"] for x in out.splitlines()) == 100 + 2000 - first
+
+
+@pytest.mark.parametrize("where", ["group file", "checkpoint"])
+def test_committed_offset_past_the_end_is_refused(tmp_path, where):
+    log = str(tmp_path / "events")
+    run_cli("produce", log, "--partitions", "2", "--key-field", "u", input=batches(1, 40)[0], check=True)
+    groups = os.path.join(log, "groups")
+    if where == "checkpoint":
+        run_cli("window", log, *WINDOW, "--follow", "--group", "g", "--idle-timeout", "300ms", check=True)
+        ck = os.path.join(groups, ".g.window.json")
+        body = orjson.loads(open(ck, "rb").read())
+        body["offsets"]["1"] = body["offsets"].get("1", 0) + 1000
+        with open(ck, "wb") as f:
+            f.write(orjson.dumps(body))
+        past = body["offsets"]["1"]
+    else:
+        run_cli("replay", log, "--group", "g", "--to-earliest", "--execute", check=True)
+        gf = os.path.join(groups, "g.json")
+        body = orjson.loads(open(gf, "rb").read())
+        body["offsets"]["1"] = past = 1000
+        with open(gf, "wb") as f:
+            f.write(orjson.dumps(body))
+    consume = run_cli("consume", log, "--group", "g") if where == "group file" else None
+    p = run_cli("window", log, *WINDOW, "--follow", "--group", "g", "--idle-timeout", "300ms")
+    assert p.returncode == 1, p.stderr
+    err = p.stderr.decode()
+    assert err.startswith("streamctl: ") and "Traceback" not in err
+    assert f"committed offset {past} for partition 1 is past the end of the log" in err
+    assert p.stdout == b""  # no partition read while another is skipped
+    if consume is not None:  # the same refusal, the same exit code as consume --group
+        assert consume.returncode == p.returncode and consume.stderr == p.stderr
+    else:
+        assert ".g.window.json: move that checkpoint away too" in err

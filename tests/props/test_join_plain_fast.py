@@ -1,0 +1,181 @@
+"""The block-at-a-time stream-stream join of two plain files against the record-at-a-time path.
+
+`joining.run(spec, write_jsonl=...)` takes the fast path (inputorder.merged_plain +
+stream_stream.join_batches); `joining.run(spec, emit)` the generic one (inputorder.merged +
+StreamStreamJoin). Both must give the same bytes: the rows emit makes, dumped with orjson.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streamctl.errors import DataError
+from streamctl.processing import inputorder
+from streamctl.processing.joins import driver as joining
+
+# Event times: mostly epoch ms near each other (so windows matter), some other forms a
+# user's file may hold: ISO strings, epoch seconds, nothing usable.
+BASE = 1_763_683_200_000
+ms_times = st.integers(0, 40).map(lambda d: BASE + d)
+odd_times = st.sampled_from([None, "2025-11-21T00:00:00.003Z", 1_763_683_200, True, "soon", 1.5e12])
+times = st.one_of(ms_times, ms_times, ms_times, odd_times)
+keys = st.sampled_from(["a", "b", "c", 1, 1.0, None, {"x": 1, "y": 2}, [1], "é"])
+
+
+@st.composite
+def line(draw: Any, key_field: str, time_field: str) -> bytes:
+    value: dict[str, Any] = {}
+    k = draw(keys)
+    if k is not None or draw(st.booleans()):
+        value[key_field] = k
+    t = draw(times)
+    if t is not None or draw(st.booleans()):
+        value[time_field] = t
+    value["n"] = draw(st.integers(0, 9))
+    text = orjson.dumps(value)
+    form = draw(st.sampled_from(["plain"] * 6 + ["spaced", "escaped", "crlf", "swapped", "blank", "scalar"]))
+    if form == "spaced":  # not orjson's bytes: the value is dumped again
+        text = text.replace(b",", b", ").replace(b":", b": ")
+    elif form == "escaped":
+        text = text.replace(b"{", b'{"e":"\\u00e9",', 1) if text != b"{}" else text
+    elif form == "crlf":
+        text += b"\r"
+    elif form == "swapped":  # the same key written in another field order
+        text = text.replace(b'{"x":1,"y":2}', b'{"y":2,"x":1}')
+    elif form == "blank":
+        text = b"  \n" + text
+    elif form == "scalar":  # a line that is not an object: no key, no time
+        text = b"7"
+    return text
+
+
+def write_file(path: Any, lines: list[bytes], final_newline: bool) -> str:
+    path.write_bytes(b"\n".join(lines) + (b"\n" if final_newline or not lines else b""))
+    return str(path)
+
+
+def generic_bytes(spec: joining.JoinSpec) -> bytes:
+    out: list[bytes] = []
+    stats = joining.run(spec, lambda k, lv, rv: out.append(
+        orjson.dumps({"key": k, "left": lv, "right": rv}, option=orjson.OPT_APPEND_NEWLINE)))
+    return b"".join(out), stats
+
+
+def fast_bytes(spec: joining.JoinSpec, block: int) -> bytes:
+    out: list[bytes] = []
+    stats = joining.run(spec, write_jsonl=out.append, block_bytes=block)
+    return b"".join(out), stats
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data(), st.integers(0, 12), st.sampled_from(["inner", "left", "right", "outer"]),
+       st.sampled_from([1, 7, 64, 1 << 20]), st.booleans(), st.booleans())
+def test_fast_path_equals_generic(tmp_path, data, within, how, block, same_fields, final_newline):
+    kf, tf = ("id", "at") if same_fields else ("sid", "clicked")
+    left = data.draw(st.lists(line("id", "at"), max_size=25))
+    right = data.draw(st.lists(line(kf, tf), max_size=25))
+    lp = write_file(tmp_path / "l.jsonl", left, final_newline)
+    rp = write_file(tmp_path / "r.jsonl", right, True)
+    spec = joining.make_spec(lp, rp, within=f"{within}ms", how=how,
+                             on="id" if same_fields else "id=sid", time_field="at" if same_fields else "at=clicked")
+    want, want_stats = generic_bytes(spec)
+    got, got_stats = fast_bytes(spec, block)
+    assert got == want
+    assert got_stats.records == want_stats.records
+    assert got_stats.no_time == want_stats.no_time
+
+
+@pytest.mark.parametrize("how", ["inner", "outer"])
+def test_fast_path_deep_paths_and_many_per_key(tmp_path, how):
+    # value paths two levels down, many events per key, times out of order and late
+    ls = [{"u": {"id": i % 3}, "t": {"ms": BASE + (i * 7) % 50}} for i in range(60)]
+    rs = [{"u": {"id": i % 4}, "t": {"ms": BASE + (i * 5) % 45}} for i in range(60)]
+    lp = write_file(tmp_path / "l.jsonl", [orjson.dumps(v) for v in ls], True)
+    rp = write_file(tmp_path / "r.jsonl", [orjson.dumps(v) for v in rs], True)
+    spec = joining.make_spec(lp, rp, within="4ms", how=how, on="u.id", time_field="t.ms")
+    want, _ = generic_bytes(spec)
+    assert want
+    for block in (1, 50, 1 << 20):
+        assert fast_bytes(spec, block)[0] == want
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.one_of(st.none(), st.integers(0, 9)), max_size=30),
+       st.lists(st.one_of(st.none(), st.integers(0, 9)), max_size=30), st.sampled_from([1, 5, 40, 1 << 20]))
+def test_merged_plain_equals_merged(tmp_path, ta, tb, block):
+    paths = []
+    for name, ts in (("a", ta), ("b", tb)):
+        paths.append(write_file(tmp_path / f"{name}.jsonl",
+                                [orjson.dumps({"n": i, "at": t}) for i, t in enumerate(ts)], True))
+    specs = [inputorder.classify(p) for p in paths]
+    want = [(i, rec["value"]) for i, rec in inputorder.merged(specs, lambda r: r["value"]["at"])]
+    at = [lambda vs: [v["at"] for v in vs]] * 2
+    same = [lambda vs: vs] * 2  # the "keys" column: the values themselves
+    got = [(int(s), v) for sides, _ts, values, _p in inputorder.merged_plain(paths, at, same, block_bytes=block)
+           for s, v in zip(sides, values, strict=True)]
+    assert got == want
+
+
+@pytest.mark.parametrize("block", [3, 1 << 20])
+def test_plain_blocks_read_like_lines(tmp_path, block):
+    p = tmp_path / "f.jsonl"
+    p.write_bytes(b'{"a":1}\n\n  \r\n{"a": 2}\r\n[1,2]\n"s"\n{"b":{"c":[{"d":1},{"e":2}]}}\n{"z":0}')
+    values = [v for vs in inputorder.plain_blocks(str(p), block) for v in vs]
+    assert values == [{"a": 1}, {"a": 2}, [1, 2], "s", {"b": {"c": [{"d": 1}, {"e": 2}]}}, {"z": 0}]
+    raw = [(v, x) for vs, xs in inputorder.plain_blocks_raw(str(p), block) for v, x in zip(vs, xs, strict=True)]
+    for v, x in raw:  # a payload is the line itself only when it is orjson's bytes for the value
+        assert x == v or x == orjson.dumps(v)
+    assert ({"z": 0}, b'{"z":0}') in raw
+
+
+def test_plain_blocks_two_objects_on_a_line(tmp_path):
+    # parsed as one array, these lines would shift values between records: read line by line
+    p = tmp_path / "f.jsonl"
+    p.write_bytes(b'{"a":1} , {"b":2}\n')
+    with pytest.raises(DataError, match="record 0: invalid JSON"):
+        list(inputorder.plain_blocks(str(p)))
+    p.write_bytes(b'{"x":[{"y":1}\n{"z":2}]}\n{"a":1},{"b":2}\n')
+    with pytest.raises(DataError, match="record 0: invalid JSON"):
+        list(inputorder.plain_blocks(str(p)))
+
+
+def test_plain_blocks_error_names_the_record_after_good_values(tmp_path):
+    p = tmp_path / "f.jsonl"
+    p.write_bytes(b'{"a":1}\n\n{"a":2}\nnot json\n{"a":3}\n')
+    got: list[Any] = []
+    with pytest.raises(DataError) as e:
+        for vs in inputorder.plain_blocks(str(p)):
+            got += vs
+    assert got == [{"a": 1}, {"a": 2}]
+    with pytest.raises(DataError) as e2:
+        list(inputorder.plain_records(str(p)))
+    assert str(e.value) == str(e2.value) and "record 2: invalid JSON" in str(e.value)
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+def test_read_ahead_gives_the_same_rows_and_error(tmp_path, monkeypatch, cores):
+    """With two cores the files are read in a child process (streamctl/processing/decoder.py): the rows
+    before a bad line and the error naming it are those of the one-process read."""
+    from streamctl.processing import decoder
+
+    a = [orjson.dumps({"sid": f"s{i}", "time": BASE + i}) for i in range(3000)]
+    b = [orjson.dumps({"sid": f"s{i}", "time": BASE + i + 5}) for i in range(0, 3000, 3)]
+    b.insert(700, b'{"sid": broken')
+    spec = joining.make_spec(write_file(tmp_path / "a.jsonl", a, True), write_file(tmp_path / "b.jsonl", b, True),
+                             within="1s", on="sid", time_field="time")
+    monkeypatch.setattr(decoder.parallel, "cores", lambda: cores)
+    out: list[bytes] = []
+    with pytest.raises(DataError) as e:
+        joining.run(spec, write_jsonl=out.append, block_bytes=4096)
+    assert "b.jsonl: record 700: invalid JSON" in str(e.value)
+    monkeypatch.setattr(decoder.parallel, "cores", lambda: 1)
+    ref: list[bytes] = []
+    with pytest.raises(DataError) as e1:
+        joining.run(spec, write_jsonl=ref.append, block_bytes=4096)
+    assert str(e1.value) == str(e.value)
+    assert b"".join(out) == b"".join(ref) and len(b"".join(ref).splitlines()) > 100

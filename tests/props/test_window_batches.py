@@ -1,0 +1,233 @@
+"""The batch path (WindowRun.feed_batches, inputorder.log_batches, rows_jsonl) against the per-record
+path it replaces: the same rows in the same order, the same counts, the same state, byte for byte."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streamctl.errors import DataError, UsageError
+from streamctl.processing import inputorder
+from streamctl.processing.windows.driver import WindowConfig, WindowRun, row_json, rows_jsonl
+
+T0 = 1_763_719_200_000
+M = 60_000
+
+AGG_SETS = [
+    ["count"],
+    ["count", "avg:v"],
+    ["n=count:v", "sum:v", "min:v", "max:v", "p50:v", "distinct:v", "first:v", "last:v"],
+]
+
+values = st.one_of(st.integers(-5, 5), st.floats(-10, 10, allow_nan=False), st.none(),
+                   st.sampled_from(["x", True, float("nan"), float("inf"), [1], {"a": 1}]))
+# on a 30 s grid mostly, so that events land exactly on window edges and session gaps
+ms = st.one_of(st.integers(0, 80).map(lambda d: T0 + d * 30_000), st.integers(0, 40 * M).map(lambda d: T0 + d))
+times = st.one_of(
+    ms,  # epoch ms
+    st.integers(0, 40 * M).map(lambda d: (T0 + d) // 1000),  # epoch s
+    st.sampled_from([None, "bad", "2025-11-21T10:00:00Z", -1, True]),
+)
+
+
+def events_strategy(bad: bool):
+    t = times if bad else ms
+    ev = st.fixed_dictionaries({"ts": t, "k": st.sampled_from(["a", "b", "c", None, 7, "x,y", [1, 2], {"o": 1}]),
+                                "v": values})
+    return st.lists(ev, max_size=60)
+
+
+def records(evs: list[dict]) -> list[dict]:
+    return [{"offset": i, "partition": 0, "key": None, "value": e} for i, e in enumerate(evs)]
+
+
+def cut(recs: list[dict], sizes: list[int]) -> list[list[dict]]:
+    out, i = [], 0
+    for n in sizes:
+        if i >= len(recs):
+            break
+        out.append(recs[i:i + n])
+        i += n
+    if i < len(recs):
+        out.append(recs[i:])
+    return out
+
+
+def both(cfg: WindowConfig, recs: list[dict], sizes: list[int]):
+    """(rows, stats, non-numeric counts, state) from the per-record path and the batch path."""
+    results = []
+    for batched in (False, True):
+        late: list = []
+        run = WindowRun(cfg, is_log=False, late_sink=late.append)
+        rows: list = []
+        err = None
+        try:
+            if batched:
+                run.feed_batches(cut(recs, sizes), rows.extend)
+            else:
+                run.feed_records(iter(recs), rows.extend)
+            run.finish(rows.extend)
+        except DataError as e:
+            err = str(e)
+        results.append((rows, vars(run.stats), dict(run.plan.non_numeric), run.seq, late, err,
+                        run.watermark.dump()))
+    return results
+
+
+def sorted_runs(evs: list[dict]) -> list[dict]:
+    """Mostly in time order (so the in-order loops run), with a few stragglers kept in place."""
+    head = sorted(evs[: len(evs) * 3 // 4], key=lambda e: e["ts"] if type(e["ts"]) is int else 0)
+    return head + evs[len(evs) * 3 // 4:]
+
+
+@pytest.mark.parametrize("kind,size,hop", [("tumbling", M, 0), ("session", 3 * M, 0), ("hopping", 4 * M, M),
+                                           ("sliding", 2 * M, 0)])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(evs=events_strategy(bad=False), sizes=st.lists(st.integers(1, 9), max_size=12),
+       aggs=st.sampled_from(AGG_SETS), lateness=st.sampled_from([0, M, 10 * M]),
+       emit=st.sampled_from(["final", "final", "update"]), late=st.sampled_from(["drop", "correct"]),
+       order=st.sampled_from(["as is", "sorted", "mostly sorted"]))
+def test_batches_equal_records(kind, size, hop, evs, sizes, aggs, lateness, emit, late, order):
+    if order == "sorted":
+        evs = sorted(evs, key=lambda e: e["ts"])
+    elif order == "mostly sorted":
+        evs = sorted_runs(evs)
+    cfg = WindowConfig(kind=kind, size=size, hop=hop, by=["k"], aggs=aggs, lateness=lateness, emit=emit,
+                       late=late)
+    a, b = both(cfg, records(evs), sizes)
+    assert a == b
+
+
+@pytest.mark.parametrize("on_bad_time", ["skip", "fail"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(evs=events_strategy(bad=True), sizes=st.lists(st.integers(1, 9), max_size=12),
+       kind=st.sampled_from(["tumbling", "session"]), aggs=st.sampled_from(AGG_SETS))
+def test_bad_times_and_non_numbers_equal_records(on_bad_time, evs, sizes, kind, aggs):
+    cfg = WindowConfig(kind=kind, size=M, by=["k"], aggs=aggs, on_bad_time=on_bad_time)
+    a, b = both(cfg, records(evs), sizes)
+    assert a == b
+
+
+@settings(max_examples=40, deadline=None)
+@given(evs=events_strategy(bad=False), sizes=st.lists(st.integers(1, 9), max_size=12),
+       by=st.sampled_from([[], ["k"], ["k", "v"], ["value.k"], ["nested.deep"]]))
+def test_keys_equal_records(evs, sizes, by):
+    evs = [dict(e, nested={"deep": [e["k"]]}) for e in evs]
+    recs = [{"offset": i, "partition": 0, "key": e["k"] if type(e["k"]) is str else None, "value": e}
+            for i, e in enumerate(sorted(evs, key=lambda e: e["ts"]))]
+    cfg = WindowConfig(kind="tumbling", size=M, by=by, aggs=["count", "sum:v"])
+    a, b = both(cfg, recs, sizes)
+    assert a == b
+
+
+def test_state_after_batches_checkpoints_like_records():
+    evs = [{"ts": T0 + i * 7_000, "k": "abc"[i % 3], "v": i} for i in range(50)]
+    for kind in ("tumbling", "session"):
+        cfg = WindowConfig(kind=kind, size=M, by=["k"], aggs=["count", "first:v", "last:v", "avg:v"])
+        runs = []
+        for batched in (False, True):
+            run = WindowRun(cfg, is_log=False)
+            if batched:
+                run.feed_batches(cut(records(evs), [7] * 10), lambda rows: None)
+            else:
+                run.feed_records(iter(records(evs)), lambda rows: None)
+            runs.append(orjson.dumps(run.dump()))
+        assert runs[0] == runs[1]
+
+
+@settings(max_examples=50, deadline=None)
+@given(rows=st.lists(st.tuples(
+    st.integers(-2 * M, 2 * M), st.integers(0, 3),
+    st.sampled_from([b'"a"', b"null", b"[1,2]", b'{"x":1}']),
+    st.dictionaries(st.sampled_from(["count", "avg_v", "first_v"]),
+                    st.one_of(st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=True), st.text(max_size=3),
+                              st.none(), st.sampled_from(["},{", "x}", [{"a": 1}, {"b": "},{"}], {"n": {}}]))),
+    st.sampled_from([None, None, 1, 2]))))
+def test_rows_jsonl_equals_row_json(rows):
+    rows = [(s, s + d * M, k, v, r) for s, d, k, v, r in rows]
+    assert rows_jsonl(rows) == b"".join(map(row_json, rows))
+    same_window = [(0, M, k, v, None) for _s, _e, k, v, _r in rows]
+    assert rows_jsonl(same_window) == b"".join(map(row_json, same_window))
+
+
+def test_rows_jsonl_raises_where_row_json_does():
+    rows = [(0, M, b'"a"', {"sum": 1}, None), (0, M, b'"b"', {"sum": 2**70}, None)]
+    with pytest.raises(TypeError):
+        row_json(rows[1])
+    with pytest.raises(TypeError):
+        rows_jsonl(rows)
+
+
+# -- log_batches against log_records ------------------------------------------------------------------
+
+
+def test_log_batches_equal_log_records(run, logdir, monkeypatch):
+    evs = "".join(orjson.dumps({"user": f"u{i % 5}", "at": T0 + i, "n": i, "pad": "x" * (i % 50)}).decode() + "\n"
+                  for i in range(2000))
+    run("produce", logdir, "--key-field", "user", "--segment-bytes", "64KiB", input=evs, check=True)
+    # small pieces: many batches, a piece boundary inside most blocks
+    monkeypatch.setattr(inputorder, "PIECE", 1000)
+    want = list(inputorder.log_records(logdir))
+    got = [r for b in inputorder.log_batches(logdir) for r in b]
+    assert got == want and len(got) == 2000
+    starts = {0: 777}
+    assert [r for b in inputorder.log_batches(logdir, starts=starts) for r in b] == \
+        list(inputorder.log_records(logdir, starts=starts))
+
+
+def test_log_batches_merge_several_partitions(run, logdir):
+    evs = "".join(orjson.dumps({"user": f"u{i % 7}", "n": i}).decode() + "\n" for i in range(500))
+    run("produce", logdir, "--partitions", "3", "--key-field", "user", input=evs, check=True)
+    assert [r for b in inputorder.log_batches(logdir) for r in b] == list(inputorder.log_records(logdir))
+
+
+@pytest.mark.parametrize("bad", [
+    b"not json",
+    b'{"offset":1,"partition":0,"ts":5,"key":3,"value":1}',  # a number as key
+    b'{"offset":1,"partition":0,"ts":-5,"key":null,"value":1}',
+    b'{"offset":1,"partition":0,"ts":5,"key":null}',  # no value
+    b"[1, 2]",
+])
+def test_a_corrupt_line_is_the_same_error(tmp_path, bad):
+    good = b'{"offset":0,"partition":0,"ts":5,"key":"a","value":{"x":1}}'
+    block = good + b"\n" + bad + b"\n"
+    with pytest.raises(UsageError) as a:
+        list(inputorder._line_records("LOG", 0, block))
+    assert inputorder._block_records(block) is None
+    assert "corrupt record" in str(a.value)
+
+
+def test_block_records_reads_the_fast_check_as_line_records():
+    lines = [b'{"offset":0,"partition":0,"ts":5,"key":"a","value":{"x":1}}',
+             b'{"offset":1,"partition":-1,"ts":5,"key":null,"value":null,"headers":{"h":"v"}}',
+             b' {"ts":6,"offset":2,"partition":0,"value":[1]} ']
+    block = b"\n".join(lines) + b"\n"
+    assert inputorder._block_records(block) == [obj for _t, _p, _o, obj in inputorder._line_records("L", 0, block)]
+
+
+def test_cli_window_on_a_log_is_the_same_through_batches(run, logdir):
+    evs = "".join(orjson.dumps({"user": f"u{i % 4}", "at": T0 + i * 1500, "amount": i % 9 or "n/a"}).decode() + "\n"
+                  for i in range(3000))
+    run("produce", logdir, "--key-field", "user", input=evs, check=True)
+    for flags in (["--tumbling", "1m", "--agg", "count", "--agg", "avg:amount"], ["--session", "30s"]):
+        p = run("window", logdir, *flags, "--time-field", "at", check=True)
+        cfg = WindowConfig(kind=flags[0][2:], size=M if flags[1] == "1m" else 30_000, time_field="at",
+                           aggs=["count", "avg:amount"] if "--agg" in flags else ["count"])
+        wr = WindowRun(cfg, True)
+        rows: list = []
+        wr.feed_records(inputorder.log_records(logdir), rows.extend)
+        wr.finish(rows.extend)
+        assert p.stdout == b"".join(map(row_json, rows))
+        assert (b"not numbers" in p.stderr) == ("--agg" in flags)
+
+
+@pytest.mark.parametrize("sizes", [[4], [1, 1, 1, 1], [2, 2], [3, 1]])
+def test_session_closing_inside_a_batch_keeps_a_session_open_at_exactly_gap(sizes):
+    g = 3 * M
+    evs = [{"ts": T0, "k": "b"}, {"ts": T0 + 1, "k": "a"}, {"ts": T0 + 1 + g, "k": "x"}, {"ts": T0 + 1 + g, "k": "a"}]
+    cfg = WindowConfig(kind="session", size=g, by=["k"], aggs=["count"])
+    a, b = both(cfg, records(evs), sizes)
+    assert a == b
+    assert [(orjson.loads(r[2]), r[3]["count"]) for r in a[0]] == [("b", 1), ("a", 2), ("x", 1)]
