@@ -10,6 +10,7 @@ import orjson
 
 from streamctl.errors import StorageError, UsageError
 from streamctl.storage.fsutil import NOFOLLOW, atomic_write, flock, fsync_dir, open_lock, unlock
+from streamctl.storage.names import check_group
 from streamctl.storage.segment import Segment, list_segments
 
 FORMAT = 1
@@ -60,14 +61,24 @@ class Log:
         return os.path.join(self.groups_dir(), f"{group}.json")
 
     def list_groups(self) -> list[str]:
+        """Groups with an offset file; a `*.json` named like no group is left out
+        (groups.offsets.stray_files names those)."""
         try:
             names = os.listdir(self.groups_dir())
         except FileNotFoundError:
             return []
-        return sorted(n[:-5] for n in names if n.endswith(".json") and not n.startswith("."))
+        return sorted(n[:-5] for n in names if n.endswith(".json") and not n.startswith(".") and _is_group(n[:-5]))
 
     def total_bytes(self) -> int:
         return sum(s.size() for p in range(self.partitions) for s in self.segments(p))
+
+
+def _is_group(name: str) -> bool:
+    try:
+        check_group(name)
+        return True
+    except UsageError:
+        return False
 
 
 def is_log(path: str) -> bool:
