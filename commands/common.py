@@ -34,19 +34,8 @@ def example(*lines: str) -> str:
     return "\b\nExamples:\n" + "\n".join(f"  {ln}" for ln in lines)
 
 
-def parse_size(text: str) -> int:
-    from streamctl.errors import UsageError
+def parse_size(text: str, flag: str = "size") -> int:
+    """A size in bytes (`64KiB`, `1MiB`, `2GB`): numbers.parse_size, the one definition."""
+    from streamctl.commands.numbers import parse_size as parse
 
-    s = text.strip().upper().removesuffix("B")
-    mult = 1
-    for suffix, m in (("KI", 1 << 10), ("MI", 1 << 20), ("GI", 1 << 30), ("K", 1000), ("M", 10**6), ("G", 10**9)):
-        if s.endswith(suffix):
-            s, mult = s[: -len(suffix)], m
-            break
-    try:
-        n = int(float(s) * mult)
-    except ValueError:
-        raise UsageError(f"invalid size {text!r} (use bytes, or 64KiB, 1MiB, 2GB)") from None
-    if n < 0:
-        raise UsageError(f"invalid size {text!r}: must not be negative")
-    return n
+    return parse(text, flag)

@@ -35,11 +35,19 @@ _ISO_DURATION_RE = re.compile(
 )
 
 
+# The longest duration: the span of years 1..9999 (MAX_MS - MIN_MS below), so that now - it and an
+# instant plus it stay integers a datetime, a sleep and orjson can take. commands/numbers.py checks
+# each flag's own range on top of this (window sizes, for one, are shorter).
+MAX_DURATION_MS = 315_537_897_599_999
+
+
 def parse_duration(text: str) -> int:
-    """`500ms`, `30s`, `5m`, `1h30m`, `7d`, `PT5M`, `P1DT2H` -> milliseconds (>= 0)."""
+    """`500ms`, `30s`, `5m`, `1h30m`, `7d`, `PT5M`, `P1DT2H`, `0` -> milliseconds, 0 .. MAX_DURATION_MS."""
     s = text.strip()
     if not s:
         raise UsageError("empty duration")
+    if s == "0":  # nothing needs no unit
+        return 0
     if s[0] in "Pp":
         m = _ISO_DURATION_RE.fullmatch(s.upper())
         if not m or s.upper() in ("P", "PT") or s.upper().endswith("T"):
@@ -48,7 +56,7 @@ def parse_duration(text: str) -> int:
         for unit, scale in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
             if m.group(unit):
                 total += float(m.group(unit)) * scale
-        return int(round(total))
+        return _bounded(total, text)
     pos = 0
     total = 0.0
     for m in _DURATION_RE.finditer(s):
@@ -58,6 +66,15 @@ def parse_duration(text: str) -> int:
         pos = m.end()
     if pos != len(s) or pos == 0:
         raise UsageError(f"invalid duration {text!r} (use 500ms, 30s, 5m, 1h30m, 7d or PT5M)")
+    return _bounded(total, text)
+
+
+def _bounded(total: float, text: str) -> int:
+    """A parsed duration (a float: 1e400 digits make inf) -> int ms, or a UsageError past MAX_DURATION_MS."""
+    if not total <= MAX_DURATION_MS:
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise UsageError(f"duration {shown!r} is too long: at most {MAX_DURATION_MS} ms "
+                         "(3652058d23h59m59.999s, the span of years 1..9999)")
     return int(round(total))
 
 
