@@ -1,6 +1,7 @@
 """Competing consumers: the members of a group split its partitions with flock, no coordinator.
 
-Files, all in `LOG/groups/`:
+Files, all in `LOG/groups/` (G: the group's stem, groups/files.py), created and
+opened through an fd on that folder that never follows a symlink:
 
     .G.m<N>.member   a member's slot: locked (LOCK_EX) by the live member that
                      holds it, containing the partitions it wants as JSON
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from streamctl.groups import files
 from streamctl.storage.fsutil import NOFOLLOW, open_lock
 from streamctl.storage.log import Log
 
@@ -56,23 +58,29 @@ class Membership:
         self.group = group
         self.wanted = sorted(wanted)
         self.dir = log.groups_dir()
-        os.makedirs(self.dir, exist_ok=True)
+        # every file below is opened in this folder, never through a symlink
+        self.dir_fd = files.open_dir(log)
         self.held: dict[int, int] = {}  # partition -> claim fd
         self._free_seen: dict[int, int] = {}
+        self._slot_fd = -1
         # A run that does not follow takes only free partitions and takes no part in
         # balancing: registering would make followers hand it partitions it never reads.
-        self.slot, self._slot_fd = self._take_slot() if register else (-1, -1)
+        try:
+            self.slot, self._slot_fd = self._take_slot() if register else (-1, -1)
+        except BaseException:
+            os.close(self.dir_fd)
+            raise
 
     def _slot_path(self, n: int) -> str:
-        return os.path.join(self.dir, f".{self.group}.m{n}.member")
+        return files.path(self.log, self.group, f"m{n}.member")
 
     def _claim_path(self, p: int) -> str:
-        return os.path.join(self.dir, f".{self.group}.p{p}.claim")
+        return files.path(self.log, self.group, f"p{p}.claim")
 
     def _take_slot(self) -> tuple[int, int]:
         n = 0
         while True:
-            fd = open_lock(self._slot_path(n))
+            fd = open_lock(self._slot_path(n), dir_fd=self.dir_fd)
             if _try_lock(fd):
                 data = orjson.dumps({"pid": os.getpid(), "partitions": self.wanted})
                 os.ftruncate(fd, 0)
@@ -83,9 +91,9 @@ class Membership:
 
     def _members(self) -> list[tuple[int, list[int]]]:
         """(slot, wanted partitions) of every live member, ours included."""
-        prefix, suffix = f".{self.group}.m", ".member"
+        prefix, suffix = f".{files.stem(self.group)}.m", ".member"
         out = []
-        for name in os.listdir(self.dir):
+        for name in os.listdir(self.dir_fd):
             if not (name.startswith(prefix) and name.endswith(suffix)):
                 continue
             num = name[len(prefix):-len(suffix)]
@@ -96,7 +104,7 @@ class Membership:
                 out.append((n, self.wanted))
                 continue
             try:
-                fd = os.open(os.path.join(self.dir, name), os.O_RDWR | NOFOLLOW)
+                fd = os.open(name, os.O_RDWR | NOFOLLOW, dir_fd=self.dir_fd)
             except OSError:
                 continue
             try:
@@ -131,7 +139,7 @@ class Membership:
         return out
 
     def _try_claim(self, p: int) -> bool:
-        fd = open_lock(self._claim_path(p))
+        fd = open_lock(self._claim_path(p), dir_fd=self.dir_fd)
         if _try_lock(fd):
             self.held[p] = fd
             self._free_seen.pop(p, None)
@@ -140,7 +148,7 @@ class Membership:
         return False
 
     def _is_free(self, p: int) -> bool:
-        fd = open_lock(self._claim_path(p))
+        fd = open_lock(self._claim_path(p), dir_fd=self.dir_fd)
         try:
             if _try_lock(fd):
                 return True  # closing the fd drops the probe's lock
@@ -184,3 +192,6 @@ class Membership:
         if self._slot_fd >= 0:
             os.close(self._slot_fd)
             self._slot_fd = -1
+        if self.dir_fd >= 0:
+            os.close(self.dir_fd)
+            self.dir_fd = -1

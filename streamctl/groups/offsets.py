@@ -3,18 +3,23 @@
     {"format": 1, "group": "billing", "offsets": {"0": 42, "1": 17}}
 
 Written atomically (temp file, fsync, rename, fsync folder) under an flock on
-`groups/.GROUP.lock` so competing members committing different partitions do
-not lose each other's commits. Validated on load: a corrupt file is an error
-that names the file, never a silent reset to 0 (Filebeat's NUL-filled registry).
+`groups/.GROUP.lock` (groups/files.py names it) so competing members committing
+different partitions do not lose each other's commits, through an fd on the
+groups folder that never follows a symlink. Validated on load: a corrupt file is
+an error that names the file, never a silent reset to 0 (Filebeat's NUL-filled
+registry). A failed write names the file and says that the offsets were not saved.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 
 import orjson
 
-from streamctl.errors import StorageError
+from streamctl.errors import StorageError, UsageError
+from streamctl.groups import files
 from streamctl.storage.fsutil import NOFOLLOW, atomic_write, flock, open_lock, unlock
 from streamctl.storage.log import Log
 from streamctl.storage.names import check_group
@@ -60,9 +65,15 @@ def load(log: Log, group: str) -> dict[int, int]:
     except FileNotFoundError:
         return {}
     except OSError as e:
-        raise OffsetFileError(f"{path}: cannot open offset file: {e.strerror}") from None
+        why = "is a symlink; refusing to follow it" if e.errno == errno.ELOOP else f"cannot open offset file: {e.strerror}"
+        raise OffsetFileError(f"{path}: {why}") from None
     with os.fdopen(fd, "rb") as f:
-        raw = f.read(MAX_FILE + 1)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OffsetFileError(f"{path}: is a folder, not a group offset file; move it away")
+        try:
+            raw = f.read(MAX_FILE + 1)
+        except OSError as e:
+            raise OffsetFileError(f"{path}: cannot read offset file: {e.strerror}") from None
     if len(raw) > MAX_FILE:
         raise OffsetFileError(f"{path}: offset file is implausibly large")
     return parse_offsets(raw, log.partitions, path)
@@ -74,11 +85,16 @@ def encode(group: str, offsets: dict[int, int]) -> bytes:
 
 
 class GroupLock:
-    """The group file's flock, held around read-modify-write of the offsets."""
+    """The group file's flock, held around read-modify-write of the offsets; `dir_fd` is the
+    groups folder (opened without following a symlink) that the write goes through."""
 
     def __init__(self, log: Log, group: str) -> None:
-        os.makedirs(log.groups_dir(), exist_ok=True)
-        self.fd = open_lock(os.path.join(log.groups_dir(), f".{group}.lock"))
+        self.dir_fd = files.open_dir(log)
+        try:
+            self.fd = open_lock(files.path(log, group, "lock"), dir_fd=self.dir_fd)
+        except BaseException:
+            os.close(self.dir_fd)
+            raise
 
     def __enter__(self) -> GroupLock:
         flock(self.fd)
@@ -87,23 +103,64 @@ class GroupLock:
     def __exit__(self, *exc: object) -> None:
         unlock(self.fd)
         os.close(self.fd)
+        os.close(self.dir_fd)
 
 
-def commit(log: Log, group: str, updates: dict[int, int]) -> dict[int, int]:
-    """Merge `updates` into the group's committed offsets, atomically. Returns the result."""
+NOT_COMMITTED = "the records delivered since its last commit were not committed (they are delivered again next time)"
+
+
+class CommitError(StorageError):
+    """The offset file could not be written: the offsets it was to hold are not saved."""
+
+
+def _write(log: Log, group: str, lock: GroupLock, data: bytes, what: str) -> None:
+    path = log.group_path(group)
+    try:
+        atomic_write(path, data, dir_fd=lock.dir_fd)
+    except OSError as e:
+        raise CommitError(f"{path}: cannot write group {group}'s offset file: {e.strerror}; {what}") from None
+
+
+def commit(log: Log, group: str, updates: dict[int, int], failed: str = NOT_COMMITTED) -> dict[int, int]:
+    """Merge `updates` into the group's committed offsets, atomically. Returns the result.
+
+    A write that fails raises CommitError naming the file, then `failed` (what it means)."""
     check_group(group)
     if not updates:
         return load(log, group)
-    with GroupLock(log, group):
+    with GroupLock(log, group) as lock:
         current = load(log, group)
         merged = {**current, **updates}
         if merged != current:
-            atomic_write(log.group_path(group), encode(group, merged))
+            _write(log, group, lock, encode(group, merged), failed)
         return merged
 
 
 def replace(log: Log, group: str, offsets: dict[int, int]) -> None:
     """Set the group's offsets to exactly `offsets` (offset reset)."""
     check_group(group)
-    with GroupLock(log, group):
-        atomic_write(log.group_path(group), encode(group, offsets))
+    with GroupLock(log, group) as lock:
+        _write(log, group, lock, encode(group, offsets), "its offsets are unchanged")
+
+
+def stray_files(log: Log) -> list[str]:
+    """`PATH: reason` for each `*.json` in LOG/groups whose name is no group's (a file copied in by
+    hand, `bad name.json`): commands that list the groups skip those, and say so."""
+    try:
+        names = os.listdir(log.groups_dir())
+    except OSError:
+        return []
+    out = []
+    for n in sorted(names):
+        if n.endswith(".json") and not n.startswith(".") and not _is_group(n[:-5]):
+            out.append(f"{os.path.join(log.groups_dir(), n)}: not a group offset file (a group name is 1 to 249 "
+                       "of A-Z a-z 0-9 . _ -); skipped")
+    return out
+
+
+def _is_group(name: str) -> bool:
+    try:
+        check_group(name)
+        return True
+    except UsageError:
+        return False

@@ -7,7 +7,7 @@ points into a hole left by retention or past the end.
 
 A reset is refused while a member of the group is consuming: live consumers
 (`consume --group G --follow` / `--exec`) hold an flock on their slot
-`groups/.G.m<N>.member` and on `groups/.G.p<N>.claim` for each partition they
+`groups/.G.m<N>.member` and on `groups/.G.p<N>.claim` (G: groups/files.py's stem) for each partition they
 own. We try a non-blocking flock on each of those files and keep it during the
 write, so no member can join or claim a partition half-way through. A one-shot `consume --group G` without
 --follow holds no claim; resetting under it races with its final commit
@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from streamctl.errors import DataError, StreamctlError, UsageError
-from streamctl.groups import offsets
+from streamctl.groups import files, offsets
 from streamctl.storage import reader
 from streamctl.storage.fsutil import NOFOLLOW, atomic_write
 from streamctl.storage.log import Log
@@ -234,7 +234,7 @@ def plan(log: Log, group: str, spec: ResetSpec, partitions: list[int]) -> list[R
 
 
 def claim_path(log: Log, group: str, p: int) -> str:
-    return os.path.join(log.groups_dir(), f".{group}.p{p}.claim")
+    return files.path(log, group, f"p{p}.claim")
 
 
 class ClaimGuard:
@@ -294,7 +294,7 @@ class ClaimGuard:
 
 def member_paths(log: Log, group: str) -> list[str]:
     """The group's member slot files (`groups/.G.m<N>.member`, locked by each live member)."""
-    prefix, suffix = f".{group}.m", ".member"
+    prefix, suffix = f".{files.stem(group)}.m", ".member"
     try:
         names = os.listdir(log.groups_dir())
     except FileNotFoundError:
@@ -363,5 +363,5 @@ def reset(log: Log, group: str, spec: ResetSpec, partitions: list[int], execute:
         rows = plan(log, group, spec, partitions)
         if before_commit is not None:
             before_commit(rows)
-        offsets.commit(log, group, {r.partition: r.new for r in rows})
+        offsets.commit(log, group, {r.partition: r.new for r in rows}, "its offsets are unchanged")
         return rows

@@ -838,9 +838,9 @@ CHECKPOINT_INTERVAL = 1.0  # seconds; at most this much output is repeated after
 
 
 def checkpoint_path(log, group: str) -> str:
-    import os
+    from streamctl.groups import files
 
-    return os.path.join(os.path.dirname(log.group_path(group)), f".{group}.window.json")
+    return files.path(log, group, "window.json")
 
 
 def _resume_positions(lg, group: str, positions: dict[int, int], ckpt: str | None,
@@ -906,7 +906,7 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
 
     from streamctl import stopflag
     from streamctl.errors import StorageError
-    from streamctl.groups import offsets
+    from streamctl.groups import files, offsets
     from streamctl.live.wait import Waiter
     from streamctl.processing import inputorder
     from streamctl.storage import fsutil
@@ -923,8 +923,7 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
     lock_fd = None
     if group is not None:
         ckpt = checkpoint_path(lg, group)
-        os.makedirs(os.path.dirname(ckpt), exist_ok=True)
-        lock_fd = fsutil.open_lock(os.path.join(os.path.dirname(ckpt), f".{group}.window.lock"))
+        lock_fd = files.open_lock(lg, group, "window.lock")  # in groups/, never through a symlink
         if not fsutil.flock(lock_fd, True, 0):
             raise StorageError(f"another `window --follow --group {group}` is running on {path}")
         try:
@@ -956,7 +955,7 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
             flush_late()
         body = {"format": CHECKPOINT_FORMAT, "group": group, "offsets": {str(p): o for p, o in sorted(positions.items())},
                 "merge_keys": {str(p): h for p, h in sorted(highs.items())}, "run": run.dump()}
-        fsutil.atomic_write(ckpt, orjson.dumps(body))
+        files.write(lg, ckpt, orjson.dumps(body))
         if positions:
             # the group file is for `stat` (lag); the checkpoint above is what a restart trusts
             assert group is not None  # a checkpoint is kept only with --group
