@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from streamctl.commands import numbers
 from streamctl.commands.common import example, info
 
 EPILOG = example(
@@ -24,10 +25,10 @@ def register(app: typer.Typer) -> None:
 def compact(
     log: str = typer.Argument(..., metavar="LOG", help="Log folder."),
     roll: bool = typer.Option(False, "--roll", help="Close the active segment first, so it is compacted too (producers then append to a new one)."),
-    tombstone_retention: str = typer.Option("24h", "--tombstone-retention", metavar="DUR", help="Keep a delete (null value) this long after its ts so consumers see it; then remove it (Kafka's delete.retention.ms)."),
-    min_lag: str = typer.Option("0", "--min-lag", metavar="DUR", help="Leave records younger than DUR alone: they are neither removed nor supersede older ones (Kafka's min.compaction.lag.ms)."),
-    retention_time: str | None = typer.Option(None, "--retention-time", metavar="DUR", help="Delete closed segments whose newest record is older than DUR (Kafka's retention.ms)."),
-    retention_bytes: str | None = typer.Option(None, "--retention-bytes", metavar="SIZE", help="Delete the oldest closed segments while the partition stays at least SIZE big (per partition, like Kafka's retention.bytes)."),
+    tombstone_retention: str = typer.Option("24h", "--tombstone-retention", callback=numbers.duration(), metavar="DUR", help="Keep a delete (null value) this long after its ts so consumers see it; then remove it (Kafka's delete.retention.ms)."),
+    min_lag: str = typer.Option("0", "--min-lag", callback=numbers.duration(), metavar="DUR", help="Leave records younger than DUR alone: they are neither removed nor supersede older ones (Kafka's min.compaction.lag.ms)."),
+    retention_time: str | None = typer.Option(None, "--retention-time", callback=numbers.duration(), metavar="DUR", help="Delete closed segments whose newest record is older than DUR (Kafka's retention.ms)."),
+    retention_bytes: str | None = typer.Option(None, "--retention-bytes", callback=numbers.size(), metavar="SIZE", help="Delete the oldest closed segments while the partition stays at least SIZE big (per partition, like Kafka's retention.bytes)."),
     force: bool = typer.Option(False, "--force", help="Let retention delete segments that a consumer group has not read past."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Report what would change; write nothing."),
     json_: bool = typer.Option(False, "--json", help="The summary as one JSON object for scripts."),
@@ -76,6 +77,11 @@ def compact(
         ),
     )
     lg = open_log(log)
+    if opts.retention.active:
+        from streamctl.groups.offsets import STRAY, stray_files
+
+        for stray in stray_files(lg):  # retention protects what groups have not read: say what it ignores
+            info(f"{stray}: {STRAY}; skipped")
     stopflag.install()
     bar = _Progress() if sys.stderr.isatty() else None
     comp = Compactor(lg, opts, progress=bar.add if bar else None)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from streamctl.commands import options
+from streamctl.commands import numbers, options
 from streamctl.commands.common import example, info
 
 if TYPE_CHECKING:
@@ -52,22 +52,22 @@ def register(app: typer.Typer) -> None:
 def consume(
     log: str = typer.Argument(..., metavar="LOG", help="Log folder, a plain .jsonl file, or - for stdin."),
     group: str | None = typer.Option(None, "--group", "-g", metavar="G", help="Consumer group: start at its committed offsets and commit what was written."),
-    from_: str | None = typer.Option(None, "--from", metavar="earliest|latest|OFFSET|TIME|-N", help="Where to start (default earliest; with --group its committed offsets). TIME: ISO-8601, @EPOCHMS or -1h. -N: the last N records of each partition."),
-    partition: int | None = typer.Option(None, "--partition", "-p", metavar="P", help="Read only partition P."),
-    until: str | None = typer.Option(None, "--until", metavar="OFFSET|TIME", help="Stop before the first record at or past this: a bare integer is an offset (in every partition; each partition stops there), a TIME (ISO-8601, @EPOCHMS, -1h) compares with ts. With --group, the committed offsets stop there too."),
-    max_: int | None = typer.Option(None, "--max", metavar="N", help="Stop after N records written (records a filter skips do not count)."),
+    from_: str | None = typer.Option(None, "--from", callback=numbers.position(), metavar="earliest|latest|OFFSET|TIME|-N", help="Where to start (default earliest; with --group its committed offsets). TIME: ISO-8601, @EPOCHMS or -1h. -N: the last N records of each partition."),
+    partition: int | None = typer.Option(None, "--partition", "-p", callback=numbers.count(0, 9_999), metavar="P", help="Read only partition P."),
+    until: str | None = typer.Option(None, "--until", callback=numbers.position(), metavar="OFFSET|TIME", help="Stop before the first record at or past this: a bare integer is an offset (in every partition; each partition stops there), a TIME (ISO-8601, @EPOCHMS, -1h) compares with ts. With --group, the committed offsets stop there too."),
+    max_: int | None = typer.Option(None, "--max", callback=numbers.count(), metavar="N", help="Stop after N records written (records a filter skips do not count)."),
     key: list[str] | None = typer.Option(None, "--key", metavar="K", help="Only records whose key is K (repeatable: any of them)."),
     header: list[str] | None = typer.Option(None, "--header", metavar="NAME=VALUE", help="Only records with header NAME equal to VALUE (repeatable: all must hold)."),
     where: list[str] | None = typer.Option(None, "--where", metavar="'PATH OP VALUE'", help=WHERE_HELP),
     value: bool = typer.Option(False, "--value", help="Write only each record's value (JSON text)."),
     fmt: str | None = typer.Option(None, "--format", metavar="TEMPLATE", help=FORMAT_HELP),
     follow: bool = typer.Option(False, "--follow", "-f", help="Wait for new records instead of exiting at the end (inotify via watchfiles; polling where inotify is unavailable)."),
-    idle_timeout: str | None = typer.Option(None, "--idle-timeout", metavar="DUR", help="With --follow: stop after DUR in which nothing new was delivered."),
+    idle_timeout: str | None = typer.Option(None, "--idle-timeout", callback=numbers.duration(), metavar="DUR", help="With --follow: stop after DUR in which nothing new was delivered."),
     exec_: str | None = typer.Option(None, "--exec", metavar="CMD", help="Run CMD (by the shell) for each batch, the batch on its stdin; commit only if it exits 0."),
-    batch: int = typer.Option(1000, "--batch", metavar="N", help="With --exec: records per batch. With --sqlite: records per transaction."),
-    batch_timeout: str | None = typer.Option(None, "--batch-timeout", metavar="DUR", help="With --exec: run a partial batch after DUR without a full one. With --sqlite --follow: a partial batch waits up to DUR for more (default: committed once caught up)."),
-    retries: int = typer.Option(0, "--retries", metavar="N", help="With --exec: run a failed batch again, up to N more times, with the same records in the same order. Example: --retries 3."),
-    retry_backoff: str | None = typer.Option(None, "--retry-backoff", metavar="DUR", help="With --retries: the wait before the first retry (default 1s), doubled after each try, at most 1m. Example: --retries 5 --retry-backoff 200ms."),
+    batch: int = typer.Option(1000, "--batch", callback=numbers.count(lo=1), metavar="N", help="With --exec: records per batch. With --sqlite: records per transaction."),
+    batch_timeout: str | None = typer.Option(None, "--batch-timeout", callback=numbers.duration(), metavar="DUR", help="With --exec: run a partial batch after DUR without a full one. With --sqlite --follow: a partial batch waits up to DUR for more (default: committed once caught up)."),
+    retries: int = typer.Option(0, "--retries", callback=numbers.count(), metavar="N", help="With --exec: run a failed batch again, up to N more times, with the same records in the same order. Example: --retries 3."),
+    retry_backoff: str | None = typer.Option(None, "--retry-backoff", callback=numbers.duration(), metavar="DUR", help="With --retries: the wait before the first retry (default 1s), doubled after each try, at most 1m. Example: --retries 5 --retry-backoff 200ms."),
     dead_letter: str | None = typer.Option(None, "--dead-letter", metavar="LOG2", help="With --exec: a batch that still fails is run in halves, each committed on its own, down to single records; a record that still fails alone is appended to the log LOG2 (created if missing) with headers streamctl.error (exit status, end of stderr), streamctl.source (LOG/PARTITION@OFFSET) and streamctl.group, committed, and consume goes on (exit 0; stderr counts them). Example: --dead-letter orders.dead; re-drive with: streamctl consume orders.dead | streamctl produce orders --envelope."),
     sqlite: str | None = typer.Option(None, "--sqlite", metavar="FILE", help="With --group: write the records into a table of the SQLite database FILE (created if missing) instead of stdout, exactly once: each batch's rows and the group's offsets are committed in one transaction, and consume resumes from the offsets in FILE (--from counts only for a first run)."),
     table: str | None = typer.Option(None, "--table", metavar="NAME", help="With --sqlite: the table (default: the log's folder name), created with columns key, value (JSON text), headers (JSON text or NULL), ts, partition, offset."),

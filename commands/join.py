@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from streamctl.commands import options
+from streamctl.commands import numbers, options
 from streamctl.commands.common import example, info, write_job
 
 EPILOG = example(
@@ -87,15 +87,15 @@ def register(app: typer.Typer) -> None:
 def join(
     left: str = typer.Argument(..., metavar="LEFT", help="Left input: a log folder, a .jsonl file, or -."),
     right: str = typer.Argument(..., metavar="RIGHT", help="Right input: a log folder, a .jsonl file, or -."),
-    within: str | None = typer.Option(None, "--within", metavar="DUR", help="Stream-stream join: event times at most DUR apart (500ms, 5m, 1h, PT1H)."),
+    within: str | None = typer.Option(None, "--within", callback=numbers.duration(), metavar="DUR", help="Stream-stream join: event times at most DUR apart (500ms, 5m, 1h, PT1H)."),
     table: bool = typer.Option(False, "--table", help="Stream-table join: RIGHT is a changelog table."),
     tables: bool = typer.Option(False, "--tables", help="Table-table join: both inputs are changelogs; output is an upsert/delete changelog."),
     on: str | None = typer.Option(None, "--on", metavar="PATH[=PATH]", help="Join key: one path for both sides or LEFT=RIGHT (default: the record key)."),
     time_field: str | None = typer.Option(None, "--time-field", metavar="PATH[=PATH]", help="Event time field(s) (default ts, the append time)."),
     how: str | None = typer.Option(None, "--how", metavar="inner|left|right|outer", help="Which unmatched events to keep (default inner). --table takes inner|left; --tables is inner."),
     as_of: str | None = typer.Option(None, "--as-of", metavar="position|event-time", help="With --table: the row at the event's position in the input (default) or the version current at its event time."),
-    table_retention: str | None = typer.Option(None, "--table-retention", metavar="DUR", help="With --as-of event-time: keep table versions only back to watermark - DUR."),
-    lateness: str | None = typer.Option(None, "--lateness", metavar="DUR", help="How far the watermark trails the largest event time seen (default 0); with --within or --as-of event-time."),
+    table_retention: str | None = typer.Option(None, "--table-retention", callback=numbers.duration(), metavar="DUR", help="With --as-of event-time: keep table versions only back to watermark - DUR."),
+    lateness: str | None = typer.Option(None, "--lateness", callback=numbers.duration(), metavar="DUR", help="How far the watermark trails the largest event time seen (default 0); with --within or --as-of event-time."),
     late_out: str | None = typer.Option(None, "--late-out", metavar="FILE", help="Write late records to FILE (a log's records as stored JSON, a plain file's values)."),
     output: str = typer.Option("jsonl", "--output", "-o", metavar="jsonl|csv|table", help="jsonl for scripts (default), csv, or an aligned table for people (buffers all rows)."),
     engine: str = options.engine(),

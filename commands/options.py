@@ -17,7 +17,9 @@ def engine() -> Any:
 
 
 def spark_threshold() -> Any:
-    return typer.Option(None, "--spark-threshold", metavar="SIZE",
+    from streamctl.commands import numbers
+
+    return typer.Option(None, "--spark-threshold", metavar="SIZE", callback=numbers.size(),
                         help="Input size from which --engine auto picks Spark (default 8GiB).")
 
 

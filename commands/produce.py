@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from streamctl.commands import numbers
 from streamctl.commands.common import example, info
 
 EPILOG = example(
@@ -28,14 +29,14 @@ def produce(
     envelope: bool = typer.Option(False, "--envelope", help="Input lines are {\"key\", \"value\", \"headers\"} objects (consume's output fits)."),
     raw: bool = typer.Option(False, "--raw", help="Input lines are plain text; each becomes a JSON string value."),
     key_delimiter: str | None = typer.Option(None, "--key-delimiter", metavar="SEP", help="With --raw: split 'key SEP value' at the first SEP (kcat -K)."),
-    partitions: int | None = typer.Option(None, "--partitions", metavar="N", help="Partitions when the log is created (default 1)."),
-    partition: int | None = typer.Option(None, "--partition", metavar="P", help="Append every record to partition P."),
-    segment_bytes: str | None = typer.Option(None, "--segment-bytes", metavar="SIZE", help="Segment size when the log is created (default 16MiB)."),
+    partitions: int | None = typer.Option(None, "--partitions", callback=numbers.count(1, 10_000), metavar="N", help="Partitions when the log is created (default 1)."),
+    partition: int | None = typer.Option(None, "--partition", callback=numbers.count(0, 9_999), metavar="P", help="Append every record to partition P."),
+    segment_bytes: str | None = typer.Option(None, "--segment-bytes", callback=numbers.size(lo=1 << 10), metavar="SIZE", help="Segment size when the log is created (default 16MiB)."),
     fsync: str = typer.Option("batch", "--fsync", metavar="always|batch|never", help="always: each record is written and fsynced alone; batch: one fsync per write batch and at exit; never: leave it to the OS (still safe against kill -9, not power loss)."),
     echo: bool = typer.Option(False, "--echo", help="Write the stored records to stdout, once durable."),
-    max_record_bytes: str = typer.Option("1MiB", "--max-record-bytes", metavar="SIZE", help="Reject input lines longer than this."),
+    max_record_bytes: str = typer.Option("1MiB", "--max-record-bytes", callback=numbers.size(lo=1), metavar="SIZE", help="Reject input lines longer than this."),
     on_error: str = typer.Option("fail", "--on-error", metavar="fail|skip|dead-letter=FILE", help="Bad input: stop with exit 65 (default), skip and count, or append to FILE."),
-    lock_timeout: str | None = typer.Option(None, "--lock-timeout", metavar="DUR", help="Fail if a partition lock is not free within DUR (default: wait)."),
+    lock_timeout: str | None = typer.Option(None, "--lock-timeout", callback=numbers.duration(), metavar="DUR", help="Fail if a partition lock is not free within DUR (default: wait)."),
     exactly_once: bool = typer.Option(False, "--exactly-once", help="Skip records whose source (log, partition, offset) was already appended (needs --envelope)."),
     source: str | None = typer.Option(None, "--source", metavar="NAME", help="With --exactly-once: the source log name for envelope lines that carry offset/partition."),
 ) -> None:

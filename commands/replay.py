@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from streamctl.commands import options
+from streamctl.commands import numbers, options
 from streamctl.commands.common import example, info, write_job
 from streamctl.commands.consume import WHERE_HELP
 
@@ -49,16 +49,16 @@ def replay(
     group: str | None = typer.Option(None, "--group", "-g", metavar="G", help="Reset the committed offsets of consumer group G (form 1)."),
     to_earliest: bool = typer.Option(False, "--to-earliest", help="Reset to the first offset still in the log."),
     to_latest: bool = typer.Option(False, "--to-latest", help="Reset to the end (skip everything not yet read)."),
-    to_offset: int | None = typer.Option(None, "--to-offset", metavar="N", help="Reset to offset N in each partition (clamped into the log's range)."),
-    to_datetime: str | None = typer.Option(None, "--to-datetime", metavar="T", help="Reset to the first record with ts >= T (ISO-8601, @EPOCHMS or -1h)."),
-    shift_by: int | None = typer.Option(None, "--shift-by", metavar="N", help="Move the committed offsets by N (negative: re-read N records); from the earliest offset where nothing was committed."),
-    by_duration: str | None = typer.Option(None, "--by-duration", metavar="D", help="Reset to the first record appended at most D ago (now - D; 1h, 30m, PT5M)."),
-    partition: int | None = typer.Option(None, "--partition", "-p", metavar="P", help="Reset only partition P (others keep their offsets)."),
+    to_offset: int | None = typer.Option(None, "--to-offset", callback=numbers.count(), metavar="N", help="Reset to offset N in each partition (clamped into the log's range)."),
+    to_datetime: str | None = typer.Option(None, "--to-datetime", callback=numbers.point(), metavar="T", help="Reset to the first record with ts >= T (ISO-8601, @EPOCHMS or -1h)."),
+    shift_by: int | None = typer.Option(None, "--shift-by", callback=numbers.count(-numbers.MAX_INT), metavar="N", help="Move the committed offsets by N (negative: re-read N records); from the earliest offset where nothing was committed."),
+    by_duration: str | None = typer.Option(None, "--by-duration", callback=numbers.duration(), metavar="D", help="Reset to the first record appended at most D ago (now - D; 1h, 30m, PT5M)."),
+    partition: int | None = typer.Option(None, "--partition", "-p", callback=numbers.count(0, 9_999), metavar="P", help="Reset only partition P (others keep their offsets)."),
     execute: bool = typer.Option(False, "--execute", help="Apply the reset; without it nothing changes (a dry run)."),
     export: str | None = typer.Option(None, "--export", metavar="FILE", help="Also write the plan's new offsets to FILE as CSV lines partition,offset (no header; - for stdout, the table then goes to stderr); with --execute, written before the offsets change."),
     from_file: str | None = typer.Option(None, "--from-file", metavar="FILE", help="Reset to the offsets in FILE (lines partition,offset, as --export writes them; - for stdin) instead of a --to-* option; only the partitions it names change. Checked, not clamped: every bad line is reported."),
-    from_: str | None = typer.Option(None, "--from", metavar="OFFSET|TIME", help="Start of the range (inclusive): an offset (a bare integer, in every partition) or a time: ISO-8601, @EPOCHMS or relative -1h."),
-    until: str | None = typer.Option(None, "--until", metavar="OFFSET|TIME", help="End of the range (exclusive), same forms as --from. Default: the end of the log when replay starts."),
+    from_: str | None = typer.Option(None, "--from", callback=numbers.position(), metavar="OFFSET|TIME", help="Start of the range (inclusive): an offset (a bare integer, in every partition) or a time: ISO-8601, @EPOCHMS or relative -1h."),
+    until: str | None = typer.Option(None, "--until", callback=numbers.position(), metavar="OFFSET|TIME", help="End of the range (exclusive), same forms as --from. Default: the end of the log when replay starts."),
     key: list[str] | None = typer.Option(None, "--key", metavar="K", help="Only records whose key is K (repeatable: any of them)."),
     header: list[str] | None = typer.Option(None, "--header", metavar="NAME=VALUE", help="Only records with header NAME equal to VALUE (repeatable: all must hold). Local engine only."),
     where: list[str] | None = typer.Option(None, "--where", metavar="'PATH OP VALUE'", help=WHERE_HELP + " Local engine only."),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from streamctl.commands import numbers
 from streamctl.commands.common import example
 
 OUTPUTS = ("table", "json", "prometheus")
@@ -35,9 +36,9 @@ def stat(
                                            "per LOG when several are given); prometheus: the text exposition format "
                                            "for node_exporter's textfile collector."),
     json_: bool = typer.Option(False, "--json", help="Same as --output json."),
-    fail_lag: int | None = typer.Option(None, "--fail-lag", metavar="N",
+    fail_lag: int | None = typer.Option(None, "--fail-lag", callback=numbers.count(), metavar="N",
                                         help="Exit 3 when any group lags by more than N records."),
-    fail_lag_age: str | None = typer.Option(None, "--fail-lag-age", metavar="DUR",
+    fail_lag_age: str | None = typer.Option(None, "--fail-lag-age", callback=numbers.duration(), metavar="DUR",
                                             help="Exit 3 when any group's oldest unread record has waited longer "
                                                  "than DUR (30s, 5m, 1h30m, PT5M)."),
 ) -> None:
@@ -82,8 +83,16 @@ def stat(
         raise UsageError("--fail-lag must not be negative")
     max_age = parse_duration(fail_lag_age) if fail_lag_age is not None else None
 
+    from streamctl.commands.common import info
+    from streamctl.groups.offsets import STRAY, stray_files
+
     now = now_ms()
-    stats = [compute(open_log(path), now) for path in logs]
+    stats = []
+    for path in logs:
+        lg = open_log(path)
+        for stray in stray_files(lg):
+            info(f"{stray}: {STRAY}; skipped")
+        stats.append(compute(lg, now))
     out = Output()
     if output == "json":
         import orjson
@@ -111,8 +120,6 @@ def stat(
                 crossed.append(f"{st.log}: group {g.group}'s oldest unread record on partition {g.partition} has "
                                f"waited {format_age(g.lag_age_ms)} ({g.lag_age_ms} ms; more than --fail-lag-age {fail_lag_age})")
     if crossed:
-        from streamctl.commands.common import info
-
         for line in crossed[:-1]:
             info(line)
         raise ThresholdError(crossed[-1])

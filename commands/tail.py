@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from streamctl.commands import numbers
 from streamctl.commands.common import example, info
 from streamctl.commands.consume import FORMAT_HELP, WHERE_HELP
 
@@ -25,9 +26,9 @@ def register(app: typer.Typer) -> None:
 
 def tail(
     log: str = typer.Argument(..., metavar="LOG", help="Log folder (or a plain .jsonl file)."),
-    lines: int = typer.Option(10, "--lines", "-n", metavar="N", help="How many of the last records to print first (merged across partitions)."),
+    lines: int = typer.Option(10, "--lines", "-n", callback=numbers.count(), metavar="N", help="How many of the last records to print first (merged across partitions)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Then print every new record as it is appended, until Ctrl-C (inotify via watchfiles; polling every 10 ms where inotify is unavailable or STREAMCTL_FORCE_POLLING=1)."),
-    partition: int | None = typer.Option(None, "--partition", "-p", metavar="P", help="Only partition P."),
+    partition: int | None = typer.Option(None, "--partition", "-p", callback=numbers.count(0, 9_999), metavar="P", help="Only partition P."),
     key: list[str] | None = typer.Option(None, "--key", metavar="K", help="Only records whose key is K (repeatable: any of them)."),
     header: list[str] | None = typer.Option(None, "--header", metavar="NAME=VALUE", help="Only records with header NAME equal to VALUE (repeatable: all must hold)."),
     where: list[str] | None = typer.Option(None, "--where", metavar="'PATH OP VALUE'", help=WHERE_HELP),

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from streamctl.commands import options
+from streamctl.commands import numbers, options
 from streamctl.commands.common import example, info, write_job
 
 if TYPE_CHECKING:
@@ -83,23 +83,23 @@ def register(app: typer.Typer) -> None:
 
 def window(
     input_: str = typer.Argument(..., metavar="INPUT", help="A log, a plain .jsonl file, or - for stdin."),
-    tumbling: str | None = typer.Option(None, "--tumbling", metavar="SIZE", help="Fixed, non-overlapping windows of SIZE (e.g. 1m)."),
-    hopping: str | None = typer.Option(None, "--hopping", metavar="SIZE/HOP", help="Windows of SIZE starting every HOP (e.g. 10m/1m)."),
-    sliding: str | None = typer.Option(None, "--sliding", metavar="SIZE", help="One row per event over its group's last SIZE, both ends inclusive."),
-    session: str | None = typer.Option(None, "--session", metavar="GAP", help="Sessions of events at most GAP apart."),
+    tumbling: str | None = typer.Option(None, "--tumbling", callback=numbers.window("tumbling"), metavar="SIZE", help="Fixed, non-overlapping windows of SIZE (e.g. 1m)."),
+    hopping: str | None = typer.Option(None, "--hopping", callback=numbers.window("hopping"), metavar="SIZE/HOP", help="Windows of SIZE starting every HOP (e.g. 10m/1m)."),
+    sliding: str | None = typer.Option(None, "--sliding", callback=numbers.window("sliding"), metavar="SIZE", help="One row per event over its group's last SIZE, both ends inclusive."),
+    session: str | None = typer.Option(None, "--session", callback=numbers.window("session"), metavar="GAP", help="Sessions of events at most GAP apart."),
     by: list[str] | None = typer.Option(None, "--by", metavar="PATH", help="Group by this field (repeatable: the key becomes a list). Default: the record key."),
     time_field: str = typer.Option("ts", "--time-field", metavar="PATH", help="Event-time field: ISO-8601 or epoch s/ms/us (default ts)."),
     processing_time: bool = typer.Option(False, "--processing-time", help="Use the wall clock when each record is processed instead of an event time."),
     on_bad_time: str = typer.Option("skip", "--on-bad-time", metavar="skip|fail", help="A record without a usable time: skip and count it (default) or stop with exit 65."),
     agg: list[str] | None = typer.Option(None, "--agg", metavar="SPEC", help="FUNC[:PATH] or NAME=FUNC:PATH (repeatable; default count)."),
-    lateness: str = typer.Option("0s", "--lateness", metavar="DUR", help="How far the watermark trails the largest event time seen (default 0)."),
+    lateness: str = typer.Option("0s", "--lateness", callback=numbers.duration(), metavar="DUR", help="How far the watermark trails the largest event time seen (default 0)."),
     late: str = typer.Option("drop", "--late", metavar="drop|correct", help="Events for a closed window (a session: also within GAP of a closed one): drop and count them (default), or emit a corrected row with a revision."),
     late_out: str | None = typer.Option(None, "--late-out", metavar="FILE", help="Also write late events to FILE (a log's records as stored JSON, a plain file's values)."),
     emit: str = typer.Option("final", "--emit", metavar="final|update", help="final: each window once, when it closes; update: a row at every change. A session whose bounds change withdraws its old row with {\"window\": OLD, \"key\": K, \"op\": \"delete\"}."),
     output: str = typer.Option("jsonl", "--output", "-o", metavar="jsonl|csv|table", help="Output format (table is for people and is written at the end)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep running on a LOG, emitting windows as the watermark moves."),
     group: str | None = typer.Option(None, "--group", "-g", metavar="G", help="With --follow: checkpoint input offsets and window state together in LOG/groups/.G.window.json."),
-    idle_timeout: str | None = typer.Option(None, "--idle-timeout", metavar="DUR", help="With --follow: after DUR without new records, flush open windows and exit (the checkpoint keeps them open)."),
+    idle_timeout: str | None = typer.Option(None, "--idle-timeout", callback=numbers.duration(), metavar="DUR", help="With --follow: after DUR without new records, flush open windows and exit (the checkpoint keeps them open)."),
     engine: str = options.engine(),
     spark_threshold: str | None = options.spark_threshold(),
     master: str | None = options.master(),
