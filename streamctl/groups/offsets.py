@@ -67,9 +67,10 @@ def load(log: Log, group: str) -> dict[int, int]:
     except OSError as e:
         why = "is a symlink; refusing to follow it" if e.errno == errno.ELOOP else f"cannot open offset file: {e.strerror}"
         raise OffsetFileError(f"{path}: {why}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OffsetFileError(f"{path}: is a folder, not a group offset file; move it away")
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OffsetFileError(f"{path}: is a folder, not a group offset file; move it away")
         try:
             raw = f.read(MAX_FILE + 1)
         except OSError as e:
@@ -106,7 +107,8 @@ class GroupLock:
         os.close(self.dir_fd)
 
 
-NOT_COMMITTED = "the records delivered since its last commit were not committed (they are delivered again next time)"
+NOT_COMMITTED = ("the records delivered since the group's last commit were not committed: "
+                 "the next run delivers them again")
 
 
 class CommitError(StorageError):
@@ -143,19 +145,19 @@ def replace(log: Log, group: str, offsets: dict[int, int]) -> None:
         _write(log, group, lock, encode(group, offsets), "its offsets are unchanged")
 
 
+STRAY = "not a group offset file (a group name is 1 to 249 of A-Z a-z 0-9 . _ -)"
+
+
 def stray_files(log: Log) -> list[str]:
-    """`PATH: reason` for each `*.json` in LOG/groups whose name is no group's (a file copied in by
-    hand, `bad name.json`): commands that list the groups skip those, and say so."""
+    """Each `*.json` in LOG/groups whose name is no group's (a file copied in by hand,
+    `bad name.json`): Log.list_groups leaves those out; `check` reports them (STRAY), and
+    `stat` and `compact` skip them with a warning."""
     try:
         names = os.listdir(log.groups_dir())
     except OSError:
         return []
-    out = []
-    for n in sorted(names):
-        if n.endswith(".json") and not n.startswith(".") and not _is_group(n[:-5]):
-            out.append(f"{os.path.join(log.groups_dir(), n)}: not a group offset file (a group name is 1 to 249 "
-                       "of A-Z a-z 0-9 . _ -); skipped")
-    return out
+    return [os.path.join(log.groups_dir(), n) for n in sorted(names)
+            if n.endswith(".json") and not n.startswith(".") and not _is_group(n[:-5])]
 
 
 def _is_group(name: str) -> bool:

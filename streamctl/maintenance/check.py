@@ -114,6 +114,8 @@ def check(log: Log, repair: bool = False) -> CheckReport:
             ends[p] = reader.partition_info(log, p).next_offset
         except StorageError:
             ends[p] = 1 << 62  # already reported above, segment by segment
+    for stray in offsets.stray_files(log):
+        report.problems.append(Problem(stray, None, f"{offsets.STRAY}; move it away"))
     for g in log.list_groups():
         try:
             committed = offsets.load(log, g)
