@@ -31,9 +31,10 @@ from collections.abc import Sequence
 
 import orjson
 
+from streamctl.errors import StorageError
 from streamctl.storage import reader, record
 from streamctl.storage.appender import Appender, Item
-from streamctl.storage.fsutil import NOFOLLOW, write_all
+from streamctl.storage.fsutil import NOFOLLOW, open_dir, write_all
 from streamctl.storage.log import Log
 
 HEADER = "streamctl.source"
@@ -232,22 +233,27 @@ class Deduper:
             return  # a damaged cache is only a slower start
 
     def _save_cache(self, p: int, st: _PartitionState) -> None:
-        """Best effort, no fsync: the cache is checked against the log when loaded."""
-        folder = os.path.join(self.log.path, STATE_DIR)
-        path = self._cache_path(p)
-        tmp = f"{path}.{os.getpid()}.tmp"
+        """Best effort, no fsync: the cache is checked against the log when loaded. Written through an
+        fd on LOG/.exactly-once that never follows a symlink (a planted one: no cache, no write)."""
+        name = os.path.basename(self._cache_path(p))
+        tmp = f".{name}.{os.getpid()}.tmp"
         data = orjson.dumps({"format": 1, "scanned": st.scanned, "check": self._check_line(p, st.scanned - 1),
                              "marks": st.marks})
         try:
-            os.makedirs(folder, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o644)
+            dfd = open_dir(os.path.join(self.log.path, STATE_DIR), create=True)
+        except StorageError:
+            return
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o644, dir_fd=dfd)
             try:
                 write_all(fd, data)
             finally:
                 os.close(fd)
-            os.replace(tmp, path)
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
         except OSError:
             try:
-                os.unlink(tmp)
+                os.unlink(tmp, dir_fd=dfd)
             except OSError:
                 pass
+        finally:
+            os.close(dfd)
