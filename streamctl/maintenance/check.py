@@ -96,6 +96,8 @@ def check(log: Log, repair: bool = False) -> CheckReport:
         if not os.path.isdir(pdir):
             report.problems.append(Problem(pdir, None, "partition folder is missing"))
             continue
+        if os.path.islink(pdir):
+            report.problems.append(Problem(pdir, None, "is a symlink (writers refuse to write through it)"))
         for name in sorted(os.listdir(pdir)):
             full = os.path.join(pdir, name)
             if name.endswith(segment.SUFFIX) and segment.parse_segment_name(name) is None:
@@ -114,6 +116,8 @@ def check(log: Log, repair: bool = False) -> CheckReport:
             ends[p] = reader.partition_info(log, p).next_offset
         except StorageError:
             ends[p] = 1 << 62  # already reported above, segment by segment
+    if os.path.islink(log.groups_dir()):
+        report.problems.append(Problem(log.groups_dir(), None, "is a symlink (writers refuse to write through it)"))
     for stray in offsets.stray_files(log):
         report.problems.append(Problem(stray, None, f"{offsets.STRAY}; move it away"))
     for g in log.list_groups():
