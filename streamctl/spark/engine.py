@@ -55,15 +55,24 @@ def _size(n: int) -> str:
 
 
 def choose_engine(requested: str, input_bytes: int, threshold: int | None,
-                  say: Callable[[str], None]) -> str:
+                  say: Callable[[str], None], blocker: str | None = None) -> str:
     """"local" or "spark" for `--engine requested`. auto says through `say` when it picks Spark, or
-    when Spark would have been picked but cannot run; below the threshold it is silent."""
+    when Spark would have been picked but cannot run; below the threshold it is silent.
+
+    `blocker` says why the Spark engine cannot run this job (an option only the local engine
+    applies): auto then stays local, saying so at or above the threshold; spark is refused."""
     if requested not in ENGINES:
         raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {requested!r}")
     if requested == "local":
         return "local"
     if threshold is None:
         threshold = DEFAULT_SPARK_THRESHOLD
+    if blocker is not None:
+        if requested == "spark":
+            raise UsageError(f"the Spark engine cannot run this: {blocker}; use --engine local")
+        if input_bytes >= threshold:
+            say(f"engine: local (input is above the Spark threshold, but {blocker})")
+        return "local"
     ok, why = spark_available()
     if requested == "spark":
         if not ok:

@@ -1,4 +1,5 @@
-"""Run a generated PySpark job in a child process and stream its result lines back.
+"""Run a generated PySpark job in a child process and stream its result lines back, or write
+the job out for spark-submit (--emit-job).
 
 The job runs as `<this python> job.py` in its own session (process group), so
 Spark's JVM can be stopped with it; its stderr (JVM start-up, log4j, Python
@@ -267,3 +268,18 @@ def run_job(job_text: str, write: Callable[[bytes], object], *, env: dict[str, s
     finally:
         gen.close()
     return n
+
+
+def write_job(text: str, target: str, say: Callable[[str], None]) -> None:
+    """--emit-job: the generated PySpark job to stdout (`-`) or to an executable file, replaced atomically."""
+    if target == "-":
+        from streamctl.formats.writer import Output
+
+        w = Output()
+        w.write(text.encode())
+        w.flush()
+        return
+    from streamctl.storage.fsutil import atomic_write
+
+    atomic_write(target, text.encode(), 0o755)
+    say(f"wrote the Spark job to {target}; run it with: spark-submit {target}  (or: python {target})")

@@ -1,0 +1,162 @@
+"""A range replay or snapshot as `streamctl replay LOG` runs it: which engine, and where the lines go.
+
+The local engine is streamctl.clients.replay, the Spark engine
+streamctl.spark.replay. One partition's stored lines, unchanged, to stdout are
+copied by the kernel (sendfile); with --out the lines are appended to another
+log. Diagnostics go to the `say` callback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from streamctl.clients import replay as core
+from streamctl.errors import UsageError
+from streamctl.storage.log import Log
+
+if TYPE_CHECKING:
+    from streamctl.formats.progress import Progress
+
+Say = Callable[[str], None]
+
+LOCAL_ONLY = "the Spark engine does not apply --header, --where or several --key"
+PROGRESS_ABOVE = 64 << 20  # a replay of less is over before a progress line would help
+
+
+def range_spec(engine: str, from_: str | None, until: str | None, key: list[str] | None,
+               header: list[str] | None, where: list[str] | None, compact: bool) -> tuple[core.ReplaySpec, int]:
+    """The filters, --from/--until and --compact as a spec, and the time `now` the bounds were read at.
+    A Spark job applies one key; any other filter is applied by this process (spec.filter)."""
+    from streamctl.spark.engine import ENGINES
+    from streamctl.timeparse import now_ms
+
+    flt = None
+    if key or header or where:
+        from streamctl.clients.filters import Filter
+
+        flt = Filter.from_options(key, header, where)
+    if engine not in ENGINES:
+        raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    now = now_ms()
+    spark_key = flt.keys[0] if flt is not None and len(flt.keys) == 1 and not flt.decodes else None
+    return core.ReplaySpec(
+        start=core.parse_bound(from_, "--from", now) if from_ is not None else None,
+        until=core.parse_bound(until, "--until", now) if until is not None else None,
+        key=spark_key, compact=compact, filter=flt), now
+
+
+def run(log: str, spec: core.ReplaySpec, out: str | None, engine: str, threshold: int | None, master: str | None,
+        emit_job: str | None, unbuffered: bool, now: int, say: Say) -> None:
+    from streamctl.spark import replay as spark
+
+    flt = spec.filter
+    local_only = flt is not None and spec.key is None
+    if local_only and (engine == "spark" or emit_job is not None or "://" in log):
+        what = "--emit-job" if emit_job is not None else ("a Spark URI" if "://" in log else "--engine spark")
+        assert flt is not None
+        raise UsageError(f"{what}: the Spark engine applies one --key only; {flt.describe()} runs on the "
+                         "local engine (--engine local or auto)")
+    if emit_job is not None:
+        if out is not None:
+            raise UsageError("--out appends to a streamctl log and cannot be done by an emitted job; pipe the job's "
+                             "output instead: python job.py | streamctl produce LOG2 --envelope")
+        return spark.emit(log, spec, master, emit_job, say)
+
+    from streamctl.spark.engine import choose_engine
+    from streamctl.storage import log as logmod
+
+    if "://" in log:
+        if engine == "local":
+            raise UsageError(f"{log} is a URI: only the Spark engine reads it (--engine spark, or --emit-job)")
+        choose_engine("spark", 0, None, say)  # raises with the install hint when Spark is missing
+        if engine == "auto":
+            say(f"engine: spark ({log} is a Spark URI; only Spark can read it)")
+        return write(spark.run_uri(log, spec, master, into=stdout_fd(out)), out, unbuffered, None, say)
+    if not logmod.is_log_input(log):
+        if engine == "spark":
+            raise UsageError("--engine spark needs a log; plain files are replayed locally")
+        return write(core.replay_plain(log, spec), out, unbuffered, None, say)
+
+    lg = logmod.open_log(log)
+    if out is not None and os.path.exists(out) and os.path.realpath(out) == os.path.realpath(lg.path):
+        raise UsageError("--out must be another log than the one replayed")
+    ranges = core.plan(lg, spec)
+    chosen = choose_engine(engine, core.input_bytes(lg), threshold, say, LOCAL_ONLY if local_only else None)
+    if chosen == "spark":
+        return write(spark.run_log(lg, spec, ranges, master, now, say, into=stdout_fd(out)), out, unbuffered, lg, say)
+    from streamctl.formats.progress import Progress, bytes_rate
+
+    active = [p for p, r in ranges.items() if r.start < r.end]
+    selected = sum(sum(s.size() for s in lg.segments(p)) for p in active)
+    progress = Progress.on_terminal(bytes_rate("replay"), max(selected, 1), after=2.0, every=0.5,
+                                    above=PROGRESS_ABOVE)
+    try:
+        if out is None and flt is None and not spec.compact and len(active) <= 1:
+            # one partition's stored lines, unchanged: the kernel copies them (sendfile)
+            _copy_stored(lg, {p: ranges[p] for p in active}, unbuffered, progress)
+        else:
+            write(core.replay(lg, spec, ranges, progress), out, unbuffered, lg, say)
+    finally:
+        if progress is not None:
+            progress.done()
+
+
+def _copy_stored(lg: Log, ranges: dict[int, core.Range], unbuffered: bool, progress: Progress | None) -> None:
+    from streamctl.clients.consumer import copy_stored
+    from streamctl.formats.writer import Output
+
+    w = Output(unbuffered=True if unbuffered else None)
+
+    def copy(fd: int, lo: int, hi: int) -> bool:
+        if progress is not None:
+            progress(hi - lo)
+        return w.copy_range(fd, lo, hi)
+
+    for p, r in ranges.items():
+        copy_stored(lg, p, r.start, r.end, copy)
+
+
+def write(lines: Iterable[bytes], out: str | None, unbuffered: bool, source: Log | None, say: Say) -> None:
+    """Stored lines to stdout (blocks pass through), or appended to the log --out."""
+    try:
+        _write_to(lines, out, unbuffered, source, say)
+    finally:
+        close = getattr(lines, "close", None)
+        if close is not None:
+            close()  # a Spark job still running (closed pipe, error) is stopped here
+
+
+def _write_to(lines: Iterable[bytes], out: str | None, unbuffered: bool, source: Log | None, say: Say) -> None:
+    if out is None:
+        from streamctl.formats.writer import Output
+
+        w = Output(unbuffered=True if unbuffered else None)
+        for data in lines:
+            w.write(data)
+        w.flush()
+        return
+    from streamctl.storage import log as logmod
+    from streamctl.timeparse import now_ms
+
+    dest = logmod.open_or_create(out, None if logmod.is_log(out) else (source.partitions if source else 1),
+                                 None, now_ms())
+
+    def split(blocks: Iterable[bytes]) -> Iterator[bytes]:
+        for data in blocks:
+            yield from data.splitlines(keepends=True)
+
+    stats = core.append_lines(dest, split(lines))
+    where = ", ".join(f"p{p} {a}..{b}" for p, (a, b) in sorted((stats.ranges or {}).items()))
+    say(f"appended {stats.records} record(s) to {out}" + (f": {where}" if where else ""))
+
+
+def stdout_fd(out: str | None) -> int | None:
+    """Where a Spark job writes the result itself: our stdout, when the lines go there unchanged
+    (runner.stream_job `into`: they then never pass through this process); None for --out."""
+    if out is not None:
+        return None
+    sys.stdout.flush()
+    return sys.stdout.fileno()
