@@ -18,7 +18,7 @@ from itertools import count, repeat
 
 from streamctl.errors import StorageError
 from streamctl.storage import record
-from streamctl.storage.fsutil import NOFOLLOW, flock, fsync_dir, unlock, write_all
+from streamctl.storage.fsutil import NOFOLLOW, flock, fsync_dir, open_dir, unlock, write_all
 from streamctl.storage.log import Log
 from streamctl.storage.replace import recover as _finish_interrupted_swaps
 from streamctl.storage.segment import cut_torn_tail, last_line, list_segments, segment_name, visible_end
@@ -96,7 +96,7 @@ class Appender:
     def _lock_fd(self, p: int) -> int:
         fd = self._locks.get(p)
         if fd is None:
-            fd = os.open(self.log.partition_dir(p), os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW)
+            fd = open_dir(self.log.partition_dir(p))  # never through a symlink: refused, naming it
             self._locks[p] = fd
         return fd
 
