@@ -926,13 +926,9 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
         lock_fd = files.open_lock(lg, group, "window.lock")  # in groups/, never through a symlink
         if not fsutil.flock(lock_fd, True, 0):
             raise StorageError(f"another `window --follow --group {group}` is running on {path}")
-        try:
-            with open(ckpt, "rb") as fh:
-                data = orjson.loads(fh.read())
-        except FileNotFoundError:
-            data = None
-        except (OSError, orjson.JSONDecodeError) as e:
-            raise StorageError(f"{ckpt}: unreadable checkpoint ({e}); move it away to start over") from None
+        from streamctl.processing.checkpoint import load_checkpoint
+
+        data = load_checkpoint(ckpt)  # None when there is none; every field checked (a StorageError names it)
         if data is not None:
             if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT or "run" not in data:
                 raise StorageError(f"{ckpt}: not a window checkpoint (overwritten by hand or by a group reset?); "
