@@ -25,23 +25,44 @@ work, `check --repair` on request): a `.swap` is finished (steps 3-5, each
 idempotent), a `.install` without its `.swap` is removed, and a `.cleaned` is
 removed unless a live compaction holds the log's compaction lock (it may be
 writing it right now).
+
+A `.swap` is only finished once `validate_swap` accepts it: a file of that
+name that is not what a compaction of its run could have written (copied in by
+hand, restored from a backup, damaged) would otherwise delete the segments it
+names. An invalid one is renamed `B-E.swap.rejected`, the segments it names
+are left as they are, and the recovery says so on stderr; `check` reports both.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 
 from streamctl.errors import StorageError
+from streamctl.storage import record, segment
 from streamctl.storage.fsutil import NOFOLLOW, flock, folder_lock, fsync_dir, open_lock, unlock
-from streamctl.storage.segment import NAME_DIGITS, list_segments, segment_name
+from streamctl.storage.segment import NAME_DIGITS, Segment, list_segments, segment_name
 
 CLEANED = ".cleaned"
 SWAP = ".swap"
 INSTALL = ".install"
+REJECTED = ".rejected"  # appended to the name of a .swap that failed validate_swap
 COMPACT_LOCK = ".compact.lock"
+
+
+def _stderr_warning(msg: str) -> None:
+    try:
+        sys.stderr.write(f"streamctl: warning: {msg}\n")
+        sys.stderr.flush()
+    except OSError:
+        pass
+
+
+# Where recovery reports a rejected swap (the CLI's stderr; tests may replace it).
+warn: Callable[[str], None] = _stderr_warning
 
 
 def run_name(base: int, end: int, suffix: str) -> str:
@@ -186,6 +207,112 @@ def _finish(pdir: str, base: int, end: int, swap: str) -> None:
     fsync_dir(pdir)
 
 
+def validate_swap(pdir: str, base: int, end: int, swap: str) -> str | None:
+    """Why `swap` cannot be what a compaction of the run [base, end) wrote, or None when it can.
+
+    Read in full (only ever after a crash, so the cost is rare): the swap must end
+    with a whole line, every line must be a record, offsets must increase and lie
+    within the run's offsets (from `base` to just before the first segment after
+    the run). And it must keep what compaction keeps of the segments it replaces
+    that still exist: every record without a key, and each key's latest record
+    there, unless that record is a tombstone (an expired one may go) or the key
+    has a record in a later closed segment (compaction keeps only the latest).
+    """
+    segs = list_segments(pdir)
+    swap_ino = os.stat(swap, follow_symlinks=False).st_ino
+
+    def installed(s: Segment) -> bool:  # step 3 done: B already is the swap
+        try:
+            return s.base == base and os.stat(s.path, follow_symlinks=False).st_ino == swap_ino
+        except FileNotFoundError:
+            return False
+
+    replaced = [s for s in segs if base <= s.base < end and not installed(s)]
+    later = [s for s in segs if s.base >= end]
+    limit = later[0].base if later else None
+    span = f"{base}..{limit - 1}" if limit is not None else f"{base}.."
+    have: dict[int, bytes] = {}  # offset -> key JSON text
+    fd = segment.open_read(swap)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            return f"it does not end with a whole line ({size - segment.visible_end(fd, size)} byte(s) after the last one)"
+        prev = -1
+        for pos, line in segment.iter_lines(fd, 0, size):
+            try:
+                off = record.envelope(line)[0]
+                key = record.key_bytes(line)
+            except record.BadRecord as e:
+                return f"byte {pos}: not a record ({e})"
+            if off <= prev:
+                return f"byte {pos}: offset {off} does not increase (previous {prev})"
+            if off < base or (limit is not None and off >= limit):
+                return f"byte {pos}: offset {off} is outside the offsets of the segments it replaces ({span})"
+            have[off] = key
+            prev = off
+    finally:
+        os.close(fd)
+    latest: dict[bytes, tuple[int, bool]] = {}
+    nulls: list[int] = []
+    for s in replaced:
+        try:
+            fd = segment.open_read(s.path)
+        except FileNotFoundError:
+            continue
+        try:
+            for pos, line in segment.iter_lines(fd, 0, segment.visible_end(fd, os.fstat(fd).st_size)):
+                try:
+                    off = record.offset_of(line)
+                    key = record.key_bytes(line)
+                except record.BadRecord as e:
+                    return f"{s.path}: byte {pos}: a segment it would replace is corrupt ({e}), so it cannot be checked"
+                if key == b"null":
+                    nulls.append(off)
+                else:
+                    latest[key] = (off, record.is_tombstone(line))
+        finally:
+            os.close(fd)
+    for off in nulls:
+        if off not in have:
+            return f"it lacks offset {off}, a record without a key, which compaction always keeps"
+    missing = {k: off for k, (off, tomb) in latest.items() if not tomb and have.get(off) != k}
+    for s in later[:-1]:  # the closed segments after the run (the last one is the active segment)
+        if not missing:
+            break
+        try:
+            fd = segment.open_read(s.path)
+        except FileNotFoundError:
+            continue
+        try:
+            for block in segment.iter_blocks(fd, 0, segment.visible_end(fd, os.fstat(fd).st_size)):
+                keys = record.block_keys(block, len(block))
+                if keys is None:
+                    keys = [record.key_bytes(ln) for ln in block.splitlines(keepends=True)]
+                for k in set(keys).intersection(missing):
+                    del missing[k]
+        except record.BadRecord:
+            pass  # then that key counts as missing: the swap is not trusted
+        finally:
+            os.close(fd)
+    if missing:
+        k, off = min(missing.items(), key=lambda kv: kv[1])
+        more = f" (and {len(missing) - 1} more key(s))" if len(missing) > 1 else ""
+        return (f"it lacks offset {off}, the latest record of key {k.decode(errors='replace')} in the segments "
+                f"it replaces, and no later segment has that key{more}")
+    return None
+
+
+def reject(pdir: str, name: str, reason: str) -> str:
+    """Move an invalid swap aside (never trusted again) and say so; returns its new path."""
+    path = os.path.join(pdir, name)
+    aside = path + REJECTED
+    os.rename(path, aside)
+    fsync_dir(pdir)
+    warn(f"{path}: not a valid compaction swap: {reason}. It was not applied (the segments it names are "
+         f"kept) and was moved to {aside}; inspect it, then delete it")
+    return aside
+
+
 def recover(pdir: str, owner: bool = False) -> None:
     """Finish or remove what an interrupted compaction left in `pdir`. Caller holds the partition lock.
 
@@ -203,6 +330,10 @@ def recover(pdir: str, owner: bool = False) -> None:
         run = parse_run_name(name, SWAP)
         if run is not None:
             try:
+                reason = validate_swap(pdir, run[0], run[1], os.path.join(pdir, name))
+                if reason is not None:
+                    reject(pdir, name, reason)
+                    continue
                 _finish(pdir, run[0], run[1], os.path.join(pdir, name))
             except OSError as e:
                 raise StorageError(f"{os.path.join(pdir, name)}: finishing an interrupted compaction failed: "

@@ -181,7 +181,7 @@ def test_leftovers_reported_by_check_and_repaired(tmp_path) -> None:
     with open(replace.cleaned_path(pdir, 0, 1), "wb") as f:
         f.write(b'{"offset":0')
     segs = open_log(path).segments(0)
-    keep = [ln for ln in open(segs[0].path, "rb")][-1:]
+    keep = [ln for ln in open(segs[0].path, "rb")]  # a merge that removed nothing: a valid swap
     run_path = os.path.join(pdir, replace.run_name(0, segs[1].base + 1, replace.SWAP))
     with open(run_path, "wb") as f:
         f.writelines(keep + [ln for ln in open(segs[1].path, "rb")])
@@ -208,8 +208,10 @@ def test_half_installed_swap_reads_and_checks_clean(tmp_path) -> None:
     latest = {}
     for ln in merged:
         latest[record.key_bytes(ln)] = ln
-    later_keys = {record.key_bytes(ln) for s in segs[3:] for ln in open(s.path, "rb")}
-    kept = [ln for ln in merged if latest[record.key_bytes(ln)] is ln and record.key_bytes(ln) not in later_keys]
+    # what compaction keeps: records without a key, and each key's latest unless a later closed segment has it
+    later_keys = {record.key_bytes(ln) for s in segs[3:-1] for ln in open(s.path, "rb")}
+    kept = [ln for ln in merged if record.key_bytes(ln) == b"null"
+            or (latest[record.key_bytes(ln)] is ln and record.key_bytes(ln) not in later_keys)]
     end = segs[2].base + 1
     cleaned = replace.cleaned_path(pdir, 0, end)
     with open(cleaned, "wb") as f:
