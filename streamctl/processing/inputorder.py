@@ -29,7 +29,7 @@ from typing import Any, cast
 import orjson
 
 from streamctl.clients import consumer
-from streamctl.errors import UsageError
+from streamctl.errors import StorageError, UsageError
 from streamctl.processing import columns
 from streamctl.processing.columns import FieldPath
 from streamctl.storage import log as logmod
@@ -277,9 +277,30 @@ def _line_records(path: str, p: int, block: bytes) -> Iterator[tuple[int, int, i
             try:
                 obj = record.parse(line)  # the full check, for its message
             except record.BadRecord as e:
-                raise UsageError(f"{path}: corrupt record: {e}") from None
+                raise corrupt_line(path, p, line, e) from None
             ts, off = obj["ts"], obj["offset"]
         yield ts, p, off, obj
+
+
+def corrupt_line(path: str, p: int, line: bytes, e: Exception) -> StorageError:
+    """A corrupt stored line of partition p: a StorageError (exit 1) naming its segment file and byte
+    offset, found by searching the partition's segments for the line (only on this error path)."""
+    import mmap
+    import os
+
+    try:
+        for seg in logmod.open_log(path).segments(p):
+            with open(seg.path, "rb") as f:
+                if os.fstat(f.fileno()).st_size == 0:
+                    continue
+                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                    whole = line + b"\n"
+                    pos = 0 if m[:len(whole)] == whole else m.find(b"\n" + whole) + 1
+                    if pos > 0 or m[:len(whole)] == whole:
+                        return reader.corrupt(seg.path, pos, e)
+    except (OSError, ValueError, StorageError):
+        pass
+    return StorageError(f"{path}: partition {p}: corrupt record ({e}); run `streamctl check` on the log")
 
 
 def _partition_batches(path: str, lg: logmod.Log, p: int, start: int, end: int | None,
