@@ -77,9 +77,12 @@ def _check_segment(seg: segment.Segment, p: int, prev_offset: int, prev_ts: int,
             prev_offset, prev_ts = off, ts
         if torn is not None:
             tail = os.pread(fd, min(size - end, 200), end)
-            reason = f"torn tail: {size - end} byte(s) after the last complete line"
-            if not is_last:
-                reason += " in a closed segment"
+            if is_last:
+                # what a kill -9 or power loss in the middle of an append leaves: never visible to readers
+                reason = (f"torn tail from an interrupted write: safe, truncated by the next append or --repair "
+                          f"({size - end} byte(s) after the last complete line)")
+            else:
+                reason = f"torn tail: {size - end} byte(s) after the last complete line in a closed segment"
             if b"\x00" in tail:
                 reason += " (NUL bytes)"
             report.problems.append(Problem(seg.path, end, reason, repairable=is_last))
@@ -142,15 +145,38 @@ def _check_swaps(pdir: str, repair: bool, report: CheckReport) -> set[str]:
     from streamctl.storage import replace
 
     names = replace.leftovers(pdir)  # none while a compaction runs: its files are live
+    invalid: dict[str, str] = {}
+    for name in names:
+        run = replace.parse_run_name(name, replace.SWAP)
+        if run is not None:
+            try:
+                reason = replace.validate_swap(pdir, run[0], run[1], os.path.join(pdir, name))
+            except OSError:
+                reason = None  # finished by a writer meanwhile
+            if reason is not None:
+                invalid[name] = reason
     if repair and names:
-        replace.recover_partition(pdir)
+        replace.recover_partition(pdir)  # moves an invalid swap aside, never applies it
     stale = replace.superseded(pdir)
     for name in names:
+        if name in invalid:
+            aside = f" (moved to {name}{replace.REJECTED})" if repair else ""
+            report.problems.append(Problem(
+                os.path.join(pdir, name), None,
+                f"invalid compaction swap, never applied: {invalid[name]}; the segments it names are kept{aside}; "
+                "inspect it, then delete it"))
+            continue
         fix = "finishes" if name.endswith(replace.SWAP) else "removes"
         report.problems.append(Problem(
             os.path.join(pdir, name), None,
             f"left by an interrupted compaction (harmless: the next append, compact or check --repair {fix} it)",
             repairable=True, repaired=repair, benign=True))
+    for name in sorted(os.listdir(pdir)):
+        if name.endswith(replace.SWAP + replace.REJECTED) and name[: -len(replace.REJECTED)] not in invalid:
+            report.problems.append(Problem(
+                os.path.join(pdir, name), None,
+                "a compaction swap rejected as invalid (never applied; the segments it named were kept); "
+                "inspect it, then delete it"))
     return stale
 
 
