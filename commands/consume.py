@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import typer
 
 from streamctl.commands import numbers, options
 from streamctl.commands.common import example, info
-
-if TYPE_CHECKING:
-    from streamctl.clients.filters import Filter
+from streamctl.commands.options import FORMAT_HELP, WHERE_HELP
 
 EPILOG = example(
     "streamctl consume orders                               # every record, then exit",
@@ -32,17 +28,6 @@ EPILOG = example(
     "streamctl consume orders -g reporting --sqlite reporting.db          # cron: new orders, exactly once",
     "streamctl consume users -g view --sqlite users.db --mode upsert -f   # a live table of the latest per key",
 )
-
-
-WHERE_HELP = ("Only records where PATH OP VALUE holds (repeatable: all must hold). PATH: value.user.id, key, ts, "
-              "offset, partition, headers.NAME (other paths are under value). OP: == != < <= > >= or ~ (regular "
-              "expression search in a string). VALUE: JSON (100, \"JP\", true, null) or a bare word taken as a "
-              "string. A missing field is null; != is the negation of ==; comparing different types (true and 1 "
-              "too) is false, except by !=.")
-FORMAT_HELP = ("kcat's -f template, kcat's meanings: %t the log's name (its folder's base name), %p partition, "
-               "%o offset, %T timestamp (epoch ms), %k key, %s value, %h headers (n=v,n2=v2), %K / %S key / "
-               "value length in bytes (-1: null), %% a %, \\t \\n escapes; plus %d, the timestamp as ISO-8601 "
-               "UTC with milliseconds.")
 
 
 def register(app: typer.Typer) -> None:
@@ -131,34 +116,17 @@ def consume(
         sqlite_target = SqliteTarget(sqlite, table, mode)
     elif table is not None or mode != "append":
         raise UsageError("--table and --mode need --sqlite FILE")
-    if group is not None:
-        from streamctl.storage.names import check_group
-
-        check_group(group)
-    if from_ is not None:
-        from streamctl.clients.consumer import validate_from
-
-        validate_from(from_)
-    flt = None
-    if key or header or where:
-        from streamctl.clients.filters import Filter
-
-        flt = Filter.from_options(key, header, where)
-    bound = None
-    if until is not None:
-        from streamctl.clients.consumer import parse_until
-
-        bound = parse_until(until)
-
+    from streamctl.clients import consume_once
     from streamctl.storage import log as logmod
 
+    flt, bound = consume_once.selection(group, from_, key, header, where, until)
     if not logmod.is_log_input(log):
         if group or follow or exec_ or partition not in (None, 0):
             raise UsageError("--group, --follow, --exec and --partition need a log, not a plain file")
         if bound is not None and bound.kind != "offset":
             raise UsageError(f"{log}: a plain file has no timestamps; --until takes an offset (a line number)")
-        return consume_plain(log, from_, max_, value, fmt, unbuffered, flt,
-                              bound.value if bound is not None else None)
+        return consume_once.consume_plain(log, from_, max_, value, fmt, unbuffered, flt,
+                                          bound.value if bound is not None else None)
 
     if follow or exec_ or group:
         # a group run claims its partitions so competing members split them
@@ -167,53 +135,5 @@ def consume(
         return consume_live.run(log, group, from_, partition, max_, value, fmt, follow, idle_timeout,
                                 exec_, batch, batch_timeout, unbuffered, flt, bound, sqlite_target,
                                 exec_policy, info=info)
-
     # no group: nothing to claim or commit; stream the stored lines straight through
-    from streamctl import stopflag
-    from streamctl.clients import consumer
-    from streamctl.formats.records import renderer
-    from streamctl.formats.template import log_name
-    from streamctl.formats.writer import Output
-
-    lg = logmod.open_log(log)
-    parts = consumer.check_partition_arg(lg, partition)
-    pl = consumer.plan(lg, parts, from_, None, until=bound)
-    render = renderer(value, fmt, log_name(log))
-    out = Output(unbuffered=True if unbuffered else None)
-    stopflag.install()  # Ctrl-C / SIGTERM: finish the record at hand, flush, then exit
-    active = consumer.active_partitions(pl)
-    if render is None and max_ is None and flt is None and len(active) <= 1:
-        # stored lines, unchanged, from one partition: the kernel copies them (sendfile)
-        for p in active:
-            pos = pl.positions[p]
-            consumer.copy_stored(lg, p, pos.start, pos.end,
-                                 lambda fd, lo, hi: out.copy_range(fd, lo, hi, stopflag.is_set))
-    else:
-        items = consumer.stream(lg, pl, merge=True)
-        consumer.run(items, render, out.write, out.flush, consumer.Committer(lg, None), max_,
-                     flt.select if flt is not None else None)
-    stopflag.end()
-
-
-def consume_plain(path: str, from_: str | None, max_: int | None, value: bool, fmt: str | None,
-                  unbuffered: bool, flt: Filter | None = None, until: int | None = None) -> None:
-    """A plain .jsonl file (or -): its values with line numbers as offsets; filters see them as
-    records with a null key, no ts and no headers."""
-    from streamctl.formats.records import plain_renderer
-    from streamctl.formats.template import log_name
-    from streamctl.formats.writer import Output
-    from streamctl.storage import plainfile
-
-    out = Output(unbuffered=True if unbuffered else None)
-    render = plain_renderer(value, fmt, log_name(path))
-    n = 0
-    for off, v in plainfile.select(plainfile.iter_values(path), from_):
-        if max_ is not None and n >= max_:
-            break
-        if until is not None and off >= until:
-            break
-        if flt is not None and not flt.select(plainfile.envelope_line(off, v)):
-            continue
-        out.write(render(off, v))
-        n += 1
-    out.flush()
+    consume_once.consume_log(log, partition, from_, bound, max_, value, fmt, unbuffered, flt)

@@ -9,6 +9,17 @@ from typing import Any
 
 import typer
 
+# help of the filter and template options consume, tail and replay share
+WHERE_HELP = ("Only records where PATH OP VALUE holds (repeatable: all must hold). PATH: value.user.id, key, ts, "
+              "offset, partition, headers.NAME (other paths are under value). OP: == != < <= > >= or ~ (regular "
+              "expression search in a string). VALUE: JSON (100, \"JP\", true, null) or a bare word taken as a "
+              "string. A missing field is null; != is the negation of ==; comparing different types (true and 1 "
+              "too) is false, except by !=.")
+FORMAT_HELP = ("kcat's -f template, kcat's meanings: %t the log's name (its folder's base name), %p partition, "
+               "%o offset, %T timestamp (epoch ms), %k key, %s value, %h headers (n=v,n2=v2), %K / %S key / "
+               "value length in bytes (-1: null), %% a %, \\t \\n escapes; plus %d, the timestamp as ISO-8601 "
+               "UTC with milliseconds.")
+
 
 def engine() -> Any:
     return typer.Option("auto", "--engine", metavar="local|spark|auto",

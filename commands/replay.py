@@ -6,7 +6,7 @@ import typer
 
 from streamctl.commands import numbers, options
 from streamctl.commands.common import example, info
-from streamctl.commands.consume import WHERE_HELP
+from streamctl.commands.options import WHERE_HELP
 
 EPILOG = example(
     "# 1. offset reset (dry run: a table of current/new offsets and lag; --execute applies it)",

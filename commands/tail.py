@@ -6,7 +6,7 @@ import typer
 
 from streamctl.commands import numbers
 from streamctl.commands.common import example, info
-from streamctl.commands.consume import FORMAT_HELP, WHERE_HELP
+from streamctl.commands.options import FORMAT_HELP, WHERE_HELP
 
 EPILOG = example(
     "streamctl tail orders                                # last 10 records, all partitions",
@@ -68,7 +68,7 @@ def tail(
         if log == "-":
             if follow:
                 raise UsageError("-f needs a log or a file, not stdin")
-            from streamctl.commands.consume import consume_plain
+            from streamctl.clients.consume_once import consume_plain
 
             if flt is not None:
                 return _tail_plain(log, lines, False, value, fmt, flt)

@@ -1,0 +1,93 @@
+"""consume without --group, --follow or --exec: a log's stored lines straight through, or a plain file
+(and the selection every consume reads: `selection`).
+
+Nothing is claimed or committed. One partition's stored lines, unchanged, are
+copied by the kernel (sendfile); otherwise partitions are merged in (ts,
+partition, offset) order. The live half (groups, --follow, --exec, --sqlite) is
+streamctl.live.consume.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from streamctl.clients.filters import Filter
+    from streamctl.clients.replay import Bound
+
+
+def selection(group: str | None, from_: str | None, key: list[str] | None, header: list[str] | None,
+              where: list[str] | None, until: str | None) -> tuple[Filter | None, Bound | None]:
+    """What every consume reads, checked: the group's name, --from, and the filters and --until parsed."""
+    if group is not None:
+        from streamctl.storage.names import check_group
+
+        check_group(group)
+    if from_ is not None:
+        from streamctl.clients.consumer import validate_from
+
+        validate_from(from_)
+    flt = None
+    if key or header or where:
+        from streamctl.clients.filters import Filter
+
+        flt = Filter.from_options(key, header, where)
+    bound = None
+    if until is not None:
+        from streamctl.clients.consumer import parse_until
+
+        bound = parse_until(until)
+    return flt, bound
+
+
+def consume_log(log: str, partition: int | None, from_: str | None, until: Bound | None, max_: int | None,
+                value: bool, fmt: str | None, unbuffered: bool, flt: Filter | None = None) -> None:
+    from streamctl import stopflag
+    from streamctl.clients import consumer
+    from streamctl.formats.records import renderer
+    from streamctl.formats.template import log_name
+    from streamctl.formats.writer import Output
+    from streamctl.storage import log as logmod
+
+    lg = logmod.open_log(log)
+    parts = consumer.check_partition_arg(lg, partition)
+    pl = consumer.plan(lg, parts, from_, None, until=until)
+    render = renderer(value, fmt, log_name(log))
+    out = Output(unbuffered=True if unbuffered else None)
+    stopflag.install()  # Ctrl-C / SIGTERM: finish the record at hand, flush, then exit
+    active = consumer.active_partitions(pl)
+    if render is None and max_ is None and flt is None and len(active) <= 1:
+        # stored lines, unchanged, from one partition: the kernel copies them (sendfile)
+        for p in active:
+            pos = pl.positions[p]
+            consumer.copy_stored(lg, p, pos.start, pos.end,
+                                 lambda fd, lo, hi: out.copy_range(fd, lo, hi, stopflag.is_set))
+    else:
+        items = consumer.stream(lg, pl, merge=True)
+        consumer.run(items, render, out.write, out.flush, consumer.Committer(lg, None), max_,
+                     flt.select if flt is not None else None)
+    stopflag.end()
+
+
+def consume_plain(path: str, from_: str | None, max_: int | None, value: bool, fmt: str | None,
+                  unbuffered: bool, flt: Filter | None = None, until: int | None = None) -> None:
+    """A plain .jsonl file (or -): its values with line numbers as offsets; filters see them as
+    records with a null key, no ts and no headers."""
+    from streamctl.formats.records import plain_renderer
+    from streamctl.formats.template import log_name
+    from streamctl.formats.writer import Output
+    from streamctl.storage import plainfile
+
+    out = Output(unbuffered=True if unbuffered else None)
+    render = plain_renderer(value, fmt, log_name(path))
+    n = 0
+    for off, v in plainfile.select(plainfile.iter_values(path), from_):
+        if max_ is not None and n >= max_:
+            break
+        if until is not None and off >= until:
+            break
+        if flt is not None and not flt.select(plainfile.envelope_line(off, v)):
+            continue
+        out.write(render(off, v))
+        n += 1
+    out.flush()
