@@ -60,6 +60,19 @@ def _os_error(e: OSError, path: str, what: str) -> StorageError:
     return StorageError(f"{path}: {what} failed: {reason}")
 
 
+def _last_envelope(path: str, line: bytes, end: int, fd: int = -1) -> tuple[int, int, int]:
+    """(offset, partition, ts) of a segment's last line, which gives the next offset; a line that
+    is not a record is named by segment and byte (it is the log that is damaged, not the input)."""
+    try:
+        return record.envelope(line)
+    except record.BadRecord as e:
+        if fd >= 0:
+            os.close(fd)
+        raise StorageError(f"{path}: byte {end - len(line)}: the last line of the segment is not a record ({e}), "
+                           "so the next offset is unknown and nothing was appended; run `streamctl check` on the "
+                           "log, then move the damaged line out of the segment") from None
+
+
 class Appender:
     def __init__(self, log: Log, fsync: str = "batch", lock_timeout: float | None = None,
                  clock: Callable[[], int] = now_ms) -> None:
@@ -170,6 +183,7 @@ class Appender:
             return tail
         if tail.fd >= 0:
             os.close(tail.fd)
+            self._tails.pop(p, None)  # closed: an error below must not leave it to be closed twice
         fd = os.open(active.path, os.O_RDWR | NOFOLLOW)
         try:
             # A crashed writer may have left a partial line: never visible, now removed.
@@ -179,18 +193,19 @@ class Appender:
             raise _os_error(e, active.path, "truncating a torn tail") from None
         last = last_line(fd, end)
         if last is not None:
-            off, _, ts = record.envelope(last)
+            off, _, ts = _last_envelope(active.path, last, end, fd)
             next_offset, last_ts = off + 1, ts
         else:
             next_offset, last_ts = active.base, 0
             for seg in reversed(segs[:-1]):
                 sfd = os.open(seg.path, os.O_RDONLY | NOFOLLOW)
                 try:
-                    prev = last_line(sfd, visible_end(sfd, os.fstat(sfd).st_size))
+                    send = visible_end(sfd, os.fstat(sfd).st_size)
+                    prev = last_line(sfd, send)
                 finally:
                     os.close(sfd)
                 if prev is not None:
-                    off, _, last_ts = record.envelope(prev)
+                    off, _, last_ts = _last_envelope(seg.path, prev, send)
                     next_offset = max(next_offset, off + 1)
                     break
         tail = _Tail(active.path, fd, os.fstat(fd).st_ino, end, next_offset, last_ts)
