@@ -53,123 +53,13 @@ def compact(
     Prints a summary per partition (segments, records and bytes before and
     after) on stdout; a progress bar on stderr when it is a terminal.
     """
-    import sys
-
-    from streamctl import stopflag
     from streamctl.commands.common import parse_size
-    from streamctl.maintenance.compaction import CompactOptions, Compactor
-    from streamctl.maintenance.retention import RetentionOptions
-    from streamctl.storage.log import open_log
-    from streamctl.timeparse import parse_duration
-
-    def duration(text: str) -> int:
-        return 0 if text.strip() == "0" else parse_duration(text)  # a bare 0 needs no unit
-
-    opts = CompactOptions(
-        roll=roll,
-        tombstone_retention_ms=duration(tombstone_retention),
-        min_lag_ms=duration(min_lag),
-        dry_run=dry_run,
-        retention=RetentionOptions(
-            retention_time_ms=duration(retention_time) if retention_time is not None else None,
-            retention_bytes=parse_size(retention_bytes) if retention_bytes is not None else None,
-            force=force,
-        ),
-    )
-    lg = open_log(log)
-    if opts.retention.active:
-        from streamctl.groups.offsets import STRAY, stray_files
-
-        for stray in stray_files(lg):  # retention protects what groups have not read: say what it ignores
-            info(f"{stray}: {STRAY}; skipped")
-    stopflag.install()
-    bar = _Progress() if sys.stderr.isatty() else None
-    comp = Compactor(lg, opts, progress=bar.add if bar else None)
-    if bar:
-        bar.total = comp.work_bytes()
-    try:
-        results = comp.run()
-    finally:
-        if bar:
-            bar.done()
-    for r in results:
-        for note in r.notices:
-            info(note)
-    _print(log, results, dry_run, json_)
-
-
-def _print(log: str, results: list, dry_run: bool, json_: bool) -> None:
     from streamctl.formats.writer import Output
+    from streamctl.maintenance import compact_run
 
-    fields = ("segments_before", "segments_after", "records_before", "records_after", "bytes_before", "bytes_after",
-              "tombstones_removed", "segments_rewritten", "retention_deleted_segments", "retention_deleted_records")
-    rows = [r.to_dict() for r in results]
-    total = {f: sum(r[f] for r in rows) for f in fields}
+    results = compact_run.run(log, roll, tombstone_retention, min_lag, retention_time,
+                              parse_size(retention_bytes) if retention_bytes is not None else None, force, dry_run,
+                              info)
     out = Output()
-    if json_:
-        import orjson
-
-        out.write(orjson.dumps({"log": log, "dry_run": dry_run, "partitions": rows, "total": total}) + b"\n")
-    else:
-        from streamctl.formats.table import table
-
-        cols = ["partition", "segments", "records", "bytes", "tombstones_removed", "retention_deleted"]
-        trows = [{"partition": r["partition"],
-                  "segments": f"{r['segments_before']} -> {r['segments_after']}",
-                  "records": f"{r['records_before']} -> {r['records_after']}",
-                  "bytes": f"{r['bytes_before']} -> {r['bytes_after']}",
-                  "tombstones_removed": r["tombstones_removed"],
-                  "retention_deleted": f"{r['retention_deleted_segments']} segment(s)"} for r in rows]
-        if len(rows) > 1:
-            trows.append({"partition": "total",
-                          "segments": f"{total['segments_before']} -> {total['segments_after']}",
-                          "records": f"{total['records_before']} -> {total['records_after']}",
-                          "bytes": f"{total['bytes_before']} -> {total['bytes_after']}",
-                          "tombstones_removed": total["tombstones_removed"],
-                          "retention_deleted": f"{total['retention_deleted_segments']} segment(s)"})
-        text = table(trows, cols) + "\n"
-        if dry_run:
-            text += "(dry run: nothing was changed)\n"
-        out.write(text.encode())
+    out.write(compact_run.summary(log, results, dry_run, json_))
     out.flush()
-
-
-class _Progress:
-    """A one-line bar on stderr (only used when stderr is a terminal), shown after the first second."""
-
-    def __init__(self) -> None:
-        import time
-
-        self.total = 0
-        self.seen = 0
-        self.start = time.monotonic()
-        self.last = 0.0
-        self.shown = False
-
-    def add(self, n: int) -> None:
-        import sys
-        import time
-
-        self.seen += n
-        now = time.monotonic()
-        if now - self.start < 1.0 or now - self.last < 0.1 or self.total <= 0:
-            return
-        self.last = now
-        frac = min(1.0, self.seen / self.total)
-        filled = int(frac * 30)
-        try:
-            sys.stderr.write(f"\rstreamctl: compacting [{'#' * filled}{'.' * (30 - filled)}] {frac * 100:3.0f}%")
-            sys.stderr.flush()
-            self.shown = True
-        except OSError:
-            pass
-
-    def done(self) -> None:
-        import sys
-
-        if self.shown:
-            try:
-                sys.stderr.write("\r\x1b[K")
-                sys.stderr.flush()
-            except OSError:
-                pass
