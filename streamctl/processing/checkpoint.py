@@ -95,7 +95,7 @@ def agg_type(funcs: list[str]) -> Any:
 def state_type(kind: str, funcs: list[str]) -> Any:
     """The msgspec type of the operator state a run of this kind with these aggregations dumps
     (a session's entries are checked one by one by session_entry_type: older checkpoints have 4)."""
-    agg = agg_type(funcs)
+    agg: Any = agg_type(funcs)
     if kind in ("tumbling", "hopping"):
         return msgspec.defstruct("Grid", [
             ("open", list[tuple[Time, KEY, agg]]),  # window end, key, state
@@ -121,10 +121,10 @@ def state_type(kind: str, funcs: list[str]) -> Any:
 def session_entry_type(funcs: list[str], n: int) -> Any:
     """[start, last event, state, revision] and, in a checkpoint of 5, the windows written for the
     session so far (--emit update) or null."""
-    head = (Time, Time, agg_type(funcs), Count)
+    head: tuple[Any, ...] = (Time, Time, agg_type(funcs), Count)
     if n == 5:
-        return tuple[head + (list[tuple[Time, Time]] | None,)]  # type: ignore[misc]
-    return tuple[head]  # type: ignore[misc]
+        head += (list[tuple[Time, Time]] | None,)
+    return tuple.__class_getitem__(head)
 
 
 def _field(e: msgspec.ValidationError, prefix: str = "") -> str:
