@@ -46,19 +46,10 @@ def produce(
     as written, after validation). Blank lines are skipped. On success a one-line
     summary goes to stderr; stdout stays empty unless --echo.
     """
-    import os
-    import sys
-
-    from streamctl.clients.producer import Input, ProduceOptions, validate_values
-    from streamctl.clients.producer import produce as run_produce
     from streamctl.commands.common import parse_size
     from streamctl.errors import UsageError
-    from streamctl.formats import inputs
-    from streamctl.storage import log as logmod
-    from streamctl.storage.appender import FSYNC_POLICIES, Appender
-    from streamctl.storage.fieldpaths import value_path
-    from streamctl.storage.names import check_partition
-    from streamctl.timeparse import now_ms, parse_duration
+    from streamctl.storage.appender import FSYNC_POLICIES
+    from streamctl.timeparse import parse_duration
 
     if fsync not in FSYNC_POLICIES:
         raise UsageError(f"--fsync must be one of {', '.join(FSYNC_POLICIES)}, not {fsync!r}")
@@ -92,71 +83,9 @@ def produce(
     seg_bytes = parse_size(segment_bytes) if segment_bytes else None
     timeout = parse_duration(lock_timeout) / 1000 if lock_timeout else None
 
-    if raw:
-        decoder = inputs.raw_decoder(key_delimiter, key)
-    elif envelope:
-        decoder = inputs.envelope_decoder(key, source)
-    else:
-        decoder = inputs.value_decoder(key_field, key)
+    from streamctl.clients import produce_run
 
-    lg = logmod.open_or_create(log, partitions, seg_bytes, now_ms())
-    if partition is not None:
-        check_partition(partition, lg.partitions)
-
-    opened: list[Input] = []
-    names = files or ["-"]
-    for name in names:
-        if name == "-":
-            opened.append(Input("<stdin>", sys.stdin.fileno()))
-            continue
-        try:
-            opened.append(Input(name, os.open(name, os.O_RDONLY)))
-        except OSError as e:
-            raise UsageError(f"{name}: cannot open: {e.strerror}") from None
-
-    out = None
-    echo_fn = None
-    if echo:
-        from streamctl.formats.writer import Output
-
-        out = Output()
-
-        def echo_fn(lines: list[bytes]) -> None:
-            for ln in lines:
-                out.write(ln)
-            out.flush()
-
-    opts = ProduceOptions(
-        decoder=decoder, partition=partition, max_record_bytes=max_bytes, on_error=mode,
-        dead_letter=dead_letter, per_record=fsync == "always", echo=echo_fn,
-    )
-    if envelope:
-        opts.envelope_batch = inputs.EnvelopeLane(key)
-    elif not raw:
-        if key_field is None:
-            opts.validate_batch, opts.const_key = validate_values, key
-        else:
-            opts.key_path = value_path(key_field)
-    with Appender(lg, fsync=fsync, lock_timeout=timeout) as app_:
-        if exactly_once:
-            from streamctl.clients.dedup import Deduper
-
-            deduper = Deduper(lg, app_)
-            opts.dedupe = deduper
-        stats = run_produce(lg, opened, opts, app_)
-    if out is not None:
-        out.flush()
-    parts = sorted(stats.ranges)
-    if parts:
-        shown = ", ".join(f"p{p} {stats.ranges[p][0]}..{stats.ranges[p][1]}" for p in parts[:8])
-        if len(parts) > 8:
-            shown += f", ... ({len(parts)} partitions)"
-    else:
-        shown = "nothing appended"
-    msg = f"produced {stats.records} record(s) to {log}: {shown}"
-    if stats.skipped_duplicates:
-        msg += f"; {stats.skipped_duplicates} duplicate(s) skipped (--exactly-once)"
-    if stats.rejected:
-        where = f" (written to {dead_letter})" if dead_letter else ""
-        msg += f"; {stats.rejected} bad line(s) rejected{where}"
-    info(msg)
+    produce_run.run(log, files, key_field=key_field, key=key, envelope=envelope, raw=raw, key_delimiter=key_delimiter,
+                    source=source, partitions=partitions, partition=partition, segment_bytes=seg_bytes, fsync=fsync,
+                    echo=echo, max_record_bytes=max_bytes, on_error=mode, dead_letter=dead_letter,
+                    lock_timeout=timeout, exactly_once=exactly_once, say=info)

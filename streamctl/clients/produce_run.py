@@ -1,0 +1,106 @@
+"""`streamctl produce` as it runs: the input decoder, the log (created on first use), the inputs
+opened, --echo, --exactly-once, and the one-line summary. The append loop is clients.producer.
+
+Diagnostics (the summary) go to the `say` callback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from streamctl.clients.producer import ProduceStats
+
+SHOWN_PARTITIONS = 8  # the summary names this many partitions' offset ranges, then counts the rest
+
+
+def run(log: str, files: list[str] | None, *, key_field: str | None, key: str | None, envelope: bool, raw: bool,
+        key_delimiter: str | None, source: str | None, partitions: int | None, partition: int | None,
+        segment_bytes: int | None, fsync: str, echo: bool, max_record_bytes: int, on_error: str,
+        dead_letter: str | None, lock_timeout: float | None, exactly_once: bool,
+        say: Callable[[str], None]) -> None:
+    """Append the records of `files` (none or - : stdin) to `log`; the options are checked already."""
+    import os
+    import sys
+
+    from streamctl.clients.producer import Input, ProduceOptions, validate_values
+    from streamctl.clients.producer import produce as run_produce
+    from streamctl.errors import UsageError
+    from streamctl.formats import inputs
+    from streamctl.storage import log as logmod
+    from streamctl.storage.appender import Appender
+    from streamctl.storage.fieldpaths import value_path
+    from streamctl.storage.names import check_partition
+    from streamctl.timeparse import now_ms
+
+    if raw:
+        decoder = inputs.raw_decoder(key_delimiter, key)
+    elif envelope:
+        decoder = inputs.envelope_decoder(key, source)
+    else:
+        decoder = inputs.value_decoder(key_field, key)
+
+    lg = logmod.open_or_create(log, partitions, segment_bytes, now_ms())
+    if partition is not None:
+        check_partition(partition, lg.partitions)
+
+    opened: list[Input] = []
+    names = files or ["-"]
+    for name in names:
+        if name == "-":
+            opened.append(Input("<stdin>", sys.stdin.fileno()))
+            continue
+        try:
+            opened.append(Input(name, os.open(name, os.O_RDONLY)))
+        except OSError as e:
+            raise UsageError(f"{name}: cannot open: {e.strerror}") from None
+
+    out = None
+    echo_fn = None
+    if echo:
+        from streamctl.formats.writer import Output
+
+        out = Output()
+
+        def echo_fn(lines: list[bytes]) -> None:
+            for ln in lines:
+                out.write(ln)
+            out.flush()
+
+    opts = ProduceOptions(
+        decoder=decoder, partition=partition, max_record_bytes=max_record_bytes, on_error=on_error,
+        dead_letter=dead_letter, per_record=fsync == "always", echo=echo_fn,
+    )
+    if envelope:
+        opts.envelope_batch = inputs.EnvelopeLane(key)
+    elif not raw:
+        if key_field is None:
+            opts.validate_batch, opts.const_key = validate_values, key
+        else:
+            opts.key_path = value_path(key_field)
+    with Appender(lg, fsync=fsync, lock_timeout=lock_timeout) as app_:
+        if exactly_once:
+            from streamctl.clients.dedup import Deduper
+
+            deduper = Deduper(lg, app_)
+            opts.dedupe = deduper
+        stats = run_produce(lg, opened, opts, app_)
+    if out is not None:
+        out.flush()
+    say(summary(log, stats, dead_letter))
+
+
+def summary(log: str, stats: ProduceStats, dead_letter: str | None) -> str:
+    parts = sorted(stats.ranges)
+    if parts:
+        shown = ", ".join(f"p{p} {stats.ranges[p][0]}..{stats.ranges[p][1]}" for p in parts[:SHOWN_PARTITIONS])
+        if len(parts) > SHOWN_PARTITIONS:
+            shown += f", ... ({len(parts)} partitions)"
+    else:
+        shown = "nothing appended"
+    msg = f"produced {stats.records} record(s) to {log}: {shown}"
+    if stats.skipped_duplicates:
+        msg += f"; {stats.skipped_duplicates} duplicate(s) skipped (--exactly-once)"
+    if stats.rejected:
+        where = f" (written to {dead_letter})" if dead_letter else ""
+        msg += f"; {stats.rejected} bad line(s) rejected{where}"
+    return msg
