@@ -15,18 +15,10 @@ def info(msg: str) -> None:
 
 
 def write_job(text: str, target: str) -> None:
-    """--emit-job: the generated PySpark job to stdout (`-`) or to an executable file, replaced atomically."""
-    if target == "-":
-        from streamctl.formats.writer import Output
+    """--emit-job: the generated PySpark job to stdout (`-`) or to an executable file (spark.runner.write_job)."""
+    from streamctl.spark.runner import write_job as write
 
-        w = Output()
-        w.write(text.encode())
-        w.flush()
-        return
-    from streamctl.storage.fsutil import atomic_write
-
-    atomic_write(target, text.encode(), 0o755)
-    info(f"wrote the Spark job to {target}; run it with: spark-submit {target}  (or: python {target})")
+    write(text, target, info)
 
 
 def example(*lines: str) -> str:
