@@ -141,9 +141,10 @@ def active_partitions(pl: Plan) -> list[int]:
 
 def copy_stored(log: Log, p: int, start: int, end: int | None, copy: Callable[[int, int, int], bool]) -> None:
     """Hand partition p's stored lines with offsets in [start, end) to `copy(fd, first byte,
-    end byte)` as byte ranges, unread: the zero-copy path of consume and replay. Stops when
-    copy returns False."""
-    for _path, fd, lo, hi in reader.iter_ranges(log, p, start, end):
+    end byte)` as byte ranges: the zero-copy path of consume and replay. Each range is read once
+    and its lines checked (reader.iter_checked_ranges) before it is handed on; a corrupt line
+    stops the copy before it. Stops when copy returns False."""
+    for _path, fd, lo, hi in reader.iter_checked_ranges(log, p, start, end):
         if not copy(fd, lo, hi):
             return
 

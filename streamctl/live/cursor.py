@@ -33,7 +33,7 @@ from streamctl.groups.membership import Membership
 from streamctl.live.wait import Waiter
 from streamctl.storage import record, segment
 from streamctl.storage.log import Log
-from streamctl.storage.reader import segment_for
+from streamctl.storage.reader import check_block, segment_for
 from streamctl.timeparse import now_ms
 
 if TYPE_CHECKING:
@@ -120,6 +120,8 @@ class PartitionCursor:
                 buf = os.pread(self.fd, end - self.pos, self.pos)
                 i = len(buf) - 1
             block = buf[: i + 1]
+            check_block(os.path.join(self.log.partition_dir(self.p), segment.segment_name(self.base)),
+                        self.pos, block)
             self.pos += len(block)
             got += len(block)
             # Records below next_offset can appear only after a rewrite; drop them.

@@ -34,6 +34,29 @@ def corrupt(path: str, pos: int | None, e: Exception) -> StorageError:
     return StorageError(f"{where}: corrupt record ({e}); run `streamctl check` on the log")
 
 
+def check_block(path: str, pos: int, block: bytes | bytearray, start: int = 0, end: int | None = None) -> None:
+    """Refuse a block of whole stored lines (read at byte `pos` of `path`) holding a line that is not
+    a record: every reader calls this before handing lines on (segment.first_bad_line says what
+    is checked)."""
+    bad = segment.first_bad_line(block, start, len(block) if end is None else end)
+    if bad is not None:
+        raise corrupt(path, pos + bad[0] - start, bad[1])
+
+
+def check_offsets(path: str, pos: int, block: bytes | bytearray, end: int, prev: int) -> int:
+    """The last offset of a checked block of whole lines block[:end] read at byte `pos`, after making
+    sure its first offset is above `prev` (the last offset of the block before it) and not above
+    its last: offsets are only compared at block edges, which costs nothing per line."""
+    first = record.offset_of(bytes(block[: block.find(b"\n", 0, end) + 1]))
+    j = block.rfind(b"\n", 0, end - 1) + 1
+    last = record.offset_of(bytes(block[j:end]))
+    if first <= prev:
+        raise corrupt(path, pos, ValueError(f"offset {first} does not increase (previous {prev})"))
+    if last < first:
+        raise corrupt(path, pos + j, ValueError(f"offset {last} does not increase (first of its block {first})"))
+    return last
+
+
 def _first_line(fd: int, end: int) -> bytes | None:
     found = segment.line_at_or_after(fd, 0, end, end)
     return found[1] if found else None
@@ -185,14 +208,45 @@ def iter_located_blocks(log: Log, p: int, start: int, end: int | None) -> Iterat
     """(segment path, byte position, block) — iter_blocks with where each block came from."""
     for path, fd, lo, hi in iter_ranges(log, p, start, end):
         pos = lo
+        prev = -1
         try:
             for block in segment.iter_blocks(fd, lo, hi):
-                # parse each block's last line here, so a corrupt segment is named by path and byte
-                record.offset_of(block[block.rfind(b"\n", 0, len(block) - 1) + 1:])
+                check_block(path, pos, block)
+                prev = check_offsets(path, pos, block, len(block), prev)
                 yield path, pos, block
                 pos += len(block)
         except record.BadRecord as e:
             raise corrupt(path, _bad_line_pos(fd, pos, hi), e) from None
+
+
+CHECK_CHUNK = 1 << 20  # bytes read per framing check on the zero-copy path
+CHECKED_SPAN = 8 << 20  # checked bytes handed out per range (one sendfile call's worth)
+
+
+def iter_checked_ranges(log: Log, p: int, start: int, end: int | None) -> Iterator[tuple[str, int, int, int]]:
+    """iter_ranges for readers that copy the bytes unread (consume and replay to stdout, by
+    sendfile): each range is read once into a reused buffer and its lines checked
+    (check_block) before it is handed out, in ranges of about CHECKED_SPAN bytes, so
+    a corrupt line stops the copy before it, named by segment and byte."""
+    buf = bytearray(CHECK_CHUNK)
+    for path, fd, lo, hi in iter_ranges(log, p, start, end):
+        pos = out = lo
+        prev = -1
+        while pos < hi:
+            n = min(len(buf), hi - pos)
+            got = os.preadv(fd, [memoryview(buf)[:n]], pos)
+            if got < n:
+                raise StorageError(f"{path}: segment shrank while reading it")
+            cut = buf.rfind(b"\n", 0, got) + 1
+            if cut == 0:  # a line longer than the buffer
+                buf = bytearray(len(buf) * 2)
+                continue
+            check_block(path, pos, buf, 0, cut)
+            prev = check_offsets(path, pos, buf, cut, prev)
+            pos += cut
+            if pos - out >= CHECKED_SPAN or pos >= hi:
+                yield path, fd, out, pos
+                out = pos
 
 
 def iter_ranges(log: Log, p: int, start: int, end: int | None) -> Iterator[tuple[str, int, int, int]]:
@@ -286,6 +340,7 @@ def iter_blocks_reverse(log: Log, p: int, start: int, end: int,
                     continue
                 want = chunk
                 block = buf[cut:] if cut else buf
+                check_block(seg.path, pos - n + cut, block)
                 pos -= n - cut
                 upper = record.offset_of(block[: block.find(b"\n") + 1])
                 yield block

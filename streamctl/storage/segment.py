@@ -7,6 +7,7 @@ A segment is `pN/<first offset, 20 digits>.jsonl`. Only bytes up to the last
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -16,6 +17,63 @@ from streamctl.storage.fsutil import NOFOLLOW
 SUFFIX = ".jsonl"
 NAME_DIGITS = 20
 CHUNK = 1 << 20
+
+
+# Framing of stored lines, checked by every reader before it hands a line on: a line starts with
+# `{"offset":` and ends with `}`. One regex pass finds a `\n` that does not sit between such lines
+# (no line is held in Python unless it fails); see first_bad_line.
+LINE_START = b'{"offset":'
+_FRAME_BREAK = re.compile(rb'\n(?:(?<!\}\n)|(?!\{"offset":))')
+
+
+def _not_a_record(line: bytes | bytearray) -> record.BadRecord | None:
+    try:
+        record.parse(bytes(line))
+    except record.BadRecord as e:
+        return e
+    return None
+
+
+def first_bad_line(buf: bytes | bytearray, start: int, end: int) -> tuple[int, record.BadRecord] | None:
+    """(byte position, why) of the first line of buf[start:end] (whole lines) that is not a record.
+
+    The fast path is the framing check: every line starts with `{"offset":` and ends
+    with `}`. A line that is not framed so is parsed in full (orjson), and passes if
+    it is a record after all (a hand-written line in another layout); so a line
+    damaged inside, between its first and last byte, is not caught here, only by the
+    readers that parse the value.
+    """
+    pos = start
+    while pos < end:
+        if buf.startswith(LINE_START, pos, end):
+            m = _FRAME_BREAK.search(buf, pos, end - 1)
+            if m is None:
+                if buf[end - 2] == 0x7D:  # `}` before the last \n
+                    return None
+                nl = end - 1
+            else:
+                nl = m.start()
+                if buf[nl - 1] == 0x7D:  # this line is framed, the next one is not
+                    pos = nl + 1
+                    bad = buf.find(b"\n", pos, end)
+                    why = _not_a_record(buf[pos:bad + 1])
+                    if why is not None:
+                        return pos, why
+                    pos = bad + 1
+                    continue
+            i = buf.rfind(b"\n", pos, nl)
+            line_start = i + 1 if i >= 0 else pos
+            why = _not_a_record(buf[line_start:nl + 1])
+            if why is not None:
+                return line_start, why
+            pos = nl + 1
+        else:
+            nl = buf.find(b"\n", pos, end)
+            why = _not_a_record(buf[pos:nl + 1])
+            if why is not None:
+                return pos, why
+            pos = nl + 1
+    return None
 
 
 def segment_name(base_offset: int) -> str:
