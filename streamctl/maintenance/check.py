@@ -108,6 +108,7 @@ def check(log: Log, repair: bool = False) -> CheckReport:
             if os.path.islink(full):
                 report.problems.append(Problem(full, None, "is a symlink"))
         stale = _check_swaps(pdir, repair, report)
+        _check_manifest(pdir, report)
         segs = [s for s in log.segments(p) if s.path not in stale]
         report.segments += len(segs)
         prev_off, prev_ts = -1, 0
@@ -178,6 +179,32 @@ def _check_swaps(pdir: str, repair: bool, report: CheckReport) -> set[str]:
                 "a compaction swap rejected as invalid (never applied; the segments it named were kept); "
                 "inspect it, then delete it"))
     return stale
+
+
+def _check_manifest(pdir: str, report: CheckReport) -> None:
+    """A segment the partition's segment list (segment.write_manifest) has, whose file is gone,
+    that neither retention (a prefix) nor an unfinished compaction swap (its run) explains."""
+    from streamctl.storage import replace
+
+    for _attempt in range(5):
+        listed = segment.read_manifest(pdir)
+        if listed is None:
+            return  # no list yet (a log from before it): nothing to compare
+        names = os.listdir(pdir)
+        if segment.read_manifest(pdir) == listed:
+            break  # no roll, swap or retention rewrote the list while the folder was listed
+    else:
+        return
+    have = sorted(b for b in map(segment.parse_segment_name, names) if b is not None)
+    runs = [r for r in (replace.parse_run_name(n, replace.SWAP) for n in names) if r is not None]
+    present = set(have)
+    for base in listed:
+        if base in present or (have and base < have[0]) or any(b <= base < e for b, e in runs):
+            continue
+        report.problems.append(Problem(
+            os.path.join(pdir, segment.segment_name(base)), None,
+            f"segment is missing: the partition's segment list ({segment.MANIFEST}) has it, and neither "
+            "compaction nor retention removed it; its records are gone (restore the file from a backup)"))
 
 
 def _repair_tail(log: Log, p: int, seg: segment.Segment, problem: Problem) -> None:

@@ -230,6 +230,7 @@ def _roll(pdir: str) -> bool:
     except FileExistsError:
         return False
     fsync_dir(pdir)
+    segment.write_manifest(pdir)
     return True
 
 

@@ -150,3 +150,4 @@ def apply(pdir: str, rp: RetentionPlan) -> None:
             pass
     if rp.delete:
         fsync_dir(pdir)
+        segment.write_manifest(pdir)

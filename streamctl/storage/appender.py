@@ -21,7 +21,8 @@ from streamctl.storage import record
 from streamctl.storage.fsutil import NOFOLLOW, flock, fsync_dir, open_dir, unlock, write_all
 from streamctl.storage.log import Log
 from streamctl.storage.replace import recover as _finish_interrupted_swaps
-from streamctl.storage.segment import cut_torn_tail, last_line, list_segments, segment_name, visible_end
+from streamctl.storage.segment import (cut_torn_tail, last_line, list_segments, segment_name, visible_end,
+                                       write_manifest)
 from streamctl.timeparse import now_ms
 
 FSYNC_POLICIES = ("always", "batch", "never")
@@ -175,6 +176,7 @@ class Appender:
             path = os.path.join(pdir, segment_name(0))
             fd = os.open(path, os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o644)
             fsync_dir(pdir)
+            write_manifest(pdir)
             segs = list_segments(pdir)
             os.close(fd)
         active = segs[-1]
@@ -218,6 +220,7 @@ class Appender:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o644)
             fsync_dir(pdir)
+            write_manifest(pdir)
         except FileExistsError:
             fd = os.open(path, os.O_RDWR | NOFOLLOW)
         except OSError as e:

@@ -203,6 +203,7 @@ def _finish(pdir: str, base: int, end: int, swap: str) -> None:
             removed |= _unlink(seg.path)
     if removed:
         fsync_dir(pdir)
+    segment.write_manifest(pdir)  # before the .swap goes: until then the swap's run explains the gaps
     os.unlink(swap)
     fsync_dir(pdir)
 

@@ -113,6 +113,50 @@ def list_segments(pdir: str) -> list[Segment]:
     return out
 
 
+MANIFEST = ".segments"  # per partition folder: the segment bases as last recorded (see write_manifest)
+
+
+def write_manifest(pdir: str) -> None:
+    """Record the partition's segment list, `{"segments": [base, ...]}`, atomically.
+
+    Written under the partition lock after every change of the list by streamctl:
+    a roll (after the new segment exists), a compaction swap (after the replaced
+    segments are gone, before its .swap is removed) and retention (after the
+    deletion). So `check` can tell a segment deleted from the middle of a partition
+    from compaction's gaps: a base listed here whose file is gone, not before the
+    first segment (retention deletes a prefix) and not in the run of a .swap that
+    is still there (recovery rewrites the list), was removed outside streamctl.
+    A crash before the rewrite leaves at most a new last segment unlisted.
+    """
+    import orjson
+
+    from streamctl.storage.fsutil import atomic_write
+
+    bases = [s.base for s in list_segments(pdir)]
+    atomic_write(os.path.join(pdir, MANIFEST), orjson.dumps({"segments": bases}) + b"\n")
+
+
+def read_manifest(pdir: str) -> list[int] | None:
+    """The recorded segment bases, or None when there is no usable list (a log from before it)."""
+    import orjson
+
+    try:
+        fd = os.open(os.path.join(pdir, MANIFEST), os.O_RDONLY | NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, 1 << 26)
+    finally:
+        os.close(fd)
+    try:
+        bases = orjson.loads(data)["segments"]
+    except (orjson.JSONDecodeError, TypeError, KeyError):
+        return None
+    if not isinstance(bases, list) or not all(type(b) is int and b >= 0 for b in bases):
+        return None
+    return bases
+
+
 def open_read(path: str) -> int:
     return os.open(path, os.O_RDONLY | NOFOLLOW)
 

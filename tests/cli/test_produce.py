@@ -19,7 +19,7 @@ def test_values_round_trip_and_layout(logdir):
     assert b"produced 4 record(s)" in p.stderr and b"p0 0..3" in p.stderr
     meta = json.load(open(os.path.join(logdir, "streamctl.json")))
     assert meta["format"] == 1 and meta["partitions"] == 1 and meta["segment_bytes"] >= 1 << 20
-    assert os.listdir(os.path.join(logdir, "p0")) == ["00000000000000000000.jsonl"]
+    assert sorted(os.listdir(os.path.join(logdir, "p0"))) == [".segments", "00000000000000000000.jsonl"]
     recs = read_log(logdir)
     assert [r["value"] for r in recs] == [{"a": 1}, "two", 3, [4]]
     assert [r["offset"] for r in recs] == [0, 1, 2, 3]
@@ -153,7 +153,7 @@ def test_echo_and_fsync_modes(logdir):
 def test_segments_roll_at_segment_bytes(logdir):
     lines = "".join(json.dumps({"i": i, "pad": "x" * 100}) + "\n" for i in range(100))
     run_cli("produce", logdir, "--segment-bytes", "2KiB", input=lines, check=True)
-    names = sorted(os.listdir(os.path.join(logdir, "p0")))
+    names = sorted(n for n in os.listdir(os.path.join(logdir, "p0")) if n.endswith(".jsonl"))
     assert len(names) > 3
     bases = [int(n[:20]) for n in names]
     recs = read_log(logdir)
