@@ -22,6 +22,24 @@ class TooLong:
 Line = "bytes | TooLong"
 
 
+@dataclass(slots=True)
+class Batch:
+    """A read batch: its lines (without `\n`; a CR before it removed) and where they came from.
+
+    `text` is the bytes the lines were split from, `\n` between them and any CR still
+    in place (so a byte offset in it maps to a line by counting `\n`s before it), or
+    None when the batch holds an over-long line (only the per-line path takes those).
+    """
+
+    first: int  # line number of lines[0], from 1
+    lines: list[bytes | TooLong]
+    text: bytes | None
+
+    def numbered(self) -> Iterator[tuple[int, bytes | TooLong]]:
+        """(line number, line) pairs."""
+        return zip(range(self.first, self.first + len(self.lines)), self.lines, strict=True)
+
+
 def _readable_now(fd: int) -> bool:
     try:
         r, _, _ = select.select([fd], [], [], 0)
@@ -30,8 +48,8 @@ def _readable_now(fd: int) -> bool:
     return bool(r)
 
 
-def read_batches(fd: int, max_line: int, batch_bytes: int = 1 << 20) -> Iterator[list[tuple[int, bytes | TooLong]]]:
-    """Yield lists of (line number from 1, line without `\n` | TooLong)."""
+def read_batches(fd: int, max_line: int, batch_bytes: int = 1 << 20) -> Iterator[Batch]:
+    """Yield the input as batches of lines; a line over max_line bytes is a TooLong."""
     carry = b""
     skipping = 0  # > 0: inside an over-long line, this many bytes seen so far
     lineno = 0
@@ -49,7 +67,8 @@ def read_batches(fd: int, max_line: int, batch_bytes: int = 1 << 20) -> Iterator
             if got >= batch_bytes or not _readable_now(fd):
                 break
         data = b"".join(chunks)
-        out: list[tuple[int, bytes | TooLong]] = []
+        out: list[bytes | TooLong] = []
+        text: bytes | None = b""
         start = 0
         if skipping:
             i = data.find(b"\n")
@@ -57,30 +76,36 @@ def read_batches(fd: int, max_line: int, batch_bytes: int = 1 << 20) -> Iterator
                 skipping += len(data)
                 start = len(data)
             else:
-                lineno += 1
-                out.append((lineno, TooLong(skipping + i)))
+                out.append(TooLong(skipping + i))
+                text = None
                 skipping = 0
                 start = i + 1
-        if start < len(data):
+        if start < len(data) or (eof and carry):
             buf = carry + data[start:] if carry else data[start:]
             carry = b""
             lines = buf.split(b"\n")
             tail = lines.pop()
-            if b"\r" in buf:  # CRLF line endings: the \r is not part of the record
-                lines = [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
-            for ln in lines:
-                lineno += 1
-                out.append((lineno, ln if len(ln) <= max_line else TooLong(len(ln))))
+            end = len(buf) - len(tail) - 1  # the text of the whole lines, without the last \n
             if len(tail) > max_line:
                 skipping = len(tail)
+            elif eof and tail:
+                lines.append(tail)  # the last line, without a \n
+                end = len(buf)
             else:
                 carry = tail
-        if eof:
-            if skipping:
-                lineno += 1
-                out.append((lineno, TooLong(skipping)))
-            elif carry:
-                lineno += 1
-                out.append((lineno, carry[:-1] if carry.endswith(b"\r") else carry))
+            if lines:
+                if b"\r" in buf:  # CRLF line endings: the \r is not part of the record
+                    lines = [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
+                if max(map(len, lines)) > max_line:
+                    out += [ln if len(ln) <= max_line else TooLong(len(ln)) for ln in lines]
+                    text = None
+                else:
+                    out += lines
+                    if text is not None:
+                        text = buf[:end] if end < len(buf) else buf
+        if eof and skipping:
+            out.append(TooLong(skipping))
+            text = None
         if out:
-            yield out
+            yield Batch(lineno + 1, out, text)
+            lineno += len(out)

@@ -22,7 +22,7 @@ def run(log: str, files: list[str] | None, *, key_field: str | None, key: str | 
     import os
     import sys
 
-    from streamctl.clients.producer import Input, ProduceOptions, validate_values
+    from streamctl.clients.producer import EnvelopeLane, Input, ProduceOptions, RawLane, validate_values
     from streamctl.clients.producer import produce as run_produce
     from streamctl.errors import UsageError
     from streamctl.formats import inputs
@@ -70,13 +70,14 @@ def run(log: str, files: list[str] | None, *, key_field: str | None, key: str | 
         decoder=decoder, partition=partition, max_record_bytes=max_record_bytes, on_error=on_error,
         dead_letter=dead_letter, per_record=fsync == "always", echo=echo_fn,
     )
-    if envelope:
-        opts.envelope_batch = inputs.EnvelopeLane(key)
-    elif not raw:
-        if key_field is None:
-            opts.validate_batch, opts.const_key = validate_values, key
-        else:
-            opts.key_path = value_path(key_field)
+    if raw:
+        opts.raw_batch = RawLane(key_delimiter, key)
+    elif envelope:
+        opts.envelope_batch = EnvelopeLane(key)
+    elif key_field is None:
+        opts.validate_batch, opts.const_key = validate_values, key
+    else:
+        opts.key_path = value_path(key_field)
     with Appender(lg, fsync=fsync, lock_timeout=lock_timeout) as app_:
         if exactly_once:
             from streamctl.clients.dedup import Deduper

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import errno
 import os
+from bisect import bisect_left
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import count, repeat
+from itertools import accumulate, compress, count, repeat
+from typing import Any
 
 from streamctl.errors import StorageError
 from streamctl.storage import record
@@ -139,10 +142,7 @@ class Appender:
 
     def append_values(self, p: int, key_json: bytes, values: Sequence[bytes], want_lines: bool = False) -> AppendResult:
         """Append values that share one key: produce's fast lane (no per-record tuples)."""
-        if self.filter is not None:
-            return self.append(p, [(key_json, v, None) for v in values], want_lines)
-        with self._locked(p) as tail:
-            return self._write_values(p, tail, key_json, values, want_lines)
+        return self.append_texts(p, key_json, values, None, want_lines)
 
     def append_keyed(self, p: int, key_jsons: Sequence[bytes], values: Sequence[bytes],
                      want_lines: bool = False) -> AppendResult:
@@ -150,22 +150,39 @@ class Appender:
 
         The same lines as append() of (key, value, None) items, without building a tuple per record.
         """
+        return self.append_texts(p, key_jsons, values, None, want_lines)
+
+    def append_texts(self, p: int, keys: bytes | Sequence[bytes], values: Sequence[Any],
+                     headers: Sequence[bytes | None] | None = None, want_lines: bool = False) -> AppendResult:
+        """Append records given as JSON texts, each line built by one C-level format call: produce's fast lanes.
+
+        keys: one key JSON text for every record, or one per record; values: value JSON texts
+        (bytes, or buffers such as msgspec.Raw); headers: None, or per record a headers JSON
+        text or None. The lines are record.encode's, byte for byte, as append() writes them.
+        """
         if self.filter is not None:
-            return self.append(p, list(zip(key_jsons, values, repeat(None))), want_lines)
+            ks = repeat(keys) if isinstance(keys, bytes) else keys
+            hs = repeat(None) if headers is None else headers
+            return self.append(p, [(k, bytes(v), h) for k, v, h in zip(ks, values, hs, strict=False)], want_lines)
         with self._locked(p) as tail:
             ts = max(self.clock(), tail.last_ts)
-            middle = b',"partition":%d,"ts":%d,"key":' % (p, ts)
-            lines = (b'{"offset":%d%s%s,"value":%s}\n' % (off, middle, k, v)
-                     for off, k, v in zip(count(tail.next_offset), key_jsons, values))
-            return self._write_lines(p, tail, ts, lines, want_lines)
-
-    def _write_values(self, p: int, tail: _Tail, key_json: bytes, values: Sequence[bytes],
-                      want_lines: bool) -> AppendResult:
-        ts = max(self.clock(), tail.last_ts)
-        # record.encode's layout, with everything after the offset fixed for the batch
-        middle = b',"partition":%d,"ts":%d,"key":%s,"value":' % (p, ts, key_json)
-        lines = (b'{"offset":%d%s%s}\n' % (off, middle, v) for off, v in zip(count(tail.next_offset), values))
-        return self._write_lines(p, tail, ts, lines, want_lines)
+            # record.encode's layout, everything but the offset, key, value and headers fixed for the batch
+            fmt = b'{"offset":%%d,"partition":%d,"ts":%d,"key":' % (p, ts)
+            cols: list = [count(tail.next_offset)]
+            if isinstance(keys, bytes):
+                fmt += keys.replace(b"%", b"%%") + b',"value":%b'
+            else:
+                fmt += b'%b,"value":%b'
+                cols.append(keys)
+            cols.append(values)
+            if headers is not None and any(headers):
+                members = [b""] * len(values)
+                deque(map(members.__setitem__, compress(count(), headers),
+                          map(b',"headers":'.__add__, filter(None, headers))), maxlen=0)
+                fmt += b"%b"
+                cols.append(members)
+            lines = list(map((fmt + b"}\n").__mod__, zip(*cols, strict=False)))
+            return self._write_list(p, tail, ts, lines, want_lines)
 
     def _refresh(self, p: int) -> _Tail:
         """Find the active segment's end under the lock; reuse what we knew if unchanged."""
@@ -228,7 +245,7 @@ class Appender:
         os.close(tail.fd)
         tail.path, tail.fd, tail.ino, tail.size = path, fd, os.fstat(fd).st_ino, os.fstat(fd).st_size
 
-    def _flush(self, tail: _Tail, buf: bytearray) -> None:
+    def _flush(self, tail: _Tail, buf: bytes) -> None:
         if not buf:
             return
         before = tail.size
@@ -261,38 +278,41 @@ class Appender:
         encode = record.encode
         middle = b',"partition":%d,"ts":%d,"key":' % (p, ts)
         # record.encode's layout, inlined for the common no-headers record (hot loop)
-        lines = (b'{"offset":%d%s%s,"value":%s}\n' % (off, middle, key, value) if headers is None
+        lines = [b'{"offset":%d%s%s,"value":%s}\n' % (off, middle, key, value) if headers is None
                  else encode(off, p, ts, key, value, headers)
-                 for off, (key, value, headers) in zip(count(tail.next_offset), items))
-        return self._write_lines(p, tail, ts, lines, want_lines)
+                 for off, (key, value, headers) in zip(count(tail.next_offset), items)]
+        return self._write_list(p, tail, ts, lines, want_lines)
 
-    def _write_lines(self, p: int, tail: _Tail, ts: int, lines: Iterator[bytes], want_lines: bool) -> AppendResult:
-        """Write encoded lines (offsets tail.next_offset, +1, ...) in one batch, rolling segments."""
+    def _write_list(self, p: int, tail: _Tail, ts: int, lines: list[bytes], want_lines: bool) -> AppendResult:
+        """Write encoded lines (offsets tail.next_offset, +1, ...) in one batch, rolling segments.
+
+        A line goes into the active segment while the segment is smaller than segment_bytes
+        before it (the first line of an empty segment always does); each segment's share is
+        written with one write and, per policy, one fsync.
+        """
         seg_bytes = self.log.meta.segment_bytes
-        first = off = tail.next_offset
-        buf = bytearray()
-        kept: list[bytes] | None = [] if want_lines else None
-        size = tail.size
+        first = tail.next_offset
+        n = len(lines)
+        ends = list(accumulate(map(len, lines)))  # ends[k]: bytes of lines[0..k]
         try:
-            for line in lines:
-                if size + len(buf) >= seg_bytes and (size > 0 or buf):
-                    self._flush(tail, buf)
-                    buf.clear()
-                    tail.next_offset = off
+            if n and tail.size >= seg_bytes and tail.size > 0:
+                self._roll(p, tail)
+            i = 0
+            while i < n:
+                # lines i.. up to the first that would start at or past segment_bytes (line i always)
+                j = min(bisect_left(ends, seg_bytes - tail.size + (ends[i - 1] if i else 0), i) + 1, n)
+                self._flush(tail, b"".join(lines[i:j]))
+                i = j
+                if i < n:
+                    tail.next_offset = first + i
                     self._roll(p, tail)
-                    size = tail.size
-                buf += line
-                if kept is not None:
-                    kept.append(line)
-                off += 1
-            self._flush(tail, buf)
         except StorageError:
             # Offsets of this batch were not written; forget our cached view.
             self._forget(p)
             raise
-        tail.next_offset = off
+        tail.next_offset = first + n
         tail.last_ts = ts
-        return AppendResult(p, first, off - 1, kept)
+        return AppendResult(p, first, first + n - 1, lines if want_lines else None)
 
     def _forget(self, p: int) -> None:
         tail = self._tails.pop(p, None)

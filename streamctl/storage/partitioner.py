@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import itertools
+from collections import deque
+from itertools import compress, count, cycle, islice, repeat
+from operator import is_
 
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
@@ -67,11 +70,10 @@ class Partitioner:
         return p
 
     def many(self, keys: list[str | None]) -> list[int]:
-        """The partition of each key in order: the same as calling self on each, in fewer steps.
+        """The partition of each key in order: the same as calling self on each, in C-level steps.
 
         Keys repeat, so a batch is mostly cache hits looked up by a C-level map; murmur2
-        runs once per new key. A null key's place in the round-robin depends on the
-        records before it, so a batch with one takes the plain per-key loop.
+        runs once per new key. Null keys take the next places in the round-robin, in order.
         """
         cache = self._cache
         try:
@@ -79,11 +81,17 @@ class Partitioner:
         except KeyError:
             pass
         missing = set(keys).difference(cache)
-        if None in missing:
-            return [self(k) for k in keys]
+        missing.discard(None)
         if len(cache) + len(missing) > _CACHE_KEYS:
             cache.clear()  # bounded: start over rather than grow with a stream of new keys
+            missing = set(keys)
+            missing.discard(None)
         n = self.partitions
         for k in missing:
-            cache[k] = partition_for_key(k, n)  # type: ignore[arg-type]  # None left above  # type: ignore[arg-type]  # None left above
-        return list(map(cache.__getitem__, keys))
+            cache[k] = partition_for_key(k, n)  # type: ignore[arg-type]  # None discarded above
+        got: list = list(map(cache.get, keys))
+        nulls = list(compress(count(), map(is_, keys, repeat(None))))
+        if nulls:
+            start = self.spread(len(nulls))
+            deque(map(got.__setitem__, nulls, islice(cycle(range(n)), start, start + len(nulls))), maxlen=0)
+        return got

@@ -198,6 +198,8 @@ from hypothesis import strategies as st  # noqa: E402
 def _produce_bytes(tmp: str, name: str, data: bytes, *, key_field: str | None, partitions: int,
                    fast: bool, const_key: str | None = None, batch_bytes: int = 300,
                    envelope: bool = False, lane_calls: list | None = None) -> tuple:
+    from streamctl.clients.inputlines import Batch
+    from streamctl.clients.lanes import EnvelopeLane
     from streamctl.clients.producer import Input, ProduceOptions, produce, validate_values
     from streamctl.errors import DataError
     from streamctl.formats import inputs
@@ -212,10 +214,10 @@ def _produce_bytes(tmp: str, name: str, data: bytes, *, key_field: str | None, p
     decoder = inputs.envelope_decoder(const_key) if envelope else inputs.value_decoder(key_field, const_key)
     opts = ProduceOptions(decoder=decoder, on_error="skip", batch_bytes=batch_bytes)
     if fast and envelope:
-        lane = inputs.EnvelopeLane(const_key)
+        lane = EnvelopeLane(const_key)
 
-        def counted(batch: list) -> tuple | None:
-            got = lane(batch)
+        def counted(batch: Batch, exact) -> tuple | None:
+            got = lane(batch, exact)
             if lane_calls is not None:
                 lane_calls.append(got is not None)
             return got
@@ -344,7 +346,7 @@ def test_append_keyed_writes_what_append_writes(tmp_path):
 
 
 # --- the --envelope lane against the per-line decoder ------------------------------------
-# formats.inputs.EnvelopeLane decodes a batch with msgspec (values kept as msgspec.Raw) and
+# clients.lanes.EnvelopeLane decodes a batch with msgspec (values kept as msgspec.Raw) and
 # hands a batch it cannot vouch for to envelope_decoder, the reference. Both store the value
 # as written and must agree byte for byte on everything else.
 
@@ -449,20 +451,25 @@ def test_envelope_lane_takes_ordinary_batches(tmp_path):
 
 
 def test_envelope_lane_hands_a_batch_it_cannot_vouch_for_to_the_decoder(tmp_path):
-    from streamctl.formats.inputs import EnvelopeLane
+    from streamctl.clients.inputlines import Batch
+    from streamctl.clients.lanes import EnvelopeLane
+    from streamctl.formats.inputs import envelope_decoder
 
-    lane = EnvelopeLane(None)
-    ok = [(1, b'{"key":"a","value":{"n":1e30}}'), (2, b'{"key":null,"value":[1,"x"],"headers":{"h":"v"}}')]
-    got = lane(ok)
+    lane, exact = EnvelopeLane(None), envelope_decoder(None)
+
+    def batch(*lines: bytes) -> Batch:
+        return Batch(1, list(lines), b"\n".join(lines))
+
+    ok = [b'{"key":"a","value":{"n":1e30}}', b'{"key":null,"value":[1,"x"],"headers":{"h":"v"}}']
+    got = lane(batch(*ok), exact)
     assert got is not None
-    key_texts, values, headers, keys = got
-    assert key_texts == [b'"a"', b"null"] and [bytes(v) for v in values] == [b'{"n":1e30}', b'[1,"x"]']
-    assert headers == [None, b'{"h":"v"}'] and keys == ["a", None]
+    assert got.key_texts == [b'"a"', b"null"] and [bytes(v) for v in got.values] == [b'{"n":1e30}', b'[1,"x"]']
+    assert got.headers == [None, b'{"h":"v"}'] and got.keys == ["a", None]
     for bad in (b'{"value":1e400}', b'{"value":123456789012345678901234567890}', b'{"value":"\xff"}',
-                b'{"value":1,"key":7}', b'{"value":1,"source":{"log":"a","partition":0,"offset":1}}'):
-        assert lane([*ok, (3, bad)]) is None, bad
+                b'{"value":1,"key":7.5}', b'{"value":1,"source":{"log":"a","partition":0,"offset":1}}'):
+        assert lane(batch(*ok, bad), exact) is None, bad
     # a number that only looks suspect is checked and let through
-    assert lane([(1, b'{"value":{"x":1e-300,"big":12345678901234567890}}')]) is not None
+    assert lane(batch(b'{"value":{"x":1e-300,"big":12345678901234567890}}'), exact) is not None
 
 
 def test_envelope_value_is_stored_as_written(logdir):
