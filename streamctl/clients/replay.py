@@ -287,7 +287,15 @@ def _compact(log: Log, ranges: dict[int, Range], flt: Filter | None, progress: P
     """The table as of the ranges' ends; filters select its rows (each key's latest record), so a
     key whose latest record does not match is left out, never shown with an older value."""
     keys = flt.key_texts if flt is not None and flt.keys else None
-    tables = {p: _partition_table(log, p, r, keys, progress) for p, r in sorted(ranges.items()) if r.start < r.end}
+    tables = {}
+    for p, r in sorted(ranges.items()):
+        if r.start < r.end:
+            try:
+                tables[p] = _partition_table(log, p, r, keys, progress)
+            except record.BadRecord as e:  # damage inside a line that the framing check lets by
+                from streamctl.clients.consumer import locate_corrupt
+
+                raise locate_corrupt(log, p, r.start, e) from None
     if len(tables) > 1:
         # A key found in several partitions (a forced --partition, or a changed
         # partition count): the last write in (ts, partition, offset) order wins.

@@ -38,11 +38,24 @@ def first_bad_line(buf: bytes | bytearray, start: int, end: int) -> tuple[int, r
     """(byte position, why) of the first line of buf[start:end] (whole lines) that is not a record.
 
     The fast path is the framing check: every line starts with `{"offset":` and ends
-    with `}`. A line that is not framed so is parsed in full (orjson), and passes if
-    it is a record after all (a hand-written line in another layout); so a line
-    damaged inside, between its first and last byte, is not caught here, only by the
-    readers that parse the value.
+    with `}`, and no line holds a NUL byte (JSON text never does; zeroed disk blocks
+    do). A line that fails is parsed in full (orjson), and passes if it is a record
+    after all (a hand-written line in another layout); so other damage inside a line,
+    between its first and last byte, is not caught here, only by the readers that
+    parse the value.
     """
+    nul = buf.find(b"\x00", start, end)
+    if nul >= 0:
+        i = buf.rfind(b"\n", start, nul)
+        line_start = i + 1 if i >= 0 else start
+        found = _first_unframed(buf, start, line_start)
+        if found is not None:
+            return found
+        return line_start, _not_a_record(buf[line_start:buf.find(b"\n", nul, end) + 1]) or record.BadRecord("NUL byte")
+    return _first_unframed(buf, start, end)
+
+
+def _first_unframed(buf: bytes | bytearray, start: int, end: int) -> tuple[int, record.BadRecord] | None:
     pos = start
     while pos < end:
         if buf.startswith(LINE_START, pos, end):
