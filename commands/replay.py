@@ -129,7 +129,7 @@ def replay(
         if len(chosen) != 1:
             raise UsageError("an offset reset needs exactly one of " + ", ".join(resets) +
                              (f" (got {', '.join(chosen)})" if chosen else ""))
-        from streamctl.groups import reset_run
+        from streamctl.clients import reset_run
 
         return reset_run.run(log, group, chosen[0], to_offset, to_datetime, shift_by, by_duration, partition,
                              execute, export, from_file, info)
@@ -140,8 +140,8 @@ def replay(
                          "--export writes an offset-reset plan and needs --group G")
     if partition is not None:
         raise UsageError("--partition applies to an offset reset (with --group)")
-    from streamctl.clients import replay_run
     from streamctl.commands.common import parse_size
+    from streamctl.spark import replay_run
 
     spec, now = replay_run.range_spec(engine, from_, until, key, header, where, compact)
     threshold = parse_size(spark_threshold) if spark_threshold is not None else None

@@ -1,9 +1,10 @@
 """A range replay or snapshot as `streamctl replay LOG` runs it: which engine, and where the lines go.
 
-The local engine is streamctl.clients.replay, the Spark engine
-streamctl.spark.replay. One partition's stored lines, unchanged, to stdout are
-copied by the kernel (sendfile); with --out the lines are appended to another
-log. Diagnostics go to the `say` callback.
+It lives with the Spark engine because it chooses between the engines (spark.engine):
+the local one is streamctl.clients.replay, the Spark one streamctl.spark.replay.
+One partition's stored lines, unchanged, to stdout are copied by the kernel
+(sendfile); with --out the lines are appended to another log. Diagnostics go
+to the `say` callback.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from streamctl.clients import replay as core
 from streamctl.errors import UsageError
+from streamctl.spark import replay as spark
+from streamctl.spark.engine import ENGINES, choose_engine
 from streamctl.storage.log import Log
 
 if TYPE_CHECKING:
@@ -30,7 +33,6 @@ def range_spec(engine: str, from_: str | None, until: str | None, key: list[str]
                header: list[str] | None, where: list[str] | None, compact: bool) -> tuple[core.ReplaySpec, int]:
     """The filters, --from/--until and --compact as a spec, and the time `now` the bounds were read at.
     A Spark job applies one key; any other filter is applied by this process (spec.filter)."""
-    from streamctl.spark.engine import ENGINES
     from streamctl.timeparse import now_ms
 
     flt = None
@@ -50,8 +52,6 @@ def range_spec(engine: str, from_: str | None, until: str | None, key: list[str]
 
 def run(log: str, spec: core.ReplaySpec, out: str | None, engine: str, threshold: int | None, master: str | None,
         emit_job: str | None, unbuffered: bool, now: int, say: Say) -> None:
-    from streamctl.spark import replay as spark
-
     flt = spec.filter
     local_only = flt is not None and spec.key is None
     if local_only and (engine == "spark" or emit_job is not None or "://" in log):
@@ -65,7 +65,6 @@ def run(log: str, spec: core.ReplaySpec, out: str | None, engine: str, threshold
                              "output instead: python job.py | streamctl produce LOG2 --envelope")
         return spark.emit(log, spec, master, emit_job, say)
 
-    from streamctl.spark.engine import choose_engine
     from streamctl.storage import log as logmod
 
     if "://" in log:
