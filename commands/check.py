@@ -24,6 +24,10 @@ def check(
 ) -> None:
     """Verify every segment (valid JSON, increasing offsets, names, torn tails) and group offsets.
 
+    Also reported: a compaction .swap that is not valid (never applied) and a
+    segment missing from the middle of a partition. A torn tail after a crash
+    is expected and safe: the next append, or --repair, truncates it.
+
     Exit 0 when clean (or everything found was repaired), 1 when problems remain.
     Problems name the file and byte offset.
     """
