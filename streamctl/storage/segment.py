@@ -143,10 +143,11 @@ def write_manifest(pdir: str) -> None:
     """
     import orjson
 
-    from streamctl.storage.fsutil import atomic_write
+    from streamctl.storage.fsutil import atomic_write, folder
 
     bases = [s.base for s in list_segments(pdir)]
-    atomic_write(os.path.join(pdir, MANIFEST), orjson.dumps({"segments": bases}) + b"\n")
+    with folder(pdir) as dfd:  # never through a symlinked partition folder
+        atomic_write(os.path.join(pdir, MANIFEST), orjson.dumps({"segments": bases}) + b"\n", dir_fd=dfd)
 
 
 def read_manifest(pdir: str) -> list[int] | None:
