@@ -254,7 +254,7 @@ def test_zero_copy_path_matches_the_stored_lines(logdir, tmp_path):
     the lines themselves, from any start, into a pipe, a file, or a file opened for append."""
     make_log(logdir, 400, partitions=2, extra=("--segment-bytes", "1KiB"))
     for p in (0, 1):
-        segs = sorted(os.listdir(os.path.join(logdir, f"p{p}")))
+        segs = sorted(n for n in os.listdir(os.path.join(logdir, f"p{p}")) if n.endswith(".jsonl"))
         assert len(segs) > 5
         stored = b"".join(open(os.path.join(logdir, f"p{p}", s), "rb").read() for s in segs).splitlines(keepends=True)
         assert run_cli("consume", logdir, "--partition", str(p), check=True).stdout == b"".join(stored)

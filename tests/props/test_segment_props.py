@@ -168,7 +168,7 @@ def test_segments_roll_before_the_first_line_past_segment_bytes(tmp_path_factory
                     want.append([])
                 want[-1].append(line)
             off += len(values)
-    names = sorted(os.listdir(lg.partition_dir(0)))
+    names = sorted(n for n in os.listdir(lg.partition_dir(0)) if n.endswith(".jsonl"))
     got = [open(os.path.join(lg.partition_dir(0), n), "rb").read() for n in names]
     assert got == [b"".join(s) for s in want]
     assert [int(n[:20]) for n in names] == [orjson.loads(s[0])["offset"] for s in want]

@@ -428,7 +428,7 @@ def test_parity_with_lines_in_other_layouts(spark, tmp_path, spec):
     path = str(tmp_path / "log")
     make_log(path, partitions=2, per_partition=30, seed=5, segment_records=8, gap_every=4, t0=T0)
     pdir = os.path.join(path, "p1")
-    for name in sorted(os.listdir(pdir)):
+    for name in sorted(n for n in os.listdir(pdir) if n.endswith(".jsonl")):
         seg = os.path.join(pdir, name)
         out = []
         for i, line in enumerate(open(seg, "rb").read().splitlines()):
