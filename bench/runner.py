@@ -35,6 +35,7 @@ class Sample:
     rss_kb: int
     rc: int
     stderr: str = ""
+    cpu: float = 0.0  # user + system seconds of the process and the children it waited for
 
 
 @dataclass
@@ -68,10 +69,15 @@ class Row:
     note: str = ""
     # Spark contestants: each run's own record (STREAMCTL_JOB_TIMES) of the seconds after Spark was up
     works: list[float] = field(default_factory=list)
+    cpus: list[float] = field(default_factory=list)  # CPU seconds (user + system) per run
 
     @property
     def wall(self) -> float | None:
         return statistics.median(self.walls) if self.walls else None
+
+    @property
+    def cpu(self) -> float | None:
+        return statistics.median(self.cpus) if self.cpus else None
 
     @property
     def work(self) -> float | None:
@@ -201,7 +207,7 @@ def measure(argv: list[str], stdin: str | None = None, stdout: str | None = os.d
             if hasattr(f, "close"):
                 f.close()
         ferr.close()
-    return Sample(wall, rss_kb, rc, err)
+    return Sample(wall, rss_kb, rc, err, ru.ru_utime + ru.ru_stime)
 
 
 class Bench:
@@ -303,6 +309,7 @@ class Bench:
                     say(f"  {group} / {c.tool}: FAILED {row.error}")
                     continue
                 row.walls.append(s.wall)
+                row.cpus.append(s.cpu)
                 row.rss_kb.append(s.rss_kb)
                 work = f" (job work after start-up {row.works[-1]:.3f} s)" if c.spark and row.works else ""
                 say(f"  {group} / {c.tool} run {r + 1}/{min(runs, self.spark_runs) if c.spark else runs}: "
@@ -316,11 +323,13 @@ class Bench:
                 return r
         return None
 
-    def ratio(self, group: str, subject: str, reference: str) -> float | None:
-        """reference wall / subject wall: > 1 means the subject is faster."""
+    def ratio(self, group: str, subject: str, reference: str, cpu: bool = False) -> float | None:
+        """reference wall (or CPU) seconds / subject's: > 1 means the subject is faster."""
         a, b = self.row(group, subject), self.row(group, reference)
         if a is None or b is None:
             return None
+        if cpu:
+            return b.cpu / a.cpu if a.cpu and b.cpu else None
         return b.wall / a.wall
 
     def target(self, text: str, measured: str, holds: bool | None) -> None:

@@ -33,11 +33,12 @@ ProduceStats counts the batches of each path.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import compress, count, repeat
-from operator import attrgetter, itemgetter
+from operator import add, attrgetter, gt, itemgetter, sub
 from typing import Any
 
 import msgspec
@@ -58,48 +59,51 @@ class Spliced:
 
     values: list  # value JSON texts: bytes or msgspec.Raw
     key_texts: bytes | list[bytes]  # one key JSON text for all, or one per record
-    keys: list[str | None] | None  # per record, the key that picks the partition; None: all have `key`
+    # per record, the key that picks the partition; None: the key texts pick it (a list of them),
+    # or every record has `key`
+    keys: list[str | None] | None
     headers: list[bytes | None] | None = None  # headers JSON texts per record, or None for none
     key: str | None = None  # the key of every record when keys is None
 
 
 # --- the checks msgspec leaves to the batch ----------------------------------------------
-# Digits and the decimal point as 0, e/E as e, what a number can follow (`:`, `,`, `[`,
-# whitespace, a minus) as `:`, newlines kept, everything else as x; plus signs are deleted. A
-# number with an exponent of 3 or more digits then reads `:0e000`, `:00.0e0000`, ...; a hex
-# id such as 07e7d3e129 reads `x0e000`, which the look at the byte before the digits clears.
+# Digits, the decimal point and plus signs as 0, e/E as e, what a number token can follow (`:`,
+# `,`, `[`, whitespace, a minus, a line start) as `:`, everything else as x. A number with an
+# exponent of 3 or more digits then holds `0e000` (`:00.0e+400` reads `:000e0000`) with a `:`
+# before its digits; a hex id such as 07e7d3e129 holds it too, but after an x (its quote or a
+# letter), which a look at the byte before the digits clears.
 _CLASSES = bytes(
-    48 if 48 <= b <= 57 or b == 46 else 101 if b in b"eE" else 10 if b == 10 else 58 if b in b":,[ \t\r-"
-    else 120
+    48 if 48 <= b <= 57 or b in b".+" else 101 if b in b"eE" else 58 if b in b":,[ \t\r\n-" else 120
     for b in range(256)
 )
-_EXPONENT = b"0e000"
+_EXPONENT = re.compile(b"0e000")
 _RUN = b"0" * 20
 
 
-def suspect_lines(text: bytes) -> set[int]:
-    """Indexes of the lines of text (split at `\n`) that may hold a number orjson refuses or reads as a float:
-    a run of 20 digits, or a number token with an exponent of 3 or more digits."""
-    c = text.translate(_CLASSES, b"+")
-    at = []
-    find = c.find
-    p = find(_EXPONENT)
-    while p >= 0:
-        before = c[max(0, p - 20):p + 1].rstrip(b"0")  # what the digits before the e follow
-        if not before or before[-1] in (58, 10):
-            at.append(p)
-        p = find(_EXPONENT, p + 1)
+def suspect_lines(text: bytes) -> list[int]:
+    """Indexes of the lines of text (split at `\n`) that may hold a number orjson refuses or reads as
+    a float: one with an exponent of 3 or more digits, or a run of 20 digits."""
+    c = text.translate(_CLASSES)
+    at = list(map(_start, _EXPONENT.finditer(c)))  # the digit before each e
+    if at:
+        # the last byte before the run of digits that ends at each hit, found in C-level maps:
+        # a number if the last `:` in the 21 bytes up to it comes after the last x and e
+        lo = list(map(max, map(sub, at, repeat(21)), repeat(0)))
+        hi = list(map(add, at, repeat(1)))
+        colon = map(c.rfind, repeat(b":"), lo, hi)
+        other = map(max, map(c.rfind, repeat(b"x"), lo, hi), map(c.rfind, repeat(b"e"), lo, hi))
+        at = list(compress(at, map(gt, colon, other)))
     if b"0000" in c[::5]:  # a run of 20 covers 4 consecutive bytes of every 5th byte
-        p = find(_RUN)
+        p = c.find(_RUN)
         while p >= 0:
             at.append(p)
-            p = find(_RUN, p + 20)
-    lines: set[int] = set()
+            p = c.find(_RUN, p + 20)
+    lines = []
     line = last = 0
     for p in sorted(at):
-        line += c.count(b"\n", last, p)
+        line += text.count(b"\n", last, p)
         last = p
-        lines.add(line)
+        lines.append(line)
     return lines
 
 
@@ -164,6 +168,7 @@ def _nonblank(batch: Batch) -> list[bytes]:
     return lines if all(lines) else list(filter(None, lines))  # blank lines carry no record
 
 
+_start = re.Match.start
 _raw_value = msgspec.json.Decoder(msgspec.Raw).decode
 _DECODE_ERRORS = (msgspec.DecodeError, RecursionError)  # (a ValidationError is a DecodeError)
 
@@ -214,7 +219,7 @@ class KeyedLane:
 
 class _Envelope(msgspec.Struct, gc=False):
     value: msgspec.Raw
-    key: str | int | None = None
+    key: msgspec.Raw = msgspec.Raw(b"null")
     headers: dict[str, str] | None = None
     source: msgspec.Raw = msgspec.Raw()
 
@@ -228,6 +233,7 @@ class _EnvelopeAnyKey(msgspec.Struct, gc=False):
     source: msgspec.Raw = msgspec.Raw()
 
 
+_key_value = msgspec.json.Decoder(str | int | None).decode
 _value = attrgetter("value")
 _key = attrgetter("key")
 _headers = attrgetter("headers")
@@ -265,7 +271,17 @@ class EnvelopeLane:
             if not checked(batch.text, batch.lines, exact):
                 return None
             return Spliced(values, orjson.dumps(self.const_key), None, headers, self.const_key)
-        keys = list(map(_key, envs))
+        raws = list(map(_key, envs))
+        framed = b"\n" + b"\n\n".join(raws) + b"\n"
+        if b"\\" not in framed and framed.count(b'\n"') + framed.count(b"\nnull\n") == len(raws):
+            # strings without escapes and nulls: the texts as written are what orjson writes
+            if not checked(batch.text, batch.lines, exact):
+                return None
+            return Spliced(values, raws, None, headers)
+        try:
+            keys = list(map(_key_value, raws))
+        except msgspec.ValidationError:  # a key that is not a string, a 64-bit integer or null
+            return None
         texts = self.texts(keys)
         if texts is None or not checked(batch.text, batch.lines, exact):
             return None
@@ -273,10 +289,10 @@ class EnvelopeLane:
 
 
 class RawLane:
-    """The --raw lane: each line's text becomes a JSON string (orjson.dumps, one C call per line)."""
+    """The --raw lane: each line's text becomes a JSON string (one encode per batch)."""
 
     def __init__(self, key_delimiter: str | None, const_key: str | None) -> None:
-        self.delim = key_delimiter or None
+        self.delim = key_delimiter.encode() if key_delimiter else None
         self.const_key = const_key
         self.const_text = orjson.dumps(const_key)
         self.texts = KeyTexts()
@@ -295,30 +311,33 @@ class RawLane:
             text = b"\n".join(lines)
         if not lines:
             return Spliced([], self.const_text, None, None, self.const_key)
-        try:
-            whole = text.decode()
+        try:  # every byte is decoded as UTF-8 on the way, as the per-line decoder requires
+            return self._spliced(text)
         except UnicodeDecodeError:
             return None
+
+    def _spliced(self, text: bytes) -> Spliced:
         if self.delim is None:
-            return Spliced(_json_strings(whole), self.const_text, None, None, self.const_key)
-        parts = list(map(str.partition, whole.split("\n"), repeat(self.delim)))
+            return Spliced(_json_strings(text), self.const_text, None, None, self.const_key)
+        parts = list(map(bytes.partition, text.split(b"\n"), repeat(self.delim)))
         if all(map(itemgetter(1), parts)):
-            keys: list = list(map(itemgetter(0), parts))
+            keys: list = list(map(bytes.decode, map(itemgetter(0), parts)))
             strs = list(map(itemgetter(2), parts))
         else:  # lines without the delimiter keep the --key key (or none) and their whole text
-            keys = [k if sep else self.const_key for k, sep, _ in parts]
+            keys = [k.decode() if sep else self.const_key for k, sep, _ in parts]
             strs = [v if sep else k for k, sep, v in parts]
         texts = self.texts(keys)
         assert texts is not None  # string keys only
-        return Spliced(_json_strings("\n".join(strs)), texts, keys)
+        return Spliced(_json_strings(b"\n".join(strs)), texts, keys)
 
 
-def _json_strings(lines: str) -> list[bytes]:
-    """orjson.dumps of each line of lines (split at \n), from one orjson.dumps of the whole.
+def _json_strings(lines: bytes) -> list[bytes]:
+    """The JSON string of each line of lines (valid UTF-8, split at \n), as orjson.dumps writes it.
 
-    In the encoded text every backslash starts an escape, so replacing escaped backslashes
-    first (with a NUL byte, which orjson always escapes) leaves the \n escapes as exactly the
-    line breaks; they become the closing and opening quotes of neighbouring strings.
+    One encode of the whole: the line breaks become DEL, which JSON strings hold unescaped,
+    and then the closing and opening quotes of neighbouring strings. Input that holds a DEL
+    itself is encoded line by line.
     """
-    enc = orjson.dumps(lines).replace(b"\\\\", b"\0").replace(b"\\n", b'"\n"').replace(b"\0", b"\\\\")
-    return enc.split(b"\n")
+    if b"\x7f" in lines:
+        return list(map(_encode, lines.decode().split("\n")))
+    return _encode(lines.replace(b"\n", b"\x7f").decode()).replace(b"\x7f", b'"\n"').split(b"\n")

@@ -172,6 +172,13 @@ def produce(log: Log, inputs: Iterable[Input], opts: ProduceOptions, appender: A
         shares: list[tuple[int, Any, list, list | None]]  # (partition, key texts, values, headers)
         if fixed is not None:
             shares = [(fixed, s.key_texts, s.values, s.headers)]
+        elif s.keys is None and isinstance(s.key_texts, list):  # the key texts pick the partitions
+            ps = part.many_texts(s.key_texts)
+            groups = split_by_partition(ps, s.values, log.partitions)
+            kts = [kt for _, kt in split_by_partition(ps, s.key_texts, log.partitions)]
+            hss = [hs for _, hs in split_by_partition(ps, s.headers, log.partitions)] if s.headers is not None \
+                else [None] * len(groups)
+            shares = [(p, kt, vs, hs) for (p, vs), kt, hs in zip(groups, kts, hss, strict=True)]
         elif s.keys is None and s.key is not None:
             shares = [(part(s.key), s.key_texts, s.values, s.headers)]
         elif s.keys is None:  # null keys: round-robin, as the per-line path spreads them

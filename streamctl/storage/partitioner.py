@@ -5,7 +5,9 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from itertools import compress, count, cycle, islice, repeat
-from operator import is_
+from operator import eq, is_
+
+import orjson
 
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
@@ -51,6 +53,7 @@ class Partitioner:
         for _ in range(start % partitions):
             next(self._cycle)
         self._cache: dict[str | None, int] = {}  # None is never stored: it has no fixed partition
+        self._text_cache: dict[bytes, int] = {}  # the same per key JSON text (b"null" never stored)
 
     def spread(self, count: int) -> int:
         """Start partition for `count` null-key records spread round-robin; advances the cycle."""
@@ -92,6 +95,30 @@ class Partitioner:
         got: list = list(map(cache.get, keys))
         nulls = list(compress(count(), map(is_, keys, repeat(None))))
         if nulls:
+            start = self.spread(len(nulls))
+            deque(map(got.__setitem__, nulls, islice(cycle(range(n)), start, start + len(nulls))), maxlen=0)
+        return got
+
+    def many_texts(self, texts: list) -> list[int]:
+        """many() for keys given as JSON texts as orjson writes them (bytes or buffers; null for no key)."""
+        texts = list(map(bytes, texts))
+        cache = self._text_cache
+        got: list = list(map(cache.get, texts))
+        if None not in got:
+            return got
+        missing = set(compress(texts, map(is_, got, repeat(None))))
+        missing.discard(b"null")
+        if missing:
+            if len(cache) + len(missing) > _CACHE_KEYS:
+                cache.clear()
+                missing = set(texts)
+                missing.discard(b"null")
+            for t in missing:
+                cache[t] = self(orjson.loads(t))  # a string key: no place in the round-robin taken
+            got = list(map(cache.get, texts))
+        nulls = list(compress(count(), map(eq, texts, repeat(b"null"))))
+        if nulls:
+            n = self.partitions
             start = self.spread(len(nulls))
             deque(map(got.__setitem__, nulls, islice(cycle(range(n)), start, start + len(nulls))), maxlen=0)
         return got
