@@ -10,14 +10,16 @@ and then ignored like a missing value (SQL's NULL), never a crash.
 Per-window state is a plain list (one slot per aggregation) so that it is cheap
 to build, to merge (sessions) and to write into a follow-mode checkpoint.
 
-This module and `streamctl.processing.windows` use only the standard library and orjson:
-the Spark engine pastes their source into the generated job, so executors
-run exactly the same code as the local engine.
+This module uses only the standard library and orjson: the Spark window job
+runs it on the executors, so they fold exactly as the local engine does.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
+from functools import reduce
+from operator import add
 from typing import Any, NamedTuple
 
 import orjson
@@ -93,6 +95,15 @@ def _distinct_key(v: Any) -> Any:
     return v if type(v) is str else orjson.dumps(v, option=orjson.OPT_SORT_KEYS)
 
 
+def _is_number(v: Any) -> bool:
+    """A finite int or float (bools, NaN and infinities are not numbers to aggregate)."""
+    t = type(v)
+    return t is int or (t is float and v == v and v not in _INF)
+
+
+_INF = (math.inf, -math.inf)
+
+
 def percentile(values: list, q: float) -> float | None:
     """Exact percentile with linear interpolation between ranks (Spark's `percentile`)."""
     if not values:
@@ -107,7 +118,13 @@ def percentile(values: list, q: float) -> float | None:
 
 
 class Plan:
-    """The aggregations of one run: extract values per event, fold them into window states."""
+    """The aggregations of one run: extract values per event, fold them into window states.
+
+    Each aggregation is written once, in each of the few operations a state
+    needs: `new`, `add` (one event), `fold` (the events of a batch that fall
+    into one window, with builtins over the column: the same values, in the
+    same order, as adding them one by one), `merge`, `result`, `dump`/`load`.
+    """
 
     def __init__(self, specs: list[AggSpec]) -> None:
         names = [s.name for s in specs]
@@ -123,162 +140,54 @@ class Plan:
         self.numeric = [s.func in NUMERIC_FUNCS for s in specs]
         self.non_numeric: dict[str, int] = {}
         self.n = len(specs)
-
-        self.extract = self._compile_extract()
-        self.add = self._compile_add()
-        self.new = self._compile_new()
-        self.result, self.results = self._compile_result()
+        self.uses_seq = any(f in ("first", "last") for f in self.funcs)
 
     # -- per event ---------------------------------------------------------------
-    #
-    # extract() and add() run once per event (add once per window of it), so
-    # they are compiled for this run's aggregations: straight-line code with
-    # the paths and slots inlined is about 3x faster than looping over specs.
-    # The generic versions below are the reference they must agree with.
 
-    def extract_source(self, env: dict, indent: str = "    ") -> tuple[list[str], str]:
-        """Straight-line code that reads this plan's inputs from record `r` (and `_val`, its value,
-        which the caller must have bound), and the tuple expression of the results."""
-        env.update({"_getters": self.getters, "_bad": self._bad, "_inf": (math.inf, -math.inf)})
-        lines: list[str] = []
-        names = []
-        for i, (spec, numeric) in enumerate(zip(self.specs, self.numeric, strict=True)):
-            v = f"_a{i}"
-            names.append(v)
-            if spec.path is None:
-                lines.append(f"{v} = True")
-                continue
-            if len(spec.path) == 2 and spec.path[0] == "value":
-                lines.append(f"{v} = _val.get({spec.path[1]!r}) if type(_val) is dict else None")
-            elif len(spec.path) == 1:
-                lines.append(f"{v} = r.get({spec.path[0]!r})")
-            else:
-                lines.append(f"{v} = _getters[{i}](r)")
-            if numeric:
-                lines.append(f"if {v} is not None and type({v}) is not int"
-                             f" and (type({v}) is not float or {v} != {v} or {v} in _inf):")
-                lines.append(f"    {v} = _bad({i})")
-        return [indent + ln for ln in lines], f"({', '.join(names)},)"
-
-    def _compile_extract(self):
-        env: dict = {}
-        lines, result = self.extract_source(env)
-        src = ["def extract(r):", "    _val = r.get('value')", *lines, f"    return {result}"]
-        exec("\n".join(src), env)
-        return env["extract"]
-
-    def _bad(self, i: int) -> None:
-        name = self.specs[i].name
-        self.non_numeric[name] = self.non_numeric.get(name, 0) + 1
-
-    def add_lines(self, st: str = "st", vals: list[str] | None = None, seq: str = "seq") -> list[str]:
-        """The body of add(): straight-line code folding values named `vals` (one per aggregation;
-        the literal `True` for a bare count) into state `st`. Batch loops inline it too."""
-        vals = vals or [f"v{i}" for i in range(self.n)]
-        lines = []
-        for i, f in enumerate(self.funcs):
-            v = vals[i]
-            if f == "count":
-                lines.append(f"{st}[{i}] += 1" if v == "True" else f"if {v} is not None: {st}[{i}] += 1")
-            elif f in ("sum", "avg"):
-                lines.append(f"if {v} is not None:")
-                lines.append(f"    a = {st}[{i}]; a[0] += {v}; a[1] += 1")
-            elif f == "min":
-                lines.append(f"if {v} is not None and ({st}[{i}] is None or {v} < {st}[{i}]): {st}[{i}] = {v}")
-            elif f == "max":
-                lines.append(f"if {v} is not None and ({st}[{i}] is None or {v} > {st}[{i}]): {st}[{i}] = {v}")
-            elif f == "distinct":
-                lines.append(f"if {v} is not None: {st}[{i}].add(_dk({v}))")
-            elif f == "first":
-                lines.append(f"if {st}[{i}] is None or {seq} < {st}[{i}][0]: {st}[{i}] = ({seq}, {v})")
-            elif f == "last":
-                lines.append(f"if {st}[{i}] is None or {seq} > {st}[{i}][0]: {st}[{i}] = ({seq}, {v})")
-            else:
-                lines.append(f"if {v} is not None: {st}[{i}].append({v})")
-        return lines
-
-    def add_env(self) -> dict:
-        """The names add_lines' code uses."""
-        return {"_dk": _distinct_key}
-
-    def _compile_add(self):
-        names = [f"v{i}" for i in range(self.n)]
-        lines = ["def add(st, vals, seq):", f"    {', '.join(names)}, = vals"]
-        lines += ["    " + ln for ln in self.add_lines("st", names, "seq")]
-        env = self.add_env()
-        exec("\n".join(lines), env)
-        return env["add"]
-
-    def _compile_new(self):
-        init = {"count": "0", "sum": "[0, 0]", "avg": "[0, 0]", "min": "None", "max": "None",
-                "distinct": "set()", "first": "None", "last": "None"}
-        env: dict = {}
-        exec(f"def new():\n    return [{', '.join(init.get(f, '[]') for f in self.funcs)}]", env)
-        return env["new"]
-
-    def _compile_result(self):
-        env: dict = {"_pct": percentile}
-        fields = []
-        for i, (spec, f) in enumerate(zip(self.specs, self.funcs, strict=True)):
-            x = f"st[{i}]"
-            expr = {
-                "count": x, "min": x, "max": x,
-                "sum": f"{x}[0] if {x}[1] else None",
-                "avg": f"{x}[0] / {x}[1] if {x}[1] else None",
-                "distinct": f"len({x})",
-                "first": f"{x}[1] if {x} is not None else None",
-                "last": f"{x}[1] if {x} is not None else None",
-            }.get(f) or f"_pct({x}, {PERCENTILES.get(f)!r})"
-            fields.append(f"{spec.name!r}: {expr}")
-        obj = "{" + ", ".join(fields) + "}"
-        # results(states): result() of each, as one comprehension (no call per closed window)
-        exec(f"def result(st):\n    return {obj}\ndef results(sts):\n    return [{obj} for st in sts]", env)
-        return env["result"], env["results"]
-
-    def extract_generic(self, rec: dict) -> tuple:
-        """The value each aggregation needs from one event (None = nothing to add)."""
+    def extract(self, rec: dict) -> tuple:
+        """The value each aggregation needs from one event (None = nothing to add; True for a bare count)."""
         out = []
         for spec, get, numeric in zip(self.specs, self.getters, self.numeric, strict=True):
             if get is None:
                 out.append(True)
                 continue
             v = get(rec)
-            if numeric and v is not None:
-                t = type(v)
-                if t is not int and t is not float:
-                    self.non_numeric[spec.name] = self.non_numeric.get(spec.name, 0) + 1
-                    v = None
-                elif t is float and (v != v or v in (math.inf, -math.inf)):
-                    self.non_numeric[spec.name] = self.non_numeric.get(spec.name, 0) + 1
-                    v = None
+            if numeric and v is not None and not _is_number(v):
+                self.count_non_numeric(spec.name, 1)
+                v = None
             out.append(v)
         return tuple(out)
 
-    def new_generic(self) -> list:
+    def count_non_numeric(self, name: str, n: int) -> None:
+        self.non_numeric[name] = self.non_numeric.get(name, 0) + n
+
+    def new(self) -> list:
         st: list = []
         for f in self.funcs:
             if f == "count":
                 st.append(0)
             elif f in ("sum", "avg"):
                 st.append([0, 0])  # total, how many numbers
-            elif f in ("min", "max"):
-                st.append(None)
             elif f in PERCENTILES:
                 st.append([])
             elif f == "distinct":
                 st.append(set())
-            else:  # first / last: (input sequence number, value) or None
+            else:  # min / max: the value; first / last: (input sequence number, value); None before any
                 st.append(None)
         return st
 
-    def add_generic(self, st: list, vals: tuple, seq: int) -> None:
-        i = 0
-        for f, v in zip(self.funcs, vals, strict=True):
-            if f == "count":
-                if v is not None:
-                    st[i] += 1
-            elif v is None and f != "first" and f != "last":
+    def add(self, st: list, vals: tuple, seq: int) -> None:
+        for i, (f, v) in enumerate(zip(self.funcs, vals, strict=True)):
+            if f == "first":
+                if st[i] is None or seq < st[i][0]:
+                    st[i] = (seq, v)
+            elif f == "last":
+                if st[i] is None or seq > st[i][0]:
+                    st[i] = (seq, v)
+            elif v is None:
                 pass
+            elif f == "count":
+                st[i] += 1
             elif f == "sum" or f == "avg":
                 acc = st[i]
                 acc[0] += v
@@ -291,53 +200,89 @@ class Plan:
                     st[i] = v
             elif f == "distinct":
                 st[i].add(_distinct_key(v))
-            elif f == "first":
-                if st[i] is None or seq < st[i][0]:
-                    st[i] = (seq, v)
-            elif f == "last":
-                if st[i] is None or seq > st[i][0]:
-                    st[i] = (seq, v)
             else:  # a percentile
                 st[i].append(v)
-            i += 1
 
-    def result_of_events(self, events: list[tuple]) -> dict:
-        """result() of a state built by add() over `events` [(t, seq, vals)] in that order, computed
-        column by column with builtins (a sliding window re-aggregates its events for every row; this
-        is ~10x faster than folding them one by one, and gives the same values: the same additions in
-        the same order, the first minimum / maximum, the same percentile code)."""
-        out = {}
-        seqs: list | None = None
-        for i, (spec, f) in enumerate(zip(self.specs, self.funcs, strict=True)):
-            col = [e[2][i] for e in events]
+    def fold(self, st: list, cols: Sequence[list | None], idx: list[int], seq0: int) -> None:
+        """add() of the events at positions `idx` (ascending) of a batch whose columns are `cols`
+        (one per aggregation, None for a bare count) and whose first event has sequence number
+        seq0: one builtin call per aggregation instead of one add() per event."""
+        for i, (f, col) in enumerate(zip(self.funcs, cols, strict=True)):
+            if col is None:  # a bare count
+                st[i] += len(idx)
+                continue
+            if f == "first":
+                j = idx[0]
+                if st[i] is None or seq0 + j < st[i][0]:
+                    st[i] = (seq0 + j, col[j])
+                continue
+            if f == "last":
+                j = idx[-1]
+                if st[i] is None or seq0 + j > st[i][0]:
+                    st[i] = (seq0 + j, col[j])
+                continue
+            vals = [v for v in map(col.__getitem__, idx) if v is not None]
+            if not vals:
+                continue
             if f == "count":
-                v: Any = len(col) - col.count(None)
-            elif f in ("first", "last"):
-                if not col:
-                    v = None
-                else:
-                    if seqs is None:
-                        seqs = [e[1] for e in events]
-                    pick = min if f == "first" else max
-                    v = col[pick(range(len(seqs)), key=seqs.__getitem__)]
+                st[i] += len(vals)
+            elif f == "sum" or f == "avg":
+                acc = st[i]
+                # reduce(add) adds left to right from the total so far: the same float as add() per
+                # event (sum() compensates float rounding on Python 3.12+, which would not be)
+                acc[0] = reduce(add, vals, acc[0])
+                acc[1] += len(vals)
+            elif f == "min":
+                m = min(vals)
+                if st[i] is None or m < st[i]:
+                    st[i] = m
+            elif f == "max":
+                m = max(vals)
+                if st[i] is None or m > st[i]:
+                    st[i] = m
+            elif f == "distinct":
+                st[i].update(map(_distinct_key, vals))
+            else:  # a percentile
+                st[i].extend(vals)
+
+    def result(self, st: list) -> dict:
+        out = {}
+        for spec, f, x in zip(self.specs, self.funcs, st, strict=True):
+            if f == "count":
+                v = x
+            elif f == "sum":
+                v = x[0] if x[1] else None
+            elif f == "avg":
+                v = x[0] / x[1] if x[1] else None
+            elif f in ("min", "max"):
+                v = x
+            elif f in PERCENTILES:
+                v = percentile(x, PERCENTILES[f])
+            elif f == "distinct":
+                v = len(x)
             else:
-                nums = [x for x in col if x is not None]
-                if f == "distinct":
-                    v = len({_distinct_key(x) for x in nums})
-                elif not nums:
-                    v = None
-                elif f == "sum":
-                    v = sum(nums)
-                elif f == "avg":
-                    v = sum(nums) / len(nums)
-                elif f == "min":
-                    v = min(nums)
-                elif f == "max":
-                    v = max(nums)
-                else:
-                    v = percentile(nums, PERCENTILES[f])
+                v = x[1] if x is not None else None
             out[spec.name] = v
         return out
+
+    def results(self, sts: Iterable[list]) -> list[dict]:
+        return list(map(self.result, sts))
+
+    def result_of_events(self, events: list[tuple]) -> dict:
+        """result() of a state built by add() over `events` [(t, seq, vals)] in that order (a sliding
+        window aggregates its events again for every row): folded a column at a time."""
+        st = self.new()
+        n = len(events)
+        if n:
+            cols = [None if s.path is None else [e[2][i] for e in events] for i, s in enumerate(self.specs)]
+            self.fold(st, cols, list(range(n)), 0)
+            if self.uses_seq:  # events are in (time, seq) order: first and last go by seq
+                seqs = [e[1] for e in events]
+                for i, f in enumerate(self.funcs):
+                    if f in ("first", "last"):
+                        j = (min if f == "first" else max)(range(n), key=seqs.__getitem__)
+                        st[i] = (seqs[j], cols[i][j])  # type: ignore[index]
+        return self.result(st)
 
     def merge(self, a: list, b: list) -> list:
         """Fold window state b into a (sessions that an event bridges); returns a."""
@@ -361,26 +306,6 @@ class Plan:
             elif f == "last":
                 a[i] = y if x is None or (y is not None and y[0] > x[0]) else x
         return a
-
-    def result_generic(self, st: list) -> dict:
-        out = {}
-        for spec, f, x in zip(self.specs, self.funcs, st, strict=True):
-            if f == "count":
-                v = x
-            elif f == "sum":
-                v = x[0] if x[1] else None
-            elif f == "avg":
-                v = x[0] / x[1] if x[1] else None
-            elif f in ("min", "max"):
-                v = x
-            elif f in PERCENTILES:
-                v = percentile(x, PERCENTILES[f])
-            elif f == "distinct":
-                v = len(x)
-            else:
-                v = x[1] if x is not None else None
-            out[spec.name] = v
-        return out
 
     # -- checkpoints (follow mode) -------------------------------------------------
 

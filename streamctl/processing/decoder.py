@@ -145,9 +145,9 @@ def log_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | No
 
     `hooks`, read when the first batch is asked for: "transform" is applied to each FieldBatch in
     the child too, its result travelling as the batch's `pre` instead of the columns. It must not
-    change the parent's state (it runs on a copy); when it raises, or gives no `rest` (bad times:
-    the window driver's columns), the batch travels with its columns and bytes, for the parent's slow
-    paths. "records": False when the consumer never asks a batch with a `pre` for its records,
+    change the parent's state (it runs on a copy); when its result has no keys (bad times: the
+    window driver's EventColumns), the batch travels with its columns and bytes, for the parent to
+    read the good records again. "records": False when the consumer never asks a batch with a `pre` for its records,
     whose bytes then stay behind (pickling them cost as much as the decoding). Several partitions
     are merged in this process, by the event time `time_of` reads."""
     lg, ranges = inputorder.read_plan(path, None, None)
@@ -165,12 +165,7 @@ def log_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | No
             if batch is None:
                 yield ("r", piece)
                 continue
-            pre = None
-            if transform is not None:
-                try:
-                    pre = transform(batch)
-                except Exception:  # noqa: BLE001 - the parent meets it again and takes its slow path
-                    pre = None
+            pre = transform(batch) if transform is not None else None
             if pre is None or pre[1] is None:
                 yield ("c", piece, batch.cols, batch.n, None)
             else:

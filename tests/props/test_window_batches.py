@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamctl.errors import DataError, UsageError
+from streamctl.errors import DataError, StorageError
 from streamctl.processing import inputorder
 from streamctl.processing.windows.driver import WindowConfig, WindowRun, row_json, rows_jsonl
 
@@ -193,7 +193,7 @@ def test_log_batches_merge_several_partitions(run, logdir):
 def test_a_corrupt_line_is_the_same_error(tmp_path, bad):
     good = b'{"offset":0,"partition":0,"ts":5,"key":"a","value":{"x":1}}'
     block = good + b"\n" + bad + b"\n"
-    with pytest.raises(UsageError) as a:
+    with pytest.raises(StorageError) as a:
         list(inputorder._line_records("LOG", 0, block))
     assert inputorder._block_records(block) is None
     assert "corrupt record" in str(a.value)

@@ -274,9 +274,12 @@ json_value = st.recursive(json_scalar, lambda inner: st.one_of(st.lists(inner, m
        key=st.one_of(st.none(), st.text(max_size=3)), is_log=st.booleans(),
        by=st.sampled_from([[], ["k"], ["a.b"], ["k", "value.v"], ["key"]]),
        time_field=st.sampled_from(["ts", "v", "a.k"]))
-def test_compiled_prepare_agrees_with_the_reference_getters(value, key, is_log, by, time_field):
+def test_column_read_agrees_with_the_record_read(value, key, is_log, by, time_field):
+    """EventColumns (a batch at a time) reads what make_prepare reads from each record, and
+    Plan.fold folds what Plan.add folds."""
     from streamctl.processing.aggregations import Plan, parse_agg
-    from streamctl.processing.windows.driver import compile_prepare, key_getter, time_getter
+    from streamctl.processing.windows import rows
+    from streamctl.processing.windows.driver import EventColumns, make_prepare
     from streamctl.storage.fieldpaths import record_path
 
     rec = {"offset": 3, "partition": 0, "key": key, "value": value}
@@ -285,23 +288,23 @@ def test_compiled_prepare_agrees_with_the_reference_getters(value, key, is_log, 
     specs = ["count", "count:v", "sum:v", "avg:a.b", "min:v", "max:k", "p50:v", "distinct:k", "first:a",
              "last:value.v"]
     cfg = WindowConfig(kind="tumbling", size=1000, by=by, time_field=time_field, aggs=specs)
-    compiled_plan = Plan([parse_agg(s, record_path) for s in specs])
-    reference_plan = Plan([parse_agg(s, record_path) for s in specs])
-    t, k, vals = compile_prepare(cfg, is_log, compiled_plan)(rec)
-    want_t = time_getter(cfg, is_log)(rec)
-    assert t == want_t
+    column_plan = Plan([parse_agg(s, record_path) for s in specs])
+    record_plan = Plan([parse_agg(s, record_path) for s in specs])
+    ts, ks, cols, counts = EventColumns(cfg, is_log, column_plan)([rec])
+    t, k, vals = make_prepare(cfg, is_log, record_plan)(rec)
+    assert ts == [t]
     if t is None:
+        assert ks is None
         return
-    assert k == key_getter(by)(rec)
-    want_vals = reference_plan.extract_generic(rec)
-    assert repr(vals) == repr(want_vals)
-    assert compiled_plan.non_numeric == reference_plan.non_numeric
-    a, b = compiled_plan.new(), reference_plan.new_generic()
-    assert a == b
-    compiled_plan.add(a, vals, 1)
-    reference_plan.add_generic(b, want_vals, 1)
+    assert ks == [k]
+    (got_vals,) = rows(cols)
+    assert repr(got_vals) == repr(vals)
+    assert {column_plan.specs[i].name: n for i, n in counts} == record_plan.non_numeric
+    a, b = column_plan.new(), record_plan.new()
+    column_plan.fold(a, cols, [0], 1)
+    record_plan.add(b, vals, 1)
     assert repr(a) == repr(b)
-    assert repr(compiled_plan.result(a)) == repr(reference_plan.result_generic(b))
+    assert repr(column_plan.result(a)) == repr(record_plan.result(b))
 
 
 @SETTINGS
@@ -321,3 +324,28 @@ def test_column_results_equal_folded_results(rows):
     for _t, seq, vals in events:
         plan.add(st_, vals, seq)
     assert repr(plan.result_of_events(events)) == repr(plan.result(st_))
+
+
+@SETTINGS
+@given(values=st.lists(st.one_of(st.none(), st.integers(-5, 5), st.floats(-1e6, 1e6), st.text(max_size=2)),
+                       max_size=30),
+       cuts=st.lists(st.integers(0, 30), max_size=4), picks=st.lists(st.booleans(), min_size=30, max_size=30))
+def test_fold_equals_add_one_by_one(values, cuts, picks):
+    """Plan.fold over a batch's positions (in pieces, as batches come) equals Plan.add per event."""
+    from streamctl.processing.aggregations import Plan, parse_agg
+    from streamctl.processing.windows import rows
+    from streamctl.storage.fieldpaths import record_path
+
+    plan = Plan([parse_agg(s, record_path) for s in AGGS + ["avg:v", "count:v", "p99:v"]])
+    cols = [None if s.path is None else [v if not numeric or type(v) in (int, float) else None for v in values]
+            for s, numeric in zip(plan.specs, plan.numeric, strict=True)]
+    one, folded = plan.new(), plan.new()
+    idx = [i for i in range(len(values)) if picks[i]]
+    for i, vals in enumerate(rows(cols)):
+        if picks[i]:
+            plan.add(one, vals, 100 + i)
+    for lo, hi in zip([0, *sorted(cuts)], [*sorted(cuts), len(values)], strict=True):
+        part = [i for i in idx if lo <= i < hi]
+        if part:
+            plan.fold(folded, cols, part, 100)
+    assert repr(plan.result(folded)) == repr(plan.result(one))

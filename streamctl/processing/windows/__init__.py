@@ -1,12 +1,21 @@
 """Window operators: tumbling, hopping, sliding and session windows over event time.
 
-Every operator has the same small interface, driven by `streamctl.processing.windows.driver`
-(and, unchanged, by the Spark engine's per-group replay):
+Each kind is one module with one operator class. The driver
+(`streamctl.processing.windows.driver`) reads event time and builds batches of
+columns; the operator assigns events to windows and the aggregations
+(`streamctl.processing.aggregations`) fold them. Every operator has the same
+small interface (the Spark engine's per-group replay uses add/close/flush):
 
+    fold(batch, out) -> (max time, late positions)   a Batch of events in input order
     add(key, t, seq, vals, wm, out) -> bool   fold one event in; True if it was late
     close(wm, out)                            emit the windows the watermark closed
     flush(out)                                end of input: emit every open window
     dump() / load(data)                       state for follow-mode checkpoints
+
+`fold` gives the same rows and state as add() per event with close() after
+each watermark move (`fold_events` does exactly that, and is the fold of the
+operators whose rows depend on single events); grid windows fold a batch by
+window and key at once.
 
 `key` is the group key's JSON text (bytes: hashable for any JSON value, and
 its byte order is the documented tie-break), `t` the event time in ms, `seq`
@@ -29,83 +38,58 @@ A batch of windows closed by one watermark move comes out sorted by
 from __future__ import annotations
 
 import heapq
-from itertools import repeat
+from collections.abc import Iterator, Sequence
+from itertools import accumulate, repeat
+from typing import NamedTuple
 
 NO_WATERMARK = -(1 << 62)  # before the first event: nothing is late, nothing closes
 
 
-def compile_fold(plan, head: list[str], fast: list[str], env: dict):
-    """The general batch loop: `fold(ts, ks, cols, seq, maxt, wm, out) -> (seq, maxt, wm, lates)` does
-    for each event what the driver's per-event loop does with fast_add and close, in the same order,
-    and lists the late events (their seq) for the driver to count and write. `cols` holds one column
-    per aggregation that reads a field (a bare count reads none: its value is `True`).
-
-    `fast` is the operator's hot path, inlined with the aggregations' add(): it ends with
-    fold_tail() when it took the event, or falls through to the generic `add`. `head` sets up names
-    the loop uses, `env` binds the operator's objects, and env["close_due"] (an expression of `wm`)
-    says whether close() has anything to do.
-    """
-    names = col_names(plan)
-    vals = ", ".join(val_names(plan))
-    src = ["def fold(ts, ks, cols, seq, maxt, wm, out):",
-           f"    {', '.join(names)}, = cols" if names else "    pass",
-           "    lates = []",
-           *("    " + ln for ln in head),
-           f"    for t, k{''.join(', ' + n for n in names)} in zip(ts, ks{''.join(', col_' + n for n in names)}):",
-           *("        " + ln for ln in fast),
-           f"        if add(k, t, seq, ({vals},), wm, out):",
-           "            lates.append(seq)",
-           *("        " + ln for ln in fold_tail()[:-1]),
-           "    return seq, maxt, wm, lates"]
-    return _exec(src, env, names)
+def watermarks(ts: Sequence[int], maxt: int, lateness: int) -> list[int]:
+    """The watermark before each event of a batch in input order: the largest time before it (or
+    `maxt`, the largest before the batch) minus the lateness; NO_WATERMARK before any time."""
+    before = list(accumulate(ts, max, initial=maxt))
+    before.pop()
+    if before[0] == NO_WATERMARK:
+        return [NO_WATERMARK if m == NO_WATERMARK else m - lateness for m in before]
+    return [m - lateness for m in before]
 
 
-def _exec(src: list[str], env: dict, names: list[str]):
-    # the columns are unpacked as col_NAME, the loop variables are NAME
-    if names:
-        src[1] = f"    {', '.join('col_' + n for n in names)}, = cols"
-    text = "\n".join(src).replace("close_due", env.pop("close_due", "True"))
-    exec(text, env)
-    return env[src[0][4:src[0].index("(")]]
+def fold_events(op, batch: Batch, out: list) -> tuple[int, list[int]]:
+    """Fold a batch one event at a time: add() against the watermark before the event, then
+    close() when the event moves the watermark. Returns (largest time, positions of late events).
+    This is the whole of an operator's fold where rows depend on each single event (sliding,
+    sessions, `--emit update`, `--late correct`)."""
+    ts, ks, cols, seq, maxt, lateness = batch
+    add, close = op.add, op.close
+    wm = NO_WATERMARK if maxt == NO_WATERMARK else maxt - lateness
+    lates = []
+    for i, (t, k, vals) in enumerate(zip(ts, ks, rows(cols), strict=False)):  # rows() may have no end
+        if add(k, t, seq + i, vals, wm, out):
+            lates.append(i)
+        if t > maxt:
+            maxt = t
+            wm = t - lateness
+            close(wm, out)
+    return maxt, lates
 
 
-def compile_inorder(plan, body: list[str], env: dict, loop: str = "per_event"):
-    """The batch loop for a batch whose event times never go down and start at or above the largest
-    time seen so far (the driver checks): no event in it can be late, each one moves the watermark
-    to its own time (minus lateness), so the checks that depend on it collapse.
-    `inorder(ts, ks, cols, seq, maxt, wm, out) -> (seq, maxt, wm)`; `body` is the operator's loop."""
-    names = col_names(plan)
-    src = ["def inorder(ts, ks, cols, seq, maxt, wm, out):",
-           "    pass",
-           *("    " + ln for ln in body),
-           "    maxt = ts[-1]",
-           "    return seq + len(ts), maxt, maxt - lateness"]
-    return _exec(src, env, names)
+def rows(cols: Sequence[list | None]) -> Iterator[tuple]:
+    """Each event's aggregation inputs (Plan.add's `vals`) from a batch's columns (None: a bare count)."""
+    return zip(*(repeat(True) if c is None else c for c in cols), strict=False) if cols else repeat(())
 
 
-def col_names(plan) -> list[str]:
-    """The loop variables of the aggregations that read a field, in compiled batch loops."""
-    return [f"c{i}" for i, s in enumerate(plan.specs) if s.path is not None]
+class Batch(NamedTuple):
+    """Events in input order, as columns: times (ms), group keys (JSON text), one column per
+    aggregation (None for a bare count); the first event's sequence number; the largest time
+    before the batch (NO_WATERMARK: none) and the lateness, which give the watermarks."""
 
-
-def val_names(plan) -> list[str]:
-    """The value of each aggregation in compiled batch loops (`True` for a bare count)."""
-    return [f"c{i}" if s.path is not None else "True" for i, s in enumerate(plan.specs)]
-
-
-def uses_seq(plan) -> bool:
-    return any(f in ("first", "last") for f in plan.funcs)
-
-
-def fold_tail() -> list[str]:
-    """What `fast` ends with after taking an event (the generic path's tail too, but for `continue`)."""
-    return ["seq += 1",
-            "if t > maxt:",
-            "    maxt = t",
-            "    wm = t - lateness",
-            "    if close_due:",
-            "        close(wm, out)",
-            "continue"]
+    ts: list[int]
+    ks: list[bytes]
+    cols: list[list | None]
+    seq: int
+    maxt: int
+    lateness: int
 
 
 class GridWindows:
@@ -174,15 +158,62 @@ class GridWindows:
     def open_windows(self) -> int:
         return sum(len(d) for d in self.open.values())
 
-    def fast_add(self):
-        """The per-event entry point the driver binds once (operators may return a specialised closure)."""
-        return self.add
+    def fold(self, batch: Batch, out: list) -> tuple[int, list[int]]:
+        """Fold a batch: with --emit final and --late drop the events are grouped by (window, key)
+        and each group is folded at once (Plan.fold), then the windows the watermark passed close;
+        otherwise (rows per event) one event at a time."""
+        if self.update or self.correct:
+            return fold_events(self, batch, out)
+        ts, ks, cols, seq, maxt, lateness = batch
+        wms = watermarks(ts, maxt, lateness)
+        groups: dict[tuple[int, bytes], list[int]] = {}
+        lates = []
+        size, hop = self.size, self.hop
+        if size == hop:  # tumbling: one window per event
+            for i, (t, k, wm) in enumerate(zip(ts, ks, wms, strict=True)):
+                end = t - t % size + size  # % floors: pre-1970 times land in the right window too
+                if end <= wm:
+                    lates.append(i)
+                    continue
+                g = groups.get((end, k))
+                if g is None:
+                    groups[(end, k)] = [i]
+                else:
+                    g.append(i)
+        else:
+            for i, (t, k, wm) in enumerate(zip(ts, ks, wms, strict=True)):
+                late = False
+                for end in self.ends_of(t):
+                    if end <= wm:
+                        late = True
+                        continue
+                    g = groups.get((end, k))
+                    if g is None:
+                        groups[(end, k)] = [i]
+                    else:
+                        g.append(i)
+                if late:
+                    lates.append(i)
+        opened, new, fold = self.open, self.plan.new, self.plan.fold
+        for (end, k), idx in groups.items():
+            d = opened.get(end)
+            if d is None:
+                d = opened[end] = {}
+                heapq.heappush(self.ends, end)
+            st = d.get(k)
+            if st is None:
+                st = d[k] = new()
+            fold(st, cols, idx, seq)
+        if ts:
+            maxt = max(maxt, max(ts))
+            self.close(maxt - lateness, out)
+        return maxt, lates
 
-    def batch_folds(self, lateness: int) -> tuple:
-        """The driver's loops over a batch of events: (general, in-order or None); see compile_fold
-        and compile_inorder. Operators with a hot path inline it."""
-        return compile_fold(self.plan, [], [], {"add": self.fast_add(), "close": self.close,
-                                                 "lateness": lateness}), None
+    def ends_of(self, t: int) -> list[int]:
+        """The ends of the windows holding t, oldest first."""
+        size, hop = self.size, self.hop
+        first = t - t % hop
+        return [s + size for s in range(first - ((size - 1) // hop) * hop, first + 1, hop) if s + size > t]
 
     def dump(self) -> dict:
         dump = self.plan.dump

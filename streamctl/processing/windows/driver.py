@@ -15,19 +15,19 @@ from __future__ import annotations
 import gc
 import itertools
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import chain, groupby, islice, repeat
-from operator import itemgetter, le
+from itertools import chain, groupby, repeat
+from operator import itemgetter
 from typing import Any
 
 import orjson
 
 from streamctl.errors import DataError, UsageError
 from streamctl.processing import aggregations, inputorder
-from streamctl.processing import columns as fieldcolumns  # "columns" names the compiled column makers here
+from streamctl.processing import columns as fieldcolumns
 from streamctl.processing.watermark import Watermark
-from streamctl.processing.windows import NO_WATERMARK
+from streamctl.processing.windows import NO_WATERMARK, Batch
 from streamctl.processing.windows.hopping import Hopping
 from streamctl.processing.windows.session import Session
 from streamctl.processing.windows.sliding import Sliding
@@ -199,63 +199,30 @@ def time_getter(cfg: WindowConfig, is_log: bool) -> Callable[[dict], int | None]
     return event_time
 
 
-def compile_prepare(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan) -> Callable[[dict], tuple]:
-    """One function per run: record -> (event time ms, key JSON, aggregation inputs), or (None, ...) when
-    the record has no usable time. It is straight-line code generated for this run's paths, since it runs
-    once per event: the same reads as time_getter, key_getter and Plan.extract, without their calls."""
-    cache: dict[str, bytes] = {}
-    lo, hi = time_range(cfg)
-    env: dict = {"_etm": event_time_ms, "_now": now_ms, "_kj": key_json_cached(cache), "_kc": cache,
-                 "_dumps": orjson.dumps, "_g": [], "_lo": lo, "_hi": hi}
+def make_prepare(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan) -> Callable[[dict], tuple]:
+    """record -> (event time ms, key JSON, aggregation inputs), or (None, None, None) when the record
+    has no usable time: the per-record read (follow mode with --processing-time, and the reference
+    the column read agrees with)."""
+    event_time = time_getter(cfg, is_log)
+    key = key_getter(cfg.by)
+    extract = plan.extract
 
-    def expr(parts: tuple[str, ...]) -> str:
-        if len(parts) == 2 and parts[0] == "value":
-            return f"(_val.get({parts[1]!r}) if type(_val) is dict else None)"
-        if len(parts) == 1:
-            return f"r.get({parts[0]!r})"
-        env["_g"].append(_path_getter(parts))
-        return f"_g[{len(env['_g']) - 1}](r)"
-
-    src = ["def prepare(r):", "    _val = r.get('value')"]
-    if cfg.processing_time:
-        src.append("    t = _now()")
-    else:
-        parts = fieldpaths.record_path(cfg.time_field)
-        if parts == ("ts",) and not is_log:
-            parts = ("value", "ts")  # a plain file has no append time: its own ts field
-        if parts == ("ts",):
-            src.append("    t = r.get('ts')")
-        else:
-            src.append(f"    x = {expr(parts)}")
-            # epoch ms, the common case, without the general parse
-            src.append("    t = x if type(x) is int and 100_000_000_000 <= x < 100_000_000_000_000 else _etm(x)")
-    # outside time_range(cfg) a window bound could not be written: a bad time, as time_getter says
-    src.append("    if type(t) is not int or not _lo <= t <= _hi:")
-    src.append("        return None, None, None")
-    if not cfg.by or len(cfg.by) == 1:
-        # the key cache inlined: a string key seen before costs one dict lookup
-        src.append(f"    kv = {expr(fieldpaths.record_path(cfg.by[0])) if cfg.by else 'r.get(' + repr('key') + ')'}")
-        src.append("    k = _kc.get(kv) if type(kv) is str else None")
-        src.append("    if k is None:")
-        src.append("        k = _kj(kv)")
-    else:
-        src.append(f"    k = _dumps([{', '.join(expr(fieldpaths.record_path(p)) for p in cfg.by)}])")
-    lines, result = plan.extract_source(env)
-    src += lines
-    src.append(f"    return t, k, {result}")
-    exec("\n".join(src), env)
-    return env["prepare"]
+    def prepare(r: dict) -> tuple:
+        t = event_time(r)
+        if t is None:
+            return None, None, None
+        return t, key(r), extract(r)
+    return prepare
 
 
-_INT = {int}
-_DICT = {dict}
 _INT_NONE = {int, type(None)}
 _NUMBERS = {int, float, type(None)}
+_FAST_EPOCH_MS = (100_000_000_000, 100_000_000_000_000 - 1)  # epoch ms the general parse would read as ms
 
 
 def _numeric_column(col: list) -> tuple[list, int]:
     """A numeric aggregation's column with the values that are not numbers (nor null) replaced by None,
-    and how many there were: compile_prepare's per-value check, for a whole column at once."""
+    and how many there were: Plan.extract's per-value check, for a whole column at once."""
     types = {*map(type, col)}
     if types <= _INT_NONE:
         return col, 0
@@ -283,153 +250,115 @@ def window_fields(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan) -> l
     return fields if fieldcolumns.readable(fields) else None
 
 
-def compile_columns(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan,
-                    key_cache: dict[str, bytes]) -> Callable[[Sequence[dict]], tuple]:
-    """compile_prepare for a list of records: `columns(recs) -> (ts, rest, ordered)`: the event times
-    (as compile_prepare reads them; anything but an int is a bad time); when every time is good,
-    rest = (key JSON list, one column per aggregation that reads a field), else None; and whether
-    the times never go down (None: not known).
+def _step(col: list, name: str, lists: bool) -> list:
+    """The next level of a path over a column: a dict's field (with `lists`, a list's index too)."""
+    if not lists:
+        return [v.get(name) if v.__class__ is dict else None for v in col]
+    return [fieldpaths.get(v, (name,)) for v in col]
 
-    `recs` may also be a fieldcolumns.FieldBatch of window_fields(): the same columns, taken from it.
-    Nothing is counted before every column is made (a caller that gets an exception can hand the
-    records to the per-record path); non-numeric values are counted at the end, as compile_prepare
-    counts them for records with a good time.
+
+def column(recs: Any, parts: tuple[str, ...]) -> list:
+    """The values of a record path over a list of records, as aggregations.getter reads each one."""
+    if type(recs) is fieldcolumns.FieldBatch:
+        assert recs.cols is not None
+        return recs.cols[parts]
+    batch = type(recs) is inputorder.RecordBatch  # its keys and values are columns already
+    if parts == ("key",) and batch:
+        return recs.keys
+    if parts[0] == "value" and batch:
+        col = recs.values
+    else:
+        col = list(map(dict.get, recs, repeat(parts[0])))
+    for name in parts[1:]:
+        col = _step(col, name, len(parts) > 2)
+    return col
+
+
+class EventColumns:
+    """A batch of records (or a log piece read as columns) -> (times, keys, aggregation columns, counts).
+
+    Times are ms (or None where a record has no usable time: missing, unparseable, or outside
+    time_range); keys are the group keys' JSON texts; one column per aggregation (None for a bare
+    count), numeric ones with values that are not numbers set to None; counts = [(aggregation
+    index, values that were not numbers)], for the plan's counter (the caller adds them: this may
+    run in the read-ahead process, decoder.py). The same reads as make_prepare, a column at a time.
     """
-    env: dict = {"_ets": event_times, "_kj": key_json_cached(key_cache), "_kc": key_cache,
-                 "_dumps": orjson.dumps, "_g": [], "_dget": dict.get, "_rep": itertools.repeat,
-                 "_INT": _INT, "_DICT": _DICT, "_num": _numeric_column, "_nn": plan.non_numeric,
-                 "_names": [s.name for s in plan.specs], "_le": le, "_islice": islice,
-                 "_Batch": inputorder.RecordBatch, "_FB": fieldcolumns.FieldBatch}
-    env["_lo"], env["_hi"] = lo, hi = time_range(cfg)
 
-    def one(parts: tuple[str, ...]) -> str:
-        """An expression of one record's field (names `r` and `_val`, its value) for a comprehension."""
-        if len(parts) == 2 and parts[0] == "value":
-            return f"(_val.get({parts[1]!r}) if type(_val) is dict else None)"
-        if len(parts) == 1:
-            return f"r.get({parts[0]!r})"
-        env["_g"].append(aggregations.getter(parts))
-        return f"_g[{len(env['_g']) - 1}](r)"
-
-    def column(parts: tuple[str, ...], lazy: bool = False) -> str:
-        """An expression of the column of a field over `recs` (values in `_vals`, all dicts if `_vd`);
-        `lazy`: an iterator is enough."""
-        wrap = (lambda e: e) if lazy else (lambda e: f"list({e})")
-        if len(parts) == 2 and parts[0] == "value":
-            return (f"({wrap(f'map(_dget, _vals, _rep({parts[1]!r}))')} if _vd else "
-                    f"[_val.get({parts[1]!r}) if type(_val) is dict else None for _val in _vals])")
-        if len(parts) == 1:
-            return wrap(f"map(_dget, recs, _rep({parts[0]!r}))")
-        return f"[{one(parts)} for r, _val in zip(recs, _vals)]"
-
-    def batch_column(parts: tuple[str, ...], lazy: bool = False) -> str:
-        return f"_c[{parts!r}]"
-
-    def source(name: str, from_batch: bool) -> list[str]:
-        col = batch_column if from_batch else column
-        if from_batch:
-            src = [f"def {name}(recs):",
-                   "    _c = recs.cols",
-                   "    ordered = None"]
-        else:
-            src = [f"def {name}(recs):",
-                   "    # a log's batch comes with its records' keys and values (inputorder.RecordBatch)",
-                   "    _vals = recs.values if type(recs) is _Batch else list(map(_dget, recs, _rep('value')))",
-                   "    _vd = {*map(type, _vals)} == _DICT",
-                   "    ordered = None"]
+    def __init__(self, cfg: WindowConfig, is_log: bool, plan: aggregations.Plan) -> None:
         parts = fieldpaths.record_path(cfg.time_field)
         if parts == ("ts",) and not is_log:
             parts = ("value", "ts")  # a plain file has no append time: its own ts field
-        # a time outside time_range(cfg) [_lo, _hi] is a bad time: the column comes back with None there
-        if parts == ("ts",):
-            src.append(f"    ts = {col(parts)}")
-            src.append("    if {*map(type, ts)} != _INT:")
-            src.append("        ts = [t if type(t) is int and _lo <= t <= _hi else None for t in ts]")
-            src.append("        return ts, None, None")
-            src.append("    ordered = all(map(_le, ts, _islice(ts, 1, None)))")
-            src.append("    if (ts[0] < _lo or ts[-1] > _hi) if ordered else (min(ts) < _lo or max(ts) > _hi):")
-            src.append("        ts = [t if _lo <= t <= _hi else None for t in ts]")
-            src.append("        return ts, None, None")
-        else:
-            # epoch ms, the common case, needs no general parse (and lies in the range of any window
-            # shorter than 3000 years; _flo/_fhi are that fast range cut to time_range)
-            env["_flo"], env["_fhi"] = max(lo, 100_000_000_000), min(hi, 100_000_000_000_000 - 1)
-            src.append(f"    x = {col(parts)}")
-            src.append("    if {*map(type, x)} == _INT:")
-            src.append("        ordered = all(map(_le, x, _islice(x, 1, None)))")
-            src.append("        lo, hi = (x[0], x[-1]) if ordered else (min(x), max(x))")
-            src.append("    if ordered is not None and lo >= _flo and hi <= _fhi:")
-            src.append("        ts = x  # all epoch ms, the common case")
-            src.append("    else:")
-            src.append("        ordered = None")
-            src.append("        ts = _ets(x)  # ISO-8601 strings, seconds: the column at once")
-            src.append("        if {*map(type, ts)} != _INT or min(ts) < _lo or max(ts) > _hi:")
-            src.append("            ts = [t if type(t) is int and _lo <= t <= _hi else None for t in ts]")
-            src.append("            return ts, None, None")
-        if not cfg.by or len(cfg.by) == 1:
-            kparts = fieldpaths.record_path(cfg.by[0]) if cfg.by else ("key",)
-            if from_batch:
-                kcol = col(kparts)
-            elif cfg.by:
-                kcol = col(kparts)
-            else:
-                kcol = "(recs.keys if type(recs) is _Batch else list(map(_dget, recs, _rep('key'))))"
-            # The keys' JSON texts from one orjson call for the column, cut at its commas: each element
-            # is written as dumps() writes it alone, and when no key holds a comma there is one piece
-            # per key (the cut is kept only then). Cheaper than a cache lookup per key, whose 10k+
-            # entries are mostly out of the CPU cache.
-            src.append(f"    kv = {kcol}")
-            src.append("    try:")
-            src.append("        ks = _dumps(kv)[1:-1].split(b',')")
-            src.append("    except TypeError:")
-            src.append("        ks = ()")
-            src.append("    if len(ks) != len(kv):")
-            src.append("        try:")
-            src.append("            ks = list(map(_kc.get, kv))")
-            src.append("        except TypeError:  # a list or an object as the key: not in the cache")
-            src.append("            ks = [None] * len(kv)")
-            src.append("        if None in ks:  # not in the cache (yet)")
-            src.append("            ks = [k if k is not None else _kj(v) for k, v in zip(ks, kv)]")
-        elif from_batch:
-            by_cols = ", ".join(col(fieldpaths.record_path(p)) for p in cfg.by)
-            src.append(f"    ks = [_dumps(list(t)) for t in zip({by_cols})]")
-        else:
-            exprs = ", ".join(one(fieldpaths.record_path(p)) for p in cfg.by)
-            src.append(f"    ks = [_dumps([{exprs}]) for r, _val in zip(recs, _vals)]")
-        cols, counts = [], []
-        for i, (spec, numeric) in enumerate(zip(plan.specs, plan.numeric, strict=True)):
-            if spec.path is None:
-                continue
-            src.append(f"    c{i} = {col(spec.path)}")
-            if numeric:
-                src.append(f"    c{i}, n{i} = _num(c{i})")
-                counts.append(i)
-            cols.append(f"c{i}")
-        rest = f"(ks, ({''.join(c + ', ' for c in cols)}))"
-        if from_batch:
-            # counted by the caller (this may run in the read-ahead process: decoder.py)
-            src.append(f"    return ts, {rest}, ordered, ({''.join(f'({i}, n{i}), ' for i in counts)})")
-            return [ln.replace("return ts, None, None", "return ts, None, None, ()") for ln in src]
-        for i in counts:
-            src.append(f"    if n{i}:")
-            src.append(f"        _nn[_names[{i}]] = _nn.get(_names[{i}], 0) + n{i}")
-        src.append(f"    return ts, {rest}, ordered")
-        return src
+        self.time_path = parts
+        self.append_time = parts == ("ts",)
+        self.lo, self.hi = time_range(cfg)
+        self.key_paths = [fieldpaths.record_path(p) for p in cfg.by] if cfg.by else [("key",)]
+        self.specs = plan.specs
+        self.numeric = plan.numeric
+        self.key_cache: dict[str, bytes] = {}
+        self.key_json = key_json_cached(self.key_cache)
 
-    batch_src = source("batch_columns", True) if window_fields(cfg, is_log, plan) is not None else []
-    src = source("columns", False)
-    if batch_src:
-        src[1:1] = ["    if type(recs) is _FB:",
-                    "        # made by the read-ahead process (decoder.py) or here",
-                    "        ts, rest, ordered, counts = recs.pre or batch_columns(recs)",
-                    "        for i, n in counts:",
-                    "            if n:",
-                    "                _nn[_names[i]] = _nn.get(_names[i], 0) + n",
-                    "        return ts, rest, ordered"]
-    exec("\n".join(batch_src + src), env)
-    columns = env["columns"]
-    columns.prepare = env.get("batch_columns")  # FieldBatch -> its columns, counts apart
-    return columns
+    def __call__(self, recs: Any) -> tuple[list, Any, Any, Any]:
+        """(times, keys, columns, counts); (times, None, None, ()) when some time is not usable (the
+        caller reads the records that have one again, so only their values are counted)."""
+        ts = self.times(column(recs, self.time_path))
+        if None in ts:
+            return ts, None, None, ()
+        ks = self.keys(recs)
+        cols: list[list | None] = []
+        counts = []
+        for i, (spec, numeric) in enumerate(zip(self.specs, self.numeric, strict=True)):
+            if spec.path is None:
+                cols.append(None)
+                continue
+            col = column(recs, spec.path)
+            if numeric:
+                col, n = _numeric_column(col)
+                if n:
+                    counts.append((i, n))
+            cols.append(col)
+        return ts, ks, cols, counts
+
+    def times(self, x: list) -> list:
+        lo, hi = self.lo, self.hi
+        if {*map(type, x)} == _INT_TYPE:
+            a, b = min(x), max(x)
+            if a >= lo and b <= hi and (self.append_time or (a >= _FAST_EPOCH_MS[0] and b <= _FAST_EPOCH_MS[1])):
+                return x  # all epoch ms, the common case: no parse
+        if self.append_time:
+            return [t if type(t) is int and lo <= t <= hi else None for t in x]
+        return [t if t is not None and lo <= t <= hi else None for t in event_times(x)]
+
+    def keys(self, recs: Any) -> list[bytes]:
+        if len(self.key_paths) > 1:
+            return [orjson.dumps(list(t)) for t in zip(*(column(recs, p) for p in self.key_paths), strict=True)]
+        kv = column(recs, self.key_paths[0])
+        # The keys' JSON texts from one orjson call for the column, cut at its commas: each element
+        # is written as dumps() writes it alone, and when no key holds a comma there is one piece
+        # per key (the cut is kept only then).
+        try:
+            ks = orjson.dumps(kv)[1:-1].split(b",")
+        except TypeError:
+            ks = []
+        if len(ks) == len(kv) and kv:
+            return ks
+        return list(map(self.key_json, kv))
+
+
+_INT_TYPE = {int}
+
+
+def _subset(recs: Any, keep: list[int]) -> Any:
+    """The records at positions `keep`, in the same form (a FieldBatch's columns, a RecordBatch's)."""
+    if type(recs) is fieldcolumns.FieldBatch:
+        assert recs.cols is not None
+        return fieldcolumns.FieldBatch(None, {p: [c[i] for i in keep] for p, c in recs.cols.items()}, len(keep))
+    sub = [recs[i] for i in keep]
+    if type(recs) is inputorder.RecordBatch:
+        batch = inputorder.RecordBatch(sub)
+        batch.keys = [recs.keys[i] for i in keep]
+        batch.values = [recs.values[i] for i in keep]
+        return batch
+    return sub
 
 
 class RecordBlocks:
@@ -460,9 +389,8 @@ class WindowRun:
         self.cfg = cfg
         self.plan = make_plan(cfg)
         self.op = make_operator(cfg, self.plan)
-        self.prepare = compile_prepare(cfg, is_log, self.plan)
-        # compiled source: a function with a `prepare` attribute (see compile_columns)
-        self.columns: Any = None if cfg.processing_time else compile_columns(cfg, is_log, self.plan, {})
+        self.prepare = make_prepare(cfg, is_log, self.plan)
+        self.columns = None if cfg.processing_time else EventColumns(cfg, is_log, self.plan)
         self.watermark = Watermark(cfg.lateness)
         self.stats = WindowStats()
         self.seq = 0
@@ -477,7 +405,7 @@ class WindowRun:
         """
         if isinstance(records, RecordBlocks) and progress is None:
             if self.columns is not None:
-                records.hooks["transform"] = self.columns.prepare
+                records.hooks["transform"] = self.columns
                 # without a late sink, a batch whose columns were made needs no records (nor its bytes)
                 records.hooks["records"] = self.late_sink is not None
             try:
@@ -491,9 +419,10 @@ class WindowRun:
 
     def feed_records(self, records: Iterable[dict], emit: Callable[[list], None],
                      source: str = "input", progress: Callable[[dict], None] | None = None) -> None:
-        """feed() one record at a time: the reference that feed_batches must agree with."""
+        """feed() one record at a time (--processing-time reads the clock per record; follow mode
+        reports each record's progress): the operator's add() and close() per event."""
         op, stats, wmark = self.op, self.stats, self.watermark
-        add, close, prepare = op.fast_add(), op.close, self.prepare
+        add, close, prepare = op.add, op.close, self.prepare
         late_sink = self.late_sink
         fail = self.cfg.on_bad_time == "fail"
         lateness = wmark.lateness
@@ -501,10 +430,6 @@ class WindowRun:
         wm = wmark.value
         seq = self.seq
         out: list = []
-        gc_was_enabled = gc.isenabled()
-        # Window state is many small containers and no cycles: the cyclic GC
-        # only rescans them (measured 20-25% of a tumbling pass).
-        gc.disable()
         try:
             for rec in records:
                 t, key, vals = prepare(rec)
@@ -532,102 +457,63 @@ class WindowRun:
             self.seq = seq
             if maxt != NO_WATERMARK:
                 wmark.observe(maxt)
-            if gc_was_enabled:
-                gc.enable()
 
     def feed_batches(self, batches: Iterable[inputorder.Block], emit: Callable[[list], None],
                      source: str = "input", done: Callable[[inputorder.Block], None] | None = None) -> None:
-        """feed() for records that come in lists, with the same rows, order, counts and state.
-
-        Each list's fields are read column by column (compile_columns) and folded
-        in by the operator's batch loop (batch_fold), which does per event what
-        feed_records does (add against the watermark before it, late handling,
-        close when the watermark moves) with less work around it; rows are emitted
-        after each list. A list with bad times under --on-bad-time fail, or one
-        whose columns cannot be read as columns, goes through feed_records.
-        `done(recs)` is called after each list is processed.
-        """
+        """feed() for records that come in lists, with the same rows, order, counts and state as
+        feed_records: each list is read as columns (EventColumns), its events without a usable
+        time are counted and left out (with --on-bad-time fail, the events before the first one
+        are folded, then it fails), and the operator folds the rest as one Batch. Rows are
+        emitted after each list; `done(recs)` is called after each list is processed."""
         if self.columns is None:  # --processing-time reads the clock per record
             for recs in batches:
                 self.feed_records(recs, emit, source)
                 if done is not None:
                     done(recs)
             return
-        stats, wmark = self.stats, self.watermark
-        general, inorder = self.op.batch_folds(wmark.lateness)
-        columns, sink = self.columns, self.late_sink
+        stats, wmark, plan, columns = self.stats, self.watermark, self.plan, self.columns
         fail = self.cfg.on_bad_time == "fail"
         out: list = []
         gc_was_enabled = gc.isenabled()
-        gc.disable()  # as in feed_records
-        seq = self.seq
-        maxt = wmark.max_time if wmark.max_time is not None else NO_WATERMARK
-        wm = wmark.value
+        # Window state is many small containers and no cycles: the cyclic GC only rescans them.
+        gc.disable()
         try:
             for batch in batches:
                 if not batch:
                     continue
-                recs = batch
-                try:
-                    ts, rest, ordered = columns(recs)
-                except Exception:
-                    rest = ts = ordered = None
-                if rest is None and type(recs) is fieldcolumns.FieldBatch:
-                    recs = list(recs)  # the slow paths below take whole records
-                if rest is None and ts is not None and not fail:
-                    good = []
-                    for rec, t in zip(recs, ts, strict=True):
-                        if type(t) is int:
-                            good.append(rec)
-                        else:
-                            self._bad_time(rec, source, False)
-                    if good:
-                        try:
-                            ts, rest, ordered = columns(good)
-                        except Exception:
-                            rest = None
-                        recs = good
-                    else:
-                        ts = ()  # nothing left to fold
-                if rest is None and ts != ():
-                    # the per-record path: it raises at the first bad time (--on-bad-time fail) after
-                    # emitting the rows before it, or meets whatever made the columns fail
-                    self.seq = seq
+                pre = batch.pre if type(batch) is fieldcolumns.FieldBatch else None
+                ts, ks, cols, counts = pre or columns(batch)
+                times = ts
+                keep = None  # positions of the events with a usable time, when some have none
+                if ks is None:
+                    keep = [i for i, t in enumerate(ts) if t is not None]
+                    if fail:
+                        keep = list(range(ts.index(None)))
+                    ts, ks, cols, counts = columns(_subset(batch, keep)) if keep else ([], [], [], ())
+                for i, n in counts:
+                    plan.count_non_numeric(plan.specs[i].name, n)
+                if ts:
+                    maxt = wmark.max_time if wmark.max_time is not None else NO_WATERMARK
+                    maxt, lates = self.op.fold(Batch(ts, ks, cols, self.seq, maxt, wmark.lateness), out)
+                    self.seq += len(ts)
+                    stats.events += len(ts)
                     if maxt != NO_WATERMARK:
                         wmark.observe(maxt)
-                    try:
-                        self.feed_records(recs, emit, source)
-                    finally:
-                        seq = self.seq
-                        maxt = wmark.max_time if wmark.max_time is not None else NO_WATERMARK
-                        wm = wmark.value
-                    if done is not None:
-                        done(batch)
-                    continue
-                if rest is not None:
-                    ks, cols = rest
-                    before = seq
-                    if ordered is None and inorder is not None and ts[0] >= maxt:
-                        ordered = all(map(le, ts, islice(ts, 1, None)))
-                    if inorder is not None and ordered and ts[0] >= maxt:
-                        seq, maxt, wm = inorder(ts, ks, cols, seq, maxt, wm, out)
-                    else:
-                        seq, maxt, wm, lates = general(ts, ks, cols, seq, maxt, wm, out)
-                        if lates:
-                            stats.late += len(lates)
-                            if sink is not None:
-                                for i in lates:
-                                    sink(recs[i - before])
-                    stats.events += seq - before
+                    if lates:
+                        stats.late += len(lates)
+                        if self.late_sink is not None:
+                            for i in lates:
+                                self.late_sink(batch[keep[i] if keep is not None else i])
                 if out:
                     emit(out)
                     out = []
+                if keep is not None:
+                    for i, t in enumerate(times):
+                        if t is None:
+                            self._bad_time(batch[i], source, fail)
                 if done is not None:
                     done(batch)
         finally:
-            self.seq = seq
-            if maxt != NO_WATERMARK:
-                wmark.observe(maxt)
             if gc_was_enabled:
                 gc.enable()
 

@@ -18,13 +18,7 @@ class Hopping(GridWindows):
         super().__init__(size, hop, plan, update, correct)
 
     def add(self, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool:
-        size, hop = self.size, self.hop
-        start = t - t % hop
-        starts = []
-        while start > t - size:
-            starts.append(start)
-            start -= hop
         late = False
-        for s in reversed(starts):  # oldest window first
-            late |= self._add_one(s + size, key, seq, vals, wm, out)
+        for end in self.ends_of(t):  # oldest window first
+            late |= self._add_one(end, key, seq, vals, wm, out)
         return late

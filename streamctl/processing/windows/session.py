@@ -47,7 +47,7 @@ import heapq
 import itertools
 from collections import deque
 
-from streamctl.processing.windows import NO_WATERMARK, col_names, compile_fold, compile_inorder, fold_tail, val_names
+from streamctl.processing.windows import NO_WATERMARK, Batch, fold_events
 
 # a session: [start, last, state, late events in it, id, windows written for it and still valid (or None)]
 START, LAST, STATE, REV, SID, SHOWN = range(6)
@@ -251,7 +251,8 @@ class Session:
             return
         if not self.update:
             out += [(start, end, key, res, None)
-                    for (start, end, key, _s), res in zip(batch, self.plan.results([b[3][STATE] for b in batch]), strict=True)]
+                    for (start, end, key, _s), res in zip(batch, map(self.plan.result, [b[3][STATE] for b in batch]),
+                                                          strict=True)]
         last_of, order = self.closed_last, self.closed_order
         for _start, _end, key, s in batch:
             last = s[LAST]
@@ -259,75 +260,9 @@ class Session:
                 last_of[key] = last
                 order.append((last, key))
 
-    def fast_add(self):
-        """`add` as a closure for the hot path (an event extending its group's only open session).
-        An event at or after that session's start cannot be within GAP of a closed session: the
-        open one already starts more than GAP after every closed one."""
-        if self.update or self.correct:
-            return self.add
-        gap, opened, plan_add, slow = self.gap, self.open, self.plan.add, self.add
-
-        def add(key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool:
-            if t + gap > wm:
-                sessions = opened.get(key)
-                if sessions is not None and len(sessions) == 1:
-                    s = sessions[0]
-                    if s[0] <= t <= s[1] + gap:
-                        plan_add(s[2], vals, seq)
-                        if t > s[1]:
-                            s[1] = t
-                        return False
-            return slow(key, t, seq, vals, wm, out)
-        return add
-
-    def batch_folds(self, lateness: int) -> tuple:
-        """The driver's batch loops (windows.compile_fold, compile_inorder) with fast_add's hot path
-        inlined. In order, an event cannot be late and is at or after its group's last one, so the
-        hot path is one bound check; the closing check compares the event time with the smallest
-        end in the heap plus lateness (`due`), kept up to date when add() or close() change it."""
-        head: list[str] = []
-        fast: list[str] = []
-        env = {"gap": self.gap, "opened": self.open, "heap": self.heap, "add": self.fast_add(),
-               "close": self.close, "lateness": lateness, "NO_WATERMARK": NO_WATERMARK,
-               "INF": float("inf"), **self.plan.add_env()}
-        if self.update or self.correct:
-            return compile_fold(self.plan, head, fast, dict(env, close_due="heap and heap[0][0] < wm")), None
-        add = self.plan.add_lines("st", val_names(self.plan), "seq")
-        fast = ["if t + gap > wm:",
-                "    sessions = opened.get(k)",
-                "    if sessions is not None and len(sessions) == 1:",
-                "        s = sessions[0]",
-                "        if s[0] <= t <= s[1] + gap:",
-                "            st = s[2]",
-                *("            " + ln for ln in add),
-                "            if t > s[1]:",
-                "                s[1] = t",
-                *("            " + ln for ln in fold_tail())]
-        general = compile_fold(self.plan, head, fast, dict(env, close_due="heap and heap[0][0] < wm"))
-        names = col_names(self.plan)
-        vals = ", ".join(val_names(self.plan))
-        body = ["base = seq",
-                "due = heap[0][0] + lateness if heap else INF",
-                f"for seq, t, k{''.join(', ' + n for n in names)} in zip(range(base, base + len(ts)), ts, ks"
-                + "".join(f", col_{n}" for n in names) + "):",
-                "    try:",
-                "        s, = opened[k]  # the group's only open session",
-                "    except (KeyError, ValueError):  # none, or several",
-                "        s = None",
-                "    if s is not None and t <= s[1] + gap:",
-                "        st = s[2]",
-                *("        " + ln for ln in add),
-                "        s[1] = t",
-                "    else:",
-                "        # the watermark before this event: from the previous event's time (or the batch's start)",
-                "        p = ts[seq - base - 1] if seq > base else maxt",
-                f"        add(k, t, seq, ({vals},), p - lateness if p != NO_WATERMARK else NO_WATERMARK, out)",
-                "        due = heap[0][0] + lateness if heap else INF",
-                "    if t > due:",
-                "        close(t - lateness, out)",
-                "        due = heap[0][0] + lateness if heap else INF",
-                "seq = base"]
-        return general, compile_inorder(self.plan, body, env)
+    def fold(self, batch: Batch, out: list) -> tuple[int, list[int]]:
+        """Sessions depend on each event (an event may bridge two): one event at a time."""
+        return fold_events(self, batch, out)
 
     def open_windows(self) -> int:
         return sum(len(v) for v in self.open.values())

@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right, insort
 
-from streamctl.processing.windows import compile_fold
+from streamctl.processing.windows import Batch, fold_events
 
 
 def _time(ev: tuple) -> int:
@@ -114,12 +114,9 @@ class Sliding:
             if not evs:
                 del self.events[key]
 
-    def fast_add(self):
-        return self.add
-
-    def batch_folds(self, lateness: int) -> tuple:
-        """The driver's batch loop (windows.compile_fold); close() runs on every watermark move (it sweeps)."""
-        return compile_fold(self.plan, [], [], {"add": self.add, "close": self.close, "lateness": lateness}), None
+    def fold(self, batch: Batch, out: list) -> tuple[int, list[int]]:
+        """A row per event: one event at a time (close() sweeps on every watermark move)."""
+        return fold_events(self, batch, out)
 
     def open_windows(self) -> int:
         return len(self.pending)
