@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from operator import call
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -86,6 +86,16 @@ def split_by_partition(partitions: list[int], items: list, n: int) -> list[tuple
     groups: list[list] = [[] for _ in range(n)]
     deque(map(call, map([g.append for g in groups].__getitem__, partitions), items), maxlen=0)
     return [(p, groups[p]) for p in dict.fromkeys(partitions)]
+
+
+def _split_spliced(ps: list[int], s: Spliced, n: int) -> list[tuple[int, Any, list, list | None]]:
+    """(partition, key texts, values, headers) of a batch's records, split by their partitions."""
+    groups = split_by_partition(ps, s.values, n)
+    kts: list[Any] = [kt for _, kt in split_by_partition(ps, s.key_texts, n)] if isinstance(s.key_texts, list) \
+        else [s.key_texts] * len(groups)
+    hss: list[Any] = [hs for _, hs in split_by_partition(ps, s.headers, n)] if s.headers is not None \
+        else [None] * len(groups)
+    return [(p, kt, vs, hs) for (p, vs), kt, hs in zip(groups, kts, hss, strict=True)]
 
 
 class _DeadLetters:
@@ -172,30 +182,16 @@ def produce(log: Log, inputs: Iterable[Input], opts: ProduceOptions, appender: A
         shares: list[tuple[int, Any, list, list | None]]  # (partition, key texts, values, headers)
         if fixed is not None:
             shares = [(fixed, s.key_texts, s.values, s.headers)]
-        elif s.keys is None and isinstance(s.key_texts, list):  # the key texts pick the partitions
-            ps = part.many_texts(s.key_texts)
-            groups = split_by_partition(ps, s.values, log.partitions)
-            kts = [kt for _, kt in split_by_partition(ps, s.key_texts, log.partitions)]
-            hss = [hs for _, hs in split_by_partition(ps, s.headers, log.partitions)] if s.headers is not None \
-                else [None] * len(groups)
-            shares = [(p, kt, vs, hs) for (p, vs), kt, hs in zip(groups, kts, hss, strict=True)]
         elif s.keys is None and s.key is not None:
             shares = [(part(s.key), s.key_texts, s.values, s.headers)]
-        elif s.keys is None:  # null keys: round-robin, as the per-line path spreads them
+        elif s.keys is None and isinstance(s.key_texts, bytes):  # null keys: round-robin, as line by line
             np_ = log.partitions
             start = part.spread(n)
-            shares = [((start + i) % np_, s.key_texts if isinstance(s.key_texts, bytes) else s.key_texts[i::np_],
-                       s.values[i::np_], None if s.headers is None else s.headers[i::np_])
-                      for i in range(min(np_, n))]
-        else:
-            ps = part.many(s.keys)
-            np_ = log.partitions
-            groups = split_by_partition(ps, s.values, np_)
-            kts = [kt for _, kt in split_by_partition(ps, s.key_texts, np_)] if isinstance(s.key_texts, list) \
-                else [s.key_texts] * len(groups)
-            hss = [hs for _, hs in split_by_partition(ps, s.headers, np_)] if s.headers is not None \
-                else [None] * len(groups)
-            shares = [(p, kt, vs, hs) for (p, vs), kt, hs in zip(groups, kts, hss, strict=True)]
+            shares = [((start + i) % np_, s.key_texts, s.values[i::np_],
+                       None if s.headers is None else s.headers[i::np_]) for i in range(min(np_, n))]
+        else:  # each record's key (or, without keys, its key text) picks its partition
+            ps = part.many(s.keys) if s.keys is not None else part.many_texts(cast(list, s.key_texts))
+            shares = _split_spliced(ps, s, log.partitions)
         for p, kt, vs, hs in shares:
             res = appender.append_texts(p, kt, vs, hs, want_lines=want)
             stats.add(res)
