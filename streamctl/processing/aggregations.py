@@ -210,40 +210,73 @@ class Plan:
         for i, (f, col) in enumerate(zip(self.funcs, cols, strict=True)):
             if col is None:  # a bare count
                 st[i] += len(idx)
-                continue
-            if f == "first":
-                j = idx[0]
-                if st[i] is None or seq0 + j < st[i][0]:
-                    st[i] = (seq0 + j, col[j])
-                continue
-            if f == "last":
-                j = idx[-1]
-                if st[i] is None or seq0 + j > st[i][0]:
-                    st[i] = (seq0 + j, col[j])
-                continue
-            vals = [v for v in map(col.__getitem__, idx) if v is not None]
-            if not vals:
-                continue
-            if f == "count":
-                st[i] += len(vals)
+            else:
+                self._fold_one(i, f, st, col, idx, seq0)
+
+    def fold_groups(self, groups: list[tuple[list, list[int]]], cols: Sequence[list | None], seq0: int) -> None:
+        """fold(st, cols, idx, seq0) for each (st, idx) of `groups`, an aggregation at a time: a batch
+        whose windows hold one or two events each (many keys, short windows) spends its time per
+        group, so each aggregation's loop over the groups is kept to its few operations."""
+        for i, (f, col) in enumerate(zip(self.funcs, cols, strict=True)):
+            if col is None:  # a bare count
+                for st, idx in groups:
+                    st[i] += len(idx)
             elif f == "sum" or f == "avg":
-                acc = st[i]
-                # reduce(add) adds left to right from the total so far: the same float as add() per
-                # event (sum() compensates float rounding on Python 3.12+, which would not be)
-                acc[0] = reduce(add, vals, acc[0])
-                acc[1] += len(vals)
-            elif f == "min":
-                m = min(vals)
-                if st[i] is None or m < st[i]:
-                    st[i] = m
-            elif f == "max":
-                m = max(vals)
-                if st[i] is None or m > st[i]:
-                    st[i] = m
-            elif f == "distinct":
-                st[i].update(map(_distinct_key, vals))
-            else:  # a percentile
-                st[i].extend(vals)
+                for st, idx in groups:
+                    if len(idx) == 1:
+                        v = col[idx[0]]
+                        if v is not None:
+                            acc = st[i]
+                            acc[0] += v
+                            acc[1] += 1
+                    else:
+                        vals = [v for v in map(col.__getitem__, idx) if v is not None]
+                        if vals:
+                            acc = st[i]
+                            acc[0] = reduce(add, vals, acc[0])  # left to right, as add() per event
+                            acc[1] += len(vals)
+            elif f == "count":
+                for st, idx in groups:
+                    st[i] += len(idx) - [col[j] for j in idx].count(None)
+            else:
+                for st, idx in groups:
+                    self._fold_one(i, f, st, col, idx, seq0)
+
+    def _fold_one(self, i: int, f: str, st: list, col: list, idx: list[int], seq0: int) -> None:
+        """fold() for aggregation i alone."""
+        if f == "first":
+            j = idx[0]
+            if st[i] is None or seq0 + j < st[i][0]:
+                st[i] = (seq0 + j, col[j])
+            return
+        if f == "last":
+            j = idx[-1]
+            if st[i] is None or seq0 + j > st[i][0]:
+                st[i] = (seq0 + j, col[j])
+            return
+        vals = [v for v in map(col.__getitem__, idx) if v is not None]
+        if not vals:
+            return
+        if f == "count":
+            st[i] += len(vals)
+        elif f == "sum" or f == "avg":
+            acc = st[i]
+            # reduce(add) adds left to right from the total so far: the same float as add() per
+            # event (sum() compensates float rounding on Python 3.12+, which would not be)
+            acc[0] = reduce(add, vals, acc[0])
+            acc[1] += len(vals)
+        elif f == "min":
+            m = min(vals)
+            if st[i] is None or m < st[i]:
+                st[i] = m
+        elif f == "max":
+            m = max(vals)
+            if st[i] is None or m > st[i]:
+                st[i] = m
+        elif f == "distinct":
+            st[i].update(map(_distinct_key, vals))
+        else:  # a percentile
+            st[i].extend(vals)
 
     def result(self, st: list) -> dict:
         out = {}

@@ -110,6 +110,86 @@ def _plain(col: list) -> bool:
     return True
 
 
+def plain_readable(paths: Sequence[FieldPath]) -> bool:
+    """Whether every path lies inside a plain file's line (`value.a.b...`), where PlainFieldReader reads it."""
+    return all(len(p) >= 2 and p[0] == "value" and all(map(_name_ok, p[1:])) for p in paths)
+
+
+class PlainFieldReader:
+    """Decodes pieces of a plain JSON-lines file (one value a line, a record's `value`) into
+    columns of paths into that value, nested to any depth.
+
+    The same all-or-nothing rule as FieldReader: a piece with a blank line, a line that is not
+    an object where the paths need one, invalid UTF-8 or JSON, or a column that orjson would
+    read differently, gives None and is read in full (inputorder's plain reading, which also
+    names an invalid line's record number)."""
+
+    def __init__(self, paths: Sequence[FieldPath]) -> None:
+        if not plain_readable(paths):
+            raise ValueError(f"not readable as plain columns: {paths}")
+        self.paths = list(dict.fromkeys(paths))
+        tree: dict = {}
+        for p in self.paths:
+            node = tree
+            for name in p[1:]:
+                node = node.setdefault(name, {})
+        self._decode = msgspec.json.Decoder(_struct("Line", tree)).decode
+        self._getters = {p: _nested_getter(tree, p[1:]) for p in self.paths}
+
+    def read_piece(self, piece: bytes, base: int) -> PlainBatch | None:
+        """The piece's lines (whole lines; the last may lack its newline) as columns, the first
+        line being record number `base`; None when the piece must be read in full."""
+        if not piece.isascii():
+            try:
+                piece.decode()
+            except UnicodeDecodeError:
+                return None
+        lines = piece.splitlines()
+        # splitlines also cuts at a lone \r, which JSON reads as whitespace inside a line
+        if len(lines) != piece.count(b"\n") + (not piece.endswith(b"\n")):
+            return None
+        try:
+            objs = list(map(self._decode, lines))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        cols: dict[FieldPath, list] = {}
+        for p, get in self._getters.items():
+            col = list(map(get, objs))
+            if not _plain(col):
+                return None
+            cols[p] = col
+        return PlainBatch(piece, cols, len(lines), base=base)
+
+
+def _struct(name: str, tree: dict) -> Any:
+    """A msgspec struct of the fields in `tree` ({name: subtree}; a leaf is any JSON value), each
+    optional; a field with a subtree must be an object (or null, or missing)."""
+    fields = []
+    for i, (n, sub) in enumerate(tree.items()):
+        typ: Any = Any if not sub else _struct(f"{name}_{i}", sub) | None
+        fields.append((f"f{i}", typ, msgspec.field(default=None, name=n)))
+    return msgspec.defstruct(name, fields, gc=False)
+
+
+def _nested_getter(tree: dict, names: tuple[str, ...]) -> Any:
+    """obj -> the value at `names` in a struct made by _struct (None where a level is missing)."""
+    attrs = []
+    node = tree
+    for n in names:
+        attrs.append(f"f{list(node).index(n)}")
+        node = node[n]
+    if len(attrs) == 1:
+        return attrgetter(attrs[0])
+
+    def get(obj: Any) -> Any:
+        for a in attrs:
+            if obj is None:
+                return None
+            obj = getattr(obj, a)
+        return obj
+    return get
+
+
 class FieldBatch:
     """A piece of a log read as columns. len() is its number of records; batch[i] parses record i
     in full (late events written to --late-out are few), and iterating parses them all."""
@@ -142,3 +222,23 @@ class FieldBatch:
         import orjson
 
         return map(orjson.loads, self.lines())
+
+
+class PlainBatch(FieldBatch):
+    """A piece of a plain file read as columns; its records are {"offset", "partition": 0, "key":
+    None, "value": line}, offsets counting from `base` (the file's record numbers)."""
+
+    __slots__ = ("base",)
+
+    def __init__(self, piece: bytes | None, cols: dict[FieldPath, list] | None, n: int, pre: Any = None,
+                 base: int = 0) -> None:
+        super().__init__(piece, cols, n, pre)
+        self.base = base
+
+    def __getitem__(self, i: int) -> dict:
+        import orjson
+
+        return {"offset": self.base + i, "partition": 0, "key": None, "value": orjson.loads(self.lines()[i])}
+
+    def __iter__(self) -> Iterator[dict]:
+        return map(self.__getitem__, range(self.n))

@@ -177,3 +177,44 @@ def log_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | No
             yield FieldBatch(msg[1], msg[2], msg[3], msg[4])
         else:
             yield piece_records(path, p, msg[1])
+
+
+def plain_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | None = None) -> Generator[Any, None, None]:
+    """A plain file's records a piece at a time: a columns.PlainBatch where the piece reads as
+    columns (PlainFieldReader), else a list of records read in full. Read ahead in a child
+    process when that can help (a file, not stdin; two or more cores), with `hooks` as in
+    log_batches."""
+    hooks = hooks if hooks is not None else {}
+
+    def pieces() -> Iterator[tuple]:
+        transform, keep = hooks.get("transform"), hooks.get("records", True)
+        read = columns.PlainFieldReader(fields).read_piece
+        base = 0
+        for piece in inputorder.plain_pieces(path):
+            batch = read(piece, base)
+            if batch is None:
+                recs, error = inputorder.plain_piece_records(path, piece, base)
+                base += len(recs)
+                if recs:
+                    yield ("r", recs)
+                if error is not None:
+                    raise error
+                continue
+            base += batch.n
+            pre = transform(batch) if transform is not None else None
+            if pre is None or pre[1] is None:
+                yield ("c", piece, batch.cols, batch.n, None, batch.base)
+            else:
+                yield ("c", piece if keep else None, None, batch.n, pre, batch.base)
+
+    def batches(msgs: Iterable[tuple]) -> Iterator[Any]:
+        for msg in msgs:
+            if msg[0] == "c":
+                yield columns.PlainBatch(msg[1], msg[2], msg[3], msg[4], base=msg[5])
+            else:
+                yield msg[1]
+
+    if path == "-" or not can_fork():
+        yield from batches(pieces())
+    else:
+        yield from batches(items(pieces, path))

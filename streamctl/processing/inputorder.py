@@ -494,6 +494,48 @@ def _payloads(values: list[Any], text: bytes, array: bytes, raw: bool,
     return values
 
 
+def plain_pieces(path: str, block_bytes: int = PLAIN_BLOCK) -> Iterator[bytes]:
+    """A plain file's bytes in pieces of whole lines of about PIECE bytes (the last one may lack
+    its newline), for a column reader (columns.PlainFieldReader)."""
+    import os
+
+    _name, fd = plainfile.open_plain(path)
+    rest = b""
+    try:
+        while True:
+            data = os.read(fd, block_bytes)
+            if not data:
+                if rest:
+                    yield rest
+                return
+            block = rest + data if rest else data
+            cut = block.rfind(b"\n") + 1
+            rest = block[cut:]
+            i = 0
+            while i < cut:
+                j = block.rfind(b"\n", i, i + PIECE) + 1 if i + PIECE < cut else cut
+                if j <= i:
+                    j = block.find(b"\n", i + PIECE) + 1
+                yield block[i:j]
+                i = j
+    finally:
+        if path != "-":
+            os.close(fd)
+
+
+def plain_piece_records(path: str, piece: bytes, base: int) -> tuple[list[Record], Exception | None]:
+    """A piece's records read in full (blank lines skipped), offsets from `base`, and for an invalid
+    line the DataError naming its record number (the records are those before it)."""
+    from streamctl.errors import DataError
+
+    text = piece[:-1] if piece.endswith(b"\n") else piece
+    values, _payloads, error = _plain_values(text, False)
+    recs = [{"offset": o, "partition": 0, "key": None, "value": v} for o, v in enumerate(values, base)]
+    if error is None:
+        return recs, None
+    return recs, DataError(f"{path}: record {base + len(values)}: invalid JSON: {error}")
+
+
 def plain_records(path: str) -> Iterator[Record]:
     """A plain file's lines as records: offset = line number from 0, partition 0, no ts."""
     return chain.from_iterable(_plain_record_blocks(path))

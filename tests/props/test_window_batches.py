@@ -231,3 +231,52 @@ def test_session_closing_inside_a_batch_keeps_a_session_open_at_exactly_gap(size
     a, b = both(cfg, records(evs), sizes)
     assert a == b
     assert [(orjson.loads(r[2]), r[3]["count"]) for r in a[0]] == [("b", 1), ("a", 2), ("x", 1)]
+
+
+def _run_plain(cfg: WindowConfig, path: str, batched: bool):
+    from streamctl.processing.windows.driver import records_of
+
+    late: list = []
+    run = WindowRun(cfg, is_log=False, late_sink=late.append)
+    rows: list = []
+    err = None
+    try:
+        if batched:
+            _is_log, recs = records_of(path, cfg)
+            run.feed(recs, rows.extend)
+        else:
+            run.feed_records(inputorder.plain_records(path), rows.extend)
+        run.finish(rows.extend)
+    except DataError as e:
+        err = str(e)
+    return rows, vars(run.stats), dict(run.plan.non_numeric), run.seq, late, err
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(evs=events_strategy(bad=True), seps=st.lists(st.sampled_from([b"\n", b"\n", b"\n", b"\r\n", b"\n\n", b" \n"]),
+                                                    min_size=60, max_size=60),
+       kind=st.sampled_from(["tumbling", "session", "sliding"]), aggs=st.sampled_from(AGG_SETS),
+       broken=st.booleans())
+def test_plain_file_columns_equal_records(tmp_path_factory, evs, seps, kind, aggs, broken):
+    """A plain file read as columns (PlainFieldReader, a piece at a time, read ahead) gives what its
+    records read one by one give: rows, counts, late records with their record numbers, errors."""
+    lines = [orjson.dumps({"ts": e["ts"], "g": {"k": e["k"]}, "v": e["v"]}) for e in evs]
+    if broken and lines:
+        lines[len(lines) // 2] = b'{"ts": 1, "g": '  # invalid JSON: the error names its record number
+    path = tmp_path_factory.mktemp("plain") / "in.jsonl"
+    path.write_bytes(b"".join(line + sep for line, sep in zip(lines, seps, strict=False)))
+    cfg = WindowConfig(kind=kind, size=M, by=["g.k"], aggs=aggs, lateness=M)
+    assert _run_plain(cfg, str(path), True) == _run_plain(cfg, str(path), False)
+
+
+def test_plain_file_pieces_are_read_as_columns(tmp_path):
+    """The column read really runs on an ordinary file (and not on a piece with a blank line)."""
+    from streamctl.processing import columns, decoder
+
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"".join(b'{"ts":"2025-11-21T10:00:%02d.000Z","g":{"k":"a"},"v":%d}\n' % (i % 60, i)
+                              for i in range(5000)) + b"\n" + b'{"ts":1,"g":{"k":"b"},"v":1}\n')
+    fields = [("value", "ts"), ("value", "g", "k"), ("value", "v")]
+    kinds = [type(b) for b in decoder.plain_batches(str(path), fields)]
+    assert kinds.count(columns.PlainBatch) >= len(kinds) - 1 and kinds[-1] is list
+    assert sum(len(b) for b in decoder.plain_batches(str(path), fields)) == 5001

@@ -194,7 +194,8 @@ class GridWindows:
                         g.append(i)
                 if late:
                     lates.append(i)
-        opened, new, fold = self.open, self.plan.new, self.plan.fold
+        opened, new = self.open, self.plan.new
+        folds = []
         for (end, k), idx in groups.items():
             d = opened.get(end)
             if d is None:
@@ -203,7 +204,8 @@ class GridWindows:
             st = d.get(k)
             if st is None:
                 st = d[k] = new()
-            fold(st, cols, idx, seq)
+            folds.append((st, idx))
+        self.plan.fold_groups(folds, cols, seq)
         if ts:
             maxt = max(maxt, max(ts))
             self.close(maxt - lateness, out)

@@ -259,7 +259,7 @@ def _step(col: list, name: str, lists: bool) -> list:
 
 def column(recs: Any, parts: tuple[str, ...]) -> list:
     """The values of a record path over a list of records, as aggregations.getter reads each one."""
-    if type(recs) is fieldcolumns.FieldBatch:
+    if isinstance(recs, fieldcolumns.FieldBatch):
         assert recs.cols is not None
         return recs.cols[parts]
     batch = type(recs) is inputorder.RecordBatch  # its keys and values are columns already
@@ -349,7 +349,7 @@ _INT_TYPE = {int}
 
 def _subset(recs: Any, keep: list[int]) -> Any:
     """The records at positions `keep`, in the same form (a FieldBatch's columns, a RecordBatch's)."""
-    if type(recs) is fieldcolumns.FieldBatch:
+    if isinstance(recs, fieldcolumns.FieldBatch):
         assert recs.cols is not None
         return fieldcolumns.FieldBatch(None, {p: [c[i] for i in keep] for p, c in recs.cols.items()}, len(keep))
     sub = [recs[i] for i in keep]
@@ -481,7 +481,7 @@ class WindowRun:
             for batch in batches:
                 if not batch:
                     continue
-                pre = batch.pre if type(batch) is fieldcolumns.FieldBatch else None
+                pre = batch.pre if isinstance(batch, fieldcolumns.FieldBatch) else None
                 ts, ks, cols, counts = pre or columns(batch)
                 times = ts
                 keep = None  # positions of the events with a usable time, when some have none
@@ -670,8 +670,28 @@ def records_of(path: str, cfg: WindowConfig | None = None) -> tuple[bool, Iterab
             hooks: dict = {}
             return True, RecordBlocks(decoder.log_batches(path, fields, hooks, time_of), hooks)
         return True, RecordBlocks(inputorder.log_batches(path, time_of=time_of))
+    fields = plain_fields(cfg, make_plan(cfg)) if cfg is not None else None
+    if fields is not None:
+        from streamctl.processing import decoder
+
+        hooks = {}
+        return False, RecordBlocks(decoder.plain_batches(path, fields, hooks), hooks)
     # map/itemgetter rather than a generator expression: one less Python frame per record
     return False, map(itemgetter(1), inputorder.merged([spec], lambda r: None))
+
+
+def plain_fields(cfg: WindowConfig, plan: aggregations.Plan) -> list[tuple[str, ...]] | None:
+    """The fields a run reads from a plain file's lines, when they can be read as columns
+    (columns.PlainFieldReader); None when whole records are read."""
+    if cfg.processing_time:
+        return None
+    parts = fieldpaths.record_path(cfg.time_field)
+    fields = [("value", "ts") if parts == ("ts",) else parts]
+    if not cfg.by:
+        return None  # the record key: a plain file's is null, read in full (rare: nothing to group by)
+    fields += [fieldpaths.record_path(p) for p in cfg.by]
+    fields += [s.path for s in plan.specs if s.path is not None]
+    return fields if fieldcolumns.plain_readable(fields) else None
 
 
 def input_bytes(path: str) -> int:
