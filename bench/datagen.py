@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import random
 import subprocess
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -99,6 +100,60 @@ def write_searches_clicks(spath: Path, cpath: Path, n: int, seed: int) -> None:
     with _writer(cpath) as f:
         for ct, i, pos, dwell in clicks:
             f.write(b'{"sid":"s%07d","time":%d,"pos":%d,"dwell_ms":%d}\n' % (i, ct, pos, dwell))
+
+
+# The realistic shape: a plain .jsonl file as a service exports it, one event object a line (a
+# line is a record's value: `value.ts`), the event time an ISO-8601 string, the fields nested.
+ISO_EVENT = ('{"ts":"%s","key":"user-%05d","type":"%s","value":{"amount":%.2f,"page":"/products/%d",'
+             '"session":"%012x"},"device":"%s"}')
+
+
+def iso_ms(ms: int) -> str:
+    s, frac = divmod(ms, 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(s)) + ".%03dZ" % frac
+
+
+def write_events_iso(path: Path, n: int, seed: int) -> None:
+    """n click events (events.jsonl's users and times), ISO time in value.ts, amount in value.value."""
+    rnd = random.Random(seed + 4)
+    ri = rnd.randrange
+    t = BASE_MS
+    with _writer(path) as f:
+        for i in range(n):
+            t += ri(5)
+            u = ri(KEYS)
+            f.write((ISO_EVENT % (iso_ms(t), u, TYPES[ri(6)], rnd.random() * 200,
+                                  ri(100_000), rnd.getrandbits(48), DEVICES[ri(3)])).encode() + b"\n")
+
+
+def write_profiles_iso(path: Path, seed: int) -> None:
+    """10k profiles: key in `key`, a profile time before every event."""
+    rnd = random.Random(seed + 5)
+    with _writer(path) as f:
+        for u in range(KEYS):
+            t = BASE_MS - 86_400_000 + u
+            f.write(('{"ts":"%s","key":"user-%05d","tier":"%s","country":"%s","score":%.3f}\n' % (
+                iso_ms(t), u, TIERS[rnd.randrange(4)], COUNTRIES[u % 10], rnd.random())).encode())
+
+
+def write_searches_clicks_iso(spath: Path, cpath: Path, n: int, seed: int) -> None:
+    """n searches and n clicks 0-2 h after a random search, both in time order, with an ISO time in
+    `ts` and the search id in `value.session`."""
+    rnd = random.Random(seed + 6)
+    times = []
+    t = BASE_MS
+    with _writer(spath) as f:
+        for i in range(n):
+            t += rnd.randrange(41)
+            times.append(t)
+            f.write(('{"ts":"%s","user":"user-%05d","value":{"session":"s%07d","query":"%s %s","results":%d}}\n' % (
+                         iso_ms(t), rnd.randrange(KEYS), i, WORDS[rnd.randrange(10)],
+                         WORDS[rnd.randrange(10)], rnd.randrange(100))).encode())
+    clicks = sorted((times[i] + min(int(rnd.expovariate(1 / 900_000)), 7_200_000), i, rnd.randrange(10))
+                    for i in (rnd.randrange(n) for _ in range(n)))
+    with _writer(cpath) as f:
+        for ct, i, pos in clicks:
+            f.write(b'{"ts":"%s","value":{"session":"s%07d","pos":%d}}\n' % (iso_ms(ct).encode(), i, pos))
 
 
 class Datasets:
