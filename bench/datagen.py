@@ -11,6 +11,14 @@ One folder per (seed, events) holds, built on first use and cached:
 - cdc.jsonl/.log N envelope lines `{"key", "value"}` over the same 10k keys, 1% tombstones
 - searches.jsonl N/2 searches (key `sid`), clicks.jsonl N/2 clicks on random searches,
                  0-2 h later (exponential, mean 15 min), sorted by time
+
+and the realistic shape (ISO-8601 event times in `ts`, nested values):
+
+- events-iso.jsonl       N events, one event object a line (`key`, `value.amount`)
+- events-iso-p3.log      those lines produced into 3 partitions with `--key-field key`
+- profiles-iso.jsonl     10k profiles (`key`), each timed before every event
+- searches-iso.jsonl,    N/2 searches and N/2 clicks 0-2 h after a random search, both in
+  clicks-iso.jsonl       time order, the search id in `value.session`
 """
 
 from __future__ import annotations
@@ -215,6 +223,29 @@ class Datasets:
 
         self._once(n, "searches+clicks", build)
         return d / "searches.jsonl", d / "clicks.jsonl"
+
+    # the realistic shape (ISO-8601 times, nested values): plain files, and the events in a keyed log
+    def events_iso(self, n: int) -> Path:
+        return self._once(n, "events-iso.jsonl", lambda p: write_events_iso(p, n, self.b.args.seed))
+
+    def profiles_iso(self, n: int) -> Path:
+        return self._once(n, "profiles-iso.jsonl", lambda p: write_profiles_iso(p, self.b.args.seed))
+
+    def events_iso_log(self, n: int, partitions: int = 3) -> Path:
+        """events_iso's lines produced into a log of `partitions` partitions keyed by user (`key`)."""
+        src = self.events_iso(n)
+        return self._once(n, f"events-iso-p{partitions}.log",
+                          lambda p: self._produce(p, src, "--key-field", "key", "--partitions", str(partitions)))
+
+    def searches_clicks_iso(self, n: int) -> tuple[Path, Path]:
+        """n/2 searches and n/2 clicks (ISO times, the search id in value.session)."""
+        d = self.folder(n)
+
+        def build(_: Path) -> None:
+            write_searches_clicks_iso(d / "searches-iso.jsonl", d / "clicks-iso.jsonl", n // 2, self.b.args.seed)
+
+        self._once(n, "searches+clicks-iso", build)
+        return d / "searches-iso.jsonl", d / "clicks-iso.jsonl"
 
     def head(self, src: Path, k: int) -> Path:
         """The first k lines of src, as its own file (for --fsync always)."""

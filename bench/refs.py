@@ -263,6 +263,75 @@ def join_duckdb(kind: str, out: str, left: str, right: str) -> None:
     con.execute(f"COPY ({q}) TO '{out}' (FORMAT json)")
 
 
+# --- the realistic shape: ISO-8601 times, nested values, plain files or a log's segments --------
+
+def _iso_duck():
+    con = _duck()
+    con.execute("SET TimeZone = 'UTC'")  # time_bucket over TIMESTAMPTZ buckets in the session's zone
+    return con
+
+
+def _json(files, columns: str) -> str:
+    return f"read_json({_seg_list(tuple(files))}, format='newline_delimited', columns={{{columns}}})"
+
+
+EVENT_COLS = "ts: 'TIMESTAMPTZ', \"key\": 'VARCHAR', \"value\": 'STRUCT(amount DOUBLE)'"
+LOG_EVENT_COLS = "\"value\": 'STRUCT(ts TIMESTAMPTZ, \"key\" VARCHAR, \"value\" STRUCT(amount DOUBLE))'"
+
+
+def window_iso_duckdb(kind: str, shape: str, out: str, *files: str) -> None:
+    """window --tumbling 1m / --session 30m --by value.key --agg count --agg avg:value.value.amount on
+    ISO-time events: `plain` files (a line is the event) or a `log`'s segments (the event is `value`)."""
+    con = _iso_duck()
+    if shape == "plain":
+        src = f"(SELECT ts, \"key\", \"value\".amount AS amount FROM {_json(files, EVENT_COLS)})"
+    else:
+        src = (f"(SELECT v.ts AS ts, v.\"key\" AS \"key\", v.\"value\".amount AS amount "
+               f"FROM (SELECT \"value\" AS v FROM {_json(files, LOG_EVENT_COLS)}))")
+    if kind == "tumbling":
+        q = f"""
+          SELECT time_bucket(INTERVAL 1 minute, ts) AS window_start, "key", count(*) AS count,
+                 avg(amount) AS avg_amount
+          FROM {src} GROUP BY ALL ORDER BY window_start, "key" """
+    else:
+        q = f"""
+          WITH e AS (SELECT "key", epoch_ms(ts) AS t, amount FROM {src}),
+          s AS (SELECT *, CASE WHEN t - lag(t) OVER (PARTITION BY "key" ORDER BY t) <= {SESSION_GAP}
+                               THEN 0 ELSE 1 END AS new_session FROM e),
+          g AS (SELECT *, sum(new_session) OVER (PARTITION BY "key" ORDER BY t ROWS UNBOUNDED PRECEDING) AS sid
+                FROM s)
+          SELECT "key", min(t) AS start_ms, max(t) + {SESSION_GAP} AS end_ms, count(*) AS count,
+                 avg(amount) AS avg_amount
+          FROM g GROUP BY "key", sid ORDER BY end_ms, "key" """
+    con.execute(f"COPY ({q}) TO '{out}' (FORMAT json)")
+
+
+def join_iso_duckdb(kind: str, out: str, left: str, right: str) -> None:
+    """join on ISO-time plain files: `window` = searches x clicks --within 1h --on value.value.session
+    (inner, |dt| <= 1h inclusive); `enrich` = events x profiles --table --how left --on value.key (each
+    event with its key's latest profile, in event-time order)."""
+    con = _iso_duck()
+    if kind == "window":
+        s = _json([left], "ts: 'TIMESTAMPTZ', \"user\": 'VARCHAR', "
+                          "\"value\": 'STRUCT(\"session\" VARCHAR, query VARCHAR, results BIGINT)'")
+        c = _json([right], "ts: 'TIMESTAMPTZ', \"value\": 'STRUCT(\"session\" VARCHAR, pos BIGINT)'")
+        q = f"""
+          SELECT s."value"."session" AS "key", s AS "left", c AS "right"
+          FROM {s} s JOIN {c} c
+            ON s."value"."session" = c."value"."session"
+           AND c.ts BETWEEN s.ts - INTERVAL 1 hour AND s.ts + INTERVAL 1 hour"""
+    else:
+        e = _json([left], "ts: 'TIMESTAMPTZ', \"key\": 'VARCHAR', \"type\": 'VARCHAR', \"value\": 'JSON', "
+                          "device: 'VARCHAR'")
+        p = _json([right], "ts: 'TIMESTAMPTZ', \"key\": 'VARCHAR', tier: 'VARCHAR', country: 'VARCHAR', "
+                           "score: 'DOUBLE'")
+        q = f"""
+          WITH p AS (SELECT * FROM {p} QUALIFY row_number() OVER (PARTITION BY "key" ORDER BY ts DESC) = 1)
+          SELECT e."key" AS "key", e AS "left", p AS "right"
+          FROM {e} e LEFT JOIN p ON e."key" = p."key" ORDER BY e.ts"""
+    con.execute(f"COPY ({q}) TO '{out}' (FORMAT json)")
+
+
 def startup_only() -> None:
     pass
 
