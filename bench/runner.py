@@ -374,15 +374,17 @@ def _ratios(b: Bench, row: Row) -> str:
 
 
 def main_table(b: Bench) -> tuple[list[str], list[list[str]]]:
-    head = ["workload", "tool", "runs", "median s", "records/s", "MB/s", "peak RSS MB", "speed vs reference (ref s / this s)"]
+    head = ["workload", "tool", "runs", "median s", "CPU s", "records/s", "MB/s", "peak RSS MB",
+            "speed vs reference (ref s / this s)"]
     body = []
     for r in b.rows:
         if r.error:
-            body.append([r.group, r.tool, "0", "FAILED", "", "", "", r.error[:80]])
+            body.append([r.group, r.tool, "0", "FAILED", "", "", "", "", r.error[:80]])
             continue
-        w = r.wall
+        w, cpu = r.wall, r.cpu
         body.append([
             r.group, r.tool, str(len(r.walls)), f"{w:.3f}" if w < 10 else f"{w:.1f}",
+            "-" if cpu is None else f"{cpu:.2f}",  # median user+system s of the waited-for process tree
             _fmt_rate(r.records / w) if r.records else "-",
             f"{r.nbytes / MB / w:.0f}" if r.nbytes else "-",
             f"{r.rss_mb:.0f}", _ratios(b, r),
