@@ -1,16 +1,74 @@
-"""join: enrichment (events x 10k profiles, --table) and searches x clicks (--within 1h)
-vs DuckDB, a Python hash join and PySpark local[2]."""
+"""join: enrichment (events x 10k profiles, --table --how left) and searches x clicks (--within 1h)
+vs DuckDB (and a Python hash join and PySpark local[2]), in two shapes.
+
+- the realistic shape: plain .jsonl files, one object a line, ISO-8601 times in `ts`, the search id
+  nested (`value.session`); `join searches.jsonl clicks.jsonl --within 1h --on value.value.session
+  --time-field value.ts` and `join events.jsonl profiles.jsonl --table --how left --on value.key
+  --time-field value.ts`, against DuckDB with TIMESTAMPTZ columns (bench/refs.py join_iso_duckdb).
+  Targets: stream-stream within 3x, enrichment within 2x of DuckDB's time.
+- the fast shape: epoch-ms times, flat values; logs keyed by user (enrichment) and plain files
+  joined on `sid` (stream-stream); every contestant.
+"""
 
 from __future__ import annotations
 
 from bench.datagen import lines, segments, size
 from bench.runner import Bench, Contestant
 
+SUB = "streamctl join (local)"
+
 
 def run(b: Bench) -> None:
     if not b.has_command("join"):
         b.skip("join", "`streamctl join` is not built yet")
         return
+    _iso(b)
+    _fast(b)
+
+
+def _iso(b: Bench) -> None:
+    """The realistic shape: ISO times, nested values, plain files."""
+    n = b.records
+    out = b.work / "join-ref.out"
+
+    def clean() -> None:
+        out.unlink(missing_ok=True)
+
+    searches, clicks = b.data.searches_clicks_iso(n)
+    m = lines(searches) + lines(clicks)
+    group = f"join searches x clicks {m // 2000}k x {m // 2000}k (--within 1h, ISO times, plain files)"
+    cs = [Contestant(SUB, b.sc("join", str(searches), str(clicks), "--within", "1h", "--on", "value.value.session",
+                               "--time-field", "value.ts", "--engine", "local"), subject=True, tree=True)]
+    if b.tools.get("duckdb"):
+        cs.append(Contestant("duckdb", b.ref("join_iso_duckdb", "window", str(out), str(searches), str(clicks)),
+                             teardown=clean))
+    b.compare(group, cs, records=m, nbytes=size(searches) + size(clicks))
+    _target(b, group, "join searches x clicks, ISO times, plain files", 3)
+
+    events, profiles = b.data.events_iso(n), b.data.profiles_iso(n)
+    group = f"join enrichment {n // 1000}k x 10k (--table --how left, ISO times, plain files)"
+    cs = [Contestant(SUB, b.sc("join", str(events), str(profiles), "--table", "--how", "left", "--on", "value.key",
+                               "--time-field", "value.ts", "--engine", "local"), subject=True, tree=True)]
+    if b.tools.get("duckdb"):
+        cs.append(Contestant("duckdb", b.ref("join_iso_duckdb", "enrich", str(out), str(events), str(profiles)),
+                             teardown=clean))
+    b.compare(group, cs, records=n, nbytes=size(events) + size(profiles))
+    _target(b, group, "join enrichment, ISO times, plain files", 2)
+
+
+def _target(b: Bench, group: str, label: str, limit: float) -> None:
+    """Judged on wall time (what a user waits for); the CPU-time ratio is shown beside it."""
+    r = b.ratio(group, SUB, "duckdb")
+    if r is None:
+        return
+    c = b.ratio(group, SUB, "duckdb", cpu=True)
+    cpu = f"; CPU time {1 / c:.2f}x" if c else ""
+    b.target(f"{label}: within {limit:g}x of DuckDB's time", f"{1 / r:.2f}x DuckDB's wall time{cpu}",
+             1 / r <= limit)
+
+
+def _fast(b: Bench) -> None:
+    """The fast shape: epoch-ms times, flat values."""
     n = b.records
     events = b.data.events_log(n)
     profiles = b.data.profiles_log(n)
@@ -23,8 +81,8 @@ def run(b: Bench) -> None:
 
         shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
 
-    sub = "streamctl join (local)"
-    group = f"join enrichment {n // 1000}k x 10k (--table --how left)"
+    sub = SUB
+    group = f"join enrichment {n // 1000}k x 10k (--table --how left, epoch-ms logs)"
     flags = ["--table", "--how", "left"]
     cs = [Contestant(sub, b.sc("join", str(events), str(profiles), *flags, "--engine", "local"), subject=True),
           Contestant("python hash join", b.ref("join_python", "enrich", left, right))]
@@ -38,11 +96,11 @@ def run(b: Bench) -> None:
                              b.spark_ref("join", "local[2]", str(out), "enrich", left, right),
                              teardown=clean, spark=True))
     b.compare(group, cs, records=n, nbytes=size(ev_segs) + size(pr_segs))
-    _targets(b, group, "join enrichment", sub)
+    _targets(b, group, "join enrichment, epoch-ms logs", sub)
 
     searches, clicks = b.data.searches_clicks(n)
     m = lines(searches) + lines(clicks)
-    group = f"join searches x clicks {m // 2000}k x {m // 2000}k (--within 1h)"
+    group = f"join searches x clicks {m // 2000}k x {m // 2000}k (--within 1h, epoch-ms plain files)"
     flags = ["--within", "1h", "--on", "sid", "--time-field", "time"]
     cs = [Contestant(sub, b.sc("join", str(searches), str(clicks), *flags, "--engine", "local"), subject=True,
                      tree=True),
@@ -58,13 +116,11 @@ def run(b: Bench) -> None:
                              b.spark_ref("join", "local[2]", str(out), "window", str(searches),
                               str(clicks)), teardown=clean, spark=True))
     b.compare(group, cs, records=m, nbytes=size(searches) + size(clicks))
-    _targets(b, group, "join searches x clicks", sub)
+    _targets(b, group, "join searches x clicks, epoch-ms plain files", sub)
 
 
 def _targets(b: Bench, group: str, label: str, sub: str) -> None:
-    r = b.ratio(group, sub, "duckdb")
-    if r is not None:
-        b.target(f"{label}: within 3x of DuckDB", f"{1 / r:.2f}x DuckDB's time", 1 / r <= 3)
+    _target(b, group, label, 3)
     r = b.ratio(group, sub, "pyspark local[2] (hand-written)")
     if r is not None:
         b.target(f"{label}: >= 4x faster than PySpark local[2]", f"{r:.2f}x", r >= 4)

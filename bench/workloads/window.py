@@ -1,4 +1,13 @@
-"""window: tumbling 1m count+avg and session 30m count per key vs DuckDB, Polars, Python, PySpark local[2]."""
+"""window: tumbling 1m and session 30m per key vs DuckDB (and Polars, Python, PySpark local[2]), in two shapes.
+
+- the realistic shape: one event object a line with an ISO-8601 time in `ts` and the amount nested
+  in `value`, as a plain .jsonl file and as a 3-partition log keyed by user; the command is
+  `window INPUT --tumbling 1m|--session 30m --time-field value.ts --by value.key --agg count
+  --agg avg:value.value.amount`, against DuckDB with TIMESTAMPTZ columns (bench/refs.py
+  window_iso_duckdb). Targets: within 2x of DuckDB's time.
+- the fast shape: a 1-partition log keyed by user with an epoch-ms time (`time`), the record key
+  as the group; every contestant.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +18,15 @@ KINDS = {
     "tumbling": (["--tumbling", "1m", "--agg", "count", "--agg", "avg:amount"], "tumbling 1m count+avg"),
     "session": (["--session", "30m", "--agg", "count"], "session 30m count"),
 }
+ISO_KINDS = {"tumbling": ["--tumbling", "1m"], "session": ["--session", "30m"]}
+ISO_FLAGS = ["--time-field", "value.ts", "--by", "value.key", "--agg", "count", "--agg", "avg:value.value.amount"]
+SUB = "streamctl window (local)"
 
 
 def run(b: Bench) -> None:
     if not b.has_command("window"):
         b.skip("window", "`streamctl window` is not built yet")
         return
-    n = b.records
-    log = b.data.events_log(n)
-    segs = segments(log)
     out = b.work / "window-ref.out"
 
     def clean() -> None:
@@ -25,10 +34,49 @@ def run(b: Bench) -> None:
 
         shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
 
+    _iso(b, out, clean)
+    _fast(b, out, clean)
+
+
+def _iso(b: Bench, out, clean) -> None:
+    """The realistic shape: ISO times, nested values; a plain file and a 3-partition log."""
+    n = b.records
+    plain = b.data.events_iso(n)
+    log = b.data.events_iso_log(n)
+    segs = segments(log)
+    for shape, src, ref_args, nbytes in (("plain file", str(plain), ["plain", str(plain)], size(plain)),
+                                         ("3-partition log", str(log), ["log", *segs], size(segs))):
+        for kind, flags in ISO_KINDS.items():
+            label = f"{flags[0][2:]} {flags[1]} count+avg"
+            group = f"window {label} ({n // 1000}k, ISO times, {shape})"
+            cs = [Contestant(SUB, b.sc("window", src, *flags, *ISO_FLAGS, "--engine", "local"), subject=True,
+                             tree=True)]
+            if b.tools.get("duckdb"):
+                cs.append(Contestant("duckdb", b.ref("window_iso_duckdb", kind, ref_args[0], str(out), *ref_args[1:]),
+                                     teardown=clean))
+            b.compare(group, cs, records=n, nbytes=nbytes)
+            _target(b, group, f"window {label}, ISO times, {shape}", 2)
+
+
+def _target(b: Bench, group: str, label: str, limit: float) -> None:
+    """Judged on wall time (what a user waits for); the CPU-time ratio is shown beside it."""
+    r = b.ratio(group, SUB, "duckdb")
+    if r is None:
+        return
+    c = b.ratio(group, SUB, "duckdb", cpu=True)
+    cpu = f"; CPU time {1 / c:.2f}x" if c else ""
+    b.target(f"{label}: within {limit:g}x of DuckDB's time", f"{1 / r:.2f}x DuckDB's wall time{cpu}",
+             1 / r <= limit)
+
+
+def _fast(b: Bench, out, clean) -> None:
+    """The fast shape: epoch-ms times, flat values, a 1-partition log keyed by user."""
+    n = b.records
+    log = b.data.events_log(n)
+    segs = segments(log)
     for kind, (flags, label) in KINDS.items():
-        group = f"window {label} ({n // 1000}k)"
-        sub = "streamctl window (local)"
-        cs = [Contestant(sub, b.sc("window", str(log), *flags, "--time-field", "time", "--engine", "local"),
+        group = f"window {label} ({n // 1000}k, epoch-ms log)"
+        cs = [Contestant(SUB, b.sc("window", str(log), *flags, "--time-field", "time", "--engine", "local"),
                          subject=True, tree=True),
               Contestant("python dict pass", b.ref("window_python", kind, *segs))]
         if b.tools.get("duckdb"):
@@ -43,9 +91,7 @@ def run(b: Bench) -> None:
                                  b.spark_ref("window", "local[2]", str(out), kind, *segs),
                                  teardown=clean, spark=True))
         b.compare(group, cs, records=n, nbytes=size(segs))
-        r = b.ratio(group, sub, "duckdb")
+        _target(b, group, f"window {label}, epoch-ms log", 3)
+        r = b.ratio(group, SUB, "pyspark local[2] (hand-written)")
         if r is not None:
-            b.target(f"window {label}: within 3x of DuckDB", f"{1 / r:.2f}x DuckDB's time", 1 / r <= 3)
-        r = b.ratio(group, sub, "pyspark local[2] (hand-written)")
-        if r is not None:
-            b.target(f"window {label}: >= 4x faster than PySpark local[2]", f"{r:.2f}x", r >= 4)
+            b.target(f"window {label}, epoch-ms log: >= 4x faster than PySpark local[2]", f"{r:.2f}x", r >= 4)
