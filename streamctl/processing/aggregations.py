@@ -17,8 +17,8 @@ runs it on the executors, so they fold exactly as the local engine does.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from functools import reduce
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial, reduce
 from operator import add
 from typing import Any, NamedTuple
 
@@ -117,6 +117,42 @@ def percentile(values: list, q: float) -> float | None:
     return float(s[lo]) + (pos - lo) * (float(s[hi]) - float(s[lo]))
 
 
+def _zero() -> int:
+    return 0
+
+
+def _pair() -> list:
+    return [0, 0]  # total, how many numbers
+
+
+def _none() -> None:
+    return None
+
+
+def _same(x: Any) -> Any:
+    return x
+
+
+def _total(x: list) -> Any:
+    return x[0] if x[1] else None
+
+
+def _mean(x: list) -> Any:
+    return x[0] / x[1] if x[1] else None
+
+
+def _second(x: tuple | None) -> Any:
+    return x[1] if x is not None else None
+
+
+# a slot's start value per aggregation (min / max: the value; first / last: (input sequence
+# number, value); None before any), and what result() makes of the slot
+_MAKERS = {"count": _zero, "sum": _pair, "avg": _pair, "distinct": set, "min": _none, "max": _none,
+           "first": _none, "last": _none}
+_FINALS: dict[str, Callable[[Any], Any]] = {"count": _same, "min": _same, "max": _same, "sum": _total, "avg": _mean, "distinct": len,
+           "first": _second, "last": _second}
+
+
 class Plan:
     """The aggregations of one run: extract values per event, fold them into window states.
 
@@ -141,6 +177,9 @@ class Plan:
         self.non_numeric: dict[str, int] = {}
         self.n = len(specs)
         self.uses_seq = any(f in ("first", "last") for f in self.funcs)
+        self._names = [s.name for s in specs]
+        self._makers = [_MAKERS.get(f, list) for f in self.funcs]  # a percentile keeps a list
+        self._finals = [_FINALS[f] if f in _FINALS else partial(percentile, q=PERCENTILES[f]) for f in self.funcs]
 
     # -- per event ---------------------------------------------------------------
 
@@ -162,19 +201,8 @@ class Plan:
         self.non_numeric[name] = self.non_numeric.get(name, 0) + n
 
     def new(self) -> list:
-        st: list = []
-        for f in self.funcs:
-            if f == "count":
-                st.append(0)
-            elif f in ("sum", "avg"):
-                st.append([0, 0])  # total, how many numbers
-            elif f in PERCENTILES:
-                st.append([])
-            elif f == "distinct":
-                st.append(set())
-            else:  # min / max: the value; first / last: (input sequence number, value); None before any
-                st.append(None)
-        return st
+        """A window's state: one slot per aggregation."""
+        return [make() for make in self._makers]
 
     def add(self, st: list, vals: tuple, seq: int) -> None:
         for i, (f, v) in enumerate(zip(self.funcs, vals, strict=True)):
@@ -279,24 +307,7 @@ class Plan:
             st[i].extend(vals)
 
     def result(self, st: list) -> dict:
-        out = {}
-        for spec, f, x in zip(self.specs, self.funcs, st, strict=True):
-            if f == "count":
-                v = x
-            elif f == "sum":
-                v = x[0] if x[1] else None
-            elif f == "avg":
-                v = x[0] / x[1] if x[1] else None
-            elif f in ("min", "max"):
-                v = x
-            elif f in PERCENTILES:
-                v = percentile(x, PERCENTILES[f])
-            elif f == "distinct":
-                v = len(x)
-            else:
-                v = x[1] if x is not None else None
-            out[spec.name] = v
-        return out
+        return {name: final(x) for name, final, x in zip(self._names, self._finals, st, strict=True)}
 
     def results(self, sts: Iterable[list]) -> list[dict]:
         return list(map(self.result, sts))

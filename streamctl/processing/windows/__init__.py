@@ -38,8 +38,9 @@ A batch of windows closed by one watermark move comes out sorted by
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Sequence
-from itertools import accumulate, repeat
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import accumulate, compress, repeat
+from operator import le, not_
 from typing import NamedTuple
 
 NO_WATERMARK = -(1 << 62)  # before the first event: nothing is late, nothing closes
@@ -90,6 +91,23 @@ class Batch(NamedTuple):
     seq: int
     maxt: int
     lateness: int
+
+
+def _group(cells: list[tuple[int, bytes]], pos: Iterable[int]) -> Iterable[tuple[tuple[int, bytes], list[int]]]:
+    """((window end, key), positions) per distinct cell, in first-seen order; `pos[i]` is the
+    position of cells[i]. Many keys and short windows make most cells single events: when all
+    are, no per-event loop is needed."""
+    distinct = dict.fromkeys(cells)
+    if len(distinct) == len(cells):
+        return zip(cells, ([i] for i in pos), strict=True)
+    groups: dict[tuple[int, bytes], list[int]] = {}
+    for cell, i in zip(cells, pos, strict=True):
+        g = groups.get(cell)
+        if g is None:
+            groups[cell] = [i]
+        else:
+            g.append(i)
+    return groups.items()
 
 
 class GridWindows:
@@ -166,41 +184,44 @@ class GridWindows:
             return fold_events(self, batch, out)
         ts, ks, cols, seq, maxt, lateness = batch
         wms = watermarks(ts, maxt, lateness)
-        groups: dict[tuple[int, bytes], list[int]] = {}
-        lates = []
         size, hop = self.size, self.hop
+        lates: list[int] = []
         if size == hop:  # tumbling: one window per event
-            for i, (t, k, wm) in enumerate(zip(ts, ks, wms, strict=True)):
-                end = t - t % size + size  # % floors: pre-1970 times land in the right window too
-                if end <= wm:
-                    lates.append(i)
-                    continue
-                g = groups.get((end, k))
-                if g is None:
-                    groups[(end, k)] = [i]
-                else:
-                    g.append(i)
+            ends = [t - t % size + size for t in ts]  # % floors: pre-1970 times land in the right window too
+            late = list(map(le, ends, wms))
+            pos: Iterable[int] = range(len(ts))
+            if any(late):
+                lates = list(compress(pos, late))
+                pos = list(compress(pos, map(not_, late)))
+                ends = [ends[i] for i in pos]
+                ks = [ks[i] for i in pos]
+            groups = _group(list(zip(ends, ks, strict=True)), pos)
         else:
+            cells: list[tuple[int, bytes]] = []
+            where: list[int] = []
             for i, (t, k, wm) in enumerate(zip(ts, ks, wms, strict=True)):
-                late = False
+                dropped = False
                 for end in self.ends_of(t):
                     if end <= wm:
-                        late = True
-                        continue
-                    g = groups.get((end, k))
-                    if g is None:
-                        groups[(end, k)] = [i]
+                        dropped = True
                     else:
-                        g.append(i)
-                if late:
+                        cells.append((end, k))
+                        where.append(i)
+                if dropped:
                     lates.append(i)
+            groups = _group(cells, where)
         opened, new = self.open, self.plan.new
         folds = []
-        for (end, k), idx in groups.items():
-            d = opened.get(end)
-            if d is None:
-                d = opened[end] = {}
-                heapq.heappush(self.ends, end)
+        last_end: int | None = None
+        d: dict[bytes, list] = {}
+        for (end, k), idx in groups:
+            if end != last_end:  # cells of one window mostly follow each other
+                last_end = end
+                got = opened.get(end)
+                if got is None:
+                    got = opened[end] = {}
+                    heapq.heappush(self.ends, end)
+                d = got
             st = d.get(k)
             if st is None:
                 st = d[k] = new()
