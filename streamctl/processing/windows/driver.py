@@ -831,24 +831,29 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
         ckpt = checkpoint_path(lg, group)
         lock_fd = files.open_lock(lg, group, "window.lock")  # in groups/, never through a symlink
         if not fsutil.flock(lock_fd, True, 0):
+            os.close(lock_fd)
             raise StorageError(f"another `window --follow --group {group}` is running on {path}")
-        from streamctl.processing.checkpoint import load_checkpoint
+        try:
+            from streamctl.processing.checkpoint import load_checkpoint
 
-        data = load_checkpoint(ckpt)  # None when there is none; every field checked (a StorageError names it)
-        if data is not None:
-            if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT or "run" not in data:
-                raise StorageError(f"{ckpt}: not a window checkpoint (overwritten by hand or by a group reset?); "
-                                   "move it away to start over")
-            try:
-                run.load(data["run"])
-                positions = {int(p): int(o) for p, o in data["offsets"].items()}
-                highs = {int(p): int(h) for p, h in data.get("merge_keys", {}).items()}
-            except (KeyError, TypeError, ValueError, AttributeError) as e:
-                raise StorageError(f"{ckpt}: damaged window checkpoint ({type(e).__name__}: {e}); "
-                                   "move it away to start over") from None
-        else:
-            positions = dict(offsets.load(lg, group))
-        positions = _resume_positions(lg, group, positions, ckpt if data is not None else None, notice)
+            data = load_checkpoint(ckpt)  # None when there is none; every field checked (a StorageError names it)
+            if data is not None:
+                if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT or "run" not in data:
+                    raise StorageError(f"{ckpt}: not a window checkpoint (overwritten by hand or by a group reset?); "
+                                       "move it away to start over")
+                try:
+                    run.load(data["run"])
+                    positions = {int(p): int(o) for p, o in data["offsets"].items()}
+                    highs = {int(p): int(h) for p, h in data.get("merge_keys", {}).items()}
+                except (KeyError, TypeError, ValueError, AttributeError) as e:
+                    raise StorageError(f"{ckpt}: damaged window checkpoint ({type(e).__name__}: {e}); "
+                                       "move it away to start over") from None
+            else:
+                positions = dict(offsets.load(lg, group))
+            positions = _resume_positions(lg, group, positions, ckpt if data is not None else None, notice)
+        except BaseException:
+            os.close(lock_fd)  # a refused checkpoint or resume position: the group is free again
+            raise
 
     def save() -> None:
         if ckpt is None:
@@ -922,23 +927,6 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
 
 # -- the Spark engine -------------------------------------------------------------
 
-def _embedded_source(module) -> str:
-    """A core module's source for pasting into a job: streamctl imports dropped (the names are pasted too)."""
-    import inspect
-
-    keep = []
-    in_import = False  # inside a parenthesised `from streamctl... import (` spanning lines
-    for line in inspect.getsource(module).splitlines():
-        if in_import:
-            in_import = ")" not in line
-            continue
-        if line.startswith(("from __future__", "from streamctl", "import orjson")):
-            in_import = line.rstrip().endswith("(")
-            continue
-        keep.append(line)
-    return f"# ---- {module.__name__} (pasted from streamctl) ----\n" + "\n".join(keep).strip() + "\n"
-
-
 def is_uri(path: str) -> bool:
     """hdfs://, s3a://, file://...: only a Spark job reads those."""
     return "://" in path
@@ -952,9 +940,6 @@ def spark_job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool
     local engine); an emitted job (run later by cron or spark-submit) reads to the
     end as it is then. A URI input is a log unless it names a .jsonl file.
     """
-
-    from streamctl.processing import windows
-    from streamctl.processing.windows import hopping, session, sliding, tumbling
     from streamctl.spark import jobgen
     from streamctl.storage import log as logmod
     from streamctl.storage import reader
@@ -981,20 +966,10 @@ def spark_job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool
         params["end_offsets"] = {str(p): reader.partition_info(lg, p).next_offset for p in range(lg.partitions)}
     if master:
         params["master"] = master
-    replay_src = jobgen.body_source("replay_job")
-    cut = replay_src.find("\ndef main(")
-    if cut >= 0:
-        replay_src = replay_src[:cut]
-    body = "\n\n".join([
-        "# ---- the log reader, shared with `streamctl replay` ----\n" + replay_src.strip(),
-        jobgen.pasted_core(),
-        *(_embedded_source(m) for m in (aggregations, windows, tumbling, hopping, sliding, session)),
-        "# ---- the window job ----\n" + jobgen.body_source("window_job").strip(),
-    ])
     what = {"tumbling": f"tumbling windows of {cfg.size} ms", "hopping": f"hopping windows {cfg.size}/{cfg.hop} ms",
             "sliding": f"sliding windows of {cfg.size} ms", "session": f"session windows, gap {cfg.size} ms"}[cfg.kind]
     return jobgen.render_job(
         f"streamctl window: {what} over event time, with the local engine's watermark and late rules.",
         "  spark-submit job.py            (on a cluster: spark-submit --master URL job.py)\n"
         "  python job.py                  (local[*] unless PARAMS has a master)",
-        params, body)
+        params, "window_job")
