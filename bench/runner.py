@@ -514,6 +514,9 @@ def main(argv: list[str] | None = None) -> int:
             b.data.cdc_log(n)
             b.data.searches_clicks(n)
         b.data.head(b.data.events_jsonl(b.records), 2_000 if b.quick else 20_000)
+        b.data.events_iso_log(b.records)  # the realistic shape (window, join)
+        b.data.profiles_iso(b.records)
+        b.data.searches_clicks_iso(b.records)
         say(f"data ready in {b.data_root}")
         return 0
     from bench.tools import ensure_tools
