@@ -10,8 +10,9 @@ and then ignored like a missing value (SQL's NULL), never a crash.
 Per-window state is a plain list (one slot per aggregation) so that it is cheap
 to build, to merge (sessions) and to write into a follow-mode checkpoint.
 
-This module uses only the standard library and orjson: the Spark window job
-runs it on the executors, so they fold exactly as the local engine does.
+This module uses only the standard library and orjson (when it is there): the
+Spark window job carries it and runs it on the executors, so they fold exactly
+as the local engine does.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ from functools import partial, reduce
 from operator import add
 from typing import Any, NamedTuple
 
-import orjson
+try:
+    import orjson
+except ImportError:  # the Spark window job on a cluster without orjson (streamctl itself always has it)
+    from streamctl import orjson_fallback as orjson  # type: ignore[no-redef]
 
 AGG_FUNCS = ("count", "sum", "avg", "min", "max", "p50", "p90", "p99", "distinct", "first", "last")
 NUMERIC_FUNCS = ("sum", "avg", "min", "max", "p50", "p90", "p99")

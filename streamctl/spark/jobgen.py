@@ -1,178 +1,89 @@
-"""Render a standalone, readable PySpark script from a job body and its parameters.
+"""Render a standalone, readable PySpark job: a job module of this package and the modules it
+imports, copied whole, with its parameters as data.
 
-The script is what `--emit-job FILE` writes and what the Spark engine runs:
+The job file is what `--emit-job FILE` writes and what the Spark engine runs:
 
-    header comment      what it does and how to run it
+    header comment      what it does, how to run it, what it needs
     PARAMS = json.loads(...)
                         every user value (paths, keys, times) as one JSON text;
                         the Python literal is made by repr() of the JSON lines,
                         so no user value can become code
-    job body            plain PySpark DataFrame code defining main(spark, params, out)
-    entry point         builds the session (quiet logs, no progress bar), calls
-                        main, writes each result line to stdout or params["output"]
+    start-up            a few functions: MODULES become a zip (the package
+                        `streamctl`, only these files) in a temp folder, put
+                        first on sys.path; the job module is imported from it
+                        and run by streamctl.spark.jobentry, which ships the same
+                        zip to the executors (SparkContext.addPyFile)
+    MODULES = {...}     path in the package -> the file's text, each file whole
+                        and unchanged (a raw string literal of it)
 
-A body is a normal Python module in this package (so tests can exec it and
-ruff checks it) read as text; it must not use `from __future__` (it is not at
-the top of the generated file) and must not import streamctl.
+The files are read with importlib.resources, never through inspect and never
+cut: the set is the job module (streamctl/spark/<job>.py), every streamctl
+module it imports (transitively, found with ast), their packages' __init__.py
+and streamctl.spark.jobentry. Nothing is exec'd: the modules are imported as
+any installed package would be. They may import one another, the standard
+library, pyspark, and orjson only with a fallback (streamctl.orjson_fallback),
+so the job runs where only pyspark and Java are installed;
+tests/spark/test_emitted_jobs.py checks that and runs each kind of job there.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 from importlib import resources
 
 from streamctl import __version__
 
-ENTRY_POINT = '''
+ENTRY = "streamctl.spark.jobentry"
+
+START_UP = '''
 # ---------------------------------------------------------------------------
-# Entry point: session, output, and the exit codes a shell expects.
+# Start-up: MODULES (at the end of this file) become the package `streamctl`
+# in a zip, first on sys.path; the job module is imported from it (nothing is
+# exec'd) and run by streamctl.spark.jobentry, which ships the zip to the
+# executors. An installed streamctl is not used.
 # ---------------------------------------------------------------------------
 
-import errno
+import importlib
 import os
+import shutil
+import sys
+import tempfile
+import zipfile
 
 
-def _session(params):
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder.appName(params.get("app_name") or "streamctl-job")
-    # Without a master in PARAMS, spark-submit's --master applies (a master set
-    # in code would override it); plain `python job.py` then runs on local[*].
-    if params.get("master"):
-        builder = builder.master(params["master"])
-    conf = {
-        "spark.ui.showConsoleProgress": "false",  # no progress bar on the terminal
-        "spark.sql.session.timeZone": "UTC",
-    }
-    if (params.get("master") or "").startswith("local"):
-        conf["spark.ui.enabled"] = "false"  # nobody browses a local one-shot job's UI; it costs start-up
-    # The body says how much heap the driver needs (driver_memory): one that receives the
-    # result partition by partition (toLocalIterator) needs more than Spark's 1 GiB default.
-    # Only takes effect when this process starts the JVM (python job.py, streamctl itself);
-    # spark-submit's --driver-memory wins.
-    memory = driver_memory(params)
-    if memory:
-        conf["spark.driver.memory"] = memory
-    conf.update(params.get("spark_conf") or {})
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(params.get("log_level") or "WARN")
-    return spark
+def package(folder):
+    """MODULES as a zip in folder, the same bytes on every run; its path."""
+    path = os.path.join(folder, "streamctl-job.zip")
+    with zipfile.ZipFile(path, "w") as z:
+        for name, text in sorted(MODULES.items()):
+            z.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), text.encode("utf-8"))
+    return path
 
 
-class _Output:
-    """Result lines, batched: to a local file, a Hadoop URI (hdfs://, s3a://), or stdout."""
-
-    def __init__(self, spark, target, stdout_fd):
-        self._buf = []
-        self._size = 0
-        self._java = None
-        self._file = None
-        if target and "://" in target and not target.startswith("file://"):
-            jvm = spark.sparkContext._jvm
-            path = jvm.org.apache.hadoop.fs.Path(target)
-            fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-            self._java = fs.create(path, True)
-        elif target and target != "-":
-            self._file = open(target.removeprefix("file://"), "wb")
-        else:
-            self._file = open(stdout_fd, "wb", closefd=False)
-
-    def __call__(self, line):
-        data = line.encode("utf-8") + b"\\n"
-        self._buf.append(data)
-        self._size += len(data)
-        if self._size >= 1 << 20:
-            self.flush()
-
-    def write_bytes(self, data):
-        """Bytes that already are whole result lines, ending in a newline (copied part files)."""
-        self.flush()
-        if self._java is not None:
-            self._java.write(bytearray(data))
-        else:
-            self._file.write(data)
-
-    def flush(self):
-        data = b"".join(self._buf)
-        self._buf.clear()
-        self._size = 0
-        if self._java is not None:
-            if data:
-                self._java.write(bytearray(data))
-        else:
-            self._file.write(data)
-            self._file.flush()
-
-    def copy_file(self, path):
-        """A local file of whole result lines, copied by the kernel (sendfile) when the output
-        is a local file or pipe; read and written otherwise."""
-        self.flush()
-        done = 0
-        with open(path, "rb") as f:
-            if self._file is not None:
-                self._file.flush()
-                size = os.fstat(f.fileno()).st_size
-                try:
-                    while done < size:
-                        sent = os.sendfile(self._file.fileno(), f.fileno(), done, size - done)
-                        if sent == 0:
-                            break
-                        done += sent
-                except OSError as e:
-                    if e.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
-                        raise  # a closed pipe among them: the caller's exit code
-                f.seek(done)
-            while data := f.read(4 << 20):
-                self.write_bytes(data)
-
-    def close(self):
-        self.flush()
-        if self._java is not None:
-            self._java.close()
-        else:
-            self._file.close()
+def main(spark, params, out):
+    """The job on a SparkSession that is already running (a notebook, a test): out(line) takes
+    each result line. Where streamctl is imported already, its modules are the ones run."""
+    if "streamctl" not in sys.modules:
+        path = package(tempfile.mkdtemp(prefix="streamctl-job-"))
+        sys.path.insert(0, path)
+        spark.sparkContext.addPyFile(path)
+    importlib.import_module(JOB).main(spark, params, out)
 
 
-def _record_times(started, ready):
-    """With STREAMCTL_JOB_TIMES=FILE set, append one JSON line to FILE: the seconds spent
-    starting Spark (JVM, session) and the seconds of the job's own work after that (up to the
-    last output byte). Start-up is the same for any job; the work is what a job's code decides."""
-    path = os.environ.get("STREAMCTL_JOB_TIMES")
-    if path:
-        import time
-
-        with open(path, "a") as f:
-            f.write(json.dumps({"startup_s": round(ready - started, 3), "work_s": round(time.monotonic() - ready, 3)}) + "\\n")
-
-
-if __name__ == "__main__":
-    import sys
+def run():
     import time
 
-    _started = time.monotonic()
-    # Results go to the real stdout; fd 1 is pointed at stderr before Java
-    # starts, so nothing Spark or the JVM prints can end up among the results.
-    _stdout_fd = os.dup(1)
-    os.dup2(2, 1)
-    _spark = _session(PARAMS)
-    _ready = time.monotonic()
-    _out = _Output(_spark, PARAMS.get("output"), _stdout_fd)
-    _code = 0
+    started = time.monotonic()
+    folder = tempfile.mkdtemp(prefix="streamctl-job-")
     try:
-        main(_spark, PARAMS, _out)
-        _out.close()
-        _record_times(_started, _ready)
-    except BrokenPipeError:
-        _code = 141  # the reader closed the pipe, as `cat` would exit
-        _null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(_null, _stdout_fd)
-    except KeyboardInterrupt:
-        _code = 130
+        path = package(folder)
+        sys.path.insert(0, path)
+        entry = importlib.import_module(ENTRY)
+        code = entry.run(PARAMS, importlib.import_module(JOB), path, started)
     finally:
-        _spark.stop()
-    sys.exit(_code)
+        shutil.rmtree(folder, ignore_errors=True)
+    sys.exit(code)
 '''
 
 
@@ -189,58 +100,110 @@ def params_literal(params: dict) -> str:
     return f"json.loads(\n{body}\n)"
 
 
+def text_literal(text: str) -> str:
+    """A Python literal of `text` that reads as the text itself: a raw triple-quoted string when one
+    spells it exactly (checked by parsing it back), else one repr() literal per line."""
+    for quote in ("'''", '"""'):
+        literal = f"r{quote}{text}{quote}"
+        try:
+            if ast.literal_eval(literal) == text:
+                return literal
+        except (SyntaxError, ValueError):
+            pass
+    return "(\n" + "\n".join(f"        {line!r}" for line in text.splitlines(keepends=True)) + "\n    )"
+
+
+def _file(module: str):
+    """The Traversable of a streamctl module's file (a package's __init__.py)."""
+    parts = module.split(".")
+    if parts[0] != "streamctl":
+        raise ValueError(f"not a streamctl module: {module}")
+    root = resources.files("streamctl")
+    package = root.joinpath(*parts[1:], "__init__.py")
+    if package.is_file():
+        return package
+    node = root.joinpath(*parts[1:-1], parts[-1] + ".py")
+    if len(parts) < 2 or not node.is_file():
+        raise ValueError(f"{module} is not a module in streamctl/ (a job carries only those files)")
+    return node
+
+
+def _is_module(module: str) -> bool:
+    try:
+        _file(module)
+    except ValueError:
+        return False
+    return True
+
+
+def _imported(module: str, text: str) -> set[str]:
+    """The streamctl modules `text` (module's source) imports, anywhere in it."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(text, module)):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "streamctl")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                raise ValueError(f"{module}: a job module imports absolutely (from streamctl...)")
+            if node.module and node.module.split(".")[0] == "streamctl":
+                found.add(node.module)
+                found.update(f"{node.module}.{a.name}" for a in node.names if _is_module(f"{node.module}.{a.name}"))
+    return found
+
+
+def job_modules(job: str) -> dict[str, str]:
+    """{path in the package ("streamctl/spark/window_job.py"): the file's text} for streamctl.spark.<job>:
+    the job module, what it imports of streamctl (transitively), their packages and the entry module."""
+    todo = [f"streamctl.spark.{job}", ENTRY]
+    seen: set[str] = set()
+    out: dict[str, str] = {}
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        parts = module.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # the packages it is in
+        node = _file(module)
+        text = node.read_text(encoding="utf-8")
+        out["/".join(parts) + ("/__init__.py" if node.name == "__init__.py" else ".py")] = text
+        todo += sorted(_imported(module, text))
+    return dict(sorted(out.items()))
+
+
 def _comment(text: str) -> str:
     return "\n".join(f"# {ln}".rstrip() for ln in text.splitlines())
 
 
-def render_job(title: str, how_to_run: str, params: dict, body: str) -> str:
-    """The complete script. `title` and `how_to_run` are our text (not user values):
-    keep user values in `params`; they are sanitised to comments here anyway."""
-    if "from __future__" in body:
-        raise ValueError("a job body must not use `from __future__` imports")
+def render_job(title: str, how_to_run: str, params: dict, job: str) -> str:
+    """The complete job file for streamctl.spark.<job>. `title` and `how_to_run` are our text (not
+    user values): keep user values in `params`; they are sanitised to comments here anyway."""
+    modules = job_modules(job)
     header = _comment(
-        f"{title}\n\nGenerated by streamctl {__version__}. A standalone PySpark job: it needs pyspark\n"
-        f"(pip install pyspark) and Java 17+, not streamctl.\n\nHow to run it:\n{how_to_run}\n\n"
+        f"{title}\n\nGenerated by streamctl {__version__}. A standalone PySpark job: it needs Python 3.11+,\n"
+        "pyspark (pip install pyspark) and Java 17+, not streamctl: the streamctl code it runs is in\n"
+        "MODULES at the end, each file copied whole.\n\n"
+        f"How to run it:\n{how_to_run}\n\n"
         "Its parameters are the JSON text in PARAMS below; edit them there (paths may be\n"
         "any Spark URI: hdfs://, s3a://, file://). Log level WARN, no progress bar;\n"
         "result lines go to stdout, or to PARAMS[\"output\"] when that is set."
     )
+    listing = "\n".join(f"#   {path}" for path in modules)
+    entries = "\n".join(f"    {path!r}: {text_literal(text)},\n" for path, text in modules.items())
     return (
         "#!/usr/bin/env python3\n"
         f"{header}\n\n"
         "import json\n\n"
         f"PARAMS = {params_literal(params)}\n\n"
+        f"JOB = {f'streamctl.spark.{job}'!r}  # the module whose main(spark, params, out) is the job\n"
+        f"ENTRY = {ENTRY!r}  # the session, the output and the exit codes\n"
+        f"{START_UP.rstrip()}\n\n\n"
         "# ---------------------------------------------------------------------------\n"
-        "# Job body: plain PySpark DataFrame code.\n"
-        "# ---------------------------------------------------------------------------\n"
-        f"{body.strip()}\n\n"
-        f"{ENTRY_POINT.strip()}\n"
+        f"# The code: these files of streamctl {__version__}, each whole and unchanged\n"
+        "# (path in the package -> text):\n"
+        f"{listing}\n"
+        "# ---------------------------------------------------------------------------\n\n"
+        f"MODULES = {{\n{entries}}}\n\n"
+        'if __name__ == "__main__":\n'
+        "    run()\n"
     )
-
-
-def body_source(module: str) -> str:
-    """The text of a job-body module in streamctl.spark (e.g. "replay_job"), without importing it."""
-    return resources.files("streamctl.spark").joinpath(f"{module}.py").read_text(encoding="utf-8")
-
-
-# streamctl's own functions a job needs, pasted in: a job runs where streamctl is not
-# installed, and must read times and field paths exactly as the local engine does.
-_PASTED = (("timeparse", ("parse_iso", "format_iso", "_td", "event_time_ms")), ("storage.fieldpaths", ("get",)))
-
-
-def pasted_core() -> str:
-    """Source of streamctl.timeparse's time functions and streamctl.storage.fieldpaths.get for a job body.
-
-    They carry type hints like `int | None`, so jobs need Python 3.10+ on the cluster.
-    """
-    import importlib
-    import inspect
-
-    out = ["# ---- streamctl.timeparse and streamctl.storage.fieldpaths (pasted from streamctl) ----",
-           "from datetime import datetime, timezone", "from typing import Any", "",
-           "UTC = timezone.utc", "_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)", "_MISSING = object()", ""]
-    for module, names in _PASTED:
-        mod = importlib.import_module(f"streamctl.{module}")
-        out += [inspect.getsource(getattr(mod, name)) for name in names]
-    return "\n".join(out)
-

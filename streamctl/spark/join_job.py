@@ -1,9 +1,10 @@
-"""Join two inputs with PySpark: the body of the generated job for `streamctl join --engine spark`.
+"""Join two inputs with PySpark: the job module of `streamctl join --engine spark`.
 
-Read as text and pasted after the replay job's body (streamctl.spark.replay_job,
-whose replay_frame() reads a log's visible records), so the script stays one
-standalone file. It computes the same rows in the same order as the local
-engine, by the rules written in streamctl/processing/joins/*.py, as DataFrame operations:
+A generated job file (streamctl.spark.jobgen) carries this module whole, with
+what it imports: the replay job's replay_frame() (a log's visible records) and
+streamctl's own readers of a field path and an event time. It computes the
+same rows in the same order as the local engine, by the rules written in
+streamctl/processing/joins/*.py, as DataFrame operations:
 
 1. Each input's records: a log through replay_frame, a plain file line by
    line (blank lines skipped; partition 0, offset = line number). Every
@@ -22,29 +23,30 @@ engine, by the rules written in streamctl/processing/joins/*.py, as DataFrame op
    with t < W) are counted and, for stream-stream, left out, as locally.
 """
 
-# ruff: noqa: F821  (get, event_time_ms and the log reader are pasted in above this body)
-
-import json as _json
+import sys
 
 from pyspark import StorageLevel
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-try:  # the same encoder as streamctl itself, when it is there: byte-identical rows
-    import orjson as _orjson
+from streamctl.spark.replay_job import replay_frame
+from streamctl.storage.fieldpaths import get
+from streamctl.timeparse import event_time_ms
 
-    def _loads(text):
-        return _orjson.loads(text)
+try:  # the same encoder as streamctl itself: byte-identical rows
+    import orjson
+except ImportError:  # a cluster without orjson: the standard library, the same text for common values
+    from streamctl import orjson_fallback as orjson
 
-    def _dumps(obj, sort=False):
-        return _orjson.dumps(obj, option=_orjson.OPT_SORT_KEYS if sort else 0).decode()
-except ImportError:  # pragma: no cover - plain pyspark installs
-    def _loads(text):
-        return _json.loads(text)
 
-    def _dumps(obj, sort=False):
-        return _json.dumps(obj, separators=(",", ":"), ensure_ascii=False, sort_keys=sort)
+def _loads(text):
+    return orjson.loads(text)
+
+
+def _dumps(obj, sort=False):
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS if sort else 0).decode()
+
 
 MIN_TIME = -(1 << 62)
 END = 1 << 62  # "the end of the input" as a position
@@ -55,8 +57,7 @@ ROW_SCHEMA = StructType([StructField(n, t) for n, t in (
     ("t", LongType()), ("value_j", StringType()))])
 
 
-# ---- reading one record: the same rules as streamctl.processing.joins.driver (get and event_time_ms are
-# streamctl.storage.fieldpaths / streamctl.timeparse, pasted in before this body) ----
+# ---- reading one record: the same rules as streamctl.processing.joins.driver ----
 
 def _norm(k):
     if k is None:
@@ -107,7 +108,7 @@ def _read_side(spark, params, side):
     inp = params["inputs"][side]
     extract = _extractor(params, side)
     if inp["is_log"]:
-        frame = replay_frame(spark, {"log": inp["path"], "end_offsets": inp.get("end_offsets")})  # noqa: F821
+        frame = replay_frame(spark, {"log": inp["path"], "end_offsets": inp.get("end_offsets")})
 
         def from_log(row):
             rec = _loads(row["line"])
@@ -297,10 +298,10 @@ def table_table(recs, params):
     return df.orderBy("pos", "sub")
 
 
-
 def driver_memory(params):
-    """The driver's heap (see the entry point): the rows come back through it (toLocalIterator)."""
+    """The driver's heap (streamctl.spark.jobentry): the rows come back through it (toLocalIterator)."""
     return "4g"
+
 
 def main(spark, params, out):
     recs = records(spark, params)
@@ -325,6 +326,4 @@ def main(spark, params, out):
     if params.get("stats_line"):
         out("#streamctl-stats " + _dumps(stats))  # read back (and removed) by streamctl join
     else:
-        import sys
-
         print(f"streamctl join job: {_dumps(stats)}", file=sys.stderr)

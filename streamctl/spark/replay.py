@@ -1,6 +1,6 @@
 """The Spark engine of `streamctl replay`: the job's parameters, and running or emitting the job.
 
-The job body is streamctl/spark/replay_job.py (rendered by jobgen). Run here,
+The job module is streamctl/spark/replay_job.py (rendered by jobgen). Run here,
 the job reads each active segment from a copy taken up to the replay's end
 snapshot (clients.replay.copy_active_segments), made in a temp folder and
 removed when the job ends. Diagnostics go to the `say` callback.
@@ -49,7 +49,7 @@ def job_params(log_uri: str, spec: ReplaySpec, relative: bool) -> dict:
 def _job(spec: ReplaySpec, how: str, params: dict) -> str:
     from streamctl.spark import jobgen
 
-    return jobgen.render_job(title(spec), how, params, jobgen.body_source("replay_job"))
+    return jobgen.render_job(title(spec), how, params, "replay_job")
 
 
 def emit(log: str, spec: ReplaySpec, master: str | None, target: str, say: Say) -> None:

@@ -1,8 +1,9 @@
-"""Replay (and --compact) a streamctl log with PySpark: the body of the generated job.
+"""Replay (and --compact) a streamctl log with PySpark: the job module of `streamctl replay --engine spark`.
 
-This module is read as text by streamctl.spark.jobgen and pasted into the
-standalone script; it imports only pyspark and the standard library. It gives
-the same lines in the same order as `streamctl replay --engine local`:
+A generated job file (streamctl.spark.jobgen) carries this module whole and
+runs its main(spark, params, out); the window and join jobs read their logs
+with its replay_frame(). It imports only pyspark and the standard library. It
+gives the same lines in the same order as `streamctl replay --engine local`:
 
 1. List the log's segment files (LOG/pN/<20-digit base>.jsonl) through Hadoop's
    FileSystem API, so LOG may be a local folder or any Spark URI (hdfs://,
@@ -370,9 +371,8 @@ def _copy(blocks, out):
         raise ValueError("the sorted result ended without a newline")
 
 
-
 def driver_memory(params):
-    """The driver's heap (see the entry point). Results streamed through the driver
+    """The driver's heap (streamctl.spark.jobentry). Results streamed through the driver
     (toLocalIterator: no scratch folder on a cluster) need more than Spark's 1 GiB
     default, which lost task results on a 5M-record replay, and so does --compact's
     aggregate (with 1 GiB it ran 1.2-1.35x the hand-written job's time after start-up,

@@ -1,10 +1,11 @@
-"""`streamctl window` with PySpark: the body of the generated job.
+"""`streamctl window` with PySpark: the job module of `streamctl window --engine spark`.
 
-Pasted into the standalone script after (1) the log reader of the replay job
-(`replay_frame`) and (2) the source of streamctl's window operators and
-aggregations (`Plan`, `Tumbling`, `Hopping`, `Sliding`, `Session`), so
-executors run exactly the code the local engine runs and the rows agree. It
-imports only pyspark and the standard library (orjson when present).
+A generated job file (streamctl.spark.jobgen) carries this module whole, with
+what it imports: the log reader of the replay job (`replay_frame`) and
+streamctl's window operators and aggregations (`Plan`, `Tumbling`, `Hopping`,
+`Sliding`, `Session`), so executors run exactly the code the local engine runs
+and the rows agree. Besides those, only pyspark and the standard library
+(orjson when present).
 
 How the stream is replayed without Spark's streaming watermark:
 
@@ -42,30 +43,30 @@ How the stream is replayed without Spark's streaming watermark:
    text, sort the rows; windows that never close come last (end of input).
 """
 
-# ruff: noqa: F821  (Plan, Tumbling, replay_frame, ... are pasted in above this body)
-
 import bisect as _bisect
 import json as _json
+import sys
+
+from streamctl.processing.aggregations import AggSpec, Plan, getter
+from streamctl.processing.windows import NO_WATERMARK
+from streamctl.processing.windows.hopping import Hopping
+from streamctl.processing.windows.session import Session
+from streamctl.processing.windows.sliding import Sliding
+from streamctl.processing.windows.tumbling import Tumbling
+from streamctl.spark.replay_job import replay_frame
+from streamctl.timeparse import event_time_ms, format_iso
 
 try:
-    import orjson  # noqa: F811 - same JSON text as the local engine
-except ImportError:  # a cluster without orjson: the standard library, same text for common values
-
-    class orjson:  # noqa: N801
-        OPT_SORT_KEYS = 1
-
-        @staticmethod
-        def dumps(v, option=None):
-            return _json.dumps(v, ensure_ascii=False, separators=(",", ":"), sort_keys=bool(option)).encode()
-
-        loads = staticmethod(_json.loads)
+    import orjson  # the same JSON text as the local engine
+except ImportError:  # a cluster without orjson: the standard library, the same text for common values
+    from streamctl import orjson_fallback as orjson
 
 
-def _wj_plan(params):
+def _plan(params):
     return Plan([AggSpec(name, func, tuple(path) if path else None) for name, func, path in params["aggs"]])
 
 
-def _wj_operator(params, plan):
+def _operator(params, plan):
     kind, size = params["kind"], params["size"]
     if kind == "tumbling":
         return Tumbling(size, plan)
@@ -76,7 +77,7 @@ def _wj_operator(params, plan):
     return Session(size, plan)
 
 
-def _wj_time_getter(params):
+def _time_getter(params):
     """The local engine's windowing.time_getter: event time in ms, or None when there is none or it
     lies outside the run's time_range (where a window bound could not be written as ISO-8601)."""
     path = params["time_path"]
@@ -98,7 +99,7 @@ def _wj_time_getter(params):
     return event_time
 
 
-def _wj_key_getter(params):
+def _key_getter(params):
     by = params["by"]
     dumps = orjson.dumps
     if not by:
@@ -110,7 +111,7 @@ def _wj_key_getter(params):
     return lambda r: dumps([g(r) for g in getters])
 
 
-def _wj_records(spark, params):
+def _records(spark, params):
     """RDD of (place, record dict) in no particular order: place = (partition, offset) in a log,
     (line number,) in a plain file."""
     if params["is_log"]:
@@ -121,12 +122,12 @@ def _wj_records(spark, params):
         lambda li: ((li[1],), {"offset": li[1], "partition": 0, "key": None, "value": _json.loads(li[0])}))
 
 
-def _wj_prepare(params):
+def _prepare(params):
     """("ev", place, (time, key JSON, aggregation inputs)) per timed record, ("bad", place, None) per
     record without a usable time, and one ("nn", None, counts of non-numbers) per Spark partition."""
     def prepare(records):
-        plan = _wj_plan(params)
-        time_of, key_of = _wj_time_getter(params), _wj_key_getter(params)
+        plan = _plan(params)
+        time_of, key_of = _time_getter(params), _key_getter(params)
         for place, rec in records:
             t = time_of(rec)
             if type(t) is not int:
@@ -141,7 +142,7 @@ def _wj_prepare(params):
 MIN_MERGE_KEY = -(1 << 62)
 
 
-def _wj_partition_maxima(items):
+def _partition_maxima(items):
     """[[log partition, its largest time here or None], ...] of one Spark partition of records
     sorted by (partition, offset), in that order."""
     out = []
@@ -153,7 +154,7 @@ def _wj_partition_maxima(items):
     return [out]
 
 
-def _wj_carried_maxima(summaries):
+def _carried_maxima(summaries):
     """Per sorted Spark partition: the running max its first log partition continues from (None:
     nothing timed before it in that log partition)."""
     run, carried = {}, []
@@ -165,7 +166,7 @@ def _wj_carried_maxima(summaries):
     return carried
 
 
-def _wj_in_input_order(sc, params, places, bad_count):
+def _in_input_order(sc, params, places, bad_count):
     """(order key, (time or None, event)) per record, from (place, (time or None, event)) pairs, and
     the cached sort it was made from (None if none), to unpersist once the result is cached.
 
@@ -180,7 +181,7 @@ def _wj_in_input_order(sc, params, places, bad_count):
         return places.map(lambda x: ((x[1][0], *x[0]), x[1])), None
     # read twice (maxima, then merge keys): cached, so each Spark partition is sorted once
     by_place = places.sortByKey(numPartitions=max(1, places.getNumPartitions())).persist()
-    carried = sc.broadcast(_wj_carried_maxima(by_place.mapPartitions(_wj_partition_maxima).collect()))
+    carried = sc.broadcast(_carried_maxima(by_place.mapPartitions(_partition_maxima).collect()))
 
     def merge_keys(i, items):
         current, run = None, None  # the log partition at hand, its running max
@@ -196,7 +197,7 @@ def _wj_in_input_order(sc, params, places, bad_count):
     return by_place.mapPartitionsWithIndex(merge_keys), by_place
 
 
-def _wj_prefix_max(maxima):
+def _prefix_max(maxima):
     before, run = [], None
     for m in maxima:
         before.append(run)
@@ -205,15 +206,15 @@ def _wj_prefix_max(maxima):
     return before
 
 
-def _wj_replay(params):
+def _replay(params):
     """Per partition of groups: run the window operator over each group's events in input order."""
     # sliding rows and sessions close only once the watermark is strictly past their end
     strict = params["kind"] in ("sliding", "session")
 
     def replay(groups):
-        plan = _wj_plan(params)
+        plan = _plan(params)
         for key, events in groups:
-            op = _wj_operator(params, plan)
+            op = _operator(params, plan)
             out = []
             late = 0
             for seq, t, vals, wm in sorted(events, key=lambda e: e[0]):
@@ -229,20 +230,20 @@ def _wj_replay(params):
     return replay
 
 
-def _wj_row_line(start, end, key, values):
+def _row_line(start, end, key, values):
     window = f'{{"window":{{"start":"{format_iso(start)}","end":"{format_iso(end)}"}},"key":'
     return window + key.decode() + "," + orjson.dumps(values).decode()[1:]
 
 
-
 def driver_memory(params):
-    """The driver's heap (see the entry point): the windows come back through it (toLocalIterator)."""
+    """The driver's heap (streamctl.spark.jobentry): the windows come back through it (toLocalIterator)."""
     return "4g"
+
 
 def main(spark, params, out):
     sc = spark.sparkContext
     lateness = params["lateness"]
-    prepared = _wj_records(spark, params).mapPartitions(_wj_prepare(params)).persist()
+    prepared = _records(spark, params).mapPartitions(_prepare(params)).persist()
     non_numeric = {}
     for counts in prepared.filter(lambda x: x[0] == "nn").map(lambda x: x[2]).collect():
         for name, n in counts.items():
@@ -251,7 +252,7 @@ def main(spark, params, out):
     # the one input order, and each event's place in it
     records = prepared.filter(lambda x: x[0] != "nn").map(lambda x: (x[1], (x[2][0] if x[2] else None, x[2])))
     bad_count = prepared.filter(lambda x: x[0] == "bad").count()
-    keyed, by_place = _wj_in_input_order(sc, params, records, bad_count)
+    keyed, by_place = _in_input_order(sc, params, records, bad_count)
     keyed = keyed.persist()
     bad_first = keyed.filter(lambda x: x[1][0] is None).map(lambda x: x[0]).min() if bad_count else None
     events = keyed.filter(lambda x: x[1][0] is not None).map(lambda x: (x[0], x[1][1]))
@@ -260,7 +261,7 @@ def main(spark, params, out):
     maxima = ordered.mapPartitions(lambda it: [max((e[0][0] for e in it), default=None)]).collect()
     if by_place is not None:
         by_place.unpersist()  # read to the end for ordered, which is cached
-    before = sc.broadcast(_wj_prefix_max(maxima))
+    before = sc.broadcast(_prefix_max(maxima))
 
     def with_watermark(i, it):
         run = before.value[i]
@@ -273,7 +274,7 @@ def main(spark, params, out):
 
     timed = ordered.mapPartitionsWithIndex(with_watermark).persist()
     replayed = (timed.map(lambda e: (e[0], (e[1], e[2], e[3], e[4])))
-                .groupByKey(numPartitions=n_parts).mapPartitions(_wj_replay(params)).persist())
+                .groupByKey(numPartitions=n_parts).mapPartitions(_replay(params)).persist())
     late = replayed.filter(lambda x: x[0] == "late").map(lambda x: x[1]).sum()
     rows = replayed.filter(lambda x: x[0] == "row").map(lambda x: x[1])
 
@@ -294,20 +295,18 @@ def main(spark, params, out):
         return close_seq.value.get(r[0], never), r[1], r[3]
 
     for _close_at, start, end, key, values in rows.sortBy(order_key, numPartitions=n_parts).toLocalIterator():
-        out(_wj_row_line(start, end, key, values))
+        out(_row_line(start, end, key, values))
     stats = {"events": ordered.count(), "late": int(late), "bad_time": bad_count, "non_numeric": non_numeric,
-             "bad_time_example": None if bad_first is None else _wj_where(params, bad_first)}
+             "bad_time_example": None if bad_first is None else _where(params, bad_first)}
     if params.get("stats_line"):
         out("#streamctl-stats " + _json.dumps(stats))
     else:
-        import sys
-
         print(f"streamctl window job: {_json.dumps(stats)}", file=sys.stderr)
     for cached in (prepared, keyed, ordered, timed, replayed):
         cached.unpersist()
 
 
-def _wj_where(params, order):
+def _where(params, order):
     """Where the first record without a usable time is, from its order key."""
     if params["is_log"]:
         return f"{params['input']}: partition {order[1]} offset {order[2]}: no usable time in {params['time_field']!r}"

@@ -617,7 +617,7 @@ def job_params(spec: JoinSpec, specs: list[inputorder.InputSpec], master: str | 
 
 
 def job_text(params: dict) -> str:
-    """The standalone PySpark script: the replay job's log reader, then the join body."""
+    """The standalone PySpark job: streamctl.spark.join_job and the modules it imports (jobgen)."""
     from streamctl.spark import jobgen
 
     kinds = {"stream": f"stream-stream window join (within {params['within']} ms, how {params['how']})",
@@ -628,5 +628,4 @@ def job_text(params: dict) -> str:
     how = ("  spark-submit job.py > rows.jsonl                 # the master from spark-submit (default local[*])\n"
            "  spark-submit --master yarn job.py > rows.jsonl   # on a cluster\n"
            "  python job.py > rows.jsonl                       # plain Python with pyspark")
-    body = "\n\n".join([jobgen.body_source("replay_job"), jobgen.pasted_core(), jobgen.body_source("join_job")])
-    return jobgen.render_job(title, how, params, body)
+    return jobgen.render_job(title, how, params, "join_job")
