@@ -181,7 +181,7 @@ class Plan:
         self.non_numeric: dict[str, int] = {}
         self.n = len(specs)
         self.uses_seq = any(f in ("first", "last") for f in self.funcs)
-        self._names = [s.name for s in specs]
+        self.names = [s.name for s in specs]
         self._makers = [_MAKERS.get(f, list) for f in self.funcs]  # a percentile keeps a list
         self._finals = [_FINALS[f] if f in _FINALS else partial(percentile, q=PERCENTILES[f]) for f in self.funcs]
 
@@ -311,7 +311,7 @@ class Plan:
             st[i].extend(vals)
 
     def result(self, st: list) -> dict:
-        return {name: final(x) for name, final, x in zip(self._names, self._finals, st, strict=True)}
+        return {name: final(x) for name, final, x in zip(self.names, self._finals, st, strict=True)}
 
     def results(self, sts: Iterable[list]) -> list[dict]:
         return list(map(self.result, sts))

@@ -280,3 +280,43 @@ def test_plain_file_pieces_are_read_as_columns(tmp_path):
     kinds = [type(b) for b in decoder.plain_batches(str(path), fields)]
     assert kinds.count(columns.PlainBatch) >= len(kinds) - 1 and kinds[-1] is list
     assert sum(len(b) for b in decoder.plain_batches(str(path), fields)) == 5001
+
+
+big_values = st.one_of(st.integers(-5, 5), st.floats(-10, 10, allow_nan=False), st.none(),
+                       st.sampled_from([2**31, -(2**31), 2**31 + 1, 2**53 + 1, -(2**60), 0.5, -0.0, "x", True]))
+
+
+@pytest.mark.parametrize("kind,hop", [("tumbling", 0), ("hopping", 20_000)])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(evs=st.lists(st.fixed_dictionaries({"ts": ms, "k": st.sampled_from(["a", "b", "c"]), "v": big_values}),
+                    max_size=60),
+       sizes=st.lists(st.integers(1, 9), max_size=12), cut_at=st.integers(0, 60))
+def test_columnar_windows_equal_records(kind, hop, evs, sizes, cut_at):
+    """count/sum/avg windows kept as columns (cells.py) give Plan's rows and checkpoints exactly,
+    ints past 2**31 included (they move the run to Plan's states), across a checkpoint."""
+    evs = sorted(evs, key=lambda e: e["ts"])
+    cfg = WindowConfig(kind=kind, size=M, hop=hop, by=["k"], aggs=["count", "n=count:v", "sum:v", "avg:v"])
+    a, b = both(cfg, records(evs), sizes)
+    assert a == b
+    first = WindowRun(cfg, is_log=False)
+    rows: list = []
+    first.feed_batches(cut(records(evs)[:cut_at], sizes), rows.extend)
+    saved = orjson.loads(orjson.dumps(first.dump()))
+    second = WindowRun(cfg, is_log=False)
+    second.load(saved)
+    second.feed_batches(cut(records(evs)[cut_at:], sizes), rows.extend)
+    second.finish(rows.extend)
+    assert rows == a[0]
+
+
+def test_columnar_windows_really_run():
+    from streamctl.processing.windows import cells
+
+    evs = [{"ts": T0 + i * 7_000, "k": "abc"[i % 3], "v": i} for i in range(50)]
+    cfg = WindowConfig(kind="tumbling", size=10 * M, by=["k"], aggs=["count", "avg:v"])
+    run = WindowRun(cfg, is_log=False)
+    run.feed_batches(cut(records(evs), [7] * 10), lambda rows: None)
+    assert run.op.columnar and all(isinstance(t, cells.Cells) for t in run.op.open.values()) and run.op.open
+    run = WindowRun(cfg, is_log=False)
+    run.feed_batches(cut(records(evs + [{"ts": T0, "k": "a", "v": 2**40}]), [7] * 10), lambda rows: None)
+    assert not run.op.columnar  # an int past 2**31: Plan's exact states from then on

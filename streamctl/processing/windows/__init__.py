@@ -41,7 +41,7 @@ import heapq
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import accumulate, compress, repeat
 from operator import le, not_
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 NO_WATERMARK = -(1 << 62)  # before the first event: nothing is late, nothing closes
 
@@ -110,6 +110,10 @@ def _group(cells: list[tuple[int, bytes]], pos: Iterable[int]) -> Iterable[tuple
     return groups.items()
 
 
+def _columnar(funcs: Sequence[str]) -> bool:
+    return all(f in ("count", "sum", "avg") for f in funcs)  # cells.COLUMNAR_FUNCS, without importing numpy
+
+
 class GridWindows:
     """Windows on a fixed grid aligned to the epoch (tumbling, hopping): [start, start + size)."""
 
@@ -119,13 +123,17 @@ class GridWindows:
         self.plan = plan
         self.update = update
         self.correct = correct
-        self.open: dict[int, dict[bytes, list]] = {}  # end -> {key: state}
+        self.open: dict[int, Any] = {}  # end -> {key: state}, or its cells.Cells while columnar
         self.ends: list[int] = []  # heap of the ends in `open`
         # --late correct only: closed windows kept so a late event can revise them
         self.closed: dict[tuple[int, bytes], list] = {}  # (end, key) -> [state, revision]
+        # rows only at close, and only count/sum/avg: open windows as columns (cells.py), folded with numpy
+        self.columnar = not update and not correct and _columnar(plan.funcs)
 
     def _add_one(self, end: int, key: bytes, seq: int, vals: tuple, wm: int, out: list) -> bool:
         plan = self.plan
+        if self.columnar:  # one event at a time (the per-record reading, the Spark replay): Plan's states
+            self.to_states()
         if end <= wm:
             if self.correct:
                 entry = self.closed.get((end, key))
@@ -161,11 +169,14 @@ class GridWindows:
         self.open.clear()
         self.ends.clear()
 
-    def _emit(self, end: int, d: dict, out: list) -> None:
+    def _emit(self, end: int, d: Any, out: list) -> None:
         """One closed window's rows, by key. Windows close in end order and start = end - size, so
         rows come out by (start, key) within a close (the order the module docstring promises)."""
         start = end - self.size
         keys = sorted(d)
+        if not isinstance(d, dict):  # cells.Cells
+            out += zip(repeat(start), repeat(end), keys, d.results(self.plan.names, keys), repeat(None))
+            return
         if not self.update:
             out += zip(repeat(start), repeat(end), keys, self.plan.results(map(d.__getitem__, keys)), repeat(None))
         if self.correct:
@@ -195,6 +206,8 @@ class GridWindows:
                 pos = list(compress(pos, map(not_, late)))
                 ends = [ends[i] for i in pos]
                 ks = [ks[i] for i in pos]
+            if self.columnar:
+                return self._fold_columns(ends, ks, list(pos), cols, ts, maxt, lateness, lates, out)
             groups = _group(list(zip(ends, ks, strict=True)), pos)
         else:
             cells: list[tuple[int, bytes]] = []
@@ -209,7 +222,18 @@ class GridWindows:
                         where.append(i)
                 if dropped:
                     lates.append(i)
+            if self.columnar:
+                return self._fold_columns([c[0] for c in cells], [c[1] for c in cells], where, cols, ts, maxt,
+                                          lateness, lates, out)
             groups = _group(cells, where)
+        self._fold_states(groups, cols, seq)
+        if ts:
+            maxt = max(maxt, max(ts))
+            self.close(maxt - lateness, out)
+        return maxt, lates
+
+    def _fold_states(self, groups: Iterable[tuple[tuple[int, bytes], list[int]]], cols: list[list | None],
+                     seq: int) -> None:
         opened, new = self.open, self.plan.new
         folds = []
         last_end: int | None = None
@@ -227,10 +251,53 @@ class GridWindows:
                 st = d[k] = new()
             folds.append((st, idx))
         self.plan.fold_groups(folds, cols, seq)
+
+    def _fold_columns(self, ends: list[int], ks: list[bytes], pos: list[int], cols: list[list | None],
+                      ts: list[int], maxt: int, lateness: int, lates: list[int], out: list) -> tuple[int, list[int]]:
+        """fold() for columns: the events at `pos` (into the windows `ends`, groups `ks`) go into the
+        open windows' cells, then the windows the watermark passed close."""
+        self._fold_cells(ends, ks, pos, cols)
         if ts:
             maxt = max(maxt, max(ts))
             self.close(maxt - lateness, out)
         return maxt, lates
+
+    def _fold_cells(self, ends: list[int], ks: list[bytes], pos: list[int], cols: list[list | None]) -> None:
+        import numpy as np
+
+        from streamctl.processing.windows import cells
+
+        numbers: list[Any] = []
+        for col in cols:
+            if col is None:
+                numbers.append(None)
+                continue
+            number = cells.NumberColumn.of([col[i] for i in pos] if len(pos) != len(col) else col)
+            if number is None:  # an int too large for a float64 total to stay exact
+                self.to_states()
+                groups = _group(list(zip(ends, ks, strict=True)), pos)
+                self._fold_states(groups, cols, 0)
+                return
+            numbers.append(number)
+        distinct = dict.fromkeys(ends)
+        end_array = np.array(ends, dtype=np.int64) if len(distinct) > 1 else None
+        for end in distinct:
+            table = self.open.get(end)
+            if table is None:
+                table = self.open[end] = cells.Cells(self.plan.funcs)
+                heapq.heappush(self.ends, end)
+            if end_array is None:
+                table.fold(ks, numbers)
+            else:
+                sel = end_array == end
+                table.fold(list(compress(ks, sel.tolist())), [n if n is None else n.take(sel) for n in numbers])
+        if not all(map(cells.Cells.fits, self.open.values())):
+            self.to_states()
+
+    def to_states(self) -> None:
+        """Move the open windows from columns to Plan's states (exact Python numbers), for good."""
+        self.columnar = False
+        self.open = {end: (d if isinstance(d, dict) else d.states()) for end, d in self.open.items()}
 
     def ends_of(self, t: int) -> list[int]:
         """The ends of the windows holding t, oldest first."""
@@ -240,8 +307,9 @@ class GridWindows:
 
     def dump(self) -> dict:
         dump = self.plan.dump
+        opened = {end: (d if isinstance(d, dict) else d.states()) for end, d in self.open.items()}
         return {
-            "open": [[end, key.decode(), dump(st)] for end, d in self.open.items() for key, st in d.items()],
+            "open": [[end, key.decode(), dump(st)] for end, d in opened.items() for key, st in d.items()],
             "closed": [[end, key.decode(), dump(e[0]), e[1]] for (end, key), e in self.closed.items()],
         }
 
@@ -255,3 +323,11 @@ class GridWindows:
             d[key.encode()] = load(st)
         for end, key, st, rev in data["closed"]:
             self.closed[(end, key.encode())] = [load(st), rev]
+        if self.columnar:
+            from streamctl.processing.windows import cells
+
+            tables = {end: cells.Cells.from_states(self.plan.funcs, d) for end, d in self.open.items()}
+            if all(t is not None for t in tables.values()):
+                self.open = tables
+            else:
+                self.columnar = False

@@ -1,0 +1,198 @@
+"""Open grid windows (tumbling, hopping) kept as columns: a batch's count, sum and avg folded at once.
+
+A window's groups are slots (key -> slot number) in numpy arrays, one set per
+aggregation: a count; or for sum/avg the total, how many numbers it holds and
+whether a float was among them. A batch's events of one window are folded
+with `np.add.at`, which adds in index order, one element at a time: each
+slot's total is the same left-to-right float sum that `Plan.add` makes event
+by event, so the rows are the same, bit for bit. Ints are exact in a float64
+total while every partial sum stays below 2**53: the columns hold ints of at
+most 2**31 in size, in windows of fewer than 2**21 numbers (`fits`); the
+first batch beyond that moves every open window to the exact Python states of
+`Plan` (GridWindows.to_states), which changes no result.
+
+Only count, sum and avg are kept this way (`columnar`); the other aggregations
+need every value (percentiles, distinct) or the event order (first, last), or
+keep the type of a winning value (min, max), and use Plan's states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from itertools import compress
+from typing import Any
+
+import numpy as np
+
+COLUMNAR_FUNCS = frozenset({"count", "sum", "avg"})
+INT_LIMIT = 1 << 31  # the largest int a column holds (with fewer than COUNT_LIMIT numbers: sums stay exact)
+COUNT_LIMIT = 1 << 21
+
+
+def columnar(funcs: Sequence[str]) -> bool:
+    return all(f in COLUMNAR_FUNCS for f in funcs)
+
+
+class NumberColumn:
+    """One aggregation input column of a batch, as numpy arrays: its values (0 where null), which
+    are present, which are floats; None from `of` when an int is too large to be kept exactly."""
+
+    __slots__ = ("values", "present", "floats")
+
+    def __init__(self, values: np.ndarray, present: np.ndarray | None, floats: np.ndarray | None) -> None:
+        self.values = values
+        self.present = present  # None: all present
+        self.floats = floats  # None: none is a float (a bool array otherwise)
+
+    @classmethod
+    def of(cls, col: list) -> NumberColumn | None:
+        types = {*map(type, col)}
+        present = None
+        if type(None) in types:
+            mask = [v is not None for v in col]
+            present = np.array(mask, dtype=bool)
+            col = [0 if v is None else v for v in col]
+            types.discard(type(None))
+        if int in types:
+            ints = col if len(types) == 1 else [v for v in col if type(v) is int]
+            if ints and (max(ints) > INT_LIMIT or min(ints) < -INT_LIMIT):
+                return None
+        values = np.array(col, dtype=np.float64) if col else np.zeros(0)
+        floats = None
+        if float in types:
+            floats = np.array([type(v) is float for v in col], dtype=bool) if int in types else \
+                np.ones(len(col), dtype=bool)
+        return cls(values, present, floats)
+
+    def take(self, sel: np.ndarray | None) -> NumberColumn:
+        if sel is None:
+            return self
+        return NumberColumn(self.values[sel], None if self.present is None else self.present[sel],
+                            None if self.floats is None else self.floats[sel])
+
+
+class Cells:
+    """One open window's groups as columns (see the module docstring)."""
+
+    def __init__(self, funcs: Sequence[str]) -> None:
+        self.funcs = list(funcs)
+        self.slot: dict[bytes, int] = {}
+        self.size = 0
+        self.numbers = 0  # how many numbers the largest total may hold (the sum over all slots)
+        self._alloc(16)
+
+    def _alloc(self, cap: int) -> None:
+        self.cap = cap
+        self.count = [np.zeros(cap, dtype=np.int64) for _ in self.funcs]
+        self.total = [np.zeros(cap, dtype=np.float64) if f != "count" else None for f in self.funcs]
+        self.floaty = [np.zeros(cap, dtype=bool) if f != "count" else None for f in self.funcs]
+
+    def _grow(self, need: int) -> None:
+        cap = self.cap
+        while cap < need:
+            cap *= 2
+        count, total, floaty = self.count, self.total, self.floaty
+        self._alloc(cap)
+        for i in range(len(self.funcs)):
+            self.count[i][:len(count[i])] = count[i]
+            t, fl = total[i], floaty[i]
+            if t is not None and fl is not None:
+                self.total[i][:len(t)] = t  # type: ignore[index]
+                self.floaty[i][:len(fl)] = fl  # type: ignore[index]
+
+    def slots(self, keys: list[bytes]) -> np.ndarray:
+        """Each key's slot, made for keys not seen before."""
+        got = list(map(self.slot.get, keys))
+        if None in got:
+            slot = self.slot
+            for j in compress(range(len(keys)), [s is None for s in got]):
+                s = slot.get(keys[j])
+                if s is None:
+                    s = slot[keys[j]] = self.size
+                    self.size += 1
+                got[j] = s
+            if self.size > self.cap:
+                self._grow(self.size)
+        return np.array(got, dtype=np.intp)
+
+    def fold(self, keys: list[bytes], cols: Sequence[NumberColumn | None]) -> None:
+        """Fold events (their group keys, one input column per aggregation, None for a bare count)."""
+        idx = self.slots(keys)
+        for i, col in enumerate(cols):
+            if col is None:
+                np.add.at(self.count[i], idx, 1)
+                continue
+            at = idx if col.present is None else idx[col.present]
+            np.add.at(self.count[i], at, 1)
+            total = self.total[i]
+            if total is not None:
+                vals = col.values if col.present is None else col.values[col.present]
+                np.add.at(total, at, vals)  # in index order: each slot's total sums left to right
+                if col.floats is not None:
+                    floats = col.floats if col.present is None else col.floats[col.present]
+                    self.floaty[i][at[floats]] = True  # type: ignore[index]
+            self.numbers += len(at)
+
+    def fits(self) -> bool:
+        return self.numbers < COUNT_LIMIT
+
+    def results(self, names: Sequence[str], keys: list[bytes]) -> list[dict]:
+        """Plan.result of each key's state, in the order of `keys`."""
+        idx = np.array(list(map(self.slot.__getitem__, keys)), dtype=np.intp)
+        columns: list[list[Any]] = []
+        for i, f in enumerate(self.funcs):
+            count = self.count[i][idx].tolist()
+            if f == "count":
+                columns.append(count)
+                continue
+            total = self.total[i][idx].tolist()  # type: ignore[index]
+            floaty = self.floaty[i][idx].tolist()  # type: ignore[index]
+            if f == "sum":
+                columns.append([(t if fl else int(t)) if n else None for t, n, fl in zip(total, count, floaty, strict=True)])
+            else:
+                # an int total divided by the count: Python's true division of two ints rounds once,
+                # as the float division of their exact float64 values does
+                columns.append([t / n if n else None for t, n in zip(total, count, strict=True)])
+        return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+
+    def states(self) -> dict[bytes, list]:
+        """Plan's state of each key ({key: [slot per aggregation]}), exact."""
+        out: dict[bytes, list] = {}
+        count = [c.tolist() for c in self.count]
+        total = [t.tolist() if t is not None else None for t in self.total]
+        floaty = [f.tolist() if f is not None else None for f in self.floaty]
+        for key, s in self.slot.items():
+            st: list = []
+            for i, f in enumerate(self.funcs):
+                if f == "count":
+                    st.append(count[i][s])
+                else:
+                    t = total[i][s]  # type: ignore[index]
+                    st.append([t if floaty[i][s] else int(t), count[i][s]])  # type: ignore[index]
+            out[key] = st
+        return out
+
+    @classmethod
+    def from_states(cls, funcs: Sequence[str], states: dict[bytes, list]) -> Cells | None:
+        """Cells holding Plan states (a checkpoint's), or None when a total is beyond what they keep exactly."""
+        cells = cls(funcs)
+        keys = list(states)
+        idx = cells.slots(keys)
+        for i, f in enumerate(funcs):
+            if f == "count":
+                cells.count[i][idx] = [states[k][i] for k in keys]
+                continue
+            totals = [states[k][i][0] for k in keys]
+            if any(type(t) is int and abs(t) >= 1 << 52 for t in totals):
+                return None
+            cells.count[i][idx] = [states[k][i][1] for k in keys]
+            cells.total[i][idx] = totals  # type: ignore[index]
+            cells.floaty[i][idx] = [type(t) is float for t in totals]  # type: ignore[index]
+            cells.numbers = max(cells.numbers, sum(states[k][i][1] for k in keys))
+        return cells if cells.fits() else None
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.slot)
