@@ -1,8 +1,9 @@
 """The Spark engine for replay: parity with the local engine, the generated job, and its safety.
 
 Parity tests exec the generated job's text and call its main() with the shared
-`spark` fixture (one SparkSession for the run); two slow tests run the job for
-real (`python job.py`, and `streamctl replay --engine spark`).
+`spark` fixture (one SparkSession for the run); slow tests run
+`streamctl replay --engine spark` for real (test_emitted_jobs.py runs emitted
+jobs with `python job.py` and `spark-submit job.py`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ T0 = 1_763_719_200_000
 
 
 def render(params: dict) -> str:
-    return jobgen.render_job("test job", "  python job.py", params, jobgen.body_source("replay_job"))
+    return jobgen.render_job("test job", "  python job.py", params, "replay_job")
 
 
 def job_namespace(params: dict) -> dict:
@@ -219,8 +220,8 @@ def test_emitted_job_compiles_and_reads_well(tmp_path, run):
     assert "spark-submit" in text and "PARAMS = json.loads(" in text
     assert "def main(spark, params, out)" in text
     assert "import os;" not in text.replace("\\", "")[: text.index("PARAMS")]  # header holds no user value
-    # the job imports nothing from streamctl: it runs where only pyspark is installed
-    assert "import streamctl" not in text and "from streamctl" not in text
+    # the streamctl code it runs is in the file (test_emitted_jobs.py runs such jobs without streamctl)
+    assert "MODULES = {" in text and "'streamctl/spark/replay_job.py': r" in text
 
 
 def test_engine_choice(monkeypatch):
@@ -261,39 +262,6 @@ def test_cli_start_up_does_not_import_pyspark():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j', 'tabulate')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
-
-
-@pytest.mark.spark
-@pytest.mark.slow
-def test_emitted_job_runs_with_plain_python(tmp_path, run):
-    pytest.importorskip("pyspark")
-    path = str(tmp_path / "log")
-    make_log(path, 3, 30, seed=2)
-    job = tmp_path / "job.py"
-    assert run("replay", path, "--compact", "--until", "40", "--emit-job", str(job)).returncode == 0
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    proc = subprocess.run([sys.executable, str(job)], capture_output=True, timeout=300, env=env, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-    assert proc.stdout == b"".join(run_local(path, core.ReplaySpec(until=core.Bound("offset", 40), compact=True)))
-
-
-@pytest.mark.spark
-@pytest.mark.slow
-def test_emitted_job_runs_with_spark_submit(tmp_path, run):
-    import shutil
-
-    submit = shutil.which("spark-submit") or os.path.join(os.path.dirname(sys.executable), "spark-submit")
-    if not os.access(submit, os.X_OK):
-        pytest.skip("spark-submit not found")
-    path = str(tmp_path / "log")
-    make_log(path, 2, 20, seed=9)
-    job = tmp_path / "job.py"
-    assert run("replay", path, "--key", "user-2", "--emit-job", str(job)).returncode == 0
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    proc = subprocess.run([submit, "--master", "local[1]", str(job)], capture_output=True, timeout=300, env=env,
-                          cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-    assert proc.stdout == b"".join(run_local(path, core.ReplaySpec(key="user-2")))
 
 
 @pytest.mark.spark
@@ -351,8 +319,8 @@ def test_driver_memory_only_when_results_stream_through_the_driver():
     """The replay job asks for a 4 GiB driver heap when its result comes back through the driver
     (toLocalIterator) or for --compact's aggregate; a plain replay through part files keeps Spark's
     default (a larger heap was slower there)."""
-    ns = job_namespace({"log": "/x"})
-    memory = ns["driver_memory"]
+    pytest.importorskip("pyspark")
+    from streamctl.spark.replay_job import driver_memory as memory
     assert memory({"master": "local[2]"}) is None
     assert memory({"master": None}) is None  # python job.py: local[*]
     assert memory({"master": "local[2]", "scratch": False}) == "4g"

@@ -1,7 +1,9 @@
 """The Spark engine for window: the same rows in the same order, and the same late counts, as the local engine.
 
 Parity tests exec the generated job's text and call its main() with the shared
-`spark` fixture; slow tests run `streamctl window --engine spark` for real.
+`spark` fixture (in this process, where streamctl is imported, that runs the
+package's own streamctl.spark.window_job: the very files the job carries, see
+test_emitted_jobs.py); slow tests run `streamctl window --engine spark` for real.
 The logs include partitioned ones filled by one produce, whose append times say
 nothing about the event-time order: both engines must read them in the input
 order (per partition, a running max of event time; then by that max).
@@ -240,12 +242,11 @@ def test_bad_time_example_is_the_first_in_input_order(spark, jittered_log):
 
 @pytest.mark.spark
 @pytest.mark.parametrize("slices", [1, 4, 13])
-def test_merge_keys_across_spark_partitions(spark, tmp_path, slices):
+def test_merge_keys_across_spark_partitions(spark, slices):
     """The running max of each log partition, carried across the Spark partitions of the sort by
     (partition, offset), equals a brute-force running max; order keys sort like the input order."""
-    f = tmp_path / "e.jsonl"
-    f.write_text("{}\n")
-    ns = job_namespace(str(f), WindowConfig(kind="tumbling", size=1000, time_field="at"))
+    from streamctl.spark import window_job
+
     rnd = random.Random(slices)
     places = []
     for p in range(4):
@@ -254,13 +255,13 @@ def test_merge_keys_across_spark_partitions(spark, tmp_path, slices):
             places.append(((p, off), (t, ("event", p, off))))
     want, high = [], {}
     for (p, off), (t, ev) in places:  # stored order: by partition, then offset
-        if t is not None and t > high.get(p, ns["MIN_MERGE_KEY"]):
+        if t is not None and t > high.get(p, window_job.MIN_MERGE_KEY):
             high[p] = t
-        want.append(((high.get(p, ns["MIN_MERGE_KEY"]), p, off), (t, ev)))
+        want.append(((high.get(p, window_job.MIN_MERGE_KEY), p, off), (t, ev)))
     shuffled = places[:]
     rnd.shuffle(shuffled)
     rdd = spark.sparkContext.parallelize(shuffled, slices)
-    got, _sorted = ns["_wj_in_input_order"](spark.sparkContext, {"is_log": True, "time_path": ["value", "at"]}, rdd, 1)
+    got, _sorted = window_job._in_input_order(spark.sparkContext, {"is_log": True, "time_path": ["value", "at"]}, rdd, 1)
     assert sorted(got.collect()) == sorted(want)
 
 
