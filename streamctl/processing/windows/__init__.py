@@ -200,14 +200,14 @@ class GridWindows:
         if size == hop:  # tumbling: one window per event
             ends = [t - t % size + size for t in ts]  # % floors: pre-1970 times land in the right window too
             late = list(map(le, ends, wms))
-            pos: Iterable[int] = range(len(ts))
+            pos: Sequence[int] = range(len(ts))
             if any(late):
                 lates = list(compress(pos, late))
                 pos = list(compress(pos, map(not_, late)))
                 ends = [ends[i] for i in pos]
                 ks = [ks[i] for i in pos]
             if self.columnar:
-                return self._fold_columns(ends, ks, list(pos), cols, ts, maxt, lateness, lates, out)
+                return self._fold_columns(ends, ks, pos, cols, ts, maxt, lateness, lates, out)
             groups = _group(list(zip(ends, ks, strict=True)), pos)
         else:
             cells: list[tuple[int, bytes]] = []
@@ -252,7 +252,7 @@ class GridWindows:
             folds.append((st, idx))
         self.plan.fold_groups(folds, cols, seq)
 
-    def _fold_columns(self, ends: list[int], ks: list[bytes], pos: list[int], cols: list[list | None],
+    def _fold_columns(self, ends: list[int], ks: list[bytes], pos: Sequence[int], cols: list[list | None],
                       ts: list[int], maxt: int, lateness: int, lates: list[int], out: list) -> tuple[int, list[int]]:
         """fold() for columns: the events at `pos` (into the windows `ends`, groups `ks`) go into the
         open windows' cells, then the windows the watermark passed close."""
@@ -262,17 +262,22 @@ class GridWindows:
             self.close(maxt - lateness, out)
         return maxt, lates
 
-    def _fold_cells(self, ends: list[int], ks: list[bytes], pos: list[int], cols: list[list | None]) -> None:
+    def _fold_cells(self, ends: list[int], ks: list[bytes], pos: Sequence[int], cols: list[list | None]) -> None:
         import numpy as np
 
         from streamctl.processing.windows import cells
 
         numbers: list[Any] = []
-        for col in cols:
+        for col, func in zip(cols, self.plan.funcs, strict=True):
             if col is None:
                 numbers.append(None)
                 continue
-            number = cells.NumberColumn.of([col[i] for i in pos] if len(pos) != len(col) else col)
+            if not isinstance(pos, range):  # the events kept (and repeated, for hopping windows)
+                col = [col[i] for i in pos]
+            if func == "count":
+                numbers.append(cells.NumberColumn.presence(col))
+                continue
+            number = cells.NumberColumn.of(col)
             if number is None:  # an int too large for a float64 total to stay exact
                 self.to_states()
                 groups = _group(list(zip(ends, ks, strict=True)), pos)

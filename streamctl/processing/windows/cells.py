@@ -64,6 +64,12 @@ class NumberColumn:
                 np.ones(len(col), dtype=bool)
         return cls(values, present, floats)
 
+    @classmethod
+    def presence(cls, col: list) -> NumberColumn:
+        """A count's input: only which values are present (not null) matters."""
+        present = None if None not in col else np.array([v is not None for v in col], dtype=bool)
+        return cls(np.zeros(len(col)), present, None)
+
     def take(self, sel: np.ndarray | None) -> NumberColumn:
         if sel is None:
             return self
