@@ -1,0 +1,253 @@
+"""A window as `streamctl window INPUT` runs it: which engine, follow mode, and where the rows go.
+
+It lives with the Spark engine because it chooses between the engines (spark.engine):
+the local one is streamctl.processing.windows.driver, the Spark one the job it
+generates (spark_job), run by spark.runner. Rows go to stdout through the one
+writer (formats.writer) as JSON lines, CSV or a table; late events to --late-out.
+Diagnostics go to the `say` callback.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, Any
+
+from streamctl.errors import UsageError
+from streamctl.processing.windows import driver
+from streamctl.processing.windows.driver import WindowConfig, WindowRun
+from streamctl.spark.engine import choose_engine
+
+if TYPE_CHECKING:
+    from streamctl.formats.table import CsvWriter
+
+Say = Callable[[str], None]
+
+STATS_PREFIX = b"#streamctl-stats "  # the Spark job's last line: its counts
+
+
+def run(path: str, cfg: WindowConfig, output: str, follow: bool, group: str | None, idle_timeout: str | None,
+        late_out: str | None, engine: str, threshold: int | None, master: str | None, emit_job: str | None,
+        say: Say) -> None:
+    """The whole command once its flags are parsed into `cfg` (--idle-timeout as given, a duration)."""
+    WindowRun(cfg, True)  # validates every option before any input is read
+    if group is not None:
+        from streamctl.storage.names import check_group
+
+        check_group(group)
+    if (group or idle_timeout) and not follow:
+        raise UsageError("--group and --idle-timeout need --follow (a finite run has nothing to resume)")
+    if follow:
+        if engine == "spark" or emit_job:
+            raise UsageError("--engine spark and --emit-job are for finite input, not --follow")
+        return run_follow(path, cfg, group, idle_timeout, late_out, output, say)
+    chosen = choose(path, cfg, late_out, engine, threshold, emit_job is not None, say)
+    if emit_job is not None:
+        return write_job(path, cfg, master, emit_job, say)
+    if chosen == "spark":
+        return run_spark(path, cfg, master, output, say)
+    run_local(path, cfg, late_out, output, say)
+
+
+def choose(path: str, cfg: WindowConfig, late_out: str | None, engine: str, threshold: int | None,
+           emit_job: bool, say: Say) -> str:
+    """"local" or "spark" (also for --emit-job, which the options must allow). A URI only
+    Spark reads; what only the local engine applies (spark_blocker) keeps auto local, saying
+    so at or above the threshold, and refuses --engine spark and --emit-job."""
+    blocker = driver.spark_blocker(cfg, path, late_out)
+    if driver.is_uri(path) and not emit_job and engine != "spark":
+        if engine == "local" or blocker:
+            raise UsageError(f"{path} is a URI: only the Spark engine reads it (--engine spark, or --emit-job)")
+        engine = "spark"
+    if emit_job or engine == "spark":
+        if blocker:
+            raise UsageError(f"the Spark engine cannot run this: {blocker}; use --engine local")
+        return "spark"
+    if engine == "auto":
+        # below the threshold auto stays local quietly: a note on every small run is noise
+        return choose_engine("auto", driver.input_bytes(path), threshold, say,
+                             f"the Spark engine cannot run this: {blocker}" if blocker else None)
+    if engine != "local":
+        raise UsageError(f"--engine must be local, spark or auto, not {engine!r}")
+    return "local"
+
+
+class Rows:
+    """Writes rows in the chosen format through the one stdout writer."""
+
+    def __init__(self, output: str, cfg: WindowConfig, unbuffered: bool | None = None) -> None:
+        from streamctl.formats.writer import Output
+
+        self.output = output
+        self.out = Output(unbuffered=unbuffered)
+        self.table_rows: list[dict] = []
+        self.csv: CsvWriter | None = None
+        if output == "csv":
+            from streamctl.formats.table import CsvWriter
+
+            self.csv = CsvWriter()
+            cols = ["window.start", "window.end", "key", *(s.name for s in driver.make_plan(cfg).specs)]
+            if cfg.late == "correct":
+                cols.append("revision")
+            if cfg.kind == "session" and (cfg.late == "correct" or cfg.emit == "update"):
+                cols.append("op")  # "delete" on a row withdrawing a session's old window, else empty
+            self.csv.columns = cols
+            self.out.write(",".join(cols).encode() + b"\n")
+
+    def __call__(self, rows: list) -> None:
+        from streamctl.processing.windows.driver import row_dict, row_json, rows_jsonl
+
+        if self.output == "jsonl":
+            write = self.out.write
+            try:
+                write(rows_jsonl(rows))
+            except (TypeError, ValueError):
+                for r in rows:  # raises at the row orjson cannot write, after the rows before it
+                    write(row_json(r))
+        elif self.csv is not None:
+            self.out.write(self.csv.rows(row_dict(r) for r in rows))
+        else:
+            self.table_rows.extend(row_dict(r) for r in rows)
+
+    def json_lines(self, lines: list[bytes]) -> None:
+        """Rows already rendered as JSON lines (the Spark job's output)."""
+        import orjson
+
+        if self.output == "jsonl":
+            for line in lines:
+                self.out.write(line if line.endswith(b"\n") else line + b"\n")
+            return
+        rows = [orjson.loads(line) for line in lines if line.strip()]
+        if self.csv is not None:
+            self.out.write(self.csv.rows(rows))
+        else:
+            self.table_rows.extend(rows)
+
+    def finish(self) -> None:
+        if self.output == "table" and self.table_rows:
+            from streamctl.formats.table import table
+
+            self.out.write(table(self.table_rows).encode() + b"\n")
+            self.table_rows = []
+        self.out.flush()
+
+
+def late_writer(late_out: str | None, is_log: bool, append: bool) -> tuple[IO[bytes] | None, Any]:
+    """The --late-out file and a sink writing late records' lines to it (None, None without it)."""
+    if late_out is None:
+        return None, None
+    from streamctl.processing.windows.driver import late_line
+    from streamctl.storage.fsutil import NOFOLLOW
+
+    try:
+        fd = os.open(late_out, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC) | NOFOLLOW, 0o644)
+    except OSError as e:
+        raise UsageError(f"--late-out {late_out}: cannot open: {e.strerror}") from None
+    f = os.fdopen(fd, "ab" if append else "wb")
+    return f, (lambda rec: f.write(late_line(rec, is_log)))
+
+
+def report(cfg: WindowConfig, run: WindowRun, late_out: str | None, say: Say) -> None:
+    """The run's counts on stderr: records without a usable time, values that are not numbers, late events."""
+    st = run.stats
+    if st.bad_time:
+        verb = "skipped" if cfg.on_bad_time == "skip" else "found"
+        say(f"{st.bad_time} record(s) without a usable time in {cfg.time_field!r} {verb} "
+            f"(first: {st.bad_time_example})")
+    for name, n in sorted(run.plan.non_numeric.items()):
+        say(f"{name}: {n} value(s) that are not numbers were ignored")
+    if st.late:
+        what = "corrected (rows with a revision)" if cfg.late == "correct" else "DROPPED"
+        extra = f"; written to {late_out}" if late_out else ""
+        hint = "" if cfg.late == "correct" else " (wait longer with --lateness DUR, or --late correct / --late-out FILE)"
+        say(f"warning: {st.late} late event(s) {what}{extra}{hint}")
+
+
+def run_local(path: str, cfg: WindowConfig, late_out: str | None, output: str, say: Say) -> None:
+    from streamctl.errors import DataError, StreamctlError
+
+    is_log, recs = driver.records_of(path, cfg)
+    f, sink = late_writer(late_out, is_log, append=False)
+    rows = Rows(output, cfg)
+    run = WindowRun(cfg, is_log, sink)
+    try:
+        run.feed(recs, rows, source=path if path != "-" else "<stdin>")
+        run.finish(rows)
+        rows.finish()
+    except DataError:
+        # bad input stops the run (exit 65); the windows closed before it are still written, as jq would
+        try:
+            rows.finish()
+        except StreamctlError:
+            pass
+        report(cfg, run, late_out, say)
+        raise
+    finally:
+        if f is not None:
+            f.close()
+    report(cfg, run, late_out, say)
+
+
+def run_follow(path: str, cfg: WindowConfig, group: str | None, idle_timeout: str | None, late_out: str | None,
+               output: str, say: Say) -> None:
+    from streamctl import stopflag
+    from streamctl.processing import inputorder
+    from streamctl.timeparse import parse_duration
+
+    spec = inputorder.classify(path)
+    if not spec.is_log:
+        raise UsageError("--follow needs a log, not a plain file")
+    idle = parse_duration(idle_timeout) / 1000 if idle_timeout is not None else None
+    f, sink = late_writer(late_out, True, append=True)
+    rows = Rows(output, cfg, unbuffered=None)
+    stopflag.install()
+    try:
+        run = driver.follow(path, group, cfg, rows, rows.finish, idle, sink,
+                            flush_late=(f.flush if f is not None else None), notice=say)
+    finally:
+        if f is not None:
+            f.close()
+    rows.finish()
+    report(cfg, run, late_out, say)
+    stopflag.end("interrupted; window state and offsets were checkpointed")
+
+
+def job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool = False, snapshot: bool = True) -> str:
+    """The PySpark job's text; a local path made absolute, so the job runs from any folder."""
+    return driver.spark_job(path if driver.is_uri(path) else os.path.abspath(path), cfg, master, stats_line,
+                            snapshot)
+
+
+def write_job(path: str, cfg: WindowConfig, master: str | None, target: str, say: Say) -> None:
+    """--emit-job: the job reads to the end of the log as it is when it runs."""
+    from streamctl.spark import runner
+
+    runner.write_job(job(path, cfg, master, snapshot=False), target, say)
+
+
+def run_spark(path: str, cfg: WindowConfig, master: str | None, output: str, say: Say) -> None:
+    """Run the window as a Spark job: rows to stdout, the counts of its stats line reported like a local run's."""
+    from streamctl.spark.runner import run_job
+
+    rows = Rows(output, cfg)
+    text = job(path, cfg, master, stats_line=True)
+    counts: dict = {}
+
+    def take(block: bytes) -> None:
+        lines = block.splitlines()
+        if lines and lines[-1].startswith(STATS_PREFIX):
+            import orjson
+
+            counts.update(orjson.loads(lines.pop()[len(STATS_PREFIX):]))
+        rows.json_lines(lines)
+
+    run_job(text, take, master=master)
+    rows.finish()
+
+    from streamctl.processing.windows.driver import WindowStats
+
+    run = WindowRun(cfg, True)
+    run.stats = WindowStats(counts.get("events", 0), counts.get("late", 0), counts.get("bad_time", 0),
+                            counts.get("bad_time_example"))
+    run.plan.non_numeric = counts.get("non_numeric", {})
+    report(cfg, run, None, say)
