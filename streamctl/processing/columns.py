@@ -133,7 +133,7 @@ class PlainFieldReader:
             node = tree
             for name in p[1:]:
                 node = node.setdefault(name, {})
-        self._decode = msgspec.json.Decoder(_struct("Line", tree)).decode
+        self._decode_all = msgspec.json.Decoder(list[_struct("Line", tree)]).decode  # type: ignore[misc]
         self._getters = {p: _nested_getter(tree, p[1:]) for p in self.paths}
 
     def read_piece(self, piece: bytes, base: int) -> PlainBatch | None:
@@ -144,21 +144,23 @@ class PlainFieldReader:
                 piece.decode()
             except UnicodeDecodeError:
                 return None
-        lines = piece.splitlines()
-        # splitlines also cuts at a lone \r, which JSON reads as whitespace inside a line
-        if len(lines) != piece.count(b"\n") + (not piece.endswith(b"\n")):
-            return None
+        text = piece[:-1] if piece.endswith(b"\n") else piece
+        n = text.count(b"\n") + 1
         try:
-            objs = list(map(self._decode, lines))
+            # the lines as one JSON array, one decoder call (a quarter less time than one a line);
+            # a blank line makes it invalid, a line holding two values makes one element too many
+            objs = self._decode_all(b"[" + text.replace(b"\n", b",") + b"]")
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None
+        if len(objs) != n:
+            return None
         cols: dict[FieldPath, list] = {}
-        for p, get in self._getters.items():
-            col = list(map(get, objs))
+        for p, column in self._getters.items():
+            col = column(objs)
             if not _plain(col):
                 return None
             cols[p] = col
-        return PlainBatch(piece, cols, len(lines), base=base)
+        return PlainBatch(piece, cols, n, base=base)
 
 
 def _struct(name: str, tree: dict) -> Any:
@@ -172,22 +174,28 @@ def _struct(name: str, tree: dict) -> Any:
 
 
 def _nested_getter(tree: dict, names: tuple[str, ...]) -> Any:
-    """obj -> the value at `names` in a struct made by _struct (None where a level is missing)."""
+    """objs -> the column of the value at `names` in structs made by _struct (None where a level is
+    missing or null)."""
     attrs = []
     node = tree
     for n in names:
         attrs.append(f"f{list(node).index(n)}")
         node = node[n]
-    if len(attrs) == 1:
-        return attrgetter(attrs[0])
+    dotted = attrgetter(".".join(attrs))  # one C call a row, when no level on the way is null
 
-    def get(obj: Any) -> Any:
+    def one(obj: Any) -> Any:
         for a in attrs:
             if obj is None:
                 return None
             obj = getattr(obj, a)
         return obj
-    return get
+
+    def column(objs: list) -> list:
+        try:
+            return list(map(dotted, objs))
+        except AttributeError:  # a null (or missing) object on the way: that row's value is null
+            return list(map(one, objs))
+    return column
 
 
 class FieldBatch:
@@ -234,6 +242,13 @@ class PlainBatch(FieldBatch):
                  base: int = 0) -> None:
         super().__init__(piece, cols, n, pre)
         self.base = base
+
+    def lines(self) -> list[bytes]:
+        if self._lines is None:  # cut at \n only: a lone \r inside a line is JSON whitespace
+            if self.piece is None:
+                raise RuntimeError("this batch's records were not kept")
+            self._lines = (self.piece[:-1] if self.piece.endswith(b"\n") else self.piece).split(b"\n")
+        return self._lines
 
     def __getitem__(self, i: int) -> dict:
         import orjson
