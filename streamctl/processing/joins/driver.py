@@ -39,7 +39,7 @@ import orjson
 
 from streamctl.errors import UsageError
 from streamctl.processing import inputorder
-from streamctl.processing.joins import HOWS_STREAM, HOWS_TABLE, Emit, EmitOp
+from streamctl.processing.joins import HOWS_STREAM, HOWS_TABLE, Emit, EmitOp, keep_heap
 from streamctl.storage import fieldpaths
 from streamctl.timeparse import event_time_ms, event_times
 
@@ -273,6 +273,7 @@ def run(spec: JoinSpec, emit: Emit | None = None, emit_op: EmitOp | None = None,
     gets each late record as late_line writes it (records fed through `items` count as
     log records).
     """
+    keep_heap()
     if write_jsonl is not None and items is None and spec.kind == "stream" and _plain_values_only(spec):
         specs = check_inputs(spec)
         if not specs[0].is_log and not specs[1].is_log:
@@ -283,6 +284,11 @@ def run(spec: JoinSpec, emit: Emit | None = None, emit_op: EmitOp | None = None,
         simple = all(parts == ("key",) or _value_field(parts) is not None for parts in spec.on)
         if specs[0].is_log and specs[1].is_log and simple:
             return _run_enrich(spec, write_jsonl)
+    if (write_jsonl is not None and items is None and spec.kind == "table" and spec.as_of == "position"
+            and all(parts[0] == "value" or parts == ("ts",) for parts in spec.time_field)):
+        specs = check_inputs(spec)  # a plain file's key path is under value (checked here)
+        if not specs[0].is_log and not specs[1].is_log:
+            return _run_enrich_plain(spec, write_jsonl, block_bytes)
     right_index = 1
     remembered = (_RememberedTime(_time_getter(spec.time_field[0])),
                   _RememberedTime(_time_getter(spec.time_field[1])))
@@ -316,6 +322,25 @@ def _run_enrich(spec: JoinSpec, write_jsonl: Callable[[bytes], None]) -> JoinSta
     with _gc_frozen():
         n_left, n_right, size = enrich.run(spec.left, spec.right, _value_field(spec.on[0]), _value_field(spec.on[1]),
                                            spec.how == "inner", write_jsonl, norm_key, tombstone_keys)
+    stats.records = [n_left, n_right]
+    stats.max_state = size
+    return stats
+
+
+def _run_enrich_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], block_bytes: int | None) -> JoinStats:
+    """--table --as-of position of two plain files: joins/enrich.py's run_plain (a plain record's
+    `ts` is always missing, so with the default time field neither file has times)."""
+    from streamctl.processing.joins import enrich
+
+    def no_times(values: list[Any]) -> list[int | None]:
+        return [None] * len(values)
+
+    times = [no_times if parts == ("ts",) else block_times(parts) for parts in spec.time_field]
+    stats = JoinStats()
+    with _gc_frozen():
+        n_left, n_right, size = enrich.run_plain(
+            spec.left, spec.right, block_column(spec.on[0]), block_column(spec.on[1]), times[0], times[1],
+            spec.how == "inner", write_jsonl, norm_key, block_bytes or inputorder.PIECE)
     stats.records = [n_left, n_right]
     stats.max_state = size
     return stats
@@ -412,18 +437,25 @@ def block_times(parts: tuple[str, ...]) -> Callable[[list[Any]], list[int | None
 
 def block_column(parts: tuple[str, ...]) -> Callable[[list[Any]], list[Any]]:
     """A value path read from each of a block of plain-file values (what _key_getter reads from
-    each record): in one C-level pass when every value is an object holding the field."""
-    if len(parts) != 2:
-        get = _value_reader(parts)
-        return lambda values: list(map(get, values))
-    name = parts[1]
-    item = itemgetter(name)
+    each record): a C-level pass per level when every value has the path through objects
+    (`value.a.b`: the objects at a, then b of each), else value by value."""
+    if len(parts) < 2:
+        return lambda values: list(values)
+    get = _value_reader(parts)
+    items = [itemgetter(name) for name in parts[1:]]
+    dict_ = dict
 
     def column(values: list[Any]) -> list[Any]:
+        col = values
         try:
-            return list(map(item, values))
-        except (KeyError, TypeError, IndexError):  # a value without the field, or not an object
-            return [v.get(name) if v.__class__ is dict else None for v in values]
+            for item in items[:-1]:
+                col = list(map(item, col))
+                # fieldpaths.get goes into objects only (a list takes an index, a string nothing)
+                if {*map(type, col)} != {dict_}:
+                    raise TypeError
+            return list(map(items[-1], col))
+        except (KeyError, TypeError, IndexError):  # a value without the path, or not an object
+            return list(map(get, values))
 
     return column
 

@@ -12,7 +12,7 @@ row that uses it), and a run's rows are encoded by one C-level map.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from itertools import islice, repeat
 from operator import itemgetter, le
 from typing import Any
@@ -134,4 +134,107 @@ def run(left: str, right: str, left_key: str | None, right_key: str | None, inne
     while tb.n:  # changes after the last event: counted, and the table's final size reported
         apply(tb.n)
         tb.next_batch()
+    return n_events, n_changes, len(table)
+
+
+# -- two plain files ----------------------------------------------------------------------
+
+class _PlainSide:
+    """One plain file read a piece at a time (values, their keys, and their merge keys when asked)."""
+
+    def __init__(self, path: str, key_of: Callable[[list[Any]], list[Any]],
+                 times_of: Callable[[list[Any]], Sequence[int | None]], piece: int) -> None:
+        self.blocks = inputorder.plain_blocks(path, piece)
+        self.key_of, self.times_of = key_of, times_of
+        self.high = inputorder.NO_TIME  # the running maximum of the times read so far
+        self.values: list[Any] = []
+        self.keys: list[Any] = []
+        self.marks: list[int] = []  # merge keys of the current block (when read with times)
+        self.i = self.n = 0
+        self.timed = True  # whether the current block's merge keys were read
+
+    def next_block(self, timed: bool) -> bool:
+        """The next block (its merge keys read when `timed`); False at the end of the file."""
+        for values in self.blocks:
+            if not values:
+                continue
+            self.values, self.keys = values, self.key_of(values)
+            self.timed = timed
+            if timed:
+                self.marks = inputorder.merge_keys(self.times_of(values), self.high)
+                self.high = self.marks[-1]
+            self.i, self.n = 0, len(values)
+            return True
+        self.i = self.n = 0
+        return False
+
+
+def run_plain(left: str, right: str, left_key: Callable[[list[Any]], list[Any]],
+              right_key: Callable[[list[Any]], list[Any]], left_times: Callable[[list[Any]], Sequence[int | None]],
+              right_times: Callable[[list[Any]], Sequence[int | None]], inner: bool,
+              write_jsonl: Callable[[bytes], None], norm_key: Callable[[Any], Any],
+              piece: int = inputorder.PIECE) -> tuple[int, int, int]:
+    """Enrich plain file LEFT's events with plain file RIGHT's table (`--as-of position`): the rows
+    of the record-at-a-time stream-table join, a run of events at a time. Returns (events,
+    changes, table size at the end).
+
+    The input order is inputorder.merged's for two plain files, table first on ties: a record's
+    merge key is the running maximum of its own file's times, and records go in (merge key,
+    table before events, line) order. The events' times only place them among the table's
+    changes, so once the table file is read to its end the events are enriched in file order
+    without reading their times. `*_key` and `*_times` read a block of values' join keys and
+    event times (driver.block_column, driver.block_times). A file is read in pieces of about
+    `piece` bytes: a piece's objects stay in the CPU cache while its rows are made (1 MiB
+    blocks measured 2.5x slower end to end)."""
+    ev = _PlainSide(left, left_key, left_times, piece)
+    tb = _PlainSide(right, right_key, right_times, piece)
+    table: dict[Any, Any] = {}
+    dumps, fragment = orjson.dumps, orjson.Fragment
+    nl = orjson.OPT_APPEND_NEWLINE
+    n_events = n_changes = 0
+
+    def apply(j: int) -> None:
+        nonlocal n_changes
+        for k, value in zip(tb.keys[tb.i:j], tb.values[tb.i:j], strict=True):
+            # a null line has no key to delete (and a plain file has no record key)
+            if value is None or k is None:
+                continue
+            table[k if k.__class__ is str else norm_key(k)] = fragment(dumps(value))
+        n_changes += j - tb.i
+        tb.i = j
+
+    def enrich(j: int) -> None:
+        nonlocal n_events
+        i = ev.i
+        keys = ev.keys[i:j] if i or j < ev.n else ev.keys
+        values = ev.values[i:j] if i or j < ev.n else ev.values
+        get = table.get
+        rights = [get(k) if k.__class__ is str else (get(norm_key(k)) if k is not None else None) for k in keys]
+        if inner:
+            rows = [{"key": k, "left": v, "right": r} for k, v, r in zip(keys, values, rights, strict=True)
+                    if r is not None]
+        else:
+            rows = [{"key": k, "left": v, "right": r} for k, v, r in zip(keys, values, rights, strict=True)]
+        if rows:
+            write_jsonl(b"".join(map(dumps, rows, repeat(None), repeat(nl))))
+        n_events += j - i
+        ev.i = j
+
+    tb.next_block(True)
+    ev.next_block(tb.n > 0)
+    while ev.n:
+        if not tb.n:
+            enrich(ev.n)  # the table is complete: the rest of the events in file order
+        else:
+            # events before the next table change (the table wins ties), then changes up to the next event
+            enrich(bisect_left(ev.marks, tb.marks[tb.i], ev.i))
+            if ev.i < ev.n:
+                apply(bisect_right(tb.marks, ev.marks[ev.i], tb.i))
+                if tb.i == tb.n:
+                    tb.next_block(True)
+        if ev.i == ev.n:
+            ev.next_block(tb.n > 0)
+    while tb.n:  # changes after the last event: counted, and the table's final size reported
+        apply(tb.n)
+        tb.next_block(True)
     return n_events, n_changes, len(table)
