@@ -44,6 +44,7 @@ START_UP = '''
 # executors. An installed streamctl is not used.
 # ---------------------------------------------------------------------------
 
+import atexit
 import importlib
 import os
 import shutil
@@ -65,7 +66,9 @@ def main(spark, params, out):
     """The job on a SparkSession that is already running (a notebook, a test): out(line) takes
     each result line. Where streamctl is imported already, its modules are the ones run."""
     if "streamctl" not in sys.modules:
-        path = package(tempfile.mkdtemp(prefix="streamctl-job-"))
+        folder = tempfile.mkdtemp(prefix="streamctl-job-")
+        atexit.register(shutil.rmtree, folder, True)  # the executors may read it until then
+        path = package(folder)
         sys.path.insert(0, path)
         spark.sparkContext.addPyFile(path)
     importlib.import_module(JOB).main(spark, params, out)

@@ -37,7 +37,7 @@ from streamctl.timeparse import event_time_ms
 try:  # the same encoder as streamctl itself: byte-identical rows
     import orjson
 except ImportError:  # a cluster without orjson: the standard library, the same text for common values
-    from streamctl import orjson_fallback as orjson
+    from streamctl import orjson_fallback as orjson  # type: ignore[no-redef]
 
 
 def _loads(text):

@@ -59,7 +59,7 @@ from streamctl.timeparse import event_time_ms, format_iso
 try:
     import orjson  # the same JSON text as the local engine
 except ImportError:  # a cluster without orjson: the standard library, the same text for common values
-    from streamctl import orjson_fallback as orjson
+    from streamctl import orjson_fallback as orjson  # type: ignore[no-redef]
 
 
 def _plan(params):
