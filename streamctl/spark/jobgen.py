@@ -139,10 +139,21 @@ def _is_module(module: str) -> bool:
     return True
 
 
+def _statements(body: list):
+    """Every statement in `body` and in the blocks nested in it (functions, classes, if, try, ...);
+    imports are statements, so the expressions (most of a tree) are not walked."""
+    for node in body:
+        yield node
+        for field in ("body", "orelse", "handlers", "finalbody", "cases"):
+            block = getattr(node, field, None)
+            if isinstance(block, list):
+                yield from _statements(block)
+
+
 def _imported(module: str, text: str) -> set[str]:
     """The streamctl modules `text` (module's source) imports, anywhere in it."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(text, module)):
+    for node in _statements(ast.parse(text, module).body):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.split(".")[0] == "streamctl")
         elif isinstance(node, ast.ImportFrom):
