@@ -1,0 +1,247 @@
+"""A join as `streamctl join LEFT RIGHT` runs it: which engine, and where the rows go.
+
+It lives with the Spark engine because it chooses between the engines (spark.engine):
+the local one is streamctl.processing.joins.driver.run, the Spark one the job it
+generates (job_params, job_text), run by spark.runner. Rows go to stdout through
+the one writer (formats.writer) as JSON lines, CSV or a table; late records to
+--late-out. Diagnostics go to the `say` callback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, Any
+
+import orjson
+
+from streamctl.errors import UsageError
+from streamctl.processing import inputorder
+from streamctl.processing.joins import driver as joining
+from streamctl.spark.engine import choose_engine
+
+if TYPE_CHECKING:
+    from streamctl.formats.writer import Output
+
+Say = Callable[[str], None]
+
+STATS_PREFIX = b"#streamctl-stats "  # the Spark job's last line: its counts
+LATE_OUT_LOCAL = "--late-out writes a local file"
+
+
+def run(spec: joining.JoinSpec, output: str, late_out: str | None, engine: str, threshold: int | None,
+        master: str | None, emit_job: str | None, unbuffered: bool, say: Say) -> None:
+    """The whole command once its flags are parsed into `spec` (make_spec)."""
+    if late_out is not None and not spec.has_watermark:
+        raise UsageError("--late-out needs a watermark: --within DUR, or --table --as-of event-time")
+    specs = joining.check_inputs(spec)
+    stdin = "-" in (spec.left, spec.right)
+
+    if emit_job is not None:
+        if late_out is not None:
+            raise UsageError("--late-out writes a local file; the Spark job reports the late count only")
+        if stdin:
+            raise UsageError("--emit-job needs files or logs, not stdin (-)")
+        from streamctl.spark import runner
+
+        runner.write_job(joining.job_text(joining.job_params(spec, specs, master, snapshot=False)), emit_job, say)
+        return
+
+    chosen = "local"
+    if engine != "local" or master is not None:
+        if stdin and engine == "spark":
+            raise UsageError("--engine spark needs files or logs, not stdin (-)")
+        if late_out is not None and engine == "spark":
+            raise UsageError("--late-out writes a local file: use --engine local (the Spark engine reports "
+                             "the late count)")
+        size = 0 if stdin else input_bytes([s.path for s in specs])
+        blocker = LATE_OUT_LOCAL if late_out is not None else None
+        if not stdin or (blocker and engine == "auto"):  # stdin stays local; auto may still say why
+            chosen = choose_engine(engine, size, threshold, say, blocker)
+
+    from streamctl.formats.writer import Output
+
+    out = Output(unbuffered=True if unbuffered else None)
+    if chosen == "spark":
+        report(spec, run_spark(spec, specs, master, output, out, say), None, say)
+        return
+    report(spec, run_local(spec, output, late_out, out), late_out, say)
+
+
+def run_local(spec: joining.JoinSpec, output: str, late_out: str | None, out: Output) -> joining.JoinStats:
+    """The local engine: rows to `out` as they come (a table at the end), late records to --late-out."""
+    rows_buffer: list[dict] | None = [] if output == "table" else None
+    write_jsonl = None
+    write = out.write
+    if output == "jsonl":
+        dumps = orjson.dumps
+        nl = orjson.OPT_APPEND_NEWLINE
+
+        def emit(key: object, lv: object, rv: object) -> None:
+            write(dumps({"key": key, "left": lv, "right": rv}, option=nl))
+
+        def emit_op(op: str, key: object, lv: object, rv: object) -> None:
+            write(dumps({"key": key, "left": lv, "right": rv, "op": op}, option=nl))
+
+        def write_jsonl(data: bytes) -> None:
+            # a batch of rows; a terminal still gets them row by row
+            if out.limit:
+                write(data)
+            else:
+                for line in data[:-1].split(b"\n"):
+                    write(line + b"\n")
+    else:
+        with_op = spec.kind == "tables"
+        if rows_buffer is None:
+            write(csv_header(with_op))
+
+        def sink(row: dict) -> None:
+            if rows_buffer is not None:
+                rows_buffer.append(row)
+            else:
+                write(csv_row(row, with_op))
+
+        def emit(key: object, lv: object, rv: object) -> None:
+            sink({"key": key, "left": lv, "right": rv})
+
+        def emit_op(op: str, key: object, lv: object, rv: object) -> None:
+            sink({"key": key, "left": lv, "right": rv, "op": op})
+
+    late_file, late_sink = late_writer(late_out)
+    try:
+        stats = joining.run(spec, emit, emit_op, write_jsonl=write_jsonl, late=late_sink)
+    finally:
+        if late_file is not None:
+            late_file.close()
+    if rows_buffer:
+        write(table_text(rows_buffer))
+    out.flush()
+    return stats
+
+
+def late_writer(late_out: str | None) -> tuple[IO[bytes] | None, Any]:
+    """The --late-out file and a sink writing late records' lines to it (None, None without it)."""
+    if late_out is None:
+        return None, None
+    from streamctl.storage.fsutil import NOFOLLOW
+
+    try:
+        fd = os.open(late_out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o644)
+    except OSError as e:
+        raise UsageError(f"--late-out {late_out}: cannot open: {e.strerror}") from None
+    f = os.fdopen(fd, "wb")
+    return f, (lambda _side, line: f.write(line))
+
+
+def report(spec: joining.JoinSpec, stats: joining.JoinStats, late_out: str | None, say: Say) -> None:
+    """The run's counts on stderr: events without a usable time, late events or table changes."""
+    skipped = sum(stats.no_time)
+    if skipped:
+        say(f"{skipped} event(s) without a usable time in {'.'.join(spec.time_field[0])} were skipped "
+            f"(LEFT {stats.no_time[0]}, RIGHT {stats.no_time[1]})")
+    late = sum(stats.late)
+    if not late:
+        return
+    extra = f"; written to {late_out}" if late_out else ""
+    if spec.kind == "stream":
+        hint = " (wait longer with --lateness DUR" + (")" if late_out else ", or keep them with --late-out FILE)")
+        say(f"warning: {late} late event(s) DROPPED (LEFT {stats.late[0]}, RIGHT {stats.late[1]}): their time "
+            f"+ --within was already behind the watermark when they arrived, so they were not joined{extra}{hint}")
+    else:
+        say(f"warning: {late} late table change(s): their time was already behind the watermark when they "
+            f"arrived, so rows written before them may lack them (applied from then on){extra} "
+            f"(wait longer with --lateness DUR)")
+
+
+def input_bytes(paths: list[str]) -> int:
+    """Bytes of input, for the engine choice: a log's segments, a file's size."""
+    total = 0
+    for p in paths:
+        if os.path.isdir(p):
+            for root, _dirs, files in os.walk(p):
+                total += sum(os.path.getsize(os.path.join(root, f)) for f in files if f.endswith(".jsonl"))
+        else:
+            total += os.path.getsize(p)
+    return total
+
+
+def run_spark(spec: joining.JoinSpec, specs: list[inputorder.InputSpec], master: str | None, output: str,
+              out: Output, say: Say) -> joining.JoinStats:
+    """Run the join as a Spark job; rows to `out`, and the job's counts back as JoinStats."""
+    from streamctl.spark.runner import run_job
+
+    params = joining.job_params(spec, specs, master or "local[*]")
+    params["stats_line"] = True
+    text = joining.job_text(params)
+    if sys.stderr.isatty():
+        say(f"starting the Spark job on {params['master']} (the JVM takes a few seconds to start)")
+    counts: dict = {}
+    blocks: list[bytes] = []
+
+    def take(block: bytes) -> None:
+        # the job's last line carries its counts, after every row
+        cut = block.rfind(b"\n", 0, len(block) - 1) + 1
+        if block.startswith(STATS_PREFIX, cut):
+            counts.update(orjson.loads(block[cut + len(STATS_PREFIX):]))
+            block = block[:cut]
+        if not block:
+            return
+        if output == "jsonl":
+            out.write(block)
+        else:
+            blocks.append(block)
+
+    run_job(text, take, master=master, what="Spark join job")
+    if output != "jsonl":
+        rows = [orjson.loads(ln) for block in blocks for ln in block.splitlines() if ln]
+        if output == "csv":
+            with_op = spec.kind == "tables"
+            out.write(csv_header(with_op) + b"".join(csv_row(r, with_op) for r in rows))
+        elif rows:
+            out.write(table_text(rows))
+    out.flush()
+    stats = joining.JoinStats()
+    stats.no_time = list(counts.get("no_time", [0, 0]))
+    stats.late = list(counts.get("late", [0, 0]))
+    return stats
+
+
+# CSV streams, so its columns are fixed: key, left, right (and op), objects as JSON text.
+def csv_header(with_op: bool) -> bytes:
+    return b"key,left,right,op\n" if with_op else b"key,left,right\n"
+
+
+def csv_row(row: dict, with_op: bool) -> bytes:
+    import csv
+    import io
+
+    def cell(v: object) -> object:
+        if v is None:
+            return ""
+        if isinstance(v, (dict, list, bool)):
+            return orjson.dumps(v).decode()
+        return v
+
+    buf = io.StringIO()
+    cells = [cell(row["key"]), cell(row["left"]), cell(row["right"])]
+    if with_op:
+        cells.append(row["op"])
+    csv.writer(buf, lineterminator="\n").writerow(cells)
+    return buf.getvalue().encode()
+
+
+def table_text(rows: list[dict]) -> bytes:
+    """An aligned table for people: left and right flattened (left.user, right.plan), columns from all rows."""
+    from streamctl.formats.table import flatten, table
+
+    flat = [flatten(r) for r in rows]
+    cols: dict[str, None] = {}
+    for r in flat:
+        for k in r:
+            cols.setdefault(k, None)
+    # a side that is null in one row and an object in another shows as empty cells, not a "left" column
+    for side in ("left", "right"):
+        if side in cols and any(c.startswith(side + ".") for c in cols) and all(r.get(side) is None for r in flat):
+            del cols[side]
+    return table(flat, list(cols)).encode() + b"\n"
