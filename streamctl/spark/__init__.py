@@ -1,6 +1,7 @@
 """The Spark engine: choosing it, generating standalone PySpark jobs, and running them.
 
-Nothing here imports pyspark at module level: the CLI imports these modules to
-decide and to emit jobs, and only the generated job (run in its own process)
-or a test that execs a job body imports pyspark.
+The job modules (replay_job, window_job, join_job) and jobentry are what a
+generated job runs; a job file carries them whole (jobgen). Only the job
+modules import pyspark, and only a job (in its own process) or a test imports
+them: the CLI imports the other modules here to decide and to emit jobs.
 """
