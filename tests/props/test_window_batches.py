@@ -287,15 +287,16 @@ big_values = st.one_of(st.integers(-5, 5), st.floats(-10, 10, allow_nan=False), 
                        st.sampled_from([2**31, -(2**31), 2**31 + 1, 2**53 + 1, -(2**60), 0.5, -0.0, "x", True]))
 
 
-@pytest.mark.parametrize("kind,hop", [("tumbling", 0), ("hopping", 20_000)])
+@pytest.mark.parametrize("kind,hop", [("tumbling", 0), ("hopping", 20_000), ("session", 0)])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(evs=st.lists(st.fixed_dictionaries({"ts": ms, "k": st.sampled_from(["a", "b", "c"]), "v": big_values}),
                     max_size=60),
-       sizes=st.lists(st.integers(1, 9), max_size=12), cut_at=st.integers(0, 60))
-def test_columnar_windows_equal_records(kind, hop, evs, sizes, cut_at):
+       sizes=st.lists(st.integers(1, 9), max_size=12), cut_at=st.integers(0, 60), order=st.booleans())
+def test_columnar_windows_equal_records(kind, hop, evs, sizes, cut_at, order):
     """count/sum/avg windows kept as columns (cells.py) give Plan's rows and checkpoints exactly,
     ints past 2**31 included (they move the run to Plan's states), across a checkpoint."""
-    evs = sorted(evs, key=lambda e: e["ts"])
+    if order:
+        evs = sorted(evs, key=lambda e: e["ts"])
     cfg = WindowConfig(kind=kind, size=M, hop=hop, by=["k"], aggs=["count", "n=count:v", "sum:v", "avg:v"])
     a, b = both(cfg, records(evs), sizes)
     assert a == b
@@ -321,3 +322,6 @@ def test_columnar_windows_really_run():
     run = WindowRun(cfg, is_log=False)
     run.feed_batches(cut(records(evs + [{"ts": T0, "k": "a", "v": 2**40}]), [7] * 10), lambda rows: None)
     assert not run.op.columnar  # an int past 2**31: Plan's exact states from then on
+    session = WindowRun(WindowConfig(kind="session", size=M, by=["k"], aggs=["count", "avg:v"]), is_log=False)
+    session.feed_batches(cut(records(evs), [7] * 10), lambda rows: None)
+    assert session.op.columnar and all(type(s[2]) is int for v in session.op.open.values() for s in v)

@@ -70,21 +70,46 @@ class NumberColumn:
         present = None if None not in col else np.array([v is not None for v in col], dtype=bool)
         return cls(np.zeros(len(col)), present, None)
 
-    def take(self, sel: np.ndarray | None) -> NumberColumn:
+    def take(self, sel: np.ndarray | slice | None) -> NumberColumn:
         if sel is None:
             return self
         return NumberColumn(self.values[sel], None if self.present is None else self.present[sel],
                             None if self.floats is None else self.floats[sel])
 
 
-class Cells:
-    """One open window's groups as columns (see the module docstring)."""
+def cols_too_large(funcs: Sequence[str], cols: Sequence[list | None]) -> bool:
+    """Whether a batch holds an int too large for a slot's float64 total to stay exact."""
+    for col, func in zip(cols, funcs, strict=True):
+        if col is not None and func != "count":
+            ints = [v for v in col if type(v) is int]
+            if ints and (max(ints) > INT_LIMIT or min(ints) < -INT_LIMIT):
+                return True
+    return False
+
+
+def number_columns(funcs: Sequence[str], cols: Sequence[list | None]) -> list[NumberColumn | None] | None:
+    """A batch's aggregation inputs as NumberColumns (None for a bare count); None when an int is
+    too large to be kept exactly."""
+    out: list[NumberColumn | None] = []
+    for col, func in zip(cols, funcs, strict=True):
+        if col is None:
+            out.append(None)
+        elif func == "count":
+            out.append(NumberColumn.presence(col))
+        else:
+            number = NumberColumn.of(col)
+            if number is None:
+                return None
+            out.append(number)
+    return out
+
+
+class Slots:
+    """Aggregation states of count/sum/avg as numpy arrays, one slot per state (module docstring)."""
 
     def __init__(self, funcs: Sequence[str]) -> None:
         self.funcs = list(funcs)
-        self.slot: dict[bytes, int] = {}
         self.size = 0
-        self.numbers = 0  # how many numbers the largest total may hold (the sum over all slots)
         self._alloc(16)
 
     def _alloc(self, cap: int) -> None:
@@ -106,6 +131,79 @@ class Cells:
                 self.total[i][:len(t)] = t  # type: ignore[index]
                 self.floaty[i][:len(fl)] = fl  # type: ignore[index]
 
+    def fold_at(self, idx: np.ndarray, cols: Sequence[NumberColumn | None]) -> None:
+        """Fold events into the slots `idx` (one per event; one input column per aggregation, None
+        for a bare count)."""
+        for i, col in enumerate(cols):
+            if col is None:
+                np.add.at(self.count[i], idx, 1)
+                continue
+            at = idx if col.present is None else idx[col.present]
+            np.add.at(self.count[i], at, 1)
+            total = self.total[i]
+            if total is not None:
+                vals = col.values if col.present is None else col.values[col.present]
+                np.add.at(total, at, vals)  # in index order: each slot's total sums left to right
+                if col.floats is not None:
+                    floats = col.floats if col.present is None else col.floats[col.present]
+                    self.floaty[i][at[floats]] = True  # type: ignore[index]
+
+    def fits(self) -> bool:
+        """Whether every slot's total is still exact (fewer than COUNT_LIMIT numbers in each)."""
+        return all(int(c[:self.size].max(initial=0)) < COUNT_LIMIT for c in self.count)
+
+    def results_at(self, names: Sequence[str], idx: np.ndarray) -> list[dict]:
+        """Plan.result of the states in slots `idx`."""
+        columns: list[list[Any]] = []
+        for i, f in enumerate(self.funcs):
+            count = self.count[i][idx].tolist()
+            if f == "count":
+                columns.append(count)
+                continue
+            total = self.total[i][idx].tolist()  # type: ignore[index]
+            floaty = self.floaty[i][idx].tolist()  # type: ignore[index]
+            if f == "sum":
+                columns.append([(t if fl else int(t)) if n else None for t, n, fl in zip(total, count, floaty, strict=True)])
+            else:
+                # an int total divided by the count: Python's true division of two ints rounds once,
+                # as the float division of their exact float64 values does
+                columns.append([t / n if n else None for t, n in zip(total, count, strict=True)])
+        return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+
+    def state_at(self, s: int) -> list:
+        """Plan's state of slot s, exact."""
+        st: list = []
+        for i, f in enumerate(self.funcs):
+            n = int(self.count[i][s])
+            if f == "count":
+                st.append(n)
+            else:
+                t = float(self.total[i][s])  # type: ignore[index]
+                st.append([t if self.floaty[i][s] else int(t), n])  # type: ignore[index]
+        return st
+
+    def set_state(self, s: int, st: list) -> bool:
+        """Put Plan's state `st` into slot s; False when a total is beyond what a slot keeps exactly."""
+        for i, f in enumerate(self.funcs):
+            if f == "count":
+                self.count[i][s] = st[i]
+                continue
+            t, n = st[i]
+            if (type(t) is int and abs(t) >= 1 << 52) or n >= COUNT_LIMIT:
+                return False
+            self.count[i][s] = n
+            self.total[i][s] = t  # type: ignore[index]
+            self.floaty[i][s] = type(t) is float  # type: ignore[index]
+        return True
+
+
+class Cells(Slots):
+    """One open window's groups as columns: a slot per group key."""
+
+    def __init__(self, funcs: Sequence[str]) -> None:
+        super().__init__(funcs)
+        self.slot: dict[bytes, int] = {}
+
     def slots(self, keys: list[bytes]) -> np.ndarray:
         """Each key's slot, made for keys not seen before."""
         got = list(map(self.slot.get, keys))
@@ -123,82 +221,91 @@ class Cells:
 
     def fold(self, keys: list[bytes], cols: Sequence[NumberColumn | None]) -> None:
         """Fold events (their group keys, one input column per aggregation, None for a bare count)."""
-        idx = self.slots(keys)
-        for i, col in enumerate(cols):
-            if col is None:
-                np.add.at(self.count[i], idx, 1)
-                continue
-            at = idx if col.present is None else idx[col.present]
-            np.add.at(self.count[i], at, 1)
-            total = self.total[i]
-            if total is not None:
-                vals = col.values if col.present is None else col.values[col.present]
-                np.add.at(total, at, vals)  # in index order: each slot's total sums left to right
-                if col.floats is not None:
-                    floats = col.floats if col.present is None else col.floats[col.present]
-                    self.floaty[i][at[floats]] = True  # type: ignore[index]
-            self.numbers += len(at)
-
-    def fits(self) -> bool:
-        return self.numbers < COUNT_LIMIT
+        self.fold_at(self.slots(keys), cols)
 
     def results(self, names: Sequence[str], keys: list[bytes]) -> list[dict]:
         """Plan.result of each key's state, in the order of `keys`."""
-        idx = np.array(list(map(self.slot.__getitem__, keys)), dtype=np.intp)
-        columns: list[list[Any]] = []
-        for i, f in enumerate(self.funcs):
-            count = self.count[i][idx].tolist()
-            if f == "count":
-                columns.append(count)
-                continue
-            total = self.total[i][idx].tolist()  # type: ignore[index]
-            floaty = self.floaty[i][idx].tolist()  # type: ignore[index]
-            if f == "sum":
-                columns.append([(t if fl else int(t)) if n else None for t, n, fl in zip(total, count, floaty, strict=True)])
-            else:
-                # an int total divided by the count: Python's true division of two ints rounds once,
-                # as the float division of their exact float64 values does
-                columns.append([t / n if n else None for t, n in zip(total, count, strict=True)])
-        return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+        return self.results_at(names, np.array(list(map(self.slot.__getitem__, keys)), dtype=np.intp))
 
     def states(self) -> dict[bytes, list]:
         """Plan's state of each key ({key: [slot per aggregation]}), exact."""
-        out: dict[bytes, list] = {}
-        count = [c.tolist() for c in self.count]
-        total = [t.tolist() if t is not None else None for t in self.total]
-        floaty = [f.tolist() if f is not None else None for f in self.floaty]
-        for key, s in self.slot.items():
-            st: list = []
-            for i, f in enumerate(self.funcs):
-                if f == "count":
-                    st.append(count[i][s])
-                else:
-                    t = total[i][s]  # type: ignore[index]
-                    st.append([t if floaty[i][s] else int(t), count[i][s]])  # type: ignore[index]
-            out[key] = st
-        return out
+        return {key: self.state_at(s) for key, s in self.slot.items()}
 
     @classmethod
     def from_states(cls, funcs: Sequence[str], states: dict[bytes, list]) -> Cells | None:
         """Cells holding Plan states (a checkpoint's), or None when a total is beyond what they keep exactly."""
         cells = cls(funcs)
-        keys = list(states)
-        idx = cells.slots(keys)
-        for i, f in enumerate(funcs):
-            if f == "count":
-                cells.count[i][idx] = [states[k][i] for k in keys]
-                continue
-            totals = [states[k][i][0] for k in keys]
-            if any(type(t) is int and abs(t) >= 1 << 52 for t in totals):
+        idx = cells.slots(list(states))
+        for s, st in zip(idx.tolist(), states.values(), strict=True):
+            if not cells.set_state(s, st):
                 return None
-            cells.count[i][idx] = [states[k][i][1] for k in keys]
-            cells.total[i][idx] = totals  # type: ignore[index]
-            cells.floaty[i][idx] = [type(t) is float for t in totals]  # type: ignore[index]
-            cells.numbers = max(cells.numbers, sum(states[k][i][1] for k in keys))
-        return cells if cells.fits() else None
+        return cells
 
     def __len__(self) -> int:
         return self.size
 
     def __iter__(self) -> Iterator[bytes]:
         return iter(self.slot)
+
+
+class SlotStates(Slots):
+    """Plan's state interface (new, add, merge, result, dump, load) over slots, for session windows:
+    a state is a slot number, freed when its session is written or merged away."""
+
+    def __init__(self, funcs: Sequence[str], names: Sequence[str]) -> None:
+        super().__init__(funcs)
+        self.names = list(names)
+        self.free: list[int] = []
+
+    def new(self) -> int:
+        if self.free:
+            return self.free.pop()
+        s = self.size
+        self.size += 1
+        if self.size > self.cap:
+            self._grow(self.size)
+        return s
+
+    def release(self, s: int) -> None:
+        for i in range(len(self.funcs)):
+            self.count[i][s] = 0
+            t, fl = self.total[i], self.floaty[i]
+            if t is not None and fl is not None:
+                t[s] = 0.0
+                fl[s] = False
+        self.free.append(s)
+
+    def add(self, s: int, vals: tuple, seq: int) -> bool:
+        """Plan.add into slot s; False (and nothing added) when a value or the count is beyond what a
+        slot keeps exactly: the caller then moves to Plan's states."""
+        for i, v in enumerate(vals):
+            if v is not None and ((type(v) is int and not -INT_LIMIT <= v <= INT_LIMIT)
+                                  or self.count[i][s] + 1 >= COUNT_LIMIT):
+                return False
+        for i, v in enumerate(vals):
+            if v is None:
+                continue
+            self.count[i][s] += 1
+            t = self.total[i]
+            if t is not None:
+                t[s] += v  # a float64 add, as np.add.at makes
+                if type(v) is float:
+                    self.floaty[i][s] = True  # type: ignore[index]
+        return True
+
+    def merge(self, a: int, b: int) -> int:
+        """Fold state b into a (Plan.merge: counts added, totals added as floats)."""
+        for i in range(len(self.funcs)):
+            self.count[i][a] += self.count[i][b]
+            t, fl = self.total[i], self.floaty[i]
+            if t is not None and fl is not None:
+                t[a] += t[b]
+                fl[a] |= fl[b]
+        self.release(b)
+        return a
+
+    def result(self, s: int) -> dict:
+        return self.results_at(self.names, np.array([s], dtype=np.intp))[0]
+
+    def dump(self, s: int) -> list:
+        return self.state_at(s)

@@ -49,6 +49,7 @@ import math
 from collections import deque
 from itertools import islice
 from operator import le
+from typing import Any
 
 from streamctl.processing.windows import NO_WATERMARK, Batch, fold_events
 
@@ -85,6 +86,19 @@ class Session:
         self.closed_last: dict[bytes, int] = {}
         self.closed_order: deque[tuple[int, bytes]] = deque()
         self._ids = itertools.count()
+        # the sessions' aggregation states: Plan's lists, or with only count/sum/avg and rows only at
+        # close, slots in numpy arrays (cells.SlotStates, the same interface and the same numbers)
+        # (taken at the first batch: the Spark job's per-group replay adds event by event, without numpy)
+        self.states: Any = plan
+        self.columnar = False
+        self.slots_ok = not update and not correct and all(f in ("count", "sum", "avg") for f in plan.funcs)
+
+    def _use_slots(self) -> None:
+        if self.slots_ok and not self.columnar and not self.open:
+            from streamctl.processing.windows.cells import SlotStates
+
+            self.states = SlotStates(self.plan.funcs, self.plan.names)
+            self.columnar = True
 
     def _touching(self, sessions: list[list], t: int) -> list[list]:
         gap = self.gap
@@ -100,8 +114,13 @@ class Session:
         last = self.closed_last.get(key)
         return last is not None and t <= last + self.gap
 
+    def _add_state(self, s: list, vals: tuple, seq: int) -> None:
+        if self.states.add(s[STATE], vals, seq) is False:  # beyond what slots keep exactly
+            self.to_states()
+            self.states.add(s[STATE], vals, seq)
+
     def add(self, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool:
-        plan, gap = self.plan, self.gap
+        gap = self.gap
         if t + gap <= wm or self._near_closed(key, t):
             if self.correct:
                 self._correct(key, t, seq, vals, wm, out)
@@ -111,7 +130,7 @@ class Session:
             s = sessions[0]
             if s[START] <= t <= s[LAST] + gap:
                 # the hot path: the event extends (or falls inside) the group's only session
-                plan.add(s[STATE], vals, seq)
+                self._add_state(s, vals, seq)
                 if t > s[LAST]:
                     s[LAST] = t
                 if self.update:
@@ -129,7 +148,7 @@ class Session:
             s = self._new(t)
             sessions.append(s)
             heapq.heappush(self.heap, (t + gap, s[SID], key))
-        plan.add(s[STATE], vals, seq)
+        self._add_state(s, vals, seq)
         if t < s[START]:
             s[START] = t
         elif t > s[LAST]:
@@ -139,11 +158,11 @@ class Session:
         return False
 
     def _new(self, t: int) -> list:
-        return [t, t, self.plan.new(), 0, next(self._ids), None]
+        return [t, t, self.states.new(), 0, next(self._ids), None]
 
     def _absorb(self, s: list, other: list) -> None:
         """Merge session `other` into `s` (its written windows become s's to withdraw)."""
-        self.plan.merge(s[STATE], other[STATE])
+        self.states.merge(s[STATE], other[STATE])
         if other[START] < s[START]:
             s[START] = other[START]
         if other[LAST] > s[LAST]:
@@ -174,7 +193,7 @@ class Session:
         for other in rest:
             self._absorb(s, other)
             _remove_session(opened, other)
-        self.plan.add(s[STATE], vals, seq)
+        self._add_state(s, vals, seq)
         s[START] = min(s[START], t)
         s[LAST] = max(s[LAST], t)
         s[REV] += 1
@@ -198,7 +217,7 @@ class Session:
             for old in sorted(shown):
                 if old != window:
                     out.append((old[0], old[1], key, None, None))
-        out.append((window[0], window[1], key, self.plan.result(s[STATE]), s[REV] or None))
+        out.append((window[0], window[1], key, self.states.result(s[STATE]), s[REV] or None))
         s[SHOWN] = [window]
 
     def close(self, wm: int, out: list) -> None:
@@ -253,9 +272,16 @@ class Session:
                 bisect.insort(closed.setdefault(key, []), s, key=_session_start)
             return
         if not self.update:
-            out += [(start, end, key, res, None)
-                    for (start, end, key, _s), res in zip(batch, map(self.plan.result, [b[3][STATE] for b in batch]),
-                                                          strict=True)]
+            states = [b[3][STATE] for b in batch]
+            if self.columnar:
+                import numpy as np
+
+                results = self.states.results_at(self.plan.names, np.array(states, dtype=np.intp))
+                for st in states:
+                    self.states.release(st)
+            else:
+                results = list(map(self.plan.result, states))
+            out += [(start, end, key, res, None) for (start, end, key, _s), res in zip(batch, results, strict=True)]
         last_of, order = self.closed_last, self.closed_order
         for _start, _end, key, s in batch:
             last = s[LAST]
@@ -271,17 +297,37 @@ class Session:
         watermark is its own time minus the lateness. Then the events are only assigned to
         sessions here, and each session's events are folded at once (Plan.fold_groups), before
         every close() and at the end: the same states, rows and order."""
+        self._use_slots()
         ts = batch.ts
         if self.update or self.correct or not ts or ts[0] < batch.maxt or not all(map(le, ts, islice(ts, 1, None))):
-            return fold_events(self, batch, out)
+            if self.columnar:
+                from streamctl.processing.windows.cells import cols_too_large
+
+                if cols_too_large(self.plan.funcs, batch.cols):
+                    self.to_states()
+            done = fold_events(self, batch, out)
+            if self.columnar and not self.states.fits():
+                self.to_states()
+            return done
         _ts, ks, cols, seq, _maxt, lateness = batch
-        gap, opened, heap, plan = self.gap, self.open, self.heap, self.plan
+        numbers = None
+        if self.columnar:
+            from streamctl.processing.windows.cells import number_columns
+
+            numbers = number_columns(self.plan.funcs, cols)
+            if numbers is None:  # an int too large for a float64 total to stay exact
+                self.to_states()
+        gap, opened, heap = self.gap, self.open, self.heap
         groups: dict[int, tuple[list, list[int]]] = {}  # session id -> (its state, positions)
+        slots: list[int] = []  # with slot states: each event's slot, from position `lo` on
+        lo = 0
         due = heap[0][0] + lateness if heap else math.inf  # an event after this closes sessions
         for i, (t, k) in enumerate(zip(ts, ks, strict=True)):
             if t > due:
-                plan.fold_groups(list(groups.values()), cols, seq)
+                self._fold_assigned(groups, slots, lo, i, cols, numbers, seq)
                 groups.clear()
+                slots = []
+                lo = i
                 self.close(t - lateness, out)
                 due = heap[0][0] + lateness if heap else math.inf
             sessions = opened.get(k)
@@ -298,19 +344,48 @@ class Session:
                 heapq.heappush(heap, (t + gap, s[SID], k))
                 if t + gap + lateness < due:
                     due = t + gap + lateness
+            if numbers is not None:
+                slots.append(s[STATE])
+                continue
             g = groups.get(s[SID])
             if g is None:
                 groups[s[SID]] = (s[STATE], [i])
             else:
                 g[1].append(i)
-        plan.fold_groups(list(groups.values()), cols, seq)
+        self._fold_assigned(groups, slots, lo, len(ts), cols, numbers, seq)
+        if self.columnar and not self.states.fits():
+            self.to_states()
         return ts[-1], []
+
+    def _fold_assigned(self, groups: dict, slots: list[int], lo: int, hi: int, cols: list, numbers: list | None,
+                       seq: int) -> None:
+        """Fold the events assigned since the last close: events lo..hi into their slots, or each
+        session's events (`groups`) into its Plan state."""
+        if numbers is None:
+            self.plan.fold_groups(list(groups.values()), cols, seq)
+        elif slots:
+            import numpy as np
+
+            self.states.fold_at(np.array(slots, dtype=np.intp), [n if n is None else n.take(slice(lo, hi))
+                                                                  for n in numbers])
+
+    def to_states(self) -> None:
+        """Move every session's state from slots to Plan's lists (exact Python numbers), for good."""
+        self.slots_ok = False
+        if not self.columnar:
+            return
+        slots = self.states
+        for sessions in self.open.values():
+            for s in sessions:
+                s[STATE] = slots.state_at(s[STATE])
+        self.states = self.plan
+        self.columnar = False
 
     def open_windows(self) -> int:
         return sum(len(v) for v in self.open.values())
 
     def dump(self) -> dict:
-        dump = self.plan.dump
+        dump = self.states.dump
 
         def sessions(d: dict) -> list:
             return [[k.decode(), [[s[START], s[LAST], dump(s[STATE]), s[REV], s[SHOWN]] for s in v]]
@@ -319,6 +394,9 @@ class Session:
                 "closed_last": [[k.decode(), last] for k, last in self.closed_last.items()]}
 
     def load(self, data: dict) -> None:
+        # a checkpoint holds Plan's states: read as such, then moved into slots when they fit
+        columnar = self.slots_ok
+        self.to_states()
         load = self.plan.load
         for name in ("open", "closed"):
             target = getattr(self, name)
@@ -330,3 +408,12 @@ class Session:
         heapq.heapify(self.heap)
         self.closed_last = {k.encode(): last for k, last in data.get("closed_last", [])}
         self.closed_order = deque(sorted((last, k) for k, last in self.closed_last.items()))
+        if columnar:
+            from streamctl.processing.windows.cells import SlotStates
+
+            slots = SlotStates(self.plan.funcs, self.plan.names)
+            moved = [(s, slots.new()) for v in self.open.values() for s in v]
+            if all(slots.set_state(slot, s[STATE]) for s, slot in moved):
+                for s, slot in moved:
+                    s[STATE] = slot
+                self.states, self.columnar, self.slots_ok = slots, True, True
