@@ -12,12 +12,20 @@ import orjson
 OUTPUTS = ("jsonl", "csv", "table")
 
 
-def _cell(v: Any) -> Any:
+def csv_cell(v: Any) -> Any:
+    """A JSON value as a CSV cell: null empty, true/false and objects and arrays as their JSON text."""
     if v is None:
         return ""
-    if isinstance(v, (dict, list)):
+    if isinstance(v, (dict, list, bool)):
         return orjson.dumps(v).decode()
     return v
+
+
+def csv_line(cells: list) -> bytes:
+    """One CSV line of cells (csv_cell each)."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow([csv_cell(c) for c in cells])
+    return buf.getvalue().encode()
 
 
 def flatten(row: dict, prefix: str = "") -> dict:
@@ -37,7 +45,7 @@ def table(rows: Sequence[dict], columns: Sequence[str] | None = None) -> str:
 
     flat = [flatten(r) for r in rows]
     cols = list(columns) if columns else _columns(flat)
-    return tabulate([[_cell(r.get(c)) for c in cols] for r in flat], headers=cols, tablefmt="simple",
+    return tabulate([[csv_cell(r.get(c)) for c in cols] for r in flat], headers=cols, tablefmt="simple",
                     disable_numparse=True)
 
 
@@ -63,7 +71,7 @@ class CsvWriter:
             if self.columns is None:
                 self.columns = list(flat)
                 w.writerow(self.columns)
-            w.writerow([_cell(flat.get(c)) for c in self.columns])
+            w.writerow([csv_cell(flat.get(c)) for c in self.columns])
         return buf.getvalue().encode()
 
 

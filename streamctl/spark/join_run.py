@@ -213,22 +213,9 @@ def csv_header(with_op: bool) -> bytes:
 
 
 def csv_row(row: dict, with_op: bool) -> bytes:
-    import csv
-    import io
+    from streamctl.formats.table import csv_line
 
-    def cell(v: object) -> object:
-        if v is None:
-            return ""
-        if isinstance(v, (dict, list, bool)):
-            return orjson.dumps(v).decode()
-        return v
-
-    buf = io.StringIO()
-    cells = [cell(row["key"]), cell(row["left"]), cell(row["right"])]
-    if with_op:
-        cells.append(row["op"])
-    csv.writer(buf, lineterminator="\n").writerow(cells)
-    return buf.getvalue().encode()
+    return csv_line([row["key"], row["left"], row["right"], *([row["op"]] if with_op else [])])
 
 
 def table_text(rows: list[dict]) -> bytes:
