@@ -127,7 +127,7 @@ def write_events_iso(path: Path, n: int, seed: int) -> None:
     ri = rnd.randrange
     t = BASE_MS
     with _writer(path) as f:
-        for i in range(n):
+        for _ in range(n):
             t += ri(5)
             u = ri(KEYS)
             f.write((ISO_EVENT % (iso_ms(t), u, TYPES[ri(6)], rnd.random() * 200,

@@ -24,8 +24,7 @@ from streamctl.storage import record
 from streamctl.storage.fsutil import NOFOLLOW, flock, fsync_dir, open_dir, unlock, write_all
 from streamctl.storage.log import Log
 from streamctl.storage.replace import recover as _finish_interrupted_swaps
-from streamctl.storage.segment import (cut_torn_tail, last_line, list_segments, segment_name, visible_end,
-                                       write_manifest)
+from streamctl.storage.segment import cut_torn_tail, last_line, list_segments, segment_name, visible_end, write_manifest
 from streamctl.timeparse import now_ms
 
 FSYNC_POLICIES = ("always", "batch", "never")
