@@ -1,6 +1,6 @@
 """Experiment: the two join workloads on the realistic data shape, streamctl beside DuckDB in one run.
 
-    python -m bench.experiments.join_iso DIR [--runs N] [--only ss|enrich] [--check] [--streamctl PATH]
+    python -m bench.experiments.join_iso DIR [--runs N] [--only ss|enrich] [--check] [--base TREE]
 
 DIR holds bench/datagen.py's files: searches.jsonl and clicks.jsonl (write_searches_clicks_iso),
 events.jsonl (write_events_iso) and profiles.jsonl (write_profiles_iso). Each run times every
@@ -8,7 +8,9 @@ contestant once, interleaved (the machine is shared: compare within a round), as
 and CPU seconds (user+system of the process and its children). `--check` also has DuckDB compute
 streamctl's exact rows in streamctl's order (an interval join ordered by the later event's input
 position, then the earlier's; an enrichment with the table as of the end, all profiles coming
-first in time) and compares them line for line with streamctl's output.
+first in time) and compares them line for line with streamctl's output. `--base TREE` adds a
+second streamctl, imported from TREE (a checkout whose streamctl/ holds the commands/ and
+formats/ packages too, e.g. `git archive REV streamctl commands formats`), as "before".
 """
 
 from __future__ import annotations
@@ -77,11 +79,11 @@ def exact_enrich(con, events: Path, profiles: Path) -> list[str]:  # noqa: ANN00
     return [r[0] for r in con.execute(q).fetchall()]
 
 
-def timed(argv: list[str], stdout: Path | None) -> tuple[float, float]:
+def timed(argv: list[str], stdout: Path | None, env: dict | None = None) -> tuple[float, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     with open(stdout if stdout else os.devnull, "wb") as f:
-        subprocess.run(argv, stdout=f, check=True)
+        subprocess.run(argv, stdout=f, check=True, env=env)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -93,8 +95,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--only", choices=["ss", "enrich"])
     ap.add_argument("--check", action="store_true")
-    ap.add_argument("--streamctl", default=str(Path(sys.executable).parent / "streamctl"))
-    ap.add_argument("--label", default="streamctl")
+    ap.add_argument("--base", help="a source tree to run as the 'before' streamctl")
     args = ap.parse_args()
     d: Path = args.dir
     py = sys.executable
@@ -102,18 +103,25 @@ def main() -> None:
     work.mkdir(exist_ok=True)
     rows = []
     if args.only != "enrich":
-        rows.append(("ss", [args.streamctl, "join", str(d / "searches.jsonl"), str(d / "clicks.jsonl"), *SS_FLAGS],
+        rows.append(("ss", ["join", str(d / "searches.jsonl"), str(d / "clicks.jsonl"), *SS_FLAGS],
                      duck_ss(d / "searches.jsonl", d / "clicks.jsonl", work / "duck.json")))
     if args.only != "ss":
-        rows.append(("enrich", [args.streamctl, "join", str(d / "events.jsonl"), str(d / "profiles.jsonl"), *EN_FLAGS],
+        rows.append(("enrich", ["join", str(d / "events.jsonl"), str(d / "profiles.jsonl"), *EN_FLAGS],
                      duck_enrich(d / "events.jsonl", d / "profiles.jsonl", work / "duck.json")))
     for name, sc, sql in rows:
         duck = [py, "-c", f"import duckdb; duckdb.connect().execute({sql!r})"]
         for r in range(args.runs):
-            sw, sc_cpu = timed(sc, work / f"{name}.out")
+            sw, sc_cpu = timed([py, "-m", "streamctl", *sc], work / f"{name}.out")
+            line = f"{name} run {r}: streamctl wall {sw:.2f} cpu {sc_cpu:.2f}"
+            if args.base:
+                env = {**os.environ, "PYTHONPATH": args.base}
+                bw, bc = timed([py, "-m", "streamctl", *sc], work / f"{name}.base.out", env)
+                line += f" | before wall {bw:.2f} cpu {bc:.2f}"
             dw, dc = timed(duck, None)
-            print(f"{name} run {r}: {args.label} wall {sw:.2f} cpu {sc_cpu:.2f} | duckdb wall {dw:.2f} cpu {dc:.2f}"
-                  f" | ratio wall {sw / dw:.2f} cpu {sc_cpu / dc:.2f}", flush=True)
+            line += f" | duckdb wall {dw:.2f} cpu {dc:.2f} | streamctl/duckdb wall {sw / dw:.2f} cpu {sc_cpu / dc:.2f}"
+            if args.base:
+                line += f" | before/duckdb wall {bw / dw:.2f} cpu {bc / dc:.2f}"
+            print(line, flush=True)
         if args.check:
             import duckdb
 

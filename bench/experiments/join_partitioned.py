@@ -69,7 +69,7 @@ def read_side(path: str, side: int, key_field: str, time_field: str) -> tuple[li
 
 def join(a: list[list[Any]], b: list[list[Any]], within: int) -> tuple[list[int], list[bytes]]:
     """Inner join of one key half: (row tags, rows) in output order. The state and the pair test
-    are streamctl.processing.joins.stream_stream._inner_batches' (without its eviction), with the watermark
+    are those of the record-at-a-time inner join's (without its eviction), with the watermark
     taken from each record's merge key instead of a running maximum."""
     pos = a[0] + b[0]
     order = sorted(range(len(pos)), key=pos.__getitem__)

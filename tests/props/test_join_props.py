@@ -93,9 +93,9 @@ def test_stream_stream_matches_reference(evs, within, how, lateness):
 @given(events, st.integers(0, 10), st.sampled_from(["inner", "left", "right", "outer"]), st.integers(0, 12),
        st.integers(1, 7))
 def test_stream_stream_plain_batches_match_reference(tmp_path_factory, evs, within, how, lateness, block):
-    """The plain-file batch path (join_batches: the inner fast path and the general one) gives the
-    reference rows and late counts, for inputs whose own order the merge keeps."""
-    from streamctl.processing.joins.stream_stream import join_batches
+    """The plain-file batch path (joins/interval.py, chunks of `block` records) gives the reference
+    rows and late counts, for inputs whose own order the merge keeps."""
+    from streamctl.processing.joins.interval import join_batches
 
     sides = [s for s, _, _ in evs]
     times = [t for _, _, t in evs]
@@ -107,7 +107,7 @@ def test_stream_stream_plain_batches_match_reference(tmp_path_factory, evs, with
     late_lines: list[tuple[int, Any]] = []
     late = [0, 0]
     join_batches(batches, joining.norm_key, within, how, out.append, [0, 0], [0, 0], lateness, late,
-                 lambda side, v: late_lines.append((side, v)))
+                 lambda side, v: late_lines.append((side, v)), chunk=block)
     import orjson
 
     rows = [(r["key"], r["left"], r["right"]) for chunk in out for r in map(orjson.loads, chunk.splitlines())]

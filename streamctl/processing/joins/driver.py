@@ -41,7 +41,7 @@ from streamctl.errors import UsageError
 from streamctl.processing import inputorder
 from streamctl.processing.joins import HOWS_STREAM, HOWS_TABLE, Emit, EmitOp, keep_heap
 from streamctl.storage import fieldpaths
-from streamctl.timeparse import event_time_ms, event_times
+from streamctl.timeparse import event_time_ms
 
 KINDS = ("stream", "table", "tables")
 AS_OF = ("position", "event-time")
@@ -422,6 +422,8 @@ _INT = {int}
 
 def block_times(parts: tuple[str, ...]) -> Callable[[list[Any]], list[int | None]]:
     """The event times of a block of plain-file values (what _time_getter reads from each record)."""
+    from streamctl.processing.joins.times import iso_column_ms
+
     lo, hi = _MS_LOW, _MS_HIGH
     raw = block_column(parts)
 
@@ -430,7 +432,7 @@ def block_times(parts: tuple[str, ...]) -> Callable[[list[Any]], list[int | None
         # all epoch milliseconds (the common case): the times as they are, checked in C
         if ts and {*map(type, ts)} == _INT and lo <= min(ts) and max(ts) < hi:
             return ts
-        return event_times(ts)  # ISO-8601 strings, seconds: the column at once
+        return iso_column_ms(ts)  # ISO-8601 strings (as bytes, with numpy), seconds: the column at once
 
     return times
 
@@ -465,13 +467,13 @@ def _run_stream_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], bloc
     """A stream-stream join of two plain files: read, merged and joined a block at a time, values
     that are already in orjson's form pasted into the rows as the file has them (the same
     rows in the same order as the record-at-a-time path)."""
-    from streamctl.processing.joins.stream_stream import join_batches
+    from streamctl.processing.joins.interval import join_batches
 
     assert spec.within is not None
     stats = JoinStats()
     times = [block_times(spec.time_field[0]), block_times(spec.time_field[1])]
     keys = [block_column(spec.on[0]), block_column(spec.on[1])]
-    kw = {} if block_bytes is None else {"block_bytes": block_bytes}
+    kw = {"block_bytes": block_bytes or inputorder.PIECE}
 
     def merged() -> Generator[inputorder.Batch, None, None]:
         return inputorder.merged_plain([spec.left, spec.right], times, keys, raw=True, **kw)
@@ -484,8 +486,9 @@ def _run_stream_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], bloc
     batches = decoder.items(merged, spec.left) if ahead else merged()
     try:
         with _gc_frozen():
-            join_batches(batches, norm_key, spec.within, spec.how, write_jsonl, stats.records, stats.no_time,
-                         spec.lateness, stats.late, None if late is None else _payload_sink(late))
+            stats.max_state = join_batches(batches, norm_key, spec.within, spec.how, write_jsonl, stats.records,
+                                           stats.no_time, spec.lateness, stats.late,
+                                           None if late is None else _payload_sink(late))
     finally:
         batches.close()  # stops and reaps the reading process now, whatever a traceback keeps alive
     return stats
