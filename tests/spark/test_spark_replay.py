@@ -174,9 +174,11 @@ def test_output_param_writes_a_file(spark, tmp_path):
     """PARAMS["output"]: the result lines go to that file (local path or file:// URI) instead of stdout."""
     path = str(tmp_path / "log")
     make_log(path, 2, 10)
+    from streamctl.spark.jobentry import Output
+
     ns = job_namespace({"log": path})
     for target in (str(tmp_path / "a.jsonl"), "file://" + str(tmp_path / "b.jsonl")):
-        out = ns["_Output"](spark, target, 1)
+        out = Output(spark, target, 1)
         ns["main"](spark, ns["PARAMS"], out)
         out.close()
         name = target.rsplit("/", 1)[-1]
