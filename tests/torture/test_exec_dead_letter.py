@@ -69,7 +69,7 @@ def _calls(strace: str, syscall: str, args: list[str]) -> int:
         return sum(1 for ln in f if ln.startswith(f"{syscall}(".encode()))
 
 
-@pytest.mark.parametrize("syscall", ["fsync", "rename"])
+@pytest.mark.parametrize("syscall", ["fsync", "renameat"])  # files are renamed within an opened folder (dir_fd)
 def test_kill_at_every_durability_point_of_a_search(tmp_path, strace: str, syscall: str) -> None:
     clean = str(tmp_path / "clean")
     os.mkdir(clean)
