@@ -494,8 +494,8 @@ def _payloads(values: list[Any], text: bytes, array: bytes, raw: bool,
     return values
 
 
-def plain_pieces(path: str, block_bytes: int = PLAIN_BLOCK) -> Iterator[bytes]:
-    """A plain file's bytes in pieces of whole lines of about PIECE bytes (the last one may lack
+def plain_pieces(path: str, block_bytes: int = PLAIN_BLOCK, piece_bytes: int = PIECE) -> Iterator[bytes]:
+    """A plain file's bytes in pieces of whole lines of about `piece_bytes` (the last one may lack
     its newline), for a column reader (columns.PlainFieldReader)."""
     import os
 
@@ -513,9 +513,9 @@ def plain_pieces(path: str, block_bytes: int = PLAIN_BLOCK) -> Iterator[bytes]:
             rest = block[cut:]
             i = 0
             while i < cut:
-                j = block.rfind(b"\n", i, i + PIECE) + 1 if i + PIECE < cut else cut
+                j = block.rfind(b"\n", i, i + piece_bytes) + 1 if i + piece_bytes < cut else cut
                 if j <= i:
-                    j = block.find(b"\n", i + PIECE) + 1
+                    j = block.find(b"\n", i + piece_bytes) + 1
                 yield block[i:j]
                 i = j
     finally:

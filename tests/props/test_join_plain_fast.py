@@ -226,9 +226,9 @@ def iso_text(draw: Any) -> str:
 @settings(max_examples=50, deadline=None)
 @given(st.lists(iso_text(), min_size=0, max_size=60), st.booleans())
 def test_iso_time_column_is_event_time_ms(values, one_shape):
-    """joins/times.py's numpy parse of a column gives event_time_ms's answer for every value (invalid
+    """processing/timecolumns.py's numpy parse of a column gives event_time_ms's answer for every value (invalid
     dates, hours, a year 0, another separator or case, a stray byte: handed to the reference)."""
-    from streamctl.processing.joins.times import iso_column_ms
+    from streamctl.processing.timecolumns import iso_column_ms
     from streamctl.timeparse import event_time_ms
 
     if one_shape:

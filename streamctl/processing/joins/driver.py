@@ -422,7 +422,7 @@ _INT = {int}
 
 def block_times(parts: tuple[str, ...]) -> Callable[[list[Any]], list[int | None]]:
     """The event times of a block of plain-file values (what _time_getter reads from each record)."""
-    from streamctl.processing.joins.times import iso_column_ms
+    from streamctl.processing.timecolumns import iso_column_ms
 
     lo, hi = _MS_LOW, _MS_HIGH
     raw = block_column(parts)

@@ -326,7 +326,9 @@ class EventColumns:
                 return x  # all epoch ms, the common case: no parse
         if self.append_time:
             return [t if type(t) is int and lo <= t <= hi else None for t in x]
-        return [t if t is not None and lo <= t <= hi else None for t in event_times(x)]
+        from streamctl.processing.timecolumns import iso_column_ms  # numpy: imported when used
+
+        return [t if t is not None and lo <= t <= hi else None for t in iso_column_ms(x)]
 
     def keys(self, recs: Any) -> list[bytes]:
         if len(self.key_paths) > 1:

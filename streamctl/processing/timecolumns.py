@@ -1,4 +1,5 @@
-"""Event times of a column of values with numpy: the ISO-8601 shape services write, parsed as bytes.
+"""Event times of a column of values with numpy: the ISO-8601 shape services write, parsed as bytes
+(window and join columns).
 
 `timeparse.event_times` parses a column with caches of each distinct second and tail (about
 1 us a value in CPython). A column of `YYYY-MM-DDTHH:MM:SS.fffZ` strings (or `...SSZ`) all of one
