@@ -325,3 +325,14 @@ def test_columnar_windows_really_run():
     session = WindowRun(WindowConfig(kind="session", size=M, by=["k"], aggs=["count", "avg:v"]), is_log=False)
     session.feed_batches(cut(records(evs), [7] * 10), lambda rows: None)
     assert session.op.columnar and all(type(s[2]) is int for v in session.op.open.values() for s in v)
+
+
+def test_sessions_in_order_extend_the_latest_session_not_the_last_made():
+    """A batch out of order can make a group's sessions in another order than their times; a later
+    batch in time order must extend the session whose last event is latest."""
+    evs = [{"ts": T0 + 1000, "k": "a", "v": 1}, {"ts": T0 + 100, "k": "a", "v": 2},  # out of order: two sessions
+           {"ts": T0 + 1150, "k": "a", "v": 3}, {"ts": T0 + 1200, "k": "a", "v": 4}]  # in order: extend [1000..]
+    cfg = WindowConfig(kind="session", size=300, by=["k"], aggs=["count", "min:v"], lateness=10 * M)
+    a, b = both(cfg, records(evs), [2, 2])
+    assert a == b
+    assert [r[3]["count"] for r in a[0]] == [1, 3]

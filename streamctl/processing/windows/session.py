@@ -61,6 +61,10 @@ def _session_start(s: list) -> int:
     return s[START]
 
 
+def _session_last(s: list) -> int:
+    return s[LAST]
+
+
 def _remove_session(sessions: list[list], s: list) -> None:
     """Remove `s` itself (list.remove compares by value, states included)."""
     for i, x in enumerate(sessions):
@@ -331,9 +335,11 @@ class Session:
                 self.close(t - lateness, out)
                 due = heap[0][0] + lateness if heap else math.inf
             sessions = opened.get(k)
-            # in time order only the group's newest session can be within GAP of t
-            if sessions and t <= sessions[-1][LAST] + gap:
-                s = sessions[-1]
+            # in time order only the group's latest session (by its last event: sessions made from
+            # earlier batches out of order need not be listed by time) can be within GAP of t
+            newest = (sessions[0] if len(sessions) == 1 else max(sessions, key=_session_last)) if sessions else None
+            if newest is not None and t <= newest[LAST] + gap:
+                s = newest
                 s[LAST] = t
             else:
                 s = self._new(t)
