@@ -34,10 +34,9 @@ from streamctl.errors import Interrupted, StorageError, StreamctlError
 from streamctl.processing import columns, inputorder
 
 PIPE_BYTES = 1 << 20  # a larger pipe: fewer wake-ups per piece
-# Pieces read ahead go to numpy as columns (time parse, window cells): 256 KiB pieces (~1000-1500
-# lines) spread each call's fixed cost; a plain file of 1M events took 1.82 CPU-s to read in 64 KiB
-# pieces, 1.66 in 256 KiB, 1.81 in 1 MiB.
-COLUMN_PIECE = 1 << 18
+# A plain file's columns go to numpy (time parse, window cells): 256 KiB pieces (~1500 lines)
+# spread each call's fixed cost; 64 KiB took 1.82 CPU-s to read 1M events, 256 KiB 1.66, 1 MiB 1.81.
+PLAIN_PIECE = 1 << 18
 T = TypeVar("T")
 _F_SETPIPE_SZ = 1031
 # Each message is a tag byte, its length (8 bytes) and the message: marshal (about 3x faster than pickle both ways for
@@ -164,7 +163,7 @@ def log_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | No
     def pieces() -> Iterator[tuple]:  # in the child
         transform, keep = hooks.get("transform"), hooks.get("records", True)
         read = columns.FieldReader(fields).read_piece
-        for piece in inputorder.partition_pieces(lg, p, start, end, COLUMN_PIECE):
+        for piece in inputorder.partition_pieces(lg, p, start, end):
             batch = read(piece)
             if batch is None:
                 yield ("r", piece)
@@ -194,7 +193,7 @@ def plain_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | 
         transform, keep = hooks.get("transform"), hooks.get("records", True)
         read = columns.PlainFieldReader(fields).read_piece
         base = 0
-        for piece in inputorder.plain_pieces(path, piece_bytes=COLUMN_PIECE):
+        for piece in inputorder.plain_pieces(path, piece_bytes=PLAIN_PIECE):
             batch = read(piece, base)
             if batch is None:
                 recs, error = inputorder.plain_piece_records(path, piece, base)
