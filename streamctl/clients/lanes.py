@@ -83,7 +83,7 @@ _RUN = b"0" * 20
 def suspect_lines(text: bytes) -> list[int]:
     """Indexes of the lines of text (split at `\n`) that may hold a number orjson refuses or reads as
     a float: one with an exponent of 3 or more digits, or a run of 20 digits."""
-    c = text.translate(_CLASSES)
+    c = b":" + text.translate(_CLASSES)  # the text's first byte starts a line too: a `:` before it
     at = list(map(_start, _EXPONENT.finditer(c)))  # the digit before each e
     if at:
         # the last byte before the run of digits that ends at each hit, found in C-level maps:
@@ -101,6 +101,7 @@ def suspect_lines(text: bytes) -> list[int]:
     lines = []
     line = last = 0
     for p in sorted(at):
+        p = max(p - 1, 0)  # c has one byte more than text
         line += text.count(b"\n", last, p)
         last = p
         lines.append(line)

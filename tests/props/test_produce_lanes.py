@@ -208,3 +208,11 @@ def test_a_batch_the_rule_sends_line_by_line_goes_so_and_only_that_batch(tmp_pat
     lines[200] = b'{"user":"u","n":1e400}'  # orjson refuses it: that batch goes line by line and rejects it
     stats = _same(str(tmp_path), b"\n".join(lines) + b"\n", "keyed", partitions=2, batch_bytes=8 << 10)
     assert stats.line_batches == 1 and stats.lane_batches > 5 and stats.records == 399 and stats.rejected == 1
+
+
+def test_a_number_at_the_start_of_a_batch_is_suspect():
+    from streamctl.clients.lanes import suspect_lines
+
+    assert suspect_lines(b"1e400") == [0]
+    assert suspect_lines(b'{"a":1}\n1e400\n"07e7d3e129"') == [1]
+    assert suspect_lines(b"12345678901234567890123") == [0]
