@@ -24,7 +24,7 @@ def test_produce_kill_loop_with_big_records(tmp_path):
     rng = random.Random(11)
     log = str(tmp_path / "log")
     acked: set[str] = set()
-    rounds = 120
+    rounds = 80
     big = "B" * (1 << 20)
     for r in range(rounds):
         recs = []
