@@ -217,7 +217,7 @@ class Plan:
                 if st[i] is None or seq > st[i][0]:
                     st[i] = (seq, v)
             elif v is None:
-                pass
+                pass  # a null adds to nothing but first and last
             elif f == "count":
                 st[i] += 1
             elif f == "sum" or f == "avg":
