@@ -464,33 +464,34 @@ def block_column(parts: tuple[str, ...]) -> Callable[[list[Any]], list[Any]]:
 
 def _run_stream_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], block_bytes: int | None,
                       late: LateSink | None = None) -> JoinStats:
-    """A stream-stream join of two plain files: read, merged and joined a block at a time, values
-    that are already in orjson's form pasted into the rows as the file has them (the same
-    rows in the same order as the record-at-a-time path)."""
-    from streamctl.processing.joins.interval import join_batches
+    """A stream-stream join of two plain files: read, merged and encoded a chunk at a time, joined
+    with numpy (joins/interval.py), values that are already in orjson's form pasted into the rows
+    as the file has them (the same rows in the same order as the record-at-a-time path)."""
+    from streamctl.processing.joins.interval import encode_blocks, join_blocks
 
     assert spec.within is not None
+    within = spec.within
     stats = JoinStats()
     times = [block_times(spec.time_field[0]), block_times(spec.time_field[1])]
     keys = [block_column(spec.on[0]), block_column(spec.on[1])]
     kw = {"block_bytes": block_bytes or inputorder.PIECE}
 
-    def merged() -> Generator[inputorder.Batch, None, None]:
-        return inputorder.merged_plain([spec.left, spec.right], times, keys, raw=True, **kw)
+    def encoded() -> Generator[Any, None, None]:
+        merged = inputorder.merged_plain([spec.left, spec.right], times, keys, raw=True, **kw)
+        return encode_blocks(merged, norm_key, within, spec.lateness)
 
     from streamctl.processing import decoder
 
-    # reading, parsing and merging in a second process while this one joins (not for stdin: a
-    # terminal on stdin would be read by a process Ctrl-C does not stop)
+    # reading, parsing, merging and encoding in a second process while this one joins (not for
+    # stdin: a terminal on stdin would be read by a process Ctrl-C does not stop)
     ahead = decoder.can_fork() and "-" not in (spec.left, spec.right)
-    batches = decoder.items(merged, spec.left) if ahead else merged()
+    blocks = decoder.items(encoded, spec.left) if ahead else encoded()
     try:
         with _gc_frozen():
-            stats.max_state = join_batches(batches, norm_key, spec.within, spec.how, write_jsonl, stats.records,
-                                           stats.no_time, spec.lateness, stats.late,
-                                           None if late is None else _payload_sink(late))
+            stats.max_state = join_blocks(blocks, within, spec.how, write_jsonl, stats.records, stats.no_time,
+                                          stats.late, None if late is None else _payload_sink(late))
     finally:
-        batches.close()  # stops and reaps the reading process now, whatever a traceback keeps alive
+        blocks.close()  # stops and reaps the reading process now, whatever a traceback keeps alive
     return stats
 
 

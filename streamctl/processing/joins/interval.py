@@ -5,31 +5,46 @@ record-at-a-time class is the reference, tests/props/test_join_plain_fast.py hol
 together). What changes is how the rule is evaluated: instead of a dict lookup, a list walk and
 a queue per event, a chunk of some thousands of records is matched at once.
 
-- Watermark and lateness: W_i = (running max of t up to i) - lateness; record i is late when
-  t_i + within < W_i (then it cannot be above the running max, so this is the reference's test).
-- Keys: every non-null key is hashed (its normalized form: joining.norm_key), and the lowest
-  bit of the hash is replaced by the side, so one sorted array answers "the other side's
-  events with this key": the target of an event is its own code with that bit flipped. Equal
-  codes of unequal keys (a hash collision) are told apart by comparing the keys themselves.
+The work is split in two steps that can run in two processes (joins/driver.py reads, merges and
+encodes in a second process):
+
+- `Encoder`, on the reading side, does everything that needs only an event and the events before
+  it: its position, the watermark W_i = (running max of t up to i) - lateness, lateness (record
+  i is late when t_i + within < W_i: then it cannot be above the running max, so this is the
+  reference's test), a key id, and the pieces of the rows the event can appear in. It sends
+  numeric columns as bytes and two byte strings an event, so the joining side never builds a
+  Python object for an event that does not come out.
+- Key ids: equal keys (their normalized form: joining.norm_key) get equal ids, unequal keys
+  unequal ids, so ids decide a pair exactly. Ids live in two dicts, the current and the previous
+  generation of watermark time (a generation spans within + lateness + 1 ms); a key found in
+  the previous one moves to the current one. An event the join can still pair with came at most
+  within + lateness behind the watermark, so its key is in one of the two dicts: memory is
+  bounded by the keys of about two windows, not by the input.
+- `IntervalJoin` matches. The code of an event is its key id with the side in the lowest bit,
+  so one sorted array answers "the other side's events with this key": the target of an event
+  is its own code with that bit flipped (a null key has a negative code and is never a target).
 - State: the events of earlier chunks still in the window, sorted by (code, position). An event
-  a pairs with b of the chunk when their keys are equal, |t_a - t_b| <= within and t_a +
-  within >= W_b (an event that left the window during the chunk fails the last test). Pairs
-  within the chunk are found the same way in the chunk sorted by code, keeping those whose
-  earlier event comes first. After each chunk, the events whose time + within is behind the
-  watermark leave the state, and the chunk's others join it (a merge of two sorted runs).
+  a pairs with b of the chunk when their codes target each other, |t_a - t_b| <= within and
+  t_a + within >= W_b (an event that left the window during the chunk fails the last test).
+  Pairs within the chunk are found the same way in the chunk sorted by code, keeping those
+  whose earlier event comes first. After each chunk, the events whose time + within is behind
+  the watermark leave the state, and the chunk's others join it (a merge of two sorted runs).
 - Unmatched events (left/right/outer): an event leaves at the first position where the
   watermark passes t + within (its pairs are all made before then), and comes out there, after
   that position's pairs, by (time, position), when it never paired and its side is kept. At
   the end of input the rest come out by (time, position).
 - Rows are sorted by (the position they come out at, pairs before unmatched, the earlier
-  event's position | (time, position)) and written as the reference's JSON lines (a payload is
-  a line's own bytes when they are orjson's for its value, else its value dumped once).
+  event's position | (time, position)) and written as the reference's JSON lines, three pieces
+  a row: `{"key":K` of the later event, then `,"left":L` and `,"right":R}` + newline (or their
+  null forms). A payload is a line's own bytes when they are orjson's for its value, else its
+  value dumped once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from itertools import compress
+from collections.abc import Callable, Generator, Iterable, Iterator
+from itertools import compress, repeat
+from operator import is_
 from typing import Any
 
 import numpy as np
@@ -37,11 +52,20 @@ import orjson
 
 from streamctl.errors import StreamctlError
 
-# Output rows as JSON lines, pieced together.
-_KEY, _LEFT, _RIGHT, _END, _NULL = b'{"key":', b',"left":', b',"right":', b"}\n", b"null"
+# The pieces of an output row
+_KEY, _LEFT, _RIGHT, _END = b'{"key":', b',"left":', b',"right":', b"}\n"
+_NULL = b"null"
 CHUNK = 16384  # records matched at a time: large enough that numpy's per-call costs vanish
 _I8 = np.int64
 _hash = hash  # (tests give every key one hash, to check that keys, not codes, decide a pair)
+_CODE_BITS = (1 << 63) - 2  # a key's hash without its sign bit and lowest bit (the side goes there)
+
+# An encoded chunk, as the pipe carries it (marshal: only tuples, lists, ints and bytes):
+# (records per side, records without a time per side, late events [(side, payload)], number of
+#  events, then t, side, position, watermark and code as the bytes of numpy arrays, the events'
+#  keys, their payloads, and their normalized keys when some key is not a string)
+Block = tuple[tuple[int, int], tuple[int, int], list[tuple[int, bytes]], int, bytes, bytes, bytes, bytes, bytes,
+              list[Any], list[bytes], list[Any] | None]
 
 
 def _objects(items: list[Any]) -> np.ndarray:
@@ -57,51 +81,119 @@ def _expand(lo: np.ndarray, cnt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return owner, np.arange(total, dtype=_I8) - np.repeat(start - lo, cnt)
 
 
+class Encoder:
+    """The reading side's step: (sides, times, keys, payloads) in input order -> Blocks (see above)."""
+
+    def __init__(self, within: int, lateness: int, norm: Callable[[Any], Any]) -> None:
+        self.within = within
+        self.lateness = lateness
+        self.norm = norm
+        self.next_pos = 0
+        self.max_t: int | None = None
+
+    def encode(self, sides: list[bool], times: list[int | None], keys: list[Any], payloads: list[Any]) -> Block:
+        """The next records in input order (sides False = LEFT, True = RIGHT; a time None = no usable time)."""
+        n = len(sides)
+        n1 = sum(sides)
+        counts = (n - n1, n1)
+        no_time = [0, 0]
+        late: list[tuple[int, bytes]] = []
+        pos = np.arange(self.next_pos, self.next_pos + n, dtype=_I8)
+        self.next_pos += n
+        if None in times:
+            timed = [t is not None for t in times]
+            for s in compress(sides, [not x for x in timed]):
+                no_time[s] += 1
+            sides, times, keys, payloads = (list(compress(c, timed)) for c in (sides, times, keys, payloads))
+            pos = pos[np.array(timed, dtype=bool)]
+            n = len(sides)
+        if not n:
+            return counts, (no_time[0], no_time[1]), late, 0, b"", b"", b"", b"", b"", [], [], None
+        dumps = orjson.dumps
+        if {*map(type, payloads)} != {bytes}:
+            payloads = [p if p.__class__ is bytes else dumps(p) for p in payloads]
+        t = np.array(times, dtype=_I8)
+        side = np.array(sides, dtype=bool)
+        high = np.maximum.accumulate(t)
+        if self.max_t is not None:
+            np.maximum(high, self.max_t, out=high)
+        self.max_t = int(high[-1])
+        wm = high - self.lateness
+        is_late = t + self.within < wm
+        if is_late.any():
+            late = [(int(side[i]), payloads[i]) for i in np.flatnonzero(is_late).tolist()]
+            ok = ~is_late
+            keep = ok.tolist()
+            sides, keys, payloads = (list(compress(c, keep)) for c in (sides, keys, payloads))
+            t, side, pos, wm = t[ok], side[ok], pos[ok], wm[ok]
+            n = len(sides)
+        if {*map(type, keys)} == {str}:
+            nks: list[Any] = keys
+            idents = None
+        else:  # equal objects with their members in another order are one key: compared normalized
+            norm = self.norm
+            nks = idents = [k if k.__class__ is str or k is None else norm(k) for k in keys]
+        # codes of keys are >= 0, of null keys < 0 (never a probe, never a target)
+        code = (np.fromiter(map(_hash, nks), dtype=_I8, count=n) & _CODE_BITS) | side
+        if None in nks:
+            null = np.fromiter(map(is_, nks, repeat(None)), dtype=bool, count=n)
+            code[null] = -2 | side[null]
+        return (counts, (no_time[0], no_time[1]), late, n, t.tobytes(), side.tobytes(), pos.tobytes(),
+                wm.tobytes(), code.tobytes(), keys, payloads, idents)
+
+
 class _Events:
     """Events as numeric columns sorted by (code, position). `slot` finds an event's key, normalized
     key and payload in the object store (chunk number << 32 | index in that chunk): objects never
     move (permuting object arrays touches every object's reference count, 100 ns an event)."""
 
-    __slots__ = ("code", "t", "pos", "side", "matched", "slot")
+    __slots__ = ("code", "t", "pos", "side", "matched", "slot", "t_max")
     COLS = ("code", "t", "pos", "side", "matched", "slot")
 
     def __init__(self, code: np.ndarray, t: np.ndarray, pos: np.ndarray, side: np.ndarray, matched: np.ndarray,
                  slot: np.ndarray) -> None:
         self.code, self.t, self.pos, self.side, self.matched, self.slot = code, t, pos, side, matched, slot
+        self.t_max = int(t.max()) if len(t) else _NEVER
 
     def take(self, which: np.ndarray) -> _Events:
         return _Events(*(getattr(self, c)[which] for c in self.COLS))
 
 
 _LOW = (1 << 32) - 1
+_NEVER = -(1 << 63)
+
+
+def _merged(older: _Events, newer: _Events, floor: int) -> _Events:
+    """Two runs as one sorted by (code, position), without the events that have left the window (time
+    below `floor`): the stable sort of the two sorted runs merges them in one pass."""
+    a, b = older.t >= floor, newer.t >= floor
+    both = _Events(*(np.concatenate((getattr(older, c)[a], getattr(newer, c)[b])) for c in _Events.COLS))
+    return both.take(np.argsort(both.code, kind="stable"))
 
 
 class IntervalJoin:
-    """Rows of a stream-stream join of (side, time, key, payload) records fed in input order, a chunk at a time."""
+    """Rows of a stream-stream join of encoded chunks (Encoder's Blocks), fed in input order."""
 
-    def __init__(self, within: int, how: str, norm: Callable[[Any], Any], write: Callable[[bytes], None],
-                 lateness: int = 0, late: Callable[[int, Any], None] | None = None) -> None:
+    def __init__(self, within: int, how: str, write: Callable[[bytes], None],
+                 late: Callable[[int, bytes], None] | None = None) -> None:
         self.within = within
-        self.lateness = lateness
         self.keep = (how in ("left", "outer"), how in ("right", "outer"))
         self.inner = how == "inner"
-        self.norm = norm
         self.write = write
         self.late_sink = late
         self.late = [0, 0]
         self.no_time = [0, 0]
         self.records = [0, 0]
-        self.state: _Events | None = None  # the events that can still pair or leave, by (code, position)
-        # chunk number -> (normalized keys, keys, payloads) of its events, while one of them is in the state
+        # the events that can still pair or leave, as runs sorted by (code, position), oldest first
+        self.runs: list[_Events] = []
+        # chunk number -> (keys, payloads, normalized keys) of its events, while one of them is in the state
         self.store: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self.chunks = 0
-        self.max_t: int | None = None  # the largest time seen
         self.wm_end: int | None = None  # the watermark after the last chunk
-        self.next_pos = 0
         self.max_state = 0
 
     def _objects_at(self, slot: np.ndarray, what: int) -> np.ndarray:
-        """Column `what` (0 normalized key, 1 key, 2 payload) of the store at these slots."""
+        """Column `what` (0 keys, 1 payloads, 2 normalized keys) of the store at these slots."""
         store = self.store
         chunk = slot >> 32
         idx = slot & _LOW
@@ -114,81 +206,42 @@ class IntervalJoin:
             out[m] = store[c][what][idx[m]]
         return out
 
-    # -- input ---------------------------------------------------------------------------
-
-    def chunk(self, sides: list[bool], times: list[int | None], keys: list[Any], payloads: list[Any]) -> None:
-        """The next records in input order (sides False = LEFT, True = RIGHT; a time None = no usable time)."""
-        n = len(sides)
-        if not n:
-            return
-        n1 = sum(sides)
-        self.records[0] += n - n1
-        self.records[1] += n1
-        pos = np.arange(self.next_pos, self.next_pos + n, dtype=_I8)
-        self.next_pos += n
-        if None in times:
-            timed = [t is not None for t in times]
-            for s in compress(sides, [not x for x in timed]):
-                self.no_time[s] += 1
-            sides, times, keys, payloads = (list(compress(c, timed)) for c in (sides, times, keys, payloads))
-            pos = pos[np.array(timed, dtype=bool)]
-            n = len(sides)
-            if not n:
-                return
-        t = np.array(times, dtype=_I8)
-        side = np.array(sides, dtype=bool)
-        high = np.maximum.accumulate(t)
-        if self.max_t is not None:
-            np.maximum(high, self.max_t, out=high)
-        self.max_t = int(high[-1])
-        wm = high - self.lateness
-        late = t + self.within < wm
-        if late.any():
-            idx = np.flatnonzero(late).tolist()
-            for i in idx:
-                which = int(side[i])
-                self.late[which] += 1
-                if self.late_sink is not None:
-                    self.late_sink(which, payloads[i])
-            ok = ~late
-            keep = ok.tolist()
-            keys, payloads = list(compress(keys, keep)), list(compress(payloads, keep))
-            t, side, pos, wm = t[ok], side[ok], pos[ok], wm[ok]
-            n = len(keys)
-            if not n:
-                return
-        dumps = orjson.dumps
-        if {*map(type, payloads)} != {bytes}:
-            payloads = [p if p.__class__ is bytes else dumps(p) for p in payloads]
-        if {*map(type, keys)} == {str}:
-            nks = keys
-        else:
-            norm = self.norm
-            nks = [k if k.__class__ is str or k is None else norm(k) for k in keys]
-        code = (np.fromiter(map(_hash, nks), dtype=_I8, count=n) & ~1) | side
-        has_key = None if None not in nks else np.array([k is not None for k in nks], dtype=bool)
-        self._rows(t, side, pos, wm, code, has_key, keys, nks, payloads)
+    def block(self, blk: Block) -> None:
+        """The next encoded chunk."""
+        counts, no_time, late, n, tb, sb, pb, wb, cb, keys, payloads, nks = blk
+        for i in (0, 1):
+            self.records[i] += counts[i]
+            self.no_time[i] += no_time[i]
+        for which, payload in late:
+            self.late[which] += 1
+            if self.late_sink is not None:
+                self.late_sink(which, payload)
+        if n:
+            frombuffer = np.frombuffer
+            self._rows(frombuffer(tb, _I8), frombuffer(sb, bool), frombuffer(pb, _I8), frombuffer(wb, _I8),
+                       frombuffer(cb, _I8), keys, payloads, nks)
 
     def _rows(self, t: np.ndarray, side: np.ndarray, pos: np.ndarray, wm: np.ndarray, code: np.ndarray,
-              has_key: np.ndarray | None, keys: list[Any], nks: list[Any], payloads: list[Any]) -> None:
+              keys: list[Any], payloads: list[bytes], nks: list[Any] | None) -> None:
         within = self.within
         n = len(t)
         number = self.chunks
         self.chunks += 1
-        nk_a, key_a, pay_a = _objects(nks), _objects(keys), _objects(payloads)
-        self.store[number] = (nk_a, key_a, pay_a)
+        key_a, pay_a = _objects(keys), _objects(payloads)
+        nk_a = key_a if nks is None else _objects(nks)
+        self.store[number] = (key_a, pay_a, nk_a)
         order = np.argsort(code, kind="stable")  # (code, position): positions ascend in the chunk
         cur = _Events(code[order], t[order], pos[order], side[order], np.zeros(n, dtype=bool),
                       (number << 32) | order)
         # the probes (events with a key) in target order: searchsorted is several times faster
         # with sorted needles
         target = code ^ 1
-        probe = np.arange(n, dtype=_I8) if has_key is None else np.flatnonzero(has_key)
+        probe = np.flatnonzero(code >= 0) if int(cur.code[0]) < 0 else np.arange(n, dtype=_I8)
         probe = probe[np.argsort(target[probe], kind="stable")]
         tgt = target[probe]
-        # pairs: (b's index in the chunk, the events a is among, a's index there, a's payloads)
+        # pairs: (b's index in the chunk, the events a is among, a's index there)
         found: list[tuple[np.ndarray, _Events, np.ndarray]] = []
-        held = (cur,) if self.state is None else (self.state, cur)
+        held = (*self.runs, cur)
         for seg in held:
             lo = seg.code.searchsorted(tgt, "left")
             cnt = seg.code.searchsorted(tgt, "right") - lo
@@ -204,7 +257,7 @@ class IntervalJoin:
                 b, ai = b[ok], ai[ok]
             if len(b):
                 # a hash collision shares a code, not a key
-                same = np.equal(self._objects_at(seg.slot[ai], 0), nk_a[b])
+                same = np.equal(self._objects_at(seg.slot[ai], 2), nk_a[b])
                 if not same.all():
                     b, ai = b[same], ai[same]
                 found.append((b, seg, ai))
@@ -218,7 +271,7 @@ class IntervalJoin:
         # the rows: pairs at b's position by a's position; leavers after them by (time, position)
         rows = _Rows()
         for b, seg, ai in found:
-            bp, ap = pay_a[b], self._objects_at(seg.slot[ai], 2)
+            bp, ap = pay_a[b], self._objects_at(seg.slot[ai], 1)
             right_b = side[b]
             rows.add(pos[b], 0, seg.pos[ai], np.zeros(len(b), dtype=_I8), key_a[b],
                      np.where(right_b, ap, bp), np.where(right_b, bp, ap))
@@ -235,25 +288,29 @@ class IntervalJoin:
         self.wm_end = wm_last
         if rows.when:
             self.write(rows.text())
-        # the chunk joins the state, and the events that have left the window leave it
+        # The chunk joins the state as a run, runs whose events have all left the window go, and
+        # the newest two merge while the older is no larger: a binary counter, so an event is
+        # merged about log2(state / chunk) times instead of once a chunk (merging every chunk into
+        # one run cost a third of the join). Events that left but wait in a run for their merge
+        # fail the probe's window test and are never emitted twice (end >= wm_end).
         floor = wm_last - within
-        if self.state is None:
-            alive = cur.t >= floor
-            self.state = cur if alive.all() else cur.take(alive)
-        else:
-            st = self.state
-            a_st, a_cur = st.t >= floor, cur.t >= floor
-            # two sorted runs: the stable sort merges them in one pass (positions keep their order)
-            both = _Events(*(np.concatenate((getattr(st, c)[a_st], getattr(cur, c)[a_cur])) for c in _Events.COLS))
-            self.state = both.take(np.argsort(both.code, kind="stable"))
-        if len(self.state.t):
-            oldest = int(self.state.slot.min()) >> 32
+        runs = [r for r in self.runs if r.t_max >= floor]
+        alive = cur.t >= floor
+        if alive.any():
+            runs.append(cur if alive.all() else cur.take(alive))
+        while len(runs) > 1 and len(runs[-2].t) <= len(runs[-1].t):
+            newer = runs.pop()
+            runs.append(_merged(runs.pop(), newer, floor))
+        self.runs = runs
+        if runs:
+            oldest = min(int(r.slot.min()) for r in runs) >> 32
             for c in [c for c in self.store if c < oldest]:
                 del self.store[c]
         else:
             self.store.clear()
-        if len(self.state.t) > self.max_state:
-            self.max_state = len(self.state.t)
+        held_now = sum(len(r.t) for r in runs)
+        if held_now > self.max_state:
+            self.max_state = held_now
 
     def _kept(self, seg: _Events, gone: np.ndarray) -> np.ndarray:
         """The indices of the leaving events whose side --how keeps."""
@@ -263,39 +320,42 @@ class IntervalJoin:
         return np.flatnonzero(gone)
 
     def _leave(self, rows: _Rows, seg: _Events, idx: np.ndarray, when: np.ndarray) -> None:
-        null = _objects([_NULL])
         slots = seg.slot[idx]
-        pays, right_e = self._objects_at(slots, 2), seg.side[idx]
-        rows.add(when, 1, seg.t[idx], seg.pos[idx], self._objects_at(slots, 1),
-                 np.where(right_e, null, pays), np.where(right_e, pays, null))
+        pays, right_e = self._objects_at(slots, 1), seg.side[idx]
+        rows.add(when, 1, seg.t[idx], seg.pos[idx], self._objects_at(slots, 0),
+                 np.where(right_e, _NULL_A, pays), np.where(right_e, pays, _NULL_A))
 
     def finish(self) -> None:
         """End of input: every event still in the window leaves, unmatched ones by (time, position)."""
-        st, self.state = self.state, None
-        if not self.inner and st is not None:
-            gone = ~st.matched
-            if self.wm_end is not None:
-                gone &= st.t + self.within >= self.wm_end
-            idx = self._kept(st, gone)
-            if len(idx):
-                rows = _Rows()
-                self._leave(rows, st, idx, np.zeros(len(idx), dtype=_I8))
+        runs, self.runs = self.runs, []
+        if not self.inner:
+            rows = _Rows()
+            for st in runs:
+                gone = ~st.matched
+                if self.wm_end is not None:
+                    gone &= st.t + self.within >= self.wm_end
+                idx = self._kept(st, gone)
+                if len(idx):
+                    self._leave(rows, st, idx, np.zeros(len(idx), dtype=_I8))
+            if rows.when:
                 self.write(rows.text())
         self.store.clear()
 
 
+_NULL_A = _objects([_NULL])
+
+
 class _Rows:
     """Output rows of a chunk, sorted by (position they come out at, kind: 0 pair 1 leaver, the
-    earlier event's position | the leaver's time, 0 | the leaver's position)."""
+    earlier event's position | the leaver's time, 0 | the leaver's position): keys, left and right
+    payloads."""
 
     def __init__(self) -> None:
         self.when: list[np.ndarray] = []
         self.kind: list[np.ndarray] = []
         self.third: list[np.ndarray] = []
         self.fourth: list[np.ndarray] = []
-        self.keys: list[np.ndarray] = []
-        self.lefts: list[np.ndarray] = []
-        self.rights: list[np.ndarray] = []
+        self.pieces: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]] = ([], [], [])
 
     def add(self, when: np.ndarray, kind: int, third: np.ndarray, fourth: np.ndarray, keys: np.ndarray,
             lefts: np.ndarray, rights: np.ndarray) -> None:
@@ -303,49 +363,55 @@ class _Rows:
         self.kind.append(np.full(len(when), kind, dtype=_I8))
         self.third.append(third)
         self.fourth.append(fourth)
-        self.keys.append(keys)
-        self.lefts.append(lefts)
-        self.rights.append(rights)
+        for col, part in zip(self.pieces, (keys, lefts, rights), strict=True):
+            col.append(part)
 
     def text(self) -> bytes:
-        """The rows as JSON lines: orjson.dumps({"key": K, "left": L, "right": R}) + newline each,
-        with the payloads (JSON texts) pasted in."""
+        """The rows as JSON lines: orjson.dumps({"key": K, "left": L, "right": R}) + newline each."""
         cat = np.concatenate
         order = np.lexsort((cat(self.fourth), cat(self.third), cat(self.kind), cat(self.when)))
-        ks = cat(self.keys)[order].tolist()
-        n = len(ks)
-        parts: list[Any] = [_KEY] * (7 * n)
-        parts[1::7] = map(orjson.dumps, ks)
-        parts[2::7] = [_LEFT] * n
-        parts[3::7] = cat(self.lefts)[order].tolist()
-        parts[4::7] = [_RIGHT] * n
-        parts[5::7] = cat(self.rights)[order].tolist()
-        parts[6::7] = [_END] * n
+        n = len(order)
+        keys, lefts, rights = (cat(col)[order].tolist() for col in self.pieces)
+        parts: list[Any] = [_LEFT] * (6 * n)
+        parts[0::6] = map(_KEY.__add__, map(orjson.dumps, keys))
+        parts[2::6] = lefts
+        parts[3::6] = [_RIGHT] * n
+        parts[4::6] = rights
+        parts[5::6] = [_END] * n
         return b"".join(parts)
 
 
-def join_batches(batches: Iterable[tuple[list[bool], list[Any], list[Any], list[Any]]],
-                 norm: Callable[[Any], Any], within: int, how: str, write: Callable[[bytes], None],
-                 counts: list[int], no_time: list[int], lateness: int = 0, late_counts: list[int] | None = None,
-                 late: Callable[[int, Any], None] | None = None, chunk: int | None = None) -> int:
-    """StreamStreamJoin's rows (the bytes of orjson.dumps({"key", "left", "right"}) + newline per row,
-    in its order) for (sides, times, keys, payloads) batches (inputorder.merged_plain), matched
-    `chunk` records at a time. Counts go to `counts`, `no_time` and `late_counts` per side;
-    returns the largest number of events held."""
+def encode_blocks(batches: Iterable[tuple[list[bool], list[Any], list[Any], list[Any]]],
+                  norm: Callable[[Any], Any], within: int, lateness: int = 0,
+                  chunk: int | None = None) -> Generator[Block, None, None]:
+    """Encoder's Blocks of `chunk` records (the last may be smaller) for (sides, times, keys, payloads)
+    batches (inputorder.merged_plain). A bad line: the block of the records before it, then the error."""
     chunk = chunk or CHUNK
-    j = IntervalJoin(within, how, norm, write, lateness, late)
+    enc = Encoder(within, lateness, norm)
     buf: list[list[Any]] = [[], [], [], []]
     try:
         for batch in batches:
             for col, part in zip(buf, batch, strict=True):
                 col += part
             if len(buf[0]) >= chunk:
-                j.chunk(*buf)
+                yield enc.encode(*buf)
                 buf = [[], [], [], []]
     except StreamctlError:
-        j.chunk(*buf)  # a bad line: the rows of the records before it come out, as record by record
+        yield enc.encode(*buf)
         raise
-    j.chunk(*buf)
+    yield enc.encode(*buf)
+
+
+def join_blocks(blocks: Iterator[Block], within: int, how: str, write: Callable[[bytes], None],
+                counts: list[int], no_time: list[int], late_counts: list[int] | None = None,
+                late: Callable[[int, bytes], None] | None = None) -> int:
+    """StreamStreamJoin's rows (the bytes of orjson.dumps({"key", "left", "right"}) + newline per row,
+    in its order) for encoded blocks. Counts go to `counts`, `no_time` and `late_counts` per side;
+    returns the largest number of events held. An error from `blocks` comes through after the
+    rows of the blocks before it, as record by record."""
+    j = IntervalJoin(within, how, write, late)
+    for blk in blocks:
+        j.block(blk)
     j.finish()
     for i in (0, 1):
         counts[i] += j.records[i]
@@ -353,3 +419,12 @@ def join_batches(batches: Iterable[tuple[list[bool], list[Any], list[Any], list[
         if late_counts is not None:
             late_counts[i] += j.late[i]
     return j.max_state
+
+
+def join_batches(batches: Iterable[tuple[list[bool], list[Any], list[Any], list[Any]]],
+                 norm: Callable[[Any], Any], within: int, how: str, write: Callable[[bytes], None],
+                 counts: list[int], no_time: list[int], lateness: int = 0, late_counts: list[int] | None = None,
+                 late: Callable[[int, bytes], None] | None = None, chunk: int | None = None) -> int:
+    """join_blocks of encode_blocks, in this process."""
+    return join_blocks(encode_blocks(batches, norm, within, lateness, chunk), within, how, write, counts, no_time,
+                       late_counts, late)
