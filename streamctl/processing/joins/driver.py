@@ -464,35 +464,43 @@ def block_column(parts: tuple[str, ...]) -> Callable[[list[Any]], list[Any]]:
 
 def _run_stream_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], block_bytes: int | None,
                       late: LateSink | None = None) -> JoinStats:
-    """A stream-stream join of two plain files: read, merged and encoded a chunk at a time, joined
-    with numpy (joins/interval.py), values that are already in orjson's form pasted into the rows
-    as the file has them (the same rows in the same order as the record-at-a-time path)."""
-    from streamctl.processing.joins.interval import encode_blocks, join_blocks
+    """A stream-stream join of two plain files: each read as columns (joins/plain_inputs.py), merged
+    in input order and joined a chunk at a time with numpy (joins/interval.py), values that are
+    already in orjson's form pasted into the rows as the file has them (the same rows in the
+    same order as the record-at-a-time path)."""
+    from streamctl.processing import decoder
+    from streamctl.processing.joins.interval import CHUNK, IntervalJoin
+    from streamctl.processing.joins.plain_inputs import file_blocks, merged_chunks
 
     assert spec.within is not None
-    within = spec.within
     stats = JoinStats()
-    times = [block_times(spec.time_field[0]), block_times(spec.time_field[1])]
-    keys = [block_column(spec.on[0]), block_column(spec.on[1])]
-    kw = {"block_bytes": block_bytes or inputorder.PIECE}
+    size = block_bytes or PLAIN_JOIN_BLOCK
 
-    def encoded() -> Generator[Any, None, None]:
-        merged = inputorder.merged_plain([spec.left, spec.right], times, keys, raw=True, **kw)
-        return encode_blocks(merged, norm_key, within, spec.lateness)
+    def reader(i: int) -> Callable[[], Generator[Any, None, None]]:
+        path, times, keys = (spec.left, spec.right)[i], block_times(spec.time_field[i]), block_column(spec.on[i])
+        return lambda: file_blocks(path, times, keys, norm_key, size)
 
-    from streamctl.processing import decoder
-
-    # reading, parsing, merging and encoding in a second process while this one joins (not for
-    # stdin: a terminal on stdin would be read by a process Ctrl-C does not stop)
+    # each file read in a process of its own while this one merges and joins (not for stdin: a
+    # terminal on stdin would be read by a process Ctrl-C does not stop)
     ahead = decoder.can_fork() and "-" not in (spec.left, spec.right)
-    blocks = decoder.items(encoded, spec.left) if ahead else encoded()
+    streams = [decoder.items(reader(i), path) if ahead else reader(i)()
+               for i, path in enumerate((spec.left, spec.right))]
+    j = IntervalJoin(spec.within, spec.how, write_jsonl, spec.lateness, None if late is None else _payload_sink(late))
     try:
         with _gc_frozen():
-            stats.max_state = join_blocks(blocks, within, spec.how, write_jsonl, stats.records, stats.no_time,
-                                          stats.late, None if late is None else _payload_sink(late))
+            for cols in merged_chunks(streams[0], streams[1], CHUNK):
+                j.chunk(*cols)
+            j.finish()
     finally:
-        blocks.close()  # stops and reaps the reading process now, whatever a traceback keeps alive
+        for s in streams:
+            s.close()  # stops and reaps the reading processes now, whatever a traceback keeps alive
+    stats.records, stats.no_time, stats.late, stats.max_state = j.records, j.no_time, j.late, j.max_state
     return stats
+
+
+# Bytes of a plain file parsed at a time by the join's readers: a block is one message to the
+# joining process and one numpy step there (64 KiB blocks cost more in per-call overheads)
+PLAIN_JOIN_BLOCK = 1 << 18
 
 
 def _payload_sink(late: LateSink) -> Callable[[int, Any], None]:

@@ -42,15 +42,13 @@ encodes in a second process):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Iterator
-from itertools import compress, repeat
+from collections.abc import Callable, Iterable
+from itertools import repeat
 from operator import is_
 from typing import Any
 
 import numpy as np
 import orjson
-
-from streamctl.errors import StreamctlError
 
 # The pieces of an output row
 _KEY, _LEFT, _RIGHT, _END = b'{"key":', b',"left":', b',"right":', b"}\n"
@@ -59,14 +57,6 @@ CHUNK = 16384  # records matched at a time: large enough that numpy's per-call c
 _I8 = np.int64
 _hash = hash  # (tests give every key one hash, to check that keys, not codes, decide a pair)
 _CODE_BITS = (1 << 63) - 2  # a key's hash without its sign bit and lowest bit (the side goes there)
-
-# An encoded chunk, as the pipe carries it (marshal: only tuples, lists, ints and bytes):
-# (records per side, records without a time per side, late events [(side, payload)], number of
-#  events, then t, side, position, watermark and code as the bytes of numpy arrays, the events'
-#  keys, their payloads, and their normalized keys when some key is not a string)
-Block = tuple[tuple[int, int], tuple[int, int], list[tuple[int, bytes]], int, bytes, bytes, bytes, bytes, bytes,
-              list[Any], list[bytes], list[Any] | None]
-
 
 def _objects(items: list[Any]) -> np.ndarray:
     """A 1-d object array of the items (tuples stay elements, not rows)."""
@@ -81,65 +71,20 @@ def _expand(lo: np.ndarray, cnt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return owner, np.arange(total, dtype=_I8) - np.repeat(start - lo, cnt)
 
 
-class Encoder:
-    """The reading side's step: (sides, times, keys, payloads) in input order -> Blocks (see above)."""
-
-    def __init__(self, within: int, lateness: int, norm: Callable[[Any], Any]) -> None:
-        self.within = within
-        self.lateness = lateness
-        self.norm = norm
-        self.next_pos = 0
-        self.max_t: int | None = None
-
-    def encode(self, sides: list[bool], times: list[int | None], keys: list[Any], payloads: list[Any]) -> Block:
-        """The next records in input order (sides False = LEFT, True = RIGHT; a time None = no usable time)."""
-        n = len(sides)
-        n1 = sum(sides)
-        counts = (n - n1, n1)
-        no_time = [0, 0]
-        late: list[tuple[int, bytes]] = []
-        pos = np.arange(self.next_pos, self.next_pos + n, dtype=_I8)
-        self.next_pos += n
-        if None in times:
-            timed = [t is not None for t in times]
-            for s in compress(sides, [not x for x in timed]):
-                no_time[s] += 1
-            sides, times, keys, payloads = (list(compress(c, timed)) for c in (sides, times, keys, payloads))
-            pos = pos[np.array(timed, dtype=bool)]
-            n = len(sides)
-        if not n:
-            return counts, (no_time[0], no_time[1]), late, 0, b"", b"", b"", b"", b"", [], [], None
-        dumps = orjson.dumps
-        if {*map(type, payloads)} != {bytes}:
-            payloads = [p if p.__class__ is bytes else dumps(p) for p in payloads]
-        t = np.array(times, dtype=_I8)
-        side = np.array(sides, dtype=bool)
-        high = np.maximum.accumulate(t)
-        if self.max_t is not None:
-            np.maximum(high, self.max_t, out=high)
-        self.max_t = int(high[-1])
-        wm = high - self.lateness
-        is_late = t + self.within < wm
-        if is_late.any():
-            late = [(int(side[i]), payloads[i]) for i in np.flatnonzero(is_late).tolist()]
-            ok = ~is_late
-            keep = ok.tolist()
-            sides, keys, payloads = (list(compress(c, keep)) for c in (sides, keys, payloads))
-            t, side, pos, wm = t[ok], side[ok], pos[ok], wm[ok]
-            n = len(sides)
-        if {*map(type, keys)} == {str}:
-            nks: list[Any] = keys
-            idents = None
-        else:  # equal objects with their members in another order are one key: compared normalized
-            norm = self.norm
-            nks = idents = [k if k.__class__ is str or k is None else norm(k) for k in keys]
-        # codes of keys are >= 0, of null keys < 0 (never a probe, never a target)
-        code = (np.fromiter(map(_hash, nks), dtype=_I8, count=n) & _CODE_BITS) | side
-        if None in nks:
-            null = np.fromiter(map(is_, nks, repeat(None)), dtype=bool, count=n)
-            code[null] = -2 | side[null]
-        return (counts, (no_time[0], no_time[1]), late, n, t.tobytes(), side.tobytes(), pos.tobytes(),
-                wm.tobytes(), code.tobytes(), keys, payloads, idents)
+def key_codes(keys: list[Any], norm: Callable[[Any], Any]) -> tuple[np.ndarray, list[Any] | None]:
+    """The keys' codes without the side bit (a key's hash with its sign bit and lowest bit cleared;
+    -2 for a null key, never a probe, never a target) and their normalized forms when some key is
+    not a string (equal objects with their members in another order are one key), else None."""
+    n = len(keys)
+    if {*map(type, keys)} == {str}:
+        nks: list[Any] = keys
+        out = None
+    else:
+        nks = out = [k if k.__class__ is str or k is None else norm(k) for k in keys]
+    code = np.fromiter(map(_hash, nks), dtype=_I8, count=n) & _CODE_BITS
+    if None in nks:
+        code[np.fromiter(map(is_, nks, repeat(None)), dtype=bool, count=n)] = -2
+    return code, out
 
 
 class _Events:
@@ -172,11 +117,14 @@ def _merged(older: _Events, newer: _Events, floor: int) -> _Events:
 
 
 class IntervalJoin:
-    """Rows of a stream-stream join of encoded chunks (Encoder's Blocks), fed in input order."""
+    """Rows of a stream-stream join of records fed in input order, a chunk at a time."""
 
-    def __init__(self, within: int, how: str, write: Callable[[bytes], None],
+    def __init__(self, within: int, how: str, write: Callable[[bytes], None], lateness: int = 0,
                  late: Callable[[int, bytes], None] | None = None) -> None:
         self.within = within
+        self.lateness = lateness
+        self.next_pos = 0
+        self.max_t: int | None = None  # the largest time seen
         self.keep = (how in ("left", "outer"), how in ("right", "outer"))
         self.inner = how == "inner"
         self.write = write
@@ -206,29 +154,52 @@ class IntervalJoin:
             out[m] = store[c][what][idx[m]]
         return out
 
-    def block(self, blk: Block) -> None:
-        """The next encoded chunk."""
-        counts, no_time, late, n, tb, sb, pb, wb, cb, keys, payloads, nks = blk
-        for i in (0, 1):
-            self.records[i] += counts[i]
-            self.no_time[i] += no_time[i]
-        for which, payload in late:
-            self.late[which] += 1
-            if self.late_sink is not None:
-                self.late_sink(which, payload)
-        if n:
-            frombuffer = np.frombuffer
-            self._rows(frombuffer(tb, _I8), frombuffer(sb, bool), frombuffer(pb, _I8), frombuffer(wb, _I8),
-                       frombuffer(cb, _I8), keys, payloads, nks)
+    def chunk(self, side: np.ndarray, t: np.ndarray, timed: np.ndarray | None, code: np.ndarray,
+              keys: np.ndarray, payloads: np.ndarray, nks: np.ndarray) -> None:
+        """The next records in input order: side (False LEFT, True RIGHT), time (where `timed`, when
+        given), key codes without the side bit (key_codes), keys, payloads (JSON bytes) and
+        normalized keys, one array each."""
+        n = len(side)
+        if not n:
+            return
+        n1 = int(np.count_nonzero(side))
+        self.records[0] += n - n1
+        self.records[1] += n1
+        pos = np.arange(self.next_pos, self.next_pos + n, dtype=_I8)
+        self.next_pos += n
+        if timed is not None and not timed.all():
+            untimed_right = int(np.count_nonzero(side[~timed]))
+            self.no_time[0] += n - int(np.count_nonzero(timed)) - untimed_right
+            self.no_time[1] += untimed_right
+            side, t, code, pos = side[timed], t[timed], code[timed], pos[timed]
+            keys, payloads, nks = keys[timed], payloads[timed], nks[timed]
+            if not len(side):
+                return
+        high = np.maximum.accumulate(t)
+        if self.max_t is not None:
+            np.maximum(high, self.max_t, out=high)
+        self.max_t = int(high[-1])
+        wm = high - self.lateness
+        late = t + self.within < wm
+        if late.any():
+            for i in np.flatnonzero(late).tolist():
+                which = int(side[i])
+                self.late[which] += 1
+                if self.late_sink is not None:
+                    self.late_sink(which, payloads[i])
+            ok = ~late
+            side, t, code, pos, wm = side[ok], t[ok], code[ok], pos[ok], wm[ok]
+            keys, payloads, nks = keys[ok], payloads[ok], nks[ok]
+            if not len(side):
+                return
+        self._rows(t, side, pos, wm, code | side, keys, payloads, nks)
 
     def _rows(self, t: np.ndarray, side: np.ndarray, pos: np.ndarray, wm: np.ndarray, code: np.ndarray,
-              keys: list[Any], payloads: list[bytes], nks: list[Any] | None) -> None:
+              key_a: np.ndarray, pay_a: np.ndarray, nk_a: np.ndarray) -> None:
         within = self.within
         n = len(t)
         number = self.chunks
         self.chunks += 1
-        key_a, pay_a = _objects(keys), _objects(payloads)
-        nk_a = key_a if nks is None else _objects(nks)
         self.store[number] = (key_a, pay_a, nk_a)
         order = np.argsort(code, kind="stable")  # (code, position): positions ascend in the chunk
         cur = _Events(code[order], t[order], pos[order], side[order], np.zeros(n, dtype=bool),
@@ -381,37 +352,35 @@ class _Rows:
         return b"".join(parts)
 
 
-def encode_blocks(batches: Iterable[tuple[list[bool], list[Any], list[Any], list[Any]]],
-                  norm: Callable[[Any], Any], within: int, lateness: int = 0,
-                  chunk: int | None = None) -> Generator[Block, None, None]:
-    """Encoder's Blocks of `chunk` records (the last may be smaller) for (sides, times, keys, payloads)
-    batches (inputorder.merged_plain). A bad line: the block of the records before it, then the error."""
-    chunk = chunk or CHUNK
-    enc = Encoder(within, lateness, norm)
-    buf: list[list[Any]] = [[], [], [], []]
-    try:
-        for batch in batches:
-            for col, part in zip(buf, batch, strict=True):
-                col += part
-            if len(buf[0]) >= chunk:
-                yield enc.encode(*buf)
-                buf = [[], [], [], []]
-    except StreamctlError:
-        yield enc.encode(*buf)
-        raise
-    yield enc.encode(*buf)
-
-
-def join_blocks(blocks: Iterator[Block], within: int, how: str, write: Callable[[bytes], None],
-                counts: list[int], no_time: list[int], late_counts: list[int] | None = None,
-                late: Callable[[int, bytes], None] | None = None) -> int:
+def join_batches(batches: Iterable[tuple[list[bool], list[Any], list[Any], list[Any]]],
+                 norm: Callable[[Any], Any], within: int, how: str, write: Callable[[bytes], None],
+                 counts: list[int], no_time: list[int], lateness: int = 0, late_counts: list[int] | None = None,
+                 late: Callable[[int, bytes], None] | None = None, chunk: int | None = None) -> int:
     """StreamStreamJoin's rows (the bytes of orjson.dumps({"key", "left", "right"}) + newline per row,
-    in its order) for encoded blocks. Counts go to `counts`, `no_time` and `late_counts` per side;
-    returns the largest number of events held. An error from `blocks` comes through after the
-    rows of the blocks before it, as record by record."""
-    j = IntervalJoin(within, how, write, late)
-    for blk in blocks:
-        j.block(blk)
+    in its order) for (sides, times, keys, payloads) batches in input order, matched `chunk`
+    records at a time. Counts go to `counts`, `no_time` and `late_counts` per side; returns the
+    largest number of events held."""
+    chunk = chunk or CHUNK
+    j = IntervalJoin(within, how, write, lateness, late)
+    buf: list[list[Any]] = [[], [], [], []]
+
+    def flush() -> None:
+        sides, times, keys, payloads = buf
+        dumps = orjson.dumps
+        code, nks = key_codes(keys, norm)
+        key_a = _objects(keys)
+        j.chunk(np.array(sides, dtype=bool), np.array([0 if t is None else t for t in times], dtype=_I8),
+                np.array([t is not None for t in times], dtype=bool), code, key_a,
+                _objects([p if p.__class__ is bytes else dumps(p) for p in payloads]),
+                key_a if nks is None else _objects(nks))
+
+    for batch in batches:
+        for col, part in zip(buf, batch, strict=True):
+            col += part
+        if len(buf[0]) >= chunk:
+            flush()
+            buf = [[], [], [], []]
+    flush()
     j.finish()
     for i in (0, 1):
         counts[i] += j.records[i]
@@ -419,12 +388,3 @@ def join_blocks(blocks: Iterator[Block], within: int, how: str, write: Callable[
         if late_counts is not None:
             late_counts[i] += j.late[i]
     return j.max_state
-
-
-def join_batches(batches: Iterable[tuple[list[bool], list[Any], list[Any], list[Any]]],
-                 norm: Callable[[Any], Any], within: int, how: str, write: Callable[[bytes], None],
-                 counts: list[int], no_time: list[int], lateness: int = 0, late_counts: list[int] | None = None,
-                 late: Callable[[int, bytes], None] | None = None, chunk: int | None = None) -> int:
-    """join_blocks of encode_blocks, in this process."""
-    return join_blocks(encode_blocks(batches, norm, within, lateness, chunk), within, how, write, counts, no_time,
-                       late_counts, late)
