@@ -39,6 +39,11 @@ class Output:
 
     def write(self, data: bytes) -> bool:
         """Queue data; returns True when everything queued so far has been flushed."""
+        if len(data) > self.limit and self.limit:
+            # a large piece (a join's chunk of rows) goes out as it is, not copied into the buffer
+            self.flush()
+            self._put(data)
+            return True
         self._buf += data
         if len(self._buf) > self.limit:
             self.flush()
@@ -50,6 +55,9 @@ class Output:
             return
         data = bytes(self._buf)
         self._buf.clear()
+        self._put(data)
+
+    def _put(self, data: bytes) -> None:
         try:
             if self.fd is not None:
                 view = memoryview(data)

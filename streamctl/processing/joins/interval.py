@@ -105,6 +105,7 @@ class _Events:
 
 
 _LOW = (1 << 32) - 1
+_POS_BITS = 1 << 31
 _NEVER = -(1 << 63)
 
 
@@ -214,12 +215,16 @@ class IntervalJoin:
         found: list[tuple[np.ndarray, _Events, np.ndarray]] = []
         held = (*self.runs, cur)
         for seg in held:
-            lo = seg.code.searchsorted(tgt, "left")
-            cnt = seg.code.searchsorted(tgt, "right") - lo
-            if not cnt.any():
+            codes = seg.code
+            lo = codes.searchsorted(tgt, "left")
+            # the probes whose target is there, and where its events end: searched for those only
+            # (most probes find nothing in most runs)
+            hit = np.flatnonzero(codes.take(np.minimum(lo, len(codes) - 1)) == tgt)
+            if not len(hit):
                 continue
-            bi, ai = _expand(lo, cnt)
-            b = probe[bi]
+            lo = lo[hit]
+            bi, ai = _expand(lo, codes.searchsorted(tgt[hit], "right") - lo)
+            b = probe[hit[bi]]
             ta = seg.t[ai]
             ok = (np.abs(ta - t[b]) <= within) & (ta + within >= wm[b])
             if seg is cur:
@@ -340,7 +345,16 @@ class _Rows:
     def text(self) -> bytes:
         """The rows as JSON lines: orjson.dumps({"key": K, "left": L, "right": R}) + newline each."""
         cat = np.concatenate
-        order = np.lexsort((cat(self.fourth), cat(self.third), cat(self.kind), cat(self.when)))
+        when, third = cat(self.when), cat(self.third)
+        if not len(when):
+            return b""
+        if any(k[0] for k in self.kind if len(k)):  # leavers: the four keys
+            order = np.lexsort((cat(self.fourth), third, cat(self.kind), when))
+        elif int(when.max()) < _POS_BITS and int(third.max()) < _POS_BITS:
+            # pairs only, positions below 2**31: one key, (b's position, a's position), unique
+            order = np.argsort((when << 31) | third)
+        else:
+            order = np.lexsort((third, when))
         n = len(order)
         keys, lefts, rights = (cat(col)[order].tolist() for col in self.pieces)
         parts: list[Any] = [_LEFT] * (6 * n)
