@@ -149,10 +149,14 @@ class IntervalJoin:
         first = int(chunk[0]) if len(chunk) else 0
         if len(chunk) == 0 or (chunk == first).all():
             return store[first][what][idx] if len(chunk) else np.empty(0, dtype=object)
+        # grouped by chunk with one sort, so each chunk's part is gathered from a slice
+        by = np.argsort(chunk, kind="stable")
+        sorted_chunks = chunk[by]
+        cuts = np.flatnonzero(sorted_chunks[1:] != sorted_chunks[:-1]) + 1
         out = np.empty(len(slot), dtype=object)
-        for c in np.unique(chunk).tolist():
-            m = chunk == c
-            out[m] = store[c][what][idx[m]]
+        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(by)], strict=True):
+            part = by[lo:hi]
+            out[part] = store[int(sorted_chunks[lo])][what][idx[part]]
         return out
 
     def chunk(self, side: np.ndarray, t: np.ndarray, timed: np.ndarray | None, code: np.ndarray,
