@@ -41,13 +41,23 @@ _ENVELOPE = (("ts",), ("key",))
 
 def readable(paths: Sequence[FieldPath]) -> bool:
     """Whether every path is one the fast read can give as a column: the envelope's ts or key, or a
-    top-level field of the value."""
-    return all(p in _ENVELOPE or (len(p) == 2 and p[0] == "value" and _name_ok(p[1])) for p in paths)
+    field of the value at any depth (`value.a`, `value.a.b`)."""
+    return all(p in _ENVELOPE or (len(p) >= 2 and p[0] == "value" and all(map(_name_ok, p[1:]))) for p in paths)
 
 
 def _name_ok(name: str) -> bool:
     # msgspec refuses field names with a quote, a backslash or a control character
     return not any(c in '"\\' or c < " " for c in name)
+
+
+def _value_tree(paths: Sequence[FieldPath]) -> dict:
+    """The value paths (without their leading "value") as a tree {name: subtree}."""
+    tree: dict = {}
+    for p in paths:
+        node = tree
+        for name in p[1:]:
+            node = node.setdefault(name, {})
+    return tree
 
 
 class FieldReader:
@@ -57,19 +67,18 @@ class FieldReader:
         if not readable(paths):
             raise ValueError(f"not readable as columns: {paths}")
         self.paths = list(dict.fromkeys(paths))
-        names = list(dict.fromkeys(p[1] for p in self.paths if p[0] == "value"))
-        # Python names f0, f1... with the JSON names given by `name=`: any JSON name works
-        value = msgspec.defstruct(
-            "Value", [(f"f{i}", Any, msgspec.field(default=None, name=n)) for i, n in enumerate(names)],
-            gc=False)
+        tree = _value_tree([p for p in self.paths if p[0] == "value"])
+        # the value must be an object (a tombstone or a scalar value goes to the full read); a
+        # field with fields of its own must be an object or null
         envelope = msgspec.defstruct(
-            "Envelope", [("offset", _Offset), ("partition", _Int), ("ts", _Offset), ("value", value),
+            "Envelope", [("offset", _Offset), ("partition", _Int), ("ts", _Offset), ("value", _struct("Value", tree)),
                          ("key", str | None, None)], gc=False)
-        self._decode = msgspec.json.Decoder(envelope).decode
+        self._decode_all = msgspec.json.Decoder(list[envelope]).decode  # type: ignore[valid-type]
         self._value = attrgetter("value")
-        self._getters: dict[FieldPath, attrgetter[Any]] = {("ts",): attrgetter("ts"), ("key",): attrgetter("key")}
-        for i, n in enumerate(names):
-            self._getters[("value", n)] = attrgetter(f"f{i}")
+        self._getters: dict[FieldPath, Any] = {("ts",): attrgetter("ts"), ("key",): attrgetter("key")}
+        for p in self.paths:
+            if p[0] == "value":
+                self._getters[p] = _nested_getter(tree, p[1:])
 
     def read_piece(self, piece: bytes) -> FieldBatch | None:
         """The piece's lines and a column per path, or None when the piece must be read in full."""
@@ -78,10 +87,17 @@ class FieldReader:
                 piece.decode()
             except UnicodeDecodeError:
                 return None
-        lines = piece.splitlines()
+        if b"\r" in piece:
+            return None  # the full read cuts lines at a \r too (bytes.splitlines), and rejects them
+        text = piece[:-1] if piece.endswith(b"\n") else piece
+        n = text.count(b"\n") + 1
         try:
-            objs = list(map(self._decode, lines))
+            # the lines as one JSON array, one decoder call: a blank line makes it invalid, a line
+            # holding two values one element too many
+            objs = self._decode_all(b"[" + text.replace(b"\n", b",") + b"]")
         except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        if len(objs) != n:
             return None
         values = None
         cols: dict[FieldPath, list] = {}
@@ -90,13 +106,13 @@ class FieldReader:
             if p[0] == "value":
                 if values is None:
                     values = list(map(self._value, objs))
-                col = list(map(get, values))
+                col = get(values)
                 if not _plain(col):
                     return None
             else:
                 col = list(map(get, objs))
             cols[p] = col
-        return FieldBatch(piece, cols, len(lines))
+        return FieldBatch(piece, cols, n)
 
 
 def _plain(col: list) -> bool:
@@ -128,11 +144,7 @@ class PlainFieldReader:
         if not plain_readable(paths):
             raise ValueError(f"not readable as plain columns: {paths}")
         self.paths = list(dict.fromkeys(paths))
-        tree: dict = {}
-        for p in self.paths:
-            node = tree
-            for name in p[1:]:
-                node = node.setdefault(name, {})
+        tree = _value_tree(self.paths)
         self._decode_all = msgspec.json.Decoder(list[_struct("Line", tree)]).decode  # type: ignore[misc]
         self._getters = {p: _nested_getter(tree, p[1:]) for p in self.paths}
 

@@ -37,6 +37,9 @@ PIPE_BYTES = 1 << 20  # a larger pipe: fewer wake-ups per piece
 # A plain file's columns go to numpy (time parse, window cells): 256 KiB pieces (~1500 lines)
 # spread each call's fixed cost; 64 KiB took 1.82 CPU-s to read 1M events, 256 KiB 1.66, 1 MiB 1.81.
 PLAIN_PIECE = 1 << 18
+# The pieces of each partition of a merged log: as large as a plain file's (the column step's numpy
+# calls, the merge's per-round work); a merged batch takes its parts from all partitions' pieces
+MERGED_PIECE = PLAIN_PIECE
 T = TypeVar("T")
 _F_SETPIPE_SZ = 1031
 # Each message is a tag byte, its length (8 bytes) and the message: marshal (about 3x faster than pickle both ways for
@@ -154,11 +157,14 @@ def log_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | No
     whose bytes then stay behind (pickling them cost as much as the decoding). Several partitions
     are merged in this process, by the event time `time_of` reads."""
     lg, ranges = inputorder.read_plan(path, None, None)
+    hooks = hooks if hooks is not None else {}
+    if len(ranges) > 1 and can_fork() and hooks.get("transform") is not None:
+        yield from _merged_log_batches(path, lg, ranges, fields, hooks)
+        return
     if len(ranges) != 1 or not can_fork():
         yield from inputorder.log_batches(path, fields=fields, time_of=time_of)
         return
     p, start, end = ranges[0]
-    hooks = hooks if hooks is not None else {}
 
     def pieces() -> Iterator[tuple]:  # in the child
         transform, keep = hooks.get("transform"), hooks.get("records", True)
@@ -180,6 +186,80 @@ def log_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | No
             yield FieldBatch(msg[1], msg[2], msg[3], msg[4])
         else:
             yield piece_records(path, p, msg[1])
+
+
+class _LanePiece:
+    """A piece of one partition in the reading process: its columns as the consumer's column step
+    made them, and (read on demand) its lines and records."""
+
+    __slots__ = ("path", "p", "piece", "recs", "pre", "clean", "_lines")
+
+    def __init__(self, path: str, p: int, piece: bytes, recs: list | None, pre: tuple) -> None:
+        self.path, self.p, self.piece, self.recs, self.pre = path, p, piece, recs, pre
+        # usable as columns as they are: read as columns, every time usable, every number a number
+        # (otherwise the consumer reads the records: bad times are reported, non-numbers counted)
+        self.clean = recs is None and pre[1] is not None and not pre[3]
+        self._lines: list[bytes] | None = None
+
+    def lines(self) -> list[bytes]:
+        if self._lines is None:
+            self._lines = self.piece.splitlines()
+        return self._lines
+
+    def records(self) -> list:
+        if self.recs is None:
+            self.recs = inputorder.piece_records(self.path, self.p, self.piece)
+        return self.recs
+
+
+def _merged_log_batches(path: str, lg: Any, ranges: list[tuple[int, int, int | None]],
+                        fields: Sequence[columns.FieldPath], hooks: dict) -> Generator[inputorder.Block, None, None]:
+    """A log of several partitions read, made into the consumer's columns ("transform") and merged
+    in input order by a child process, while this one consumes: the merge keys are the running
+    maxima of the times the column step reads (the same times time_of reads, so the order of
+    inputorder.log_batches). A merged batch whose pieces were all clean travels as the consumer's
+    columns (a FieldBatch with `pre`; its lines, reordered, only when "records" asks for them);
+    any other goes as its records in input order, for the consumer to read in full."""
+    transform, keep = hooks["transform"], hooks.get("records", True)
+
+    def lane(p: int, start: int, end: int | None) -> Iterator[tuple[list, _LanePiece]]:
+        read = columns.FieldReader(fields).read_piece
+        for piece in inputorder.partition_pieces(lg, p, start, end, MERGED_PIECE):
+            batch = read(piece)
+            recs = None if batch is not None else inputorder.piece_records(path, p, piece)
+            pre = transform(batch if recs is None else recs)
+            yield pre[0], _LanePiece(path, p, piece, recs, pre)
+
+    def merged() -> Iterator[tuple]:  # in the child
+        lanes = [inputorder.ColumnLane(lane(p, start, end)) for p, start, end in ranges]
+        for parts, order in inputorder.merge_columns(lanes):
+            idx = None if order is None else order.tolist()
+            if all(lp.clean for lp, _s, _e in parts):
+                pre = [lp.pre for lp, _s, _e in parts]
+                ts, ks = _cat([x[0] for x in pre], parts, idx), _cat([x[1] for x in pre], parts, idx)
+                cols = [None if pre[0][2][j] is None else _cat([x[2][j] for x in pre], parts, idx)
+                        for j in range(len(pre[0][2]))]
+                text = None
+                if keep:
+                    text = b"\n".join(_cat([lp.lines() for lp, _s, _e in parts], parts, idx)) + b"\n"
+                yield ("c", text, len(ts), (ts, ks, cols, ()))
+            else:
+                yield ("r", _cat([list(lp.records()) for lp, _s, _e in parts], parts, idx))
+
+    FieldBatch = columns.FieldBatch
+    for msg in items(merged, path):
+        if msg[0] == "c":
+            yield FieldBatch(msg[1], None, msg[2], msg[3])
+        else:
+            yield msg[1]
+
+
+def _cat(whole: list[list], parts: list[tuple[Any, int, int]], idx: list[int] | None) -> list:
+    """The parts' slices of these lists, one after the other, then put in the order idx."""
+    out: list = []
+    for col, (_lp, s, e) in zip(whole, parts, strict=True):
+        out += col[s:e]
+    return out if idx is None else list(map(out.__getitem__, idx))
 
 
 def plain_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | None = None) -> Generator[Any, None, None]:

@@ -79,6 +79,50 @@ def test_fast_read_accepts_only_what_the_full_read_reads_the_same(ls):
         assert orjson.dumps(fast.cols[p]) == orjson.dumps(want[p]), p
 
 
+NESTED = [("ts",), ("value", "time"), ("value", "n", "a"), ("value", "n", "b", "c")]
+
+
+@st.composite
+def nested_lines(draw) -> bytes:
+    n = draw(st.one_of(json_values, st.fixed_dictionaries({}, optional={
+        "a": json_values, "b": st.one_of(json_values, st.fixed_dictionaries({}, optional={"c": json_values}))})))
+    rec = {"offset": draw(st.integers(0, 9)), "partition": 0, "ts": draw(st.integers(0, 2**40)), "key": "k",
+           "value": {"time": draw(scalars), "n": n}}
+    if draw(st.integers(0, 5)) == 0:
+        del rec["value"]["n"]
+    return json.dumps(rec, separators=(",", ":")).encode()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ls=st.lists(nested_lines(), min_size=1, max_size=6))
+def test_nested_paths_read_as_the_full_read_reads_them(ls):
+    from streamctl.storage import fieldpaths
+
+    piece = b"\n".join(ls) + b"\n"
+    fast = columns.FieldReader(NESTED).read_piece(piece)
+    full = inputorder._block_records(piece)
+    if fast is None:
+        return
+    assert full is not None
+    for p in NESTED:
+        want = [fieldpaths.get(r, p) for r in full]
+        assert orjson.dumps(fast.cols[p]) == orjson.dumps(want), p
+
+
+def test_nested_paths_take_ordinary_records():
+    ls = [orjson.dumps({"offset": i, "partition": 0, "ts": 1000 + i, "key": "k",
+                        "value": {"time": 5, "n": {"a": i, "b": {"c": "x"}} if i % 4 else None}}) for i in range(8)]
+    fast = columns.FieldReader(NESTED).read_piece(b"\n".join(ls) + b"\n")
+    assert fast is not None
+    assert fast.cols[("value", "n", "a")] == [None, 1, 2, 3, None, 5, 6, 7]
+    assert fast.cols[("value", "n", "b", "c")] == [None, "x", "x", "x", None, "x", "x", "x"]
+
+
+def test_a_carriage_return_inside_a_line_goes_to_the_full_read():
+    line = b'{"offset":0,"partition":0,"ts":1,\r"key":"a","value":{"time":5}}\n'
+    assert columns.FieldReader(PATHS).read_piece(line) is None
+
+
 def test_fast_read_takes_ordinary_records():
     ls = [orjson.dumps({"offset": i, "partition": 0, "ts": 1000 + i, "key": f"u{i}" if i % 3 else None,
                         "value": {"time": 1_763_683_200_000 + i, "amount": i / 4, "note": "é x", "n": {"a": [1]}}})
@@ -106,7 +150,8 @@ def test_what_the_fast_read_leaves_to_the_full_read(line):
 
 def test_readable_paths():
     assert columns.readable([("ts",), ("key",), ("value", "x")])
-    assert not columns.readable([("value", "a", "b")])
+    assert columns.readable([("value", "a", "b"), ("value", "a", "c", "d")])
+    assert not columns.readable([("value",)])
     assert not columns.readable([("offset",)])
     assert not columns.readable([("value", 'a"b')]) and not columns.readable([("value", "a\\b")])
     assert not columns.readable([("value", "a\nb")])
