@@ -336,3 +336,18 @@ def test_sessions_in_order_extend_the_latest_session_not_the_last_made():
     a, b = both(cfg, records(evs), [2, 2])
     assert a == b
     assert [r[3]["count"] for r in a[0]] == [1, 3]
+
+
+@pytest.mark.parametrize("kind,hop", [("tumbling", 0), ("hopping", 30_000), ("session", 0), ("sliding", 0)])
+@pytest.mark.parametrize("sizes", [[3], [1, 2], [2, 1]])
+@pytest.mark.parametrize("lateness", [0, 30_000])
+def test_an_event_whose_window_ends_at_the_watermark_is_late(kind, hop, sizes, lateness):
+    """The window [start, end) is closed once the watermark reaches end: an event for it then is
+    late, in a batch as one by one (the edge the columns' comparisons must get right)."""
+    evs = [{"ts": T0 + M + lateness, "k": "a", "v": 1}, {"ts": T0 + M // 2, "k": "a", "v": 2},
+           {"ts": T0 + M + M // 2 + lateness, "k": "a", "v": 3}]
+    cfg = WindowConfig(kind=kind, size=M, hop=hop, by=["k"], aggs=["count", "sum:v", "avg:v"], lateness=lateness)
+    a, b = both(cfg, records(evs), sizes)
+    assert a == b
+    if kind in ("tumbling", "hopping"):
+        assert a[1]["late"] == 1

@@ -197,6 +197,8 @@ class GridWindows:
         wms = watermarks(ts, maxt, lateness)
         size, hop = self.size, self.hop
         lates: list[int] = []
+        if size == hop and self.columnar:
+            return self._fold_tumbling_cells(ts, ks, cols, maxt, lateness, out)
         if size == hop:  # tumbling: one window per event
             ends = [t - t % size + size for t in ts]  # % floors: pre-1970 times land in the right window too
             late = list(map(le, ends, wms))
@@ -251,6 +253,31 @@ class GridWindows:
                 st = d[k] = new()
             folds.append((st, idx))
         self.plan.fold_groups(folds, cols, seq)
+
+    def _fold_tumbling_cells(self, ts: list[int], ks: list[bytes], cols: list[list | None], maxt: int, lateness: int,
+                             out: list) -> tuple[int, list[int]]:
+        """fold() of tumbling windows kept as columns: each event's window, the watermark before it
+        (watermarks()) and whether it is late, computed with numpy, then _fold_columns."""
+        import numpy as np
+
+        n = len(ts)
+        t = np.fromiter(ts, dtype=np.int64, count=n)
+        before = np.empty(n, dtype=np.int64)  # the largest time before each event (maxt before the first)
+        before[0] = maxt
+        np.maximum(np.maximum.accumulate(t)[:-1], maxt, out=before[1:])
+        size = self.size
+        end_array = t - t % size + size  # numpy's % floors as Python's does
+        # before the first time (NO_WATERMARK) nothing is late: every end is far above it
+        late = end_array <= before - lateness
+        lates: list[int] = []
+        pos: Sequence[int] = range(n)
+        if late.any():
+            lates = np.flatnonzero(late).tolist()
+            kept = np.flatnonzero(~late)
+            pos = kept.tolist()
+            end_array = end_array[kept]
+            ks = [ks[i] for i in pos]
+        return self._fold_columns(end_array.tolist(), ks, pos, cols, ts, maxt, lateness, lates, out)
 
     def _fold_columns(self, ends: list[int], ks: list[bytes], pos: Sequence[int], cols: list[list | None],
                       ts: list[int], maxt: int, lateness: int, lates: list[int], out: list) -> tuple[int, list[int]]:

@@ -19,7 +19,6 @@ keep the type of a winning value (min, max), and use Plan's states.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from itertools import compress
 from typing import Any
 
 import numpy as np
@@ -168,6 +167,12 @@ class Slots:
                 # an int total divided by the count: Python's true division of two ints rounds once,
                 # as the float division of their exact float64 values does
                 columns.append([t / n if n else None for t, n in zip(total, count, strict=True)])
+        if len(names) == 1:  # dict displays: a third of dict(zip())'s time, for the usual one or two
+            (a,), (ca,) = names, columns
+            return [{a: x} for x in ca]
+        if len(names) == 2:
+            (a, b), (ca, cb) = names, columns
+            return [{a: x, b: y} for x, y in zip(ca, cb, strict=True)]
         return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
 
     def state_at(self, s: int) -> list:
@@ -206,18 +211,14 @@ class Cells(Slots):
 
     def slots(self, keys: list[bytes]) -> np.ndarray:
         """Each key's slot, made for keys not seen before."""
-        got = list(map(self.slot.get, keys))
-        if None in got:
-            slot = self.slot
-            for j in compress(range(len(keys)), [s is None for s in got]):
-                s = slot.get(keys[j])
-                if s is None:
-                    s = slot[keys[j]] = self.size
-                    self.size += 1
-                got[j] = s
-            if self.size > self.cap:
-                self._grow(self.size)
-        return np.array(got, dtype=np.intp)
+        slot = self.slot
+        add = slot.setdefault
+        # a new key's slot is the number of keys before it (self.size == len(slot))
+        got = np.fromiter([add(k, len(slot)) for k in keys], dtype=np.intp, count=len(keys))
+        self.size = len(slot)
+        if self.size > self.cap:
+            self._grow(self.size)
+        return got
 
     def fold(self, keys: list[bytes], cols: Sequence[NumberColumn | None]) -> None:
         """Fold events (their group keys, one input column per aggregation, None for a bare count)."""
