@@ -407,6 +407,10 @@ class WindowRun:
         """
         if isinstance(records, RecordBlocks) and progress is None:
             if self.columns is not None:
+                # numpy (the column step's time parse, the open windows' cells) loaded once, here,
+                # before the reading process is forked: not again in the child (~70 ms each)
+                import streamctl.processing.timecolumns  # noqa: F401
+
                 records.hooks["transform"] = self.columns
                 # without a late sink, a batch whose columns were made needs no records (nor its bytes)
                 records.hooks["records"] = self.late_sink is not None
