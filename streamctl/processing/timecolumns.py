@@ -49,18 +49,25 @@ def _month_tables() -> tuple[np.ndarray, np.ndarray]:
     return _months
 
 
-def iso_column_ms(values: Sequence[Any]) -> list[int | None]:
-    """`event_times(values)`, fast when the values are ISO-8601 UTC strings of one of the two shapes."""
+def _in_range(times: list[int | None], lo: int | None, hi: int | None) -> list[int | None]:
+    if lo is None or hi is None:
+        return times
+    return [t if t is not None and lo <= t <= hi else None for t in times]
+
+
+def iso_column_ms(values: Sequence[Any], lo: int | None = None, hi: int | None = None) -> list[int | None]:
+    """`event_times(values)`, fast when the values are ISO-8601 UTC strings of one of the two shapes;
+    with `lo` and `hi`, a time outside [lo, hi] is None too."""
     n = len(values)
     if n < 32 or {*map(type, values)} != {str}:
-        return event_times(values)
+        return _in_range(event_times(values), lo, hi)
     lengths = {*map(len, values)}
     width = lengths.pop()
     if lengths or width not in _WIDTHS:
-        return event_times(values)
+        return _in_range(event_times(values), lo, hi)
     text = "".join(values)
     if not text.isascii():
-        return event_times(values)
+        return _in_range(event_times(values), lo, hi)
     m = np.frombuffer(text.encode("ascii"), dtype=np.uint8).reshape(n, width)
     if width == 20:  # no fraction: read as .000
         m = np.concatenate((m[:, :19], np.frombuffer(b".000Z" * n, dtype=np.uint8).reshape(n, 5)), axis=1)
@@ -83,4 +90,7 @@ def iso_column_ms(values: Sequence[Any]) -> list[int | None]:
         bad = np.flatnonzero(~ok).tolist()
         for i, t in zip(bad, event_times([values[i] for i in bad]), strict=True):
             out[i] = t
+        return _in_range(out, lo, hi)
+    if lo is not None and hi is not None and not ((ms >= lo) & (ms <= hi)).all():
+        return _in_range(out, lo, hi)
     return out

@@ -328,7 +328,7 @@ class EventColumns:
             return [t if type(t) is int and lo <= t <= hi else None for t in x]
         from streamctl.processing.timecolumns import iso_column_ms  # numpy: imported when used
 
-        return [t if t is not None and lo <= t <= hi else None for t in iso_column_ms(x)]
+        return iso_column_ms(x, lo, hi)
 
     def keys(self, recs: Any) -> list[bytes]:
         if len(self.key_paths) > 1:
