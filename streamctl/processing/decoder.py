@@ -37,9 +37,6 @@ PIPE_BYTES = 1 << 20  # a larger pipe: fewer wake-ups per piece
 # A plain file's columns go to numpy (time parse, window cells): 256 KiB pieces (~1500 lines)
 # spread each call's fixed cost; 64 KiB took 1.82 CPU-s to read 1M events, 256 KiB 1.66, 1 MiB 1.81.
 PLAIN_PIECE = 1 << 18
-# The pieces of each partition of a merged log: as large as a plain file's (the column step's numpy
-# calls, the merge's per-round work); a merged batch takes its parts from all partitions' pieces
-MERGED_PIECE = PLAIN_PIECE
 T = TypeVar("T")
 _F_SETPIPE_SZ = 1031
 # Each message is a tag byte, its length (8 bytes) and the message: marshal (about 3x faster than pickle both ways for
@@ -169,7 +166,7 @@ def log_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | No
     def pieces() -> Iterator[tuple]:  # in the child
         transform, keep = hooks.get("transform"), hooks.get("records", True)
         read = columns.FieldReader(fields).read_piece
-        for piece in inputorder.partition_pieces(lg, p, start, end):
+        for piece in inputorder.partition_pieces(lg, p, start, end, inputorder.COLUMN_PIECE):
             batch = read(piece)
             if batch is None:
                 yield ("r", piece)
@@ -224,7 +221,7 @@ def _merged_log_batches(path: str, lg: Any, ranges: list[tuple[int, int, int | N
 
     def lane(p: int, start: int, end: int | None) -> Iterator[tuple[list, _LanePiece]]:
         read = columns.FieldReader(fields).read_piece
-        for piece in inputorder.partition_pieces(lg, p, start, end, MERGED_PIECE):
+        for piece in inputorder.partition_pieces(lg, p, start, end, inputorder.COLUMN_PIECE):
             batch = read(piece)
             recs = None if batch is not None else inputorder.piece_records(path, p, piece)
             pre = transform(batch if recs is None else recs)

@@ -377,7 +377,7 @@ def corrupt_line(path: str, p: int, line: bytes, e: Exception) -> StorageError:
 def _partition_batches(path: str, lg: logmod.Log, p: int, start: int, end: int | None,
                        fields: Sequence[FieldPath] | None = None) -> Iterator[Block]:
     read_fields = columns.FieldReader(fields).read_piece if fields else None
-    for piece in partition_pieces(lg, p, start, end):
+    for piece in partition_pieces(lg, p, start, end, COLUMN_PIECE if fields else 0):
         if read_fields is not None:
             cols = read_fields(piece)
             if cols is not None:
@@ -413,6 +413,10 @@ def piece_records(path: str, p: int, piece: bytes) -> list[Record]:
 
 
 PIECE = 1 << 16
+# Pieces read as columns (the window's read of a log: FieldReader, then numpy for times and cells):
+# larger, so numpy's per-call cost is spread over ~1000 lines (1M epoch-ms events, tumbling 1m
+# count+avg: 4.1-4.2 s wall in 64 KiB pieces, 3.6 s in 256 KiB)
+COLUMN_PIECE = 1 << 18
 
 
 _NoneType = type(None)

@@ -64,7 +64,7 @@ def _run(cfg: WindowConfig, path: str, merged: bool, late_out: bool):
 @pytest.fixture
 def forking(monkeypatch):
     monkeypatch.setattr(decoder, "can_fork", lambda: hasattr(os, "fork"))
-    monkeypatch.setattr(decoder, "MERGED_PIECE", 300)  # pieces of a few records: many merge rounds
+    monkeypatch.setattr(inputorder, "COLUMN_PIECE", 300)  # pieces of a few records: many merge rounds
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,

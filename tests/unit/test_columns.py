@@ -173,6 +173,7 @@ def test_window_over_mixed_pieces_equals_the_record_path(run, logdir, monkeypatc
         evs.append(json.dumps(v) + "\n")
     run("produce", logdir, "--key-field", "user", "--segment-bytes", "64KiB", input="".join(evs), check=True)
     monkeypatch.setattr(inputorder, "PIECE", 2000)
+    monkeypatch.setattr(inputorder, "COLUMN_PIECE", 2000)
     cfg = WindowConfig(kind="tumbling", size=60_000, time_field="value.at", aggs=["count", "avg:amount", "max:amount"])
     want_rows: list = []
     want_late: list = []
@@ -232,6 +233,7 @@ def test_read_ahead_gives_what_the_in_process_read_gives(run, logdir, monkeypatc
 
     _mixed_log(run, logdir)
     monkeypatch.setattr(inputorder, "PIECE", 3000)
+    monkeypatch.setattr(inputorder, "COLUMN_PIECE", 3000)
     monkeypatch.setattr(decoder.parallel, "cores", lambda: 2)
     want = _flat(inputorder.log_batches(logdir, fields=FIELDS))
     assert {k for k, *_ in want} == {"cols", "recs"}
@@ -258,6 +260,7 @@ def test_read_ahead_stopped_early_leaves_no_child(run, logdir, monkeypatch):
 
     _mixed_log(run, logdir)
     monkeypatch.setattr(inputorder, "PIECE", 3000)
+    monkeypatch.setattr(inputorder, "COLUMN_PIECE", 3000)
     monkeypatch.setattr(decoder.parallel, "cores", lambda: 2)
     def children() -> set[int]:
         with open(f"/proc/self/task/{os.getpid()}/children") as f:
