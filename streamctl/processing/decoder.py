@@ -14,7 +14,10 @@ whose columns came out clean travels without its bytes.
 The child sends, per piece, ("c", piece, columns, count, pre) or, when the piece
 needs the full read, ("r", piece): the parent reads those itself with
 inputorder.piece_records, so a corrupt line fails with the same message in
-the same place as without read-ahead. The child then sends ("end",), or
+the same place as without read-ahead. A log of several partitions is read and
+merged in input order by the child (with the consumer's column step: the merge
+keys come from the times it reads), which sends merged batches as columns or,
+when a piece in them needs the full read, as records. The child then sends ("end",), or
 ("e", error class, message) when reading fails. It only reads: if the parent
 stops or dies, the child's next write fails and it exits; the parent kills
 and reaps it when the consumer stops early.
@@ -152,7 +155,8 @@ def log_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | No
     window driver's EventColumns), the batch travels with its columns and bytes, for the parent to
     read the good records again. "records": False when the consumer never asks a batch with a `pre` for its records,
     whose bytes then stay behind (pickling them cost as much as the decoding). Several partitions
-    are merged in this process, by the event time `time_of` reads."""
+    are read and merged by the child too when there is a "transform" (_merged_log_batches), else
+    merged in this process by the event time `time_of` reads."""
     lg, ranges = inputorder.read_plan(path, None, None)
     hooks = hooks if hooks is not None else {}
     if len(ranges) > 1 and can_fork() and hooks.get("transform") is not None:
