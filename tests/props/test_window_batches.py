@@ -351,3 +351,20 @@ def test_an_event_whose_window_ends_at_the_watermark_is_late(kind, hop, sizes, l
     assert a == b
     if kind in ("tumbling", "hopping"):
         assert a[1]["late"] == 1
+
+
+@pytest.mark.parametrize("sizes", [[7], [2, 5], [3, 4], [1] * 7])
+@pytest.mark.parametrize("lateness", [0, M, 5 * M])
+def test_sessions_in_order_an_event_exactly_gap_after_the_last_extends(sizes, lateness):
+    """In time order, an event exactly GAP after its group's last event joins the session; one
+    GAP + 1 ms after starts a new one (the columnar in-order fold's comparison, at its edge: with
+    a lateness, the session is still open when that event comes)."""
+    g = M
+    evs = [{"ts": T0, "k": "a", "v": 1}, {"ts": T0 + g, "k": "a", "v": 2}, {"ts": T0 + g, "k": "b", "v": 3},
+           {"ts": T0 + 2 * g, "k": "a", "v": 4}, {"ts": T0 + 2 * g + 1, "k": "b", "v": 5},
+           {"ts": T0 + 2 * g + 1, "k": "b", "v": 6}, {"ts": T0 + 10 * g, "k": "c", "v": 7}]
+    cfg = WindowConfig(kind="session", size=g, by=["k"], aggs=["count", "sum:v"], lateness=lateness)
+    a, b = both(cfg, records(evs), sizes)
+    assert a == b
+    got = sorted((orjson.loads(r[2]), r[0] - T0, r[3]["count"]) for r in a[0])
+    assert got == [("a", 0, 3), ("b", g, 1), ("b", 2 * g + 1, 2), ("c", 10 * g, 1)]
