@@ -368,3 +368,48 @@ def test_sessions_in_order_an_event_exactly_gap_after_the_last_extends(sizes, la
     assert a == b
     got = sorted((orjson.loads(r[2]), r[0] - T0, r[3]["count"]) for r in a[0])
     assert got == [("a", 0, 3), ("b", g, 1), ("b", 2 * g + 1, 2), ("c", 10 * g, 1)]
+
+
+@pytest.mark.parametrize("aggs", [["count", "avg:v"], ["count", "first:v", "max:v"]])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(evs=events_strategy(bad=False), sizes=st.lists(st.integers(1, 9), max_size=12),
+       lateness=st.sampled_from([0, M, 10 * M]), gap=st.sampled_from([30_000, 3 * M]),
+       order=st.sampled_from(["sorted", "mostly sorted"]))
+def test_sessions_in_order_batches_keep_the_rows_and_state_of_one_by_one(aggs, evs, sizes, lateness, gap, order):
+    """Sessions folded a batch in time order at a time (arrays, with slot or Plan states), mixed with
+    batches out of order: the rows and the checkpoint of one event at a time, after every batch."""
+    evs = sorted(evs, key=lambda e: e["ts"]) if order == "sorted" else sorted_runs(evs)
+    cfg = WindowConfig(kind="session", size=gap, by=["k"], aggs=aggs, lateness=lateness)
+    one, batched = WindowRun(cfg, is_log=False), WindowRun(cfg, is_log=False)
+    rows_one: list = []
+    rows_batched: list = []
+    done = 0
+    for part in cut(records(evs), sizes):
+        one.feed_records(iter(part), rows_one.extend)
+        batched.feed_batches([part], rows_batched.extend)
+        done += len(part)
+        assert rows_batched == rows_one
+        assert orjson.dumps(batched.dump()) == orjson.dumps(one.dump()), done
+    one.finish(rows_one.extend)
+    batched.finish(rows_batched.extend)
+    assert rows_batched == rows_one
+
+
+@pytest.mark.parametrize("aggs", [["count", "avg:v"], ["count", "first:v", "max:v"]])
+def test_sessions_in_order_batches_really_use_arrays(monkeypatch, aggs):
+    """A batch in time order is assigned by the OpenIndex, never one event at a time."""
+    from streamctl.processing.windows import session
+
+    def one_by_one(*_args):
+        raise AssertionError("a batch in time order went one event at a time")
+
+    monkeypatch.setattr(session, "fold_events", one_by_one)
+    evs = [{"ts": T0 + i * 7_000, "k": "abcd"[i % 4], "v": i} for i in range(200)]
+    evs += [{"ts": T0 + 200 * 7_000 + 5 * M + i * 61_000, "k": "a", "v": i} for i in range(20)]
+    cfg = WindowConfig(kind="session", size=M, by=["k"], aggs=aggs)
+    run = WindowRun(cfg, is_log=False)
+    rows: list = []
+    run.feed_batches(cut(records(evs), [9] * 30), rows.extend)
+    assert run.op.index is not None and len(run.op.index.gid) == 4
+    run.finish(rows.extend)
+    assert [r[3]["count"] for r in rows] == [50, 50, 50, 50] + [1] * 20

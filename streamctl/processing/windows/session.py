@@ -34,6 +34,13 @@ session (no other closed session can be within GAP of an event that is not
 late by the first rule), and forgets it when the watermark is 2 GAP past it
 (from then on the first rule covers every event it could catch).
 
+A batch in time order from the largest time before it on (a log or file
+written as things happened) is assigned to sessions without a loop per event
+(session_index.OpenIndex.assign: a sort by group and a few array passes),
+then each session's events are folded at once, then the sessions the batch
+closes are closed where the one-event path would close them: the same rows,
+order and state as add() per event, which the property tests check.
+
 Each open session has one entry in the close heap, pushed when it is created
 with the end it had then; an entry popped for a session that has grown since
 is pushed again with the new end, so extending a session costs nothing and
@@ -45,7 +52,6 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-import math
 from collections import deque
 from itertools import islice
 from operator import le
@@ -53,8 +59,10 @@ from typing import Any
 
 from streamctl.processing.windows import NO_WATERMARK, Batch, fold_events
 
-# a session: [start, last, state, late events in it, id, windows written for it and still valid (or None)]
-START, LAST, STATE, REV, SID, SHOWN = range(6)
+# a session: [start, last, state, late events in it, id, windows written for it and still valid (or None),
+# its handle in the OpenIndex (NO_HANDLE: none)]
+START, LAST, STATE, REV, SID, SHOWN, HANDLE = range(7)
+NO_HANDLE = -1
 
 
 def _session_start(s: list) -> int:
@@ -96,6 +104,8 @@ class Session:
         self.states: Any = plan
         self.columnar = False
         self.slots_ok = not update and not correct and all(f in ("count", "sum", "avg") for f in plan.funcs)
+        # the open sessions as arrays, for batches in time order (made by the first one)
+        self.index: Any = None
 
     def _use_slots(self) -> None:
         if self.slots_ok and not self.columnar and not self.open:
@@ -162,10 +172,14 @@ class Session:
         return False
 
     def _new(self, t: int) -> list:
-        return [t, t, self.states.new(), 0, next(self._ids), None]
+        return [t, t, self.states.new(), 0, next(self._ids), None, NO_HANDLE]
 
     def _absorb(self, s: list, other: list) -> None:
         """Merge session `other` into `s` (its written windows become s's to withdraw)."""
+        if other[HANDLE] != NO_HANDLE:
+            self._last(other)
+            self.index.release(other[HANDLE])  # its key is stale: the index finds its newest again
+            other[HANDLE] = NO_HANDLE
         self.states.merge(s[STATE], other[STATE])
         if other[START] < s[START]:
             s[START] = other[START]
@@ -229,6 +243,8 @@ class Session:
         # and still joins the session, so the session cannot close while wm == end.
         heap = self.heap
         if not heap or heap[0][0] >= wm:
+            if not self.correct:
+                self._forget(wm)  # at every watermark: the state after a batch is the same however it was cut
             return
         batch = []
         gap = self.gap
@@ -239,12 +255,15 @@ class Session:
                 continue
             for i, s in enumerate(sessions):
                 if s[SID] == sid:
-                    now_end = s[LAST] + gap
+                    now_end = (s[LAST] if s[HANDLE] == NO_HANDLE else self._last(s)) + gap
                     if now_end > end:
                         heapq.heappush(heap, (now_end, sid, key))  # it grew: check again then
                     else:
                         del sessions[i]
                         batch.append((s[START], now_end, key, s))
+                        if s[HANDLE] != NO_HANDLE:
+                            self.index.release(s[HANDLE], key)
+                            s[HANDLE] = NO_HANDLE
                     break
             if not sessions:
                 del self.open[key]
@@ -261,6 +280,7 @@ class Session:
                 del last_of[key]
 
     def flush(self, out: list) -> None:
+        self._drop_index()
         batch = [(s[START], s[LAST] + self.gap, key, s) for key, sessions in self.open.items() for s in sessions]
         self.open.clear()
         self.heap.clear()
@@ -297,13 +317,13 @@ class Session:
         """Fold a batch. Rows depend on each event (one may bridge two sessions), so in general one
         event at a time (fold_events). A batch in time order from the largest time before it on
         (the usual case: a log or file written as things happened) has simpler events: none is
-        late, each one either extends its group's newest session or starts a new one, and the
-        watermark is its own time minus the lateness. Then the events are only assigned to
-        sessions here, and each session's events are folded at once (Plan.fold_groups), before
-        every close() and at the end: the same states, rows and order."""
+        late, each one either extends its group's newest session or starts a new one. Those are
+        assigned with arrays (_fold_in_order): the same states, rows and order."""
         self._use_slots()
         ts = batch.ts
         if self.update or self.correct or not ts or ts[0] < batch.maxt or not all(map(le, ts, islice(ts, 1, None))):
+            if self.index is not None:
+                self._sync_keys(batch.ks)
             if self.columnar:
                 from streamctl.processing.windows.cells import cols_too_large
 
@@ -313,7 +333,14 @@ class Session:
             if self.columnar and not self.states.fits():
                 self.to_states()
             return done
-        _ts, ks, cols, seq, _maxt, lateness = batch
+        return self._fold_in_order(batch, out)
+
+    def _fold_in_order(self, batch: Batch, out: list) -> tuple[int, list[int]]:
+        """A batch in time order, none of it before the largest time seen: each session's events
+        are folded at once, then each close() the one-event path makes at an event that moves the
+        watermark past a session's end is made (a session's events all come before the event
+        that closes it, so its state is whole by then)."""
+        ts, ks, cols, seq, _maxt, lateness = batch
         numbers = None
         if self.columnar:
             from streamctl.processing.windows.cells import number_columns
@@ -321,59 +348,94 @@ class Session:
             numbers = number_columns(self.plan.funcs, cols)
             if numbers is None:  # an int too large for a float64 total to stay exact
                 self.to_states()
-        gap, opened, heap = self.gap, self.open, self.heap
-        groups: dict[int, tuple[list, list[int]]] = {}  # session id -> (its state, positions)
-        slots: list[int] = []  # with slot states: each event's slot, from position `lo` on
-        lo = 0
-        due = heap[0][0] + lateness if heap else math.inf  # an event after this closes sessions
-        for i, (t, k) in enumerate(zip(ts, ks, strict=True)):
-            if t > due:
-                self._fold_assigned(groups, slots, lo, i, cols, numbers, seq)
-                groups.clear()
-                slots = []
-                lo = i
-                self.close(t - lateness, out)
-                due = heap[0][0] + lateness if heap else math.inf
-            sessions = opened.get(k)
-            # in time order only the group's latest session (by its last event: sessions made from
-            # earlier batches out of order need not be listed by time) can be within GAP of t
-            newest = (sessions[0] if len(sessions) == 1 else max(sessions, key=_session_last)) if sessions else None
-            if newest is not None and t <= newest[LAST] + gap:
-                s = newest
-                s[LAST] = t
+        index = self._open_index()
+        handles, firsts, new_h = index.assign(ts, ks, self.gap)
+        gap, heap, ids, opened, states, sessions = self.gap, self.heap, self._ids, self.open, self.states, index.sessions
+        slots = []
+        for i, h in zip(firsts.tolist(), new_h.tolist(), strict=True):
+            t, k = ts[i], ks[i]
+            s = [t, t, states.new(), 0, next(ids), None, h]
+            sessions[h] = s
+            slots.append(s[STATE])
+            group = opened.get(k)
+            if group is None:
+                opened[k] = [s]
             else:
-                s = self._new(t)
-                if sessions is None:
-                    opened[k] = [s]
-                else:
-                    sessions.append(s)
-                heapq.heappush(heap, (t + gap, s[SID], k))
-                if t + gap + lateness < due:
-                    due = t + gap + lateness
-            if numbers is not None:
-                slots.append(s[STATE])
-                continue
-            g = groups.get(s[SID])
-            if g is None:
-                groups[s[SID]] = (s[STATE], [i])
-            else:
-                g[1].append(i)
-        self._fold_assigned(groups, slots, lo, len(ts), cols, numbers, seq)
+                group.append(s)
+            heapq.heappush(heap, (t + gap, s[SID], k))
+        if numbers is not None:
+            index.slot[new_h] = slots
+            states.fold_at(index.slot[handles], numbers)
+        else:
+            self.plan.fold_groups([(sessions[h][STATE], pos) for h, pos in index.runs(handles)], cols, seq)
+        n = len(ts)
+        while heap:
+            i = bisect.bisect_right(ts, heap[0][0] + lateness)  # the first event past the earliest end
+            if i == n:
+                break
+            self.close(ts[i] - lateness, out)
+        self._forget(ts[-1] - lateness)
         if self.columnar and not self.states.fits():
             self.to_states()
+        if len(index.gid) > 4 * len(opened) + 65536:
+            self._drop_index()  # keys of closed sessions: forgotten, the index made again from the open ones
         return ts[-1], []
 
-    def _fold_assigned(self, groups: dict, slots: list[int], lo: int, hi: int, cols: list, numbers: list | None,
-                       seq: int) -> None:
-        """Fold the events assigned since the last close: events lo..hi into their slots, or each
-        session's events (`groups`) into its Plan state."""
-        if numbers is None:
-            self.plan.fold_groups(list(groups.values()), cols, seq)
-        elif slots:
-            import numpy as np
+    def _open_index(self) -> Any:
+        """The OpenIndex, made for the open sessions when there is none, and up to date with what
+        the one-event path changed since the last batch here."""
+        index = self.index
+        if index is None:
+            from streamctl.processing.windows.session_index import OpenIndex
 
-            self.states.fold_at(np.array(slots, dtype=np.intp), [n if n is None else n.take(slice(lo, hi))
-                                                                  for n in numbers])
+            index = self.index = OpenIndex()
+            index.stale.update(self.open)
+        if index.stale:
+            columnar = self.columnar
+            for k in index.stale:
+                g = index.group_id(k)
+                newest = index.newest
+                best, best_last = NO_HANDLE, None
+                for s in self.open.get(k, ()):
+                    if s[HANDLE] == NO_HANDLE:
+                        s[HANDLE] = index.bind(s, s[LAST], s[STATE] if columnar else None)
+                    else:
+                        index.last[s[HANDLE]] = self._last(s)
+                    if best_last is None or s[LAST] > best_last:
+                        best, best_last = s[HANDLE], s[LAST]
+                newest[g] = best
+            index.stale.clear()
+        return index
+
+    def _last(self, s: list) -> int:
+        """A session's last event time: the larger of its LAST and its handle's (OpenIndex)."""
+        h = s[HANDLE]
+        if h != NO_HANDLE:
+            t = int(self.index.last[h])
+            if t > s[LAST]:
+                s[LAST] = t
+        return s[LAST]
+
+    def _sync_keys(self, ks: list[bytes]) -> None:
+        """Before the one-event path: the sessions of a batch's keys get their LAST from the index,
+        and those keys are stale for it."""
+        keys = set(ks)
+        for k in keys:
+            for s in self.open.get(k, ()):
+                if s[HANDLE] != NO_HANDLE:
+                    self._last(s)
+        self.index.stale |= keys
+
+    def _drop_index(self) -> None:
+        """Every open session's LAST from the index, and no index."""
+        if self.index is None:
+            return
+        for sessions in self.open.values():
+            for s in sessions:
+                if s[HANDLE] != NO_HANDLE:
+                    self._last(s)
+                    s[HANDLE] = NO_HANDLE
+        self.index = None
 
     def to_states(self) -> None:
         """Move every session's state from slots to Plan's lists (exact Python numbers), for good."""
@@ -391,24 +453,30 @@ class Session:
         return sum(len(v) for v in self.open.values())
 
     def dump(self) -> dict:
+        if self.index is not None:
+            for v in self.open.values():
+                for s in v:
+                    self._last(s)
         dump = self.states.dump
 
         def sessions(d: dict) -> list:
+            # by key: a batch and one event at a time leave the same groups in another dict order
             return [[k.decode(), [[s[START], s[LAST], dump(s[STATE]), s[REV], s[SHOWN]] for s in v]]
-                    for k, v in d.items()]
+                    for k, v in sorted(d.items())]
         return {"open": sessions(self.open), "closed": sessions(self.closed),
                 "closed_last": [[k.decode(), last] for k, last in self.closed_last.items()]}
 
     def load(self, data: dict) -> None:
         # a checkpoint holds Plan's states: read as such, then moved into slots when they fit
         columnar = self.slots_ok
+        self._drop_index()
         self.to_states()
         load = self.plan.load
         for name in ("open", "closed"):
             target = getattr(self, name)
             for k, v in data[name]:
                 target[k.encode()] = [[a, b, load(st), r, next(self._ids),
-                                       [tuple(w) for w in rest[0]] if rest and rest[0] else None]
+                                       [tuple(w) for w in rest[0]] if rest and rest[0] else None, NO_HANDLE]
                                       for a, b, st, r, *rest in v]
         self.heap = [(s[LAST] + self.gap, s[SID], k) for k, v in self.open.items() for s in v]
         heapq.heapify(self.heap)
