@@ -20,12 +20,15 @@ import numpy as np
 from streamctl.timeparse import event_times
 
 _WIDTHS = (20, 24)  # YYYY-MM-DDTHH:MM:SSZ, YYYY-MM-DDTHH:MM:SS.fffZ
-_SEP_COLS = [4, 7, 10, 13, 16, 19, 23]
-_SEP_BYTES = np.frombuffer(b"--T::.Z", dtype=np.uint8)
-# two-digit numbers: the year's halves, month, day, hour, minute, second
-_TENS = [0, 2, 5, 8, 11, 14, 17]
-_ONES = [1, 3, 6, 9, 12, 15, 18]
-_FRACTION = [20, 21, 22]
+# YYYY-MM-DDTHH:MM: separators, and two-digit numbers (the year's halves, month, day, hour, minute)
+_SEP_COLS = [4, 7, 10, 13]
+_SEP_BYTES = np.frombuffer(b"--T:", dtype=np.uint8)
+_TENS = [0, 2, 5, 8, 11, 14]
+_ONES = [1, 3, 6, 9, 12, 15]
+# :SS.fffZ: separators; digits of the second and the fraction
+_TAIL_SEP_COLS = [16, 19, 23]
+_TAIL_SEP_BYTES = np.frombuffer(b":.Z", dtype=np.uint8)
+_TAIL_DIGITS = [17, 18, 20, 21, 22]
 _months: tuple[np.ndarray, np.ndarray] | None = None
 
 
@@ -59,32 +62,29 @@ def iso_column_ms(values: Sequence[Any], lo: int | None = None, hi: int | None =
     """`event_times(values)`, fast when the values are ISO-8601 UTC strings of one of the two shapes;
     with `lo` and `hi`, a time outside [lo, hi] is None too."""
     n = len(values)
-    if n < 32 or {*map(type, values)} != {str}:
+    m = _matrix(values) if n >= 32 else None
+    if m is None:
         return _in_range(event_times(values), lo, hi)
-    lengths = {*map(len, values)}
-    width = lengths.pop()
-    if lengths or width not in _WIDTHS:
-        return _in_range(event_times(values), lo, hi)
-    text = "".join(values)
-    if not text.isascii():
-        return _in_range(event_times(values), lo, hi)
-    m = np.frombuffer(text.encode("ascii"), dtype=np.uint8).reshape(n, width)
-    if width == 20:  # no fraction: read as .000
+    if m.shape[1] == 20:  # no fraction: read as .000
         m = np.concatenate((m[:, :19], np.frombuffer(b".000Z" * n, dtype=np.uint8).reshape(n, 5)), axis=1)
-    ok = (m[:, _SEP_COLS] == _SEP_BYTES).all(axis=1)
+    # Times of one column share their minute in runs (a log is written in time order): the
+    # date, hour and minute are parsed once per run, the seconds and milliseconds per value.
+    head = np.ascontiguousarray(m[:, :16]).view(np.uint64)  # two words a row: compared as such
+    runs = np.empty(n, dtype=bool)
+    runs[0] = True
+    np.not_equal(head[1:, 0], head[:-1, 0], out=runs[1:])
+    runs[1:] |= head[1:, 1] != head[:-1, 1]
+    first = np.flatnonzero(runs)
+    minute, minute_ok = _minutes(m[first])
+    run = np.cumsum(runs) - 1
     zero = np.uint8(48)
-    tens, ones, frac = m[:, _TENS] - zero, m[:, _ONES] - zero, m[:, _FRACTION] - zero  # a non-digit wraps above 9
-    ok &= (tens <= 9).all(axis=1) & (ones <= 9).all(axis=1) & (frac <= 9).all(axis=1)
-    p = tens.astype(np.int64) * 10 + ones  # matrix products of integers are slow in numpy: columns
-    f = frac.astype(np.int64)
-    month, day, hour, minute, second = p[:, 2], p[:, 3], p[:, 4], p[:, 5], p[:, 6]
-    ym = (p[:, 0] * 100 + p[:, 1]) * 12 + month - 1  # year * 12 + month - 1
-    ok &= (month >= 1) & (month <= 12) & (hour <= 23) & (minute <= 59) & (second <= 59)
-    ym = np.where(ok, ym, 0)
-    first, length = _month_tables()
-    ok &= (day >= 1) & (day <= length[ym])  # year 0 has length 0
-    ms = ((first[ym] + day - 1) * 86_400_000 + hour * 3_600_000 + minute * 60_000 + second * 1000
-          + f[:, 0] * 100 + f[:, 1] * 10 + f[:, 2])
+    ok = minute_ok[run] & (m[:, _TAIL_SEP_COLS] == _TAIL_SEP_BYTES).all(axis=1)
+    d = m[:, _TAIL_DIGITS] - zero  # a non-digit wraps above 9
+    ok &= (d <= 9).all(axis=1)
+    d = d.astype(np.int64)
+    second = d[:, 0] * 10 + d[:, 1]
+    ok &= second <= 59
+    ms = minute[run] + second * 1000 + d[:, 2] * 100 + d[:, 3] * 10 + d[:, 4]
     out: list[int | None] = ms.tolist()
     if not ok.all():
         bad = np.flatnonzero(~ok).tolist()
@@ -94,3 +94,41 @@ def iso_column_ms(values: Sequence[Any], lo: int | None = None, hi: int | None =
     if lo is not None and hi is not None and not ((ms >= lo) & (ms <= hi)).all():
         return _in_range(out, lo, hi)
     return out
+
+
+def _matrix(values: Sequence[Any]) -> np.ndarray | None:
+    """The values as an (n, width) matrix of ASCII bytes when all are strs of one of _WIDTHS, else None.
+    Joined with newlines: when the text holds exactly n - 1 of them and each row's byte `width` is
+    one, the joins are where a row of `width` bytes ends, so every value has that length (no
+    length of each value is taken in Python)."""
+    try:
+        text = "\n".join(values)
+    except TypeError:  # not all strs
+        return None
+    n = len(values)
+    width = len(values[0]) if n else 0
+    if width not in _WIDTHS or len(text) != n * (width + 1) - 1 or not text.isascii():
+        return None
+    raw = text.encode("ascii")
+    if raw.count(b"\n") != n - 1:
+        return None
+    m = np.frombuffer(raw + b"\n", dtype=np.uint8).reshape(n, width + 1)
+    if not (m[:, width] == 10).all():
+        return None
+    return m[:, :width]
+
+
+def _minutes(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ms of each row's `YYYY-MM-DDTHH:MM` (its first 16 bytes) and whether it is valid."""
+    ok = (m[:, _SEP_COLS] == _SEP_BYTES).all(axis=1)
+    zero = np.uint8(48)
+    tens, ones = m[:, _TENS] - zero, m[:, _ONES] - zero  # a non-digit wraps above 9
+    ok &= (tens <= 9).all(axis=1) & (ones <= 9).all(axis=1)
+    p = tens.astype(np.int64) * 10 + ones  # matrix products of integers are slow in numpy: columns
+    month, day, hour, minute = p[:, 2], p[:, 3], p[:, 4], p[:, 5]
+    ym = (p[:, 0] * 100 + p[:, 1]) * 12 + month - 1  # year * 12 + month - 1
+    ok &= (month >= 1) & (month <= 12) & (hour <= 23) & (minute <= 59)
+    ym = np.where(ok, ym, 0)
+    first, length = _month_tables()
+    ok &= (day >= 1) & (day <= length[ym])  # year 0 has length 0
+    return (first[ym] + day - 1) * 86_400_000 + hour * 3_600_000 + minute * 60_000, ok

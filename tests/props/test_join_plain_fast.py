@@ -223,14 +223,35 @@ def iso_text(draw: Any) -> str:
     return text
 
 
-@settings(max_examples=50, deadline=None)
-@given(st.lists(iso_text(), min_size=0, max_size=60), st.booleans())
-def test_iso_time_column_is_event_time_ms(values, one_shape):
+@settings(max_examples=150, deadline=None)
+@given(st.lists(iso_text(), min_size=0, max_size=60), st.sampled_from(["as drawn", "one shape", "minute runs"]))
+def test_iso_time_column_is_event_time_ms(values, shape):
     """processing/timecolumns.py's numpy parse of a column gives event_time_ms's answer for every value (invalid
-    dates, hours, a year 0, another separator or case, a stray byte: handed to the reference)."""
+    dates, hours, a year 0, another separator or case, a stray byte: handed to the reference), on columns
+    long enough for the numpy parse, of one shape, and with runs of values that share their minute."""
+    from streamctl.processing.timecolumns import _matrix, iso_column_ms
+    from streamctl.timeparse import event_time_ms
+
+    if shape != "as drawn" and values:
+        values = [v for v in values if len(v) == len(values[0])]
+        values = (values * (32 // len(values) + 1))[:max(32, len(values))]
+        if shape == "minute runs":  # sorted: equal values and the same minute side by side
+            values.sort()
+            values = [v[:17] + f"{i % 60:02d}" + v[19:] if i % 3 and v[16:17] == ":" else v
+                      for i, v in enumerate(values)]
+    if shape == "one shape" and values and len(values[0]) in (20, 24) and all(v.isascii() for v in values):
+        assert _matrix(values) is not None  # the numpy parse ran
+    assert iso_column_ms(values) == [event_time_ms(v) for v in values]
+
+
+def test_iso_time_column_checks_each_length():
+    """Values of other lengths whose text joined looks like a column of one shape are each read on their own."""
     from streamctl.processing.timecolumns import iso_column_ms
     from streamctl.timeparse import event_time_ms
 
-    if one_shape:
-        values = [v for v in values if len(v) == len(values[0])] * 3 if values else values
+    good = "2025-11-21T10:00:00.004Z"
+    values = [good] * 32 + [good + "2", good[1:]] + [good] * 30  # 25 + 23 bytes: two good rows if cut at 24
+    assert iso_column_ms(values) == [event_time_ms(v) for v in values]
+    assert iso_column_ms(values)[32:34] == [None, None]
+    values = [good] * 40 + [good[:10] + "\n" + good[11:]] + [good] * 40  # a newline where the T is
     assert iso_column_ms(values) == [event_time_ms(v) for v in values]
