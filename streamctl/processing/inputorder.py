@@ -165,16 +165,19 @@ def merge_lanes(lanes: Sequence[Lane]) -> Iterator[MergedBatch]:
 
 class ColumnLane:
     """A lane whose blocks come as (times, payload): the times a list (None: no usable time), the
-    payload whatever the caller slices. merge_columns keeps the merge keys as a numpy array."""
+    payload whatever the caller slices. merge_columns keeps the merge keys as a numpy array. With
+    `keyed`, the blocks come as (merge keys, payload): the keys made already, a numpy array of the
+    running maxima of the times (what merge_keys makes), for a reader that makes them elsewhere."""
 
-    __slots__ = ("blocks", "high", "mk", "payload", "start", "n", "done")
+    __slots__ = ("blocks", "high", "mk", "payload", "start", "n", "done", "keyed")
 
-    def __init__(self, blocks: Iterator[tuple[Sequence[int | None], Any]], high: int = NO_TIME) -> None:
+    def __init__(self, blocks: Iterator[tuple[Any, Any]], high: int = NO_TIME, keyed: bool = False) -> None:
         self.blocks = blocks
         self.high = high  # the merge key of the last record read
         self.payload: Any = None
         self.start = self.n = 0
         self.done = False
+        self.keyed = keyed
 
     def fill(self) -> None:
         """merge_keys of the next non-empty block, as Lane.fill reads them."""
@@ -189,6 +192,10 @@ class ColumnLane:
             n = len(times)
             if not n:
                 continue
+            if self.keyed:
+                self.mk = times
+                self.start, self.n = 0, n
+                return
             if None in times:
                 t = np.fromiter((NO_TIME if x is None else x for x in times), dtype=np.int64, count=n)
             else:

@@ -67,70 +67,47 @@ def _objects(items: list[Any]) -> np.ndarray:
 
 
 class _Lane:
-    """One input's current block as arrays, and how much of it has gone out."""
+    """One input's blocks as arrays: merge_columns reads their merge keys and slices the rest."""
 
-    __slots__ = ("blocks", "side", "more", "start", "n", "t", "timed", "mk", "code", "keys", "pays", "nks")
+    __slots__ = ("side", "t", "timed", "code", "keys", "pays", "nks")
     COLS = ("t", "timed", "code", "keys", "pays", "nks")
 
-    def __init__(self, blocks: Iterator[FileBlock], side: bool) -> None:
-        self.blocks = blocks
+    def __init__(self, side: bool) -> None:
         self.side = side
-        self.more = True
-        self.start = self.n = 0
 
-    def pull(self) -> None:
-        """The next non-empty block, or more = False at the end of the input."""
-        while self.more and self.start == self.n:
-            blk = next(self.blocks, None)
-            if blk is None:
-                self.more = False
-                return
-            n, tb, timed, mk, code, keys, pays, nks = blk
-            frombuffer = np.frombuffer
-            self.n, self.start = n, 0
-            self.t, self.mk, self.code = frombuffer(tb, _I8), frombuffer(mk, _I8), frombuffer(code, _I8)
+    def blocks(self, blocks: Iterator[FileBlock]) -> Iterator[tuple[np.ndarray, _Lane]]:
+        """(merge keys, this lane holding the block's columns) per block."""
+        frombuffer = np.frombuffer
+        for n, tb, timed, mk, code, keys, pays, nks in blocks:
+            self.t, self.code = frombuffer(tb, _I8), frombuffer(code, _I8)
             self.timed = np.ones(n, dtype=bool) if timed is None else frombuffer(timed, bool)
             self.keys, self.pays = _objects(keys), _objects(pays)
             self.nks = self.keys if nks is None else _objects(nks)
+            yield frombuffer(mk, _I8), self
 
-    def part(self, end: int) -> list[np.ndarray]:
-        """Columns of the records from start to end (side first), which go out."""
-        s = self.start
-        self.start = end
-        return [np.full(end - s, self.side, dtype=bool), *(getattr(self, c)[s:end] for c in self.COLS)]
+    def part(self, start: int, end: int) -> list[np.ndarray]:
+        """Columns of the block's records from start to end (side first)."""
+        return [np.full(end - start, self.side, dtype=bool), *(getattr(self, c)[start:end] for c in self.COLS)]
 
 
 def merged_chunks(left: Iterator[FileBlock], right: Iterator[FileBlock],
                   chunk: int) -> Iterator[list[np.ndarray]]:
-    """The records of both inputs in input order, about `chunk` at a time, as columns: side, t,
-    timed, code (no side bit), keys, payloads, normalized keys (IntervalJoin.chunk's)."""
-    a, b = _Lane(left, False), _Lane(right, True)
+    """The records of both inputs in input order (inputorder.merge_columns: LEFT first on ties),
+    about `chunk` at a time, as columns: side, t, timed, code (no side bit), keys, payloads,
+    normalized keys (IntervalJoin.chunk's)."""
+    lanes = [inputorder.ColumnLane(_Lane(side).blocks(blocks), keyed=True)
+             for side, blocks in ((False, left), (True, right))]
     parts: list[list[np.ndarray]] = []
     held = 0
     try:
-        while True:
-            a.pull()
-            b.pull()
-            sa, sb, na, nb = a.start, b.start, a.n, b.n
-            if sa == na and sb == nb:
-                break
-            if sa == na or sb == nb:  # one input has ended: the other's block goes out
-                ea, eb = na, nb
+        for out, order in inputorder.merge_columns(lanes):
+            if len(out) == 1:
+                lane, s, e = out[0]
+                piece = lane.part(s, e)
             else:
-                last_a, last_b = int(a.mk[-1]), int(b.mk[-1])
-                if last_a <= last_b:
-                    ea, eb = na, sb + int(np.searchsorted(b.mk[sb:], last_a, "left"))
-                else:
-                    ea, eb = sa + int(np.searchsorted(a.mk[sa:], last_b, "right")), nb
-            if eb == sb:
-                piece = a.part(ea)
-            elif ea == sa:
-                piece = b.part(eb)
-            elif a.mk[ea - 1] <= b.mk[sb]:
-                piece = [np.concatenate(pair) for pair in zip(a.part(ea), b.part(eb), strict=True)]
-            else:  # interleaved: a stable sort of the merge keys, ties to LEFT (it comes first)
-                order = np.argsort(np.concatenate((a.mk[sa:ea], b.mk[sb:eb])), kind="stable")
-                piece = [np.concatenate(pair)[order] for pair in zip(a.part(ea), b.part(eb), strict=True)]
+                piece = [np.concatenate(cols) for cols in zip(*(lane.part(s, e) for lane, s, e in out), strict=True)]
+            if order is not None:
+                piece = [col[order] for col in piece]
             parts.append(piece)
             held += len(piece[0])
             if held >= chunk:
