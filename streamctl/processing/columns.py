@@ -36,6 +36,9 @@ _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 _Offset = Annotated[int, msgspec.Meta(ge=0, le=_I64_MAX)]
 _Int = Annotated[int, msgspec.Meta(ge=_I64_MIN, le=_I64_MAX)]
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+# a leaf field: what orjson reads as such a scalar; anything else (an array, an object, an int
+# beyond int64, a number beyond a float) fails the piece's decoding, and the piece is read in full
+_Scalar = _Int | float | str | bool | None
 _ENVELOPE = (("ts",), ("key",))
 
 
@@ -79,6 +82,7 @@ class FieldReader:
         for p in self.paths:
             if p[0] == "value":
                 self._getters[p] = _nested_getter(tree, p[1:])
+        self._inner = _inner_paths(tree, self.paths)
 
     def read_piece(self, piece: bytes) -> FieldBatch | None:
         """The piece's lines and a column per path, or None when the piece must be read in full."""
@@ -107,12 +111,28 @@ class FieldReader:
                 if values is None:
                     values = list(map(self._value, objs))
                 col = get(values)
-                if not _plain(col):
+                if p in self._inner and not _plain(col):
                     return None
             else:
                 col = list(map(get, objs))
             cols[p] = col
         return FieldBatch(piece, cols, n)
+
+
+def _inner_paths(tree: dict, paths: Sequence[FieldPath]) -> frozenset[FieldPath]:
+    """The value paths that lead to fields with fields of their own (`value.a` beside `value.a.b`):
+    their columns hold structs where the line has an object, and are checked by _plain. A leaf's
+    column holds only _Scalar values, which the decoder checked."""
+    inner = []
+    for p in paths:
+        if p[0] != "value":
+            continue
+        node = tree
+        for name in p[1:]:
+            node = node[name]
+        if node:
+            inner.append(p)
+    return frozenset(inner)
 
 
 def _plain(col: list) -> bool:
@@ -147,6 +167,7 @@ class PlainFieldReader:
         tree = _value_tree(self.paths)
         self._decode_all = msgspec.json.Decoder(list[_struct("Line", tree)]).decode  # type: ignore[misc]
         self._getters = {p: _nested_getter(tree, p[1:]) for p in self.paths}
+        self._inner = _inner_paths(tree, self.paths)
 
     def read_piece(self, piece: bytes, base: int) -> PlainBatch | None:
         """The piece's lines (whole lines; the last may lack its newline) as columns, the first
@@ -169,18 +190,18 @@ class PlainFieldReader:
         cols: dict[FieldPath, list] = {}
         for p, column in self._getters.items():
             col = column(objs)
-            if not _plain(col):
+            if p in self._inner and not _plain(col):
                 return None
             cols[p] = col
         return PlainBatch(piece, cols, n, base=base)
 
 
 def _struct(name: str, tree: dict) -> Any:
-    """A msgspec struct of the fields in `tree` ({name: subtree}; a leaf is any JSON value), each
+    """A msgspec struct of the fields in `tree` ({name: subtree}; a leaf is a _Scalar), each
     optional; a field with a subtree must be an object (or null, or missing)."""
     fields = []
     for i, (n, sub) in enumerate(tree.items()):
-        typ: Any = Any if not sub else _struct(f"{name}_{i}", sub) | None
+        typ: Any = _Scalar if not sub else _struct(f"{name}_{i}", sub) | None
         fields.append((f"f{i}", typ, msgspec.field(default=None, name=n)))
     return msgspec.defstruct(name, fields, gc=False)
 

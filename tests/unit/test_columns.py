@@ -142,10 +142,22 @@ def test_fast_read_takes_ordinary_records():
     b'{"offset":0,"partition":0,"ts":1,"key":"a","value":[1]}',
     b'{"offset":0,"partition":0,"ts":1,"key":"a","value":{"time":{"deep":1}}}',
     b'{"offset":0,"partition":0,"ts":1,"key":"a","value":{"time":5,"junk":[1,]}}',
+    b'{"offset":0,"partition":0,"ts":1,"key":"a","value":{"time":1e400}}',  # orjson refuses an infinite number
+    b'{"offset":0,"partition":0,"ts":1,"key":"a","value":{"time":9223372036854775808}}',  # beyond int64
 ])
 def test_what_the_fast_read_leaves_to_the_full_read(line):
     good = b'{"offset":1,"partition":0,"ts":1,"key":"a","value":{"time":5}}'
     assert columns.FieldReader(PATHS).read_piece(good + b"\n" + line + b"\n") is None
+
+
+@pytest.mark.parametrize("line", [b'{"time":1e400}', b'{"time":[1]}', b'{"time":{"a":1}}', b'{"time":-9223372036854775809}',
+                                  b'{"n":{"a":1e999}}'])
+def test_what_the_plain_read_leaves_to_the_full_read(line):
+    """A leaf holding what orjson reads otherwise (or refuses) fails the piece's decoding."""
+    good = b'{"time":5,"n":{"a":1}}'
+    reader = columns.PlainFieldReader([("value", "time"), ("value", "n", "a")])
+    assert reader.read_piece(good + b"\n" + good + b"\n", 0) is not None
+    assert reader.read_piece(good + b"\n" + line + b"\n", 0) is None
 
 
 def test_readable_paths():
