@@ -194,11 +194,11 @@ class GridWindows:
         if self.update or self.correct:
             return fold_events(self, batch, out)
         ts, ks, cols, seq, maxt, lateness = batch
-        wms = watermarks(ts, maxt, lateness)
         size, hop = self.size, self.hop
         lates: list[int] = []
         if size == hop and self.columnar:
             return self._fold_tumbling_cells(ts, ks, cols, maxt, lateness, out)
+        wms = watermarks(ts, maxt, lateness)
         if size == hop:  # tumbling: one window per event
             ends = [t - t % size + size for t in ts]  # % floors: pre-1970 times land in the right window too
             late = list(map(le, ends, wms))
