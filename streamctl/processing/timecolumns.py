@@ -65,8 +65,8 @@ def iso_column_ms(values: Sequence[Any], lo: int | None = None, hi: int | None =
     m = _matrix(values) if n >= 32 else None
     if m is None:
         return _in_range(event_times(values), lo, hi)
-    if m.shape[1] == 20:  # no fraction: read as .000
-        m = np.concatenate((m[:, :19], np.frombuffer(b".000Z" * n, dtype=np.uint8).reshape(n, 5)), axis=1)
+    if m.shape[1] == 20:  # no fraction: read as .000, the last byte (a Z) checked where a fraction's Z is
+        m = np.concatenate((m[:, :19], np.frombuffer(b".000" * n, dtype=np.uint8).reshape(n, 4), m[:, 19:]), axis=1)
     # Times of one column share their minute in runs (a log is written in time order): the
     # date, hour and minute are parsed once per run, the seconds and milliseconds per value.
     head = np.ascontiguousarray(m[:, :16]).view(np.uint64)  # two words a row: compared as such

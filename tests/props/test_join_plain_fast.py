@@ -244,6 +244,17 @@ def test_iso_time_column_is_event_time_ms(values, shape):
     assert iso_column_ms(values) == [event_time_ms(v) for v in values]
 
 
+@pytest.mark.parametrize("last", ["0", "z", " ", ".", "+"])
+@pytest.mark.parametrize("good", ["2025-11-21T10:00:00Z", "2025-11-21T10:00:00.004Z"])
+def test_iso_time_column_checks_the_last_byte(good, last):
+    """A value of the column's shape whose last byte is not the Z is the reference's answer too."""
+    from streamctl.processing.timecolumns import iso_column_ms
+    from streamctl.timeparse import event_time_ms
+
+    values = [good] * 40 + [good[:-1] + last]
+    assert iso_column_ms(values) == [event_time_ms(v) for v in values]
+
+
 def test_iso_time_column_checks_each_length():
     """Values of other lengths whose text joined looks like a column of one shape are each read on their own."""
     from streamctl.processing.timecolumns import iso_column_ms
