@@ -377,9 +377,19 @@ def test_sessions_in_order_an_event_exactly_gap_after_the_last_extends(sizes, la
        order=st.sampled_from(["sorted", "mostly sorted"]))
 def test_sessions_in_order_batches_keep_the_rows_and_state_of_one_by_one(aggs, evs, sizes, lateness, gap, order):
     """Sessions folded a batch in time order at a time (arrays, with slot or Plan states), mixed with
-    batches out of order: the rows and the checkpoint of one event at a time, after every batch."""
+    batches out of order: the rows and the checkpoint of one event at a time, after every batch; with
+    the index made again from the open sessions after every batch too."""
+    from streamctl.processing.windows import session
+
     evs = sorted(evs, key=lambda e: e["ts"]) if order == "sorted" else sorted_runs(evs)
-    cfg = WindowConfig(kind="session", size=gap, by=["k"], aggs=aggs, lateness=lateness)
+    for slack in (session.INDEX_SLACK, -(1 << 62)):  # the second: made again after every batch
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(session, "INDEX_SLACK", slack)
+            _sessions_batch_by_batch(evs, sizes, WindowConfig(kind="session", size=gap, by=["k"], aggs=aggs,
+                                                                lateness=lateness))
+
+
+def _sessions_batch_by_batch(evs: list[dict], sizes: list[int], cfg: WindowConfig) -> None:
     one, batched = WindowRun(cfg, is_log=False), WindowRun(cfg, is_log=False)
     rows_one: list = []
     rows_batched: list = []

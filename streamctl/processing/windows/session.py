@@ -63,6 +63,9 @@ from streamctl.processing.windows import NO_WATERMARK, Batch, fold_events
 # its handle in the OpenIndex (NO_HANDLE: none)]
 START, LAST, STATE, REV, SID, SHOWN, HANDLE = range(7)
 NO_HANDLE = -1
+# the OpenIndex keeps an id for every key it has seen; once it holds this many more than four per
+# open group, it is made again from the open sessions (memory bounded by the open groups)
+INDEX_SLACK = 65536
 
 
 def _session_start(s: list) -> int:
@@ -377,7 +380,7 @@ class Session:
         self._forget(ts[-1] - lateness)
         if self.columnar and not self.states.fits():
             self.to_states()
-        if len(index.gid) > 4 * len(opened) + 65536:
+        if len(index.gid) > 4 * len(opened) + INDEX_SLACK:
             self._drop_index()  # keys of closed sessions: forgotten, the index made again from the open ones
         return ts[-1], []
 
