@@ -51,12 +51,11 @@ class OpenIndex:
         gid = self.gid
         try:
             return np.fromiter(map(gid.__getitem__, ks), dtype=np.int64, count=len(ks))
-        except KeyError:
-            pass
-        for k in dict.fromkeys(ks).keys() - gid.keys():
-            gid[k] = len(gid)
-        self.newest = _grown(self.newest, len(gid), NO_HANDLE)
-        return np.fromiter(map(gid.__getitem__, ks), dtype=np.int64, count=len(ks))
+        except KeyError:  # keys not seen before: ids for them, then the lookup again
+            for k in dict.fromkeys(ks).keys() - gid.keys():
+                gid[k] = len(gid)
+            self.newest = _grown(self.newest, len(gid), NO_HANDLE)
+            return np.fromiter(map(gid.__getitem__, ks), dtype=np.int64, count=len(ks))
 
     def group_id(self, k: bytes) -> int:
         g = self.gid.get(k)
