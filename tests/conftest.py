@@ -63,7 +63,8 @@ def logdir(tmp_path: Path) -> str:
 @pytest.fixture(scope="session")
 def spark():
     """One local SparkSession for the whole test run (start-up is ~6 s)."""
-    pyspark = pytest.importorskip("pyspark", reason="pyspark is installed by scripts/test")
+    # pyspark is installed by scripts/test: a missing one is a failure, never a skip
+    import pyspark
     from pyspark.sql import SparkSession
 
     session = (

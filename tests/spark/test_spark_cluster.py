@@ -64,7 +64,8 @@ def _wait_for(path: Path, text: str, procs: list[subprocess.Popen], deadline: fl
 def cluster(tmp_path_factory):
     """spark://127.0.0.1:PORT of a running standalone master with one registered 1-core worker, and the
     environment the CLI must run with (SPARK_LOCAL_IP, so the driver is reachable on the same address)."""
-    pyspark = pytest.importorskip("pyspark", reason="pyspark is installed by scripts/test")
+    import pyspark  # installed by scripts/test: a missing one is a failure, never a skip
+
     spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
     folder = tmp_path_factory.mktemp("cluster")
     env = cli_env(SPARK_LOCAL_IP="127.0.0.1", SPARK_HOME=str(spark_class.parent.parent))

@@ -270,7 +270,6 @@ def test_cli_start_up_does_not_import_pyspark():
 @pytest.mark.slow
 def test_cli_engine_spark_end_to_end(tmp_path, run):
     """streamctl runs the job itself: same bytes as local, Spark's noise kept off stderr."""
-    pytest.importorskip("pyspark")
     path = str(tmp_path / "log")
     make_log(path, 3, 40, seed=4)
     times = tmp_path / "times.jsonl"
@@ -291,7 +290,6 @@ def test_cli_engine_spark_end_to_end(tmp_path, run):
 @pytest.mark.spark
 @pytest.mark.slow
 def test_cli_bad_master_is_one_clear_error(tmp_path, run):
-    pytest.importorskip("pyspark")
     path = str(tmp_path / "log")
     make_log(path, 1, 3)
     proc = run("replay", path, "--engine", "spark", "--master", "nonsense://nowhere")
@@ -321,7 +319,6 @@ def test_driver_memory_only_when_results_stream_through_the_driver():
     """The replay job asks for a 4 GiB driver heap when its result comes back through the driver
     (toLocalIterator) or for --compact's aggregate; a plain replay through part files keeps Spark's
     default (a larger heap was slower there)."""
-    pytest.importorskip("pyspark")
     from streamctl.spark.replay_job import driver_memory as memory
     assert memory({"master": "local[2]"}) is None
     assert memory({"master": None}) is None  # python job.py: local[*]
@@ -335,7 +332,6 @@ def test_driver_memory_only_when_results_stream_through_the_driver():
 @pytest.mark.slow
 def test_cli_engine_spark_into_a_closed_pipe(tmp_path, run):
     """The job's kernel copy (sendfile) into a reader that stops early: no traceback, no hang."""
-    pytest.importorskip("pyspark")
     path = str(tmp_path / "log")
     make_log(path, 2, 400, seed=5)
     cli = " ".join(shlex.quote(a) for a in [*CLI, "replay", path, "--engine", "spark", "--master", "local[1]"])
@@ -350,7 +346,6 @@ def test_cli_engine_spark_into_a_closed_pipe(tmp_path, run):
 def test_cli_engine_spark_out_appends_like_local(tmp_path, run):
     """--out LOG2 takes the result through streamctl (not the job's own stdout): the same records
     as the local engine's --out."""
-    pytest.importorskip("pyspark")
     path = str(tmp_path / "log")
     make_log(path, 2, 30, seed=6)
     for which in ("local", "spark"):
@@ -369,7 +364,6 @@ def test_cli_engine_spark_interrupted_stops_the_job(tmp_path):
     import signal
     import time
 
-    pytest.importorskip("pyspark")
     path = str(tmp_path / "log")
     make_log(path, 2, 50, seed=7)
     tmp = tmp_path / "tmp"

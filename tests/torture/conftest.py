@@ -27,5 +27,5 @@ def strace() -> str:
         pytest.fail("strace is not installed (scripts/test installs it with apt-get)")
     probe = subprocess.run([STRACE, "-f", "-qq", "-o", "/dev/null", "true"], capture_output=True)
     if probe.returncode != 0:
-        pytest.skip(f"strace cannot trace here (ptrace not permitted): {probe.stderr.decode()[:200]}")
+        pytest.fail(f"strace cannot trace here (ptrace not permitted): {probe.stderr.decode()[:200]}")
     return STRACE
