@@ -75,5 +75,3 @@ class CsvWriter:
         return buf.getvalue().encode()
 
 
-def jsonl(row: dict) -> bytes:
-    return orjson.dumps(row) + b"\n"

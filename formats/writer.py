@@ -35,7 +35,6 @@ class Output:
         self.limit = 0 if unbuffered else buffer_size
         self.name = name
         self._buf = bytearray()
-        self.bytes_written = 0
 
     def write(self, data: bytes) -> bool:
         """Queue data; returns True when everything queued so far has been flushed."""
@@ -69,7 +68,6 @@ class Output:
                 self.stream.flush()
         except OSError as e:
             raise self._failed(e) from None
-        self.bytes_written += len(data)
 
     def copy_range(self, src: int, lo: int, hi: int, stop: Callable[[], bool] | None = None) -> bool:
         """Write bytes [lo, hi) of file descriptor `src`, whole lines, without copying them
@@ -104,7 +102,6 @@ class Output:
             raise self._failed(e) from None
         if sent == 0:
             raise StorageError(f"{self.name}: the file being copied shrank while it was read")
-        self.bytes_written += sent
         return sent
 
     def pending(self) -> int:

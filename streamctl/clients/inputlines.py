@@ -19,9 +19,6 @@ class TooLong:
     length: int
 
 
-Line = "bytes | TooLong"
-
-
 @dataclass(slots=True)
 class Batch:
     """A read batch: its lines (without `\n`; a CR before it removed) and where they came from.

@@ -176,14 +176,6 @@ def _copy_prefix(src: int, dst_path: str, n: int) -> None:
         os.close(out)
 
 
-def key_identity(line: bytes) -> bytes:
-    """The key's JSON text in one canonical spelling (escapes decoded and re-encoded)."""
-    kb = record.key_bytes(line)
-    if b"\\" in kb:
-        kb = orjson.dumps(orjson.loads(kb))
-    return kb
-
-
 def _blocks(log: Log, p: int, rng: Range, progress: Progress | None) -> Iterator[bytes]:
     if rng.start >= rng.end:
         return

@@ -504,12 +504,6 @@ class SqliteTable:
                     "changed outside streamctl, or the table is filled from another log; nothing was committed")
         return StorageError(f"{self.path}: table {self.table}: {e}; nothing was committed")
 
-    def stored_offsets(self) -> dict[int, int]:
-        try:
-            return self._stored_offsets()
-        except sqlite3.Error as e:
-            raise self._error(e, "cannot read the offsets") from None
-
     def close(self) -> None:
         """Stop the writer thread (batches already handed to it are committed first), then close."""
         if self._queue is not None and self._thread is not None:

@@ -57,7 +57,6 @@ class Membership:
         self.log = log
         self.group = group
         self.wanted = sorted(wanted)
-        self.dir = log.groups_dir()
         # every file below is opened in this folder, never through a symlink
         self.dir_fd = files.open_dir(log)
         self.held: dict[int, int] = {}  # partition -> claim fd

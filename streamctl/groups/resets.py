@@ -79,9 +79,6 @@ class ResetRow:
         return {"partition": self.partition, "current": "-" if self.current is None else self.current,
                 "new": self.new, "lag-after": self.lag_after}
 
-    def as_json(self) -> dict:
-        return {"partition": self.partition, "current": self.current, "new": self.new, "lag_after": self.lag_after}
-
 
 def _report(where: str, problems: list[tuple[int, str]]) -> str:
     """One problem: `FILE:LINE: reason`; several: a count, then one indented `FILE:LINE: reason` each."""

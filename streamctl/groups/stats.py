@@ -54,9 +54,6 @@ class LogStat:
         return {"log": self.log, "partitions": [asdict(p) for p in self.partitions],
                 "groups": [asdict(g) for g in self.groups]}
 
-    def max_lag(self) -> int:
-        return max((g.lag for g in self.groups), default=0)
-
 
 def ts_at_or_after(log: Log, p: int, offset: int) -> int | None:
     """The ts of the first record of partition p with an offset >= `offset` (None: there is none).

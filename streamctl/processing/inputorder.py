@@ -276,15 +276,6 @@ def _ts_of(rec: Record) -> int | None:
     return rec["ts"]
 
 
-def log_lanes(path: str, time_of: TimeOf | None = None, partitions: list[int] | None = None,
-              starts: dict[int, int] | None = None, highs: dict[int, int] | None = None) -> list[Lane]:
-    """A lane per partition with something to read (to the end as of now), records read and checked a
-    piece at a time. `time_of` reads a record's event time (default: its ts); `highs` carries
-    each partition's merge key from an earlier read (follow mode)."""
-    lg, ranges = read_plan(path, partitions, starts)
-    return _lanes(path, lg, ranges, time_of, highs)
-
-
 def _lanes(path: str, lg: logmod.Log, ranges: list[tuple[int, int, int | None]], time_of: TimeOf | None,
            highs: dict[int, int] | None) -> list[Lane]:
     highs = highs or {}
@@ -661,71 +652,3 @@ def merged(specs: Sequence[InputSpec], event_time: TimeOf | Sequence[TimeOf]) ->
 def _with_inputs(batches: Iterator[MergedBatch], inputs: list[int]) -> Iterator[tuple[int, Record]]:
     for batch in batches:
         yield from zip(map(inputs.__getitem__, batch.lanes), batch, strict=True)
-
-
-Batch = tuple[list[bool], list[Any], list[Any], list[Any]]
-Column = Callable[[list[Any]], list[Any]]
-
-
-def merged_plain(paths: Sequence[str], times_of: Sequence[Column], keys_of: Sequence[Column],
-                 raw: bool = False, block_bytes: int = PLAIN_BLOCK) -> Generator[Batch, None, None]:
-    """merged() of two plain files, a batch at a time: (sides, times, keys, payloads), sides
-    False for the first input and True for the second, times and keys as `times_of[i]` and
-    `keys_of[i]` read them from a block of input i's values, payloads as plain_blocks_raw
-    gives them (the values themselves unless `raw`).
-
-    The order is merged()'s (merge_lanes with one lane per file), specialised to two
-    lanes of plain values. Merge keys never go down, so the merge is a stable sort of two
-    sorted runs. A record can go out once the other input is known up to its key: the first
-    input's records up to the second's last key read, the second's below the first's.
-    """
-    from bisect import bisect_left, bisect_right
-
-    blocks = [plain_blocks_raw(p, block_bytes, raw) for p in paths]
-    # per input: what is left of its block (from start): times, keys, payloads, merge keys
-    cols: list[list[list[Any]]] = [[[], [], [], []], [[], [], [], []]]
-    start = [0, 0]
-    high = [NO_TIME, NO_TIME]  # each input's merge key so far
-    more = [True, True]
-    while True:
-        for i in (0, 1):
-            while more[i] and start[i] == len(cols[i][0]):
-                block = next(blocks[i], None)
-                if block is None:
-                    more[i] = False
-                    break
-                values, payloads = block
-                ts = times_of[i](values)
-                mk = merge_keys(ts, high[i])
-                high[i] = mk[-1]
-                cols[i] = [ts, keys_of[i](values), payloads, mk]
-                start[i] = 0
-        sa, sb = start
-        a, b = cols
-        na, nb = len(a[0]), len(b[0])
-        if sa == na and sb == nb:
-            return
-        if sa == na or sb == nb:
-            ea, eb = na, nb
-        else:
-            last_a, last_b = a[3][-1], b[3][-1]
-            if last_a <= last_b:
-                ea, eb = na, bisect_left(b[3], last_a, sb)
-            else:
-                ea, eb = bisect_right(a[3], last_b, sa), nb
-        start[0], start[1] = ea, eb
-        if eb == sb:
-            yield [False] * (ea - sa), a[0][sa:ea], a[1][sa:ea], a[2][sa:ea]
-        elif ea == sa:
-            yield [True] * (eb - sb), b[0][sb:eb], b[1][sb:eb], b[2][sb:eb]
-        else:
-            ka, kb = a[3][sa:ea], b[3][sb:eb]
-            n = len(ka)
-            if ka[-1] <= kb[0]:
-                yield ([False] * n + [True] * len(kb), a[0][sa:ea] + b[0][sb:eb], a[1][sa:ea] + b[1][sb:eb],
-                       a[2][sa:ea] + b[2][sb:eb])
-                continue
-            both = ka + kb
-            order = sorted(range(len(both)), key=both.__getitem__)  # stable: ties to the first input
-            ts, keys, payloads = (list(map((a[c][sa:ea] + b[c][sb:eb]).__getitem__, order)) for c in (0, 1, 2))
-            yield list(map(n.__le__, order)), ts, keys, payloads

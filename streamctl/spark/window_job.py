@@ -78,7 +78,7 @@ def _operator(params, plan):
 
 
 def _time_getter(params):
-    """The local engine's windowing.time_getter: event time in ms, or None when there is none or it
+    """The local engine's windows.driver.time_getter: event time in ms, or None when there is none or it
     lies outside the run's time_range (where a window bound could not be written as ISO-8601)."""
     path = params["time_path"]
     lo, hi = params["time_range"]

@@ -139,18 +139,6 @@ class Appender:
         finally:
             unlock(lock)
 
-    def append_values(self, p: int, key_json: bytes, values: Sequence[bytes], want_lines: bool = False) -> AppendResult:
-        """Append values that share one key: produce's fast lane (no per-record tuples)."""
-        return self.append_texts(p, key_json, values, None, want_lines)
-
-    def append_keyed(self, p: int, key_jsons: Sequence[bytes], values: Sequence[bytes],
-                     want_lines: bool = False) -> AppendResult:
-        """Append values, each with its own key JSON text and no headers: produce's --key-field lane.
-
-        The same lines as append() of (key, value, None) items, without building a tuple per record.
-        """
-        return self.append_texts(p, key_jsons, values, None, want_lines)
-
     def append_texts(self, p: int, keys: bytes | Sequence[bytes], values: Sequence[Any],
                      headers: Sequence[bytes | None] | None = None, want_lines: bool = False) -> AppendResult:
         """Append records given as JSON texts, each line built by one C-level format call: produce's fast lanes.

@@ -12,7 +12,6 @@ without parsing the value. A line that does not have the canonical prefix
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -33,15 +32,6 @@ _HEADERS_MARK = b'"headers"'
 _PREFIX = rb'\{"offset":\d++,"partition":\d++,"ts":\d++,"key":(null|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"),"value":'
 FIRST_KEY = re.compile(_PREFIX)
 NEXT_KEY = re.compile(rb"\n" + _PREFIX)
-
-
-@dataclass(frozen=True, slots=True)
-class Envelope:
-    """Envelope fields of a stored line; `value` and `headers` stay as bytes."""
-
-    offset: int
-    partition: int
-    ts: int
 
 
 def encode(offset: int, partition: int, ts: int, key_json: bytes, value_json: bytes,

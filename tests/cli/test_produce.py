@@ -336,7 +336,7 @@ def test_append_keyed_writes_what_append_writes(tmp_path):
         with Appender(lg, fsync="never", clock=lambda: 5) as app:
             for lo in (0, 50):  # two appends, rolling 1 KiB segments on the way
                 ks, vs = keys[lo:lo + 70], values[lo:lo + 70]
-                res = (app.append_keyed(0, ks, vs, want_lines=True) if keyed
+                res = (app.append_texts(0, ks, vs, None, want_lines=True) if keyed
                        else app.append(0, list(zip(ks, vs, [None] * len(vs), strict=True)), want_lines=True))
                 assert res.lines is not None and len(res.lines) == len(vs)
         pdir = lg.partition_dir(0)

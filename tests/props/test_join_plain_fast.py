@@ -1,7 +1,7 @@
 """The block-at-a-time stream-stream join of two plain files against the record-at-a-time path.
 
-`joining.run(spec, write_jsonl=...)` takes the fast path (inputorder.merged_plain +
-joins/interval.py); `joining.run(spec, emit)` the generic one (inputorder.merged +
+`joining.run(spec, write_jsonl=...)` takes the fast path (joins/plain_inputs.py's
+merge + joins/interval.py); `joining.run(spec, emit)` the generic one (inputorder.merged +
 StreamStreamJoin). Both must give the same bytes: the rows emit makes, dumped with orjson.
 """
 
@@ -107,17 +107,24 @@ def test_fast_path_deep_paths_and_many_per_key(tmp_path, how):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.one_of(st.none(), st.integers(0, 9)), max_size=30),
        st.lists(st.one_of(st.none(), st.integers(0, 9)), max_size=30), st.sampled_from([1, 5, 40, 1 << 20]))
-def test_merged_plain_equals_merged(tmp_path, ta, tb, block):
+def test_merged_chunks_equal_merged(tmp_path, ta, tb, block):
+    """The plain files' merge on arrays (joins/plain_inputs.py over inputorder.merge_columns) takes
+    the records in inputorder.merged's order, whatever the block size."""
+    from streamctl.processing.joins.plain_inputs import file_blocks, merged_chunks
+
     paths = []
     for name, ts in (("a", ta), ("b", tb)):
         paths.append(write_file(tmp_path / f"{name}.jsonl",
                                 [orjson.dumps({"n": i, "at": t}) for i, t in enumerate(ts)], True))
     specs = [inputorder.classify(p) for p in paths]
     want = [(i, rec["value"]) for i, rec in inputorder.merged(specs, lambda r: r["value"]["at"])]
-    at = [lambda vs: [v["at"] for v in vs]] * 2
-    same = [lambda vs: vs] * 2  # the "keys" column: the values themselves
-    got = [(int(s), v) for sides, _ts, values, _p in inputorder.merged_plain(paths, at, same, block_bytes=block)
-           for s, v in zip(sides, values, strict=True)]
+
+    def at(vs: list) -> list:
+        return [v["at"] for v in vs]
+
+    streams = [file_blocks(p, at, at, joining.norm_key, block) for p in paths]
+    got = [(int(side), orjson.loads(pay)) for cols in merged_chunks(streams[0], streams[1], 7)
+           for side, pay in zip(cols[0], cols[5], strict=True)]
     assert got == want
 
 

@@ -159,9 +159,9 @@ def test_segments_roll_before_the_first_line_past_segment_bytes(tmp_path_factory
             if lane == "items":
                 res = app.append(0, [(k, v, None) for k, v in zip(keys, values, strict=True)], want_lines=True)
             elif lane == "values":
-                res = app.append_values(0, b"null", values, want_lines=True)
+                res = app.append_texts(0, b"null", values, None, want_lines=True)
             else:
-                res = app.append_keyed(0, keys, values, want_lines=True)
+                res = app.append_texts(0, keys, values, None, want_lines=True)
             assert (res.first_offset, res.last_offset) == (off, off + len(values) - 1)
             for line in res.lines:
                 if want[-1] and sum(map(len, want[-1])) >= seg:

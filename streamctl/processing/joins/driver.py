@@ -43,7 +43,6 @@ from streamctl.processing.joins import HOWS_STREAM, HOWS_TABLE, Emit, EmitOp, ke
 from streamctl.storage import fieldpaths
 from streamctl.timeparse import event_time_ms
 
-KINDS = ("stream", "table", "tables")
 AS_OF = ("position", "event-time")
 Record = dict[str, Any]
 

@@ -1,7 +1,7 @@
 """Stream-table enrichment of two logs, a batch at a time (the `--table --as-of position` hot path).
 
-The same rows, bytes and order as joining._run_table with TableAtPosition and
-the JSON-lines writer, with the per-record layers taken out: both logs are
+The same rows, bytes and order as joins.driver's record-at-a-time stream-table join
+(TableAtPosition) with the JSON-lines writer, with the per-record layers taken out: both logs are
 read in blocks (inputorder.log_batches), the input order (table side first on
 equal ts) is kept by merging runs of records rather than single records (a run
 of events between two table changes all see the same table), each table value

@@ -5,21 +5,19 @@ record-at-a-time class is the reference, tests/props/test_join_plain_fast.py hol
 together). What changes is how the rule is evaluated: instead of a dict lookup, a list walk and
 a queue per event, a chunk of some thousands of records is matched at once.
 
-The work is split in two steps that can run in two processes (joins/driver.py reads, merges and
-encodes in a second process):
+The work is split in two steps that can run in separate processes (joins/driver.py forks a
+reader per file):
 
-- `Encoder`, on the reading side, does everything that needs only an event and the events before
-  it: its position, the watermark W_i = (running max of t up to i) - lateness, lateness (record
-  i is late when t_i + within < W_i: then it cannot be above the running max, so this is the
-  reference's test), a key id, and the pieces of the rows the event can appear in. It sends
-  numeric columns as bytes and two byte strings an event, so the joining side never builds a
-  Python object for an event that does not come out.
-- Key ids: equal keys (their normalized form: joining.norm_key) get equal ids, unequal keys
-  unequal ids, so ids decide a pair exactly. Ids live in two dicts, the current and the previous
-  generation of watermark time (a generation spans within + lateness + 1 ms); a key found in
-  the previous one moves to the current one. An event the join can still pair with came at most
-  within + lateness behind the watermark, so its key is in one of the two dicts: memory is
-  bounded by the keys of about two windows, not by the input.
+- The reading side (joins/plain_inputs.py's file_blocks) does everything that needs only one
+  file: it parses a block, reads its times, merge keys and join keys, and gives each key a
+  code (key_codes: its hash with the sign and lowest bits cleared, -2 for a null key). It
+  sends numeric columns as bytes, so the joining side builds no Python object per event.
+- `IntervalJoin.chunk` takes the merged records and computes what needs the events before
+  them: the watermark W_i = (running max of t up to i) - lateness, and lateness (record i is
+  late when t_i + within < W_i: then it cannot be above the running max, so this is the
+  reference's test). Equal keys have equal codes; unequal keys may share one (a hash
+  collision), so a candidate pair is checked on the normalized keys (joins.driver.norm_key)
+  before it counts.
 - `IntervalJoin` matches. The code of an event is its key id with the side in the lowest bit,
   so one sorted array answers "the other side's events with this key": the target of an event
   is its own code with that bit flipped (a null key has a negative code and is never a target).
@@ -42,7 +40,7 @@ encodes in a second process):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from itertools import repeat
 from operator import is_
 from typing import Any
@@ -368,41 +366,3 @@ class _Rows:
         parts[4::6] = rights
         parts[5::6] = [_END] * n
         return b"".join(parts)
-
-
-def join_batches(batches: Iterable[tuple[list[bool], list[Any], list[Any], list[Any]]],
-                 norm: Callable[[Any], Any], within: int, how: str, write: Callable[[bytes], None],
-                 counts: list[int], no_time: list[int], lateness: int = 0, late_counts: list[int] | None = None,
-                 late: Callable[[int, bytes], None] | None = None, chunk: int | None = None) -> int:
-    """StreamStreamJoin's rows (the bytes of orjson.dumps({"key", "left", "right"}) + newline per row,
-    in its order) for (sides, times, keys, payloads) batches in input order, matched `chunk`
-    records at a time. Counts go to `counts`, `no_time` and `late_counts` per side; returns the
-    largest number of events held."""
-    chunk = chunk or CHUNK
-    j = IntervalJoin(within, how, write, lateness, late)
-    buf: list[list[Any]] = [[], [], [], []]
-
-    def flush() -> None:
-        sides, times, keys, payloads = buf
-        dumps = orjson.dumps
-        code, nks = key_codes(keys, norm)
-        key_a = _objects(keys)
-        j.chunk(np.array(sides, dtype=bool), np.array([0 if t is None else t for t in times], dtype=_I8),
-                np.array([t is not None for t in times], dtype=bool), code, key_a,
-                _objects([p if p.__class__ is bytes else dumps(p) for p in payloads]),
-                key_a if nks is None else _objects(nks))
-
-    for batch in batches:
-        for col, part in zip(buf, batch, strict=True):
-            col += part
-        if len(buf[0]) >= chunk:
-            flush()
-            buf = [[], [], [], []]
-    flush()
-    j.finish()
-    for i in (0, 1):
-        counts[i] += j.records[i]
-        no_time[i] += j.no_time[i]
-        if late_counts is not None:
-            late_counts[i] += j.late[i]
-    return j.max_state

@@ -8,7 +8,7 @@ payloads as lists. The joining process merges the two streams of blocks with num
 (joins/interval.py). Three processes on two cores: whichever side is the slower one, the cores
 stay busy.
 
-The merge is inputorder.merged_plain's, on arrays: a record's merge key is the largest time in
+The merge is the input order's (inputorder.merge_columns), on arrays: a record's merge key is the largest time in
 its own file up to and including it (a record without a time keeps the largest so far), records
 go out in (merge key, input) order, LEFT first on ties, and a record goes out once the other
 input is known up to its key. Block boundaries do not change the order; on a bad line, the

@@ -35,7 +35,6 @@ from streamctl.processing.windows.tumbling import Tumbling
 from streamctl.storage import fieldpaths
 from streamctl.timeparse import bad_time_reason, event_time_ms, event_times, format_iso, now_ms, usable_range
 
-KINDS = ("tumbling", "hopping", "sliding", "session")
 LATE_POLICIES = ("drop", "correct")
 EMIT_MODES = ("final", "update")
 BAD_TIME_POLICIES = ("skip", "fail")

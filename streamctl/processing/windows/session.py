@@ -72,10 +72,6 @@ def _session_start(s: list) -> int:
     return s[START]
 
 
-def _session_last(s: list) -> int:
-    return s[LAST]
-
-
 def _remove_session(sessions: list[list], s: list) -> None:
     """Remove `s` itself (list.remove compares by value, states included)."""
     for i, x in enumerate(sessions):
