@@ -19,6 +19,21 @@ and the realistic shape (ISO-8601 event times in `ts`, nested values):
 - profiles-iso.jsonl     10k profiles (`key`), each timed before every event
 - searches-iso.jsonl,    N/2 searches and N/2 clicks 0-2 h after a random search, both in
   clicks-iso.jsonl       time order, the search id in `value.session`
+
+and the main data of window and join, the shape real click data has (the two above are in time
+order, 2 ms apart, so 1M events span 33 minutes and a 30-minute session never closes):
+
+- events-real.jsonl      N events arriving ~50 ms apart (N=1M: ~14 hours of event time), keys
+                         among 10k with Zipf-like skew (the busiest ~10% of events), 2% stragglers
+                         whose time is up to 10 minutes older than their neighbours', ISO times
+                         in `ts`, the amount nested in `value.amount` (events-iso.jsonl's fields)
+- events-real-p3.log     those lines produced into 3 partitions with `--key-field key`
+- profiles-real.log      a changelog of the 10k profiles: each before every event, then N/20
+                         changes spread over the events' hours, 5% of them tombstones (record
+                         key only, value null), one partition produced with `--envelope`
+- searches-real.jsonl,   N/2 searches ~100 ms apart (users skewed) and N/2 clicks 0-2 h after a
+  clicks-real.jsonl      random search, arriving in time order; 2% of each are stragglers up to
+                         10 minutes older
 """
 
 from __future__ import annotations
@@ -164,6 +179,98 @@ def write_searches_clicks_iso(spath: Path, cpath: Path, n: int, seed: int) -> No
             f.write(b'{"ts":"%s","value":{"session":"s%07d","pos":%d}}\n' % (iso_ms(ct).encode(), i, pos))
 
 
+# The realistic shape. Arrival order is time order, except for stragglers: a straggler's time is up
+# to STRAGGLE older than the time the stream had reached (the largest time before it), so a lateness
+# of 15 minutes makes none of them late and every contestant computes the same windows and pairs.
+STRAGGLERS = 0.02
+STRAGGLE_MS = 600_000
+ZIPF_S = 1.0
+
+
+def _zipf_weights(n: int) -> list[float]:
+    """Cumulative Zipf(s=ZIPF_S) weights over n ranks, for random.choices(cum_weights=...)."""
+    from itertools import accumulate
+
+    return list(accumulate(1 / (r + 1) ** ZIPF_S for r in range(n)))
+
+
+def _arrivals(rnd: random.Random, n: int, mean_gap_ms: int) -> list[int]:
+    """n event times in arrival order: gaps uniform in [0, 2*mean], a STRAGGLERS share moved back by
+    1 ms..STRAGGLE_MS from the time reached."""
+    ri, rr = rnd.randrange, rnd.random
+    t = BASE_MS
+    out = []
+    for _ in range(n):
+        t += ri(2 * mean_gap_ms + 1)
+        out.append(t - 1 - ri(STRAGGLE_MS) if rr() < STRAGGLERS else t)
+    return out
+
+
+def _straggle(rnd: random.Random, times: list[int]) -> list[int]:
+    """Times in time order, with a STRAGGLERS share moved back by up to STRAGGLE_MS (arrival order kept)."""
+    rr, ri = rnd.random, rnd.randrange
+    return [t - 1 - ri(STRAGGLE_MS) if rr() < STRAGGLERS else t for t in times]
+
+
+def write_events_real(path: Path, n: int, seed: int) -> None:
+    """n click events of events_iso's shape, ~50 ms apart, skewed keys, 2% stragglers."""
+    rnd = random.Random(seed + 7)
+    ri = rnd.randrange
+    times = _arrivals(rnd, n, 50)
+    users = rnd.choices(range(KEYS), cum_weights=_zipf_weights(KEYS), k=n)
+    with _writer(path) as f:
+        for t, u in zip(times, users, strict=True):
+            f.write((ISO_EVENT % (iso_ms(t), u, TYPES[ri(6)], rnd.random() * 200,
+                                  ri(100_000), rnd.getrandbits(48), DEVICES[ri(3)])).encode() + b"\n")
+
+
+def write_profiles_real(path: Path, n: int, seed: int) -> None:
+    """The profiles changelog as `produce --envelope` lines: 10k profiles timed before every event,
+    then n/20 changes (times strictly increasing over the events' span, keys skewed like the
+    events'), 5% of them tombstones. A tombstone carries no time: it sorts with the time its lane
+    had reached, the previous change's, so it never follows a change of its own key (that would
+    tie two versions of one key)."""
+    rnd = random.Random(seed + 8)
+    span = n * 50
+    changes = n // 20
+    cw = _zipf_weights(KEYS)
+    with _writer(path) as f:
+        def put(u: int, t: int) -> None:
+            f.write(('{"key":"user-%05d","value":{"ts":"%s","key":"user-%05d","tier":"%s","country":"%s",'
+                     '"score":%.3f}}\n' % (u, iso_ms(t), u, TIERS[rnd.randrange(4)], COUNTRIES[u % 10],
+                                           rnd.random())).encode())
+
+        for u in range(KEYS):
+            put(u, BASE_MS - 86_400_000 + u)
+        t, last = BASE_MS, -1
+        for u in rnd.choices(range(KEYS), cum_weights=cw, k=changes):
+            if rnd.random() < 0.05 and u != last:
+                f.write(b'{"key":"user-%05d","value":null}\n' % u)
+            else:
+                t += 1 + rnd.randrange(2 * span // changes)
+                put(u, t)
+            last = u
+
+
+def write_searches_clicks_real(spath: Path, cpath: Path, n: int, seed: int) -> None:
+    """n searches ~100 ms apart and n clicks 0-2 h after a random search; both arrive in time order
+    with 2% stragglers; ISO time in `ts`, the search id in `value.session`, users skewed."""
+    rnd = random.Random(seed + 9)
+    times = _arrivals(rnd, n, 100)
+    users = rnd.choices(range(KEYS), cum_weights=_zipf_weights(KEYS), k=n)
+    with _writer(spath) as f:
+        for i, (t, u) in enumerate(zip(times, users, strict=True)):
+            f.write(('{"ts":"%s","user":"user-%05d","value":{"session":"s%07d","query":"%s %s","results":%d}}\n' % (
+                         iso_ms(t), u, i, WORDS[rnd.randrange(10)], WORDS[rnd.randrange(10)],
+                         rnd.randrange(100))).encode())
+    clicks = sorted((times[i] + min(int(rnd.expovariate(1 / 900_000)), 7_200_000), i, rnd.randrange(10))
+                    for i in (rnd.randrange(n) for _ in range(n)))
+    ctimes = _straggle(rnd, [c[0] for c in clicks])
+    with _writer(cpath) as f:
+        for ct, (_, i, pos) in zip(ctimes, clicks, strict=True):
+            f.write(b'{"ts":"%s","value":{"session":"s%07d","pos":%d}}\n' % (iso_ms(ct).encode(), i, pos))
+
+
 def _in_child(build, path: Path) -> None:
     """build(path) in a forked process: a generator holds whole columns in memory (5M clicks are
     ~500 MB), and a process that grew that large would hand its peak RSS to every command it
@@ -268,6 +375,28 @@ class Datasets:
 
         self._once(n, "searches+clicks-iso", build)
         return d / "searches-iso.jsonl", d / "clicks-iso.jsonl"
+
+    # the realistic shape: the main window and join data
+    def events_real(self, n: int) -> Path:
+        return self._once(n, "events-real.jsonl", lambda p: write_events_real(p, n, self.b.args.seed))
+
+    def events_real_log(self, n: int, partitions: int = 3) -> Path:
+        src = self.events_real(n)
+        return self._once(n, f"events-real-p{partitions}.log",
+                          lambda p: self._produce(p, src, "--key-field", "key", "--partitions", str(partitions)))
+
+    def profiles_real_log(self, n: int) -> Path:
+        src = self._once(n, "profiles-real.jsonl", lambda p: write_profiles_real(p, n, self.b.args.seed))
+        return self._once(n, "profiles-real.log", lambda p: self._produce(p, src, "--envelope"))
+
+    def searches_clicks_real(self, n: int) -> tuple[Path, Path]:
+        d = self.folder(n)
+
+        def build(_: Path) -> None:
+            write_searches_clicks_real(d / "searches-real.jsonl", d / "clicks-real.jsonl", n // 2, self.b.args.seed)
+
+        self._once(n, "searches+clicks-real", build)
+        return d / "searches-real.jsonl", d / "clicks-real.jsonl"
 
     def head(self, src: Path, k: int) -> Path:
         """The first k lines of src, as its own file (for --fsync always)."""

@@ -332,6 +332,43 @@ def join_iso_duckdb(kind: str, out: str, left: str, right: str) -> None:
     con.execute(f"COPY ({q}) TO '{out}' (FORMAT json)")
 
 
+# --- the realistic shape: stragglers, skewed keys, a changelog with tombstones ------------------
+
+REAL_EVENT = "ts: 'TIMESTAMPTZ', \"key\": 'VARCHAR', \"type\": 'VARCHAR', \"value\": 'JSON', device: 'VARCHAR'"
+REAL_PROFILE = ("\"offset\": 'BIGINT', \"key\": 'VARCHAR', \"value\": 'STRUCT(ts TIMESTAMPTZ, \"key\" VARCHAR, "
+                "tier VARCHAR, country VARCHAR, score DOUBLE)'")
+
+
+def join_real_duckdb(shape: str, out: str, profiles: str, *events: str) -> None:
+    """join EVENTS PROFILES --table --how left --on value.key --time-field value.ts, events as a `plain`
+    file or a `log`'s segments, PROFILES a changelog log's segments (':'-joined; a null value deletes
+    the record key). Each event gets its key's latest profile as of its position in the input order:
+    every lane (the file, each partition) sorts by its running maximum time, the table first on ties,
+    so an ASOF join on those running maxima; a tombstone (no time) sorts with its lane's maximum."""
+    con = _iso_duck()
+    if shape == "plain":
+        # one lane: the file's order is DuckDB's scan order (insertion order is preserved)
+        e0 = f"(SELECT 0 AS lane, row_number() OVER () AS rn, * FROM {_json(events, REAL_EVENT)})"
+    else:
+        cols = ("\"partition\": 'INTEGER', \"offset\": 'BIGINT', \"value\": 'STRUCT(ts TIMESTAMPTZ, \"key\" VARCHAR, "
+                "\"type\" VARCHAR, \"value\" JSON, device VARCHAR)'")
+        e0 = (f"(SELECT \"partition\" AS lane, \"offset\" AS rn, \"value\".ts AS ts, \"value\".\"key\" AS \"key\", "
+              f"\"value\".\"type\" AS \"type\", \"value\".\"value\" AS \"value\", \"value\".device AS device "
+              f"FROM {_json(events, cols)})")
+    q = f"""
+      WITH e AS (SELECT *, max(epoch_ms(ts)) OVER (PARTITION BY lane ORDER BY rn ROWS UNBOUNDED PRECEDING) AS mk
+                 FROM {e0}),
+           p AS (SELECT "key" AS pkey, "value" AS v,
+                        max(epoch_ms("value".ts)) OVER (ORDER BY "offset" ROWS UNBOUNDED PRECEDING) AS mk
+                 FROM {_json(profiles.split(':'), REAL_PROFILE)})
+      SELECT e."key" AS "key",
+             {{'ts': e.ts, 'key': e."key", 'type': e."type", 'value': e."value", 'device': e.device}} AS "left",
+             p.v AS "right"
+      FROM e ASOF LEFT JOIN p ON e."key" = p.pkey AND e.mk >= p.mk
+      ORDER BY e.mk, e.lane, e.rn"""
+    con.execute(f"COPY ({q}) TO '{out}' (FORMAT json)")
+
+
 def startup_only() -> None:
     pass
 

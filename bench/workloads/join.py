@@ -1,6 +1,12 @@
 """join: enrichment (events x 10k profiles, --table --how left) and searches x clicks (--within 1h)
-vs DuckDB (and a Python hash join and PySpark local[2]), in two shapes.
+vs DuckDB (and a Python hash join and PySpark local[2]), in three shapes.
 
+- the main data, the realistic shape (bench/datagen.py *-real): searches ~100 ms apart and clicks
+  0-2 h after them, both with 2% stragglers up to 10 minutes older (`--lateness 15m`, so none is
+  late and DuckDB's pairs are the same pairs); events with skewed keys and stragglers (a plain file
+  and a 3-partition log) enriched from a profiles changelog with changes all along the events' hours
+  and 5% tombstones, against a DuckDB ASOF join on the input order's merge keys
+  (bench/refs.py join_real_duckdb). Targets: stream-stream within 3x, enrichment within 2x.
 - the realistic shape: plain .jsonl files, one object a line, ISO-8601 times in `ts`, the search id
   nested (`value.session`); `join searches.jsonl clicks.jsonl --within 1h --on value.value.session
   --time-field value.ts` and `join events.jsonl profiles.jsonl --table --how left --on value.key
@@ -22,8 +28,47 @@ def run(b: Bench) -> None:
     if not b.has_command("join"):
         b.skip("join", "`streamctl join` is not built yet")
         return
+    _real(b)
     _iso(b)
     _fast(b)
+
+
+def _real(b: Bench) -> None:
+    """The main data: stragglers, skewed keys, a changelog with tombstones, ISO times."""
+    n = b.records
+    out = b.work / "join-ref.out"
+
+    def clean() -> None:
+        out.unlink(missing_ok=True)
+
+    searches, clicks = b.data.searches_clicks_real(n)
+    m = lines(searches) + lines(clicks)
+    shape = "stragglers, ISO times"
+    group = f"join searches x clicks {m // 2000}k x {m // 2000}k (--within 1h, {shape}, plain files)"
+    cs = [Contestant(SUB, b.sc("join", str(searches), str(clicks), "--within", "1h", "--on", "value.value.session",
+                               "--time-field", "value.ts", "--lateness", "15m", "--engine", "local"),
+                     subject=True, tree=True)]
+    if b.tools.get("duckdb"):
+        cs.append(Contestant("duckdb", b.ref("join_iso_duckdb", "window", str(out), str(searches), str(clicks)),
+                             teardown=clean))
+    b.compare(group, cs, records=m, nbytes=size(searches) + size(clicks))
+    _target(b, group, f"join searches x clicks, {shape}, plain files", 3)
+
+    profiles = b.data.profiles_real_log(n)
+    pr_segs = segments(profiles)
+    plain, log = b.data.events_real(n), b.data.events_real_log(n)
+    shape = "stragglers, skewed keys, changelog with tombstones, ISO times"
+    for form, src, ref_args, nbytes in (("plain file", str(plain), ["plain", str(plain)], size(plain)),
+                                        ("3-partition log", str(log), ["log", *segments(log)],
+                                         size(segments(log)))):
+        group = f"join enrichment {n // 1000}k x 10k changelog (--table --how left, {shape}, {form})"
+        cs = [Contestant(SUB, b.sc("join", src, str(profiles), "--table", "--how", "left", "--on", "value.key",
+                                   "--time-field", "value.ts", "--engine", "local"), subject=True, tree=True)]
+        if b.tools.get("duckdb"):
+            cs.append(Contestant("duckdb", b.ref("join_real_duckdb", ref_args[0], str(out), ":".join(pr_segs),
+                                                 *ref_args[1:]), teardown=clean))
+        b.compare(group, cs, records=n, nbytes=nbytes + size(pr_segs))
+        _target(b, group, f"join enrichment, {shape}, {form}", 2)
 
 
 def _iso(b: Bench) -> None:
