@@ -224,7 +224,12 @@ def _roll(pdir: str) -> bool:
         os.close(fd)
     if last is None:
         return False
-    path = os.path.join(pdir, segment_name(record.offset_of(last) + 1))
+    try:
+        following = record.offset_of(last) + 1
+    except record.BadRecord as e:  # written after check_active_segments looked
+        raise StorageError(f"{active.path}: the last line of the active segment is not a record ({e}); "
+                           "it was not rolled. Run `streamctl check` on the log") from None
+    path = os.path.join(pdir, segment_name(following))
     try:
         os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o644))
     except FileExistsError:
@@ -232,6 +237,38 @@ def _roll(pdir: str) -> bool:
     fsync_dir(pdir)
     segment.write_manifest(pdir)
     return True
+
+
+def check_active_segments(log: Log) -> None:
+    """Refuse a log whose active segment ends in a whole line that is not a record, naming the
+    segment and the byte, before anything is changed in any partition. That line gives the next
+    offset: every producer refuses to append after it, a roll cannot name the next segment, and
+    compacting around it would only hide the damage (the Appender names it the same way)."""
+    for p in range(log.partitions):
+        segs = log.segments(p)
+        if not segs:
+            continue
+        active = segs[-1]
+        try:
+            fd = os.open(active.path, os.O_RDONLY | NOFOLLOW)
+        except FileNotFoundError:
+            continue  # rolled or merged away meanwhile: the scan finds the partition as it is now
+        try:
+            end = segment.visible_end(fd, os.fstat(fd).st_size)
+            last = segment.last_line(fd, end)
+        finally:
+            os.close(fd)
+        if last is None:
+            continue
+        bad = segment.first_bad_line(last, 0, len(last))
+        try:
+            if bad is not None:
+                raise bad[1]
+            record.envelope(last)
+        except record.BadRecord as e:
+            raise StorageError(f"{active.path}: byte {end - len(last)}: the last line of the active segment is "
+                               f"not a record ({e}); nothing was compacted. Run `streamctl check` on the log, "
+                               "then move the damaged line out of the segment") from None
 
 
 class Compactor:
@@ -256,6 +293,7 @@ class Compactor:
         return total
 
     def run(self) -> list[PartitionResult]:
+        check_active_segments(self.log)
         try:
             if self.opts.dry_run:
                 # no lock (a dry run writes nothing, not even the lock file)
