@@ -62,6 +62,32 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def makedirs_durable(path: str) -> list[str]:
+    """`os.makedirs(path, exist_ok=True)`, each folder it creates made durable: the folder that
+    holds it is fsynced right after the mkdir (a new entry lives in its parent, and a power cut
+    can lose an entry whose folder was never synced: `a/new1/new2/log` needs `a`, `new1` and
+    `new2` synced, not only the log's own parent). Returns the folders created, outermost first."""
+    missing: list[str] = []
+    cur = os.path.abspath(path)
+    while not os.path.isdir(cur):
+        missing.append(cur)
+        parent = os.path.dirname(cur)
+        if parent == cur:
+            break
+        cur = parent
+    created: list[str] = []
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o777)  # the umask applies, as with os.makedirs
+        except FileExistsError:
+            if not os.path.isdir(d):
+                raise
+            continue  # made by another process meanwhile: its creator syncs it
+        created.append(d)
+        fsync_dir(os.path.dirname(d))
+    return created
+
+
 def short_name(name: str, room: int = 0) -> str:
     """`name`, or when it (plus `room` more bytes) would not fit in a file name, its first
     characters, `~` and a hash of it all: the same name every time, and no valid group or

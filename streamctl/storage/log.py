@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from streamctl.errors import StorageError, UsageError
-from streamctl.storage.fsutil import NOFOLLOW, atomic_write, flock, fsync_dir, open_lock, unlock
+from streamctl.storage.fsutil import NOFOLLOW, atomic_write, flock, fsync_dir, makedirs_durable, open_lock, unlock
 from streamctl.storage.names import check_group
 from streamctl.storage.segment import Segment, list_segments
 
@@ -181,7 +181,7 @@ def open_or_create(path: str, partitions: int | None, segment_bytes: int | None,
     if os.path.islink(path):
         raise StorageError(f"{path} is a symlink; refusing to create a log through it")
     try:
-        os.makedirs(path, exist_ok=True)
+        makedirs_durable(path)
     except OSError as e:
         raise StorageError(f"{path}: cannot create log folder: {e.strerror}") from None
     # a creation that crashed half-way leaves only our own names behind: finish it
