@@ -161,6 +161,11 @@ def report(cfg: WindowConfig, run: WindowRun, late_out: str | None, say: Say) ->
         extra = f"; written to {late_out}" if late_out else ""
         hint = "" if cfg.late == "correct" else " (wait longer with --lateness DUR, or --late correct / --late-out FILE)"
         say(f"warning: {st.late} late event(s) {what}{extra}{hint}")
+    batches, events = run.declined()
+    if batches:
+        # not an error: the rows are the same; said so that a slow run on such data is explained
+        say(f"{events} event(s) in {batches} batch(es) folded one event at a time: the batch kernel "
+            f"declined them ({run.op.DECLINE_REASON})")
 
 
 def run_local(path: str, cfg: WindowConfig, late_out: str | None, output: str, say: Say) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from itertools import accumulate
 
 import orjson
 from hypothesis import HealthCheck, given, settings
@@ -196,12 +197,24 @@ def test_session_late_counts_equal_reference_with_closed_sessions(evs, gap):
 @SETTINGS
 @given(evs=events, kind=window_kind)
 def test_drop_mode_counts_add_up(evs, kind):
-    """Tumbling: every event is either in exactly one row or counted late."""
+    """Every event is folded or counted late: into one row or late (tumbling, session); into each of
+    its windows still open when it arrives, late when one had closed (hopping); its own row at its
+    time unless late (sliding)."""
     name, size, hop = kind
-    if name != "tumbling":
-        return
     got, late, _ = run_local(evs, name, size, hop, 0)
-    assert sum(r[3][0] for r in got) + late == len(evs)
+    wms = [None, *accumulate((t for t, _, _ in evs), max)][:-1]  # the watermark before each event
+    counts = sum(r[3][0] for r in got)
+    if name in ("tumbling", "session"):
+        assert counts + late == len(evs)
+    elif name == "hopping":
+        ends = [[s + size for s in range(t - t % hop, t - size, -hop)] for t, _, _ in evs]
+        still = [[e for e in es if wm is None or e > wm] for es, wm in zip(ends, wms, strict=True)]
+        assert counts == sum(map(len, still))
+        assert late == sum(len(a) < len(b) for a, b in zip(still, ends, strict=True))
+    else:
+        kept = [(t, k) for (t, k, _), wm in zip(evs, wms, strict=True) if wm is None or t >= wm]
+        assert late == len(evs) - len(kept)
+        assert {(r[1], r[2]) for r in got} == set(kept)
 
 
 @SETTINGS

@@ -522,6 +522,10 @@ class WindowRun:
             if gc_was_enabled:
                 gc.enable()
 
+    def declined(self) -> tuple[int, int]:
+        """(batches, events) the operator's batch kernel handed to the one-event path (see session.py)."""
+        return getattr(self.op, "declined", 0), getattr(self.op, "declined_events", 0)
+
     def _bad_time(self, rec: dict, source: str, fail: bool) -> None:
         st = self.stats
         st.bad_time += 1

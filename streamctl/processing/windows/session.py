@@ -34,12 +34,16 @@ session (no other closed session can be within GAP of an event that is not
 late by the first rule), and forgets it when the watermark is 2 GAP past it
 (from then on the first rule covers every event it could catch).
 
-A batch in time order from the largest time before it on (a log or file
-written as things happened) is assigned to sessions without a loop per event
-(session_index.OpenIndex.assign: a sort by group and a few array passes),
-then each session's events are folded at once, then the sessions the batch
-closes are closed where the one-event path would close them: the same rows,
-order and state as add() per event, which the property tests check.
+A batch, stragglers included, is folded by a batch kernel (Session._fold_batch)
+without a loop per event: the late stragglers found with the running maximum,
+the others assigned to sessions by session_index.OpenIndex.cluster (a sort by
+group and time and a few array passes), each session's events folded at once,
+then the sessions the batch closes closed where the one-event path would close
+them: the same rows, order and state as add() per event, which the property
+tests check. The kernel declines a batch in which an event would bridge two
+sessions or a session would close before all of its events arrived (those need
+the one-event order); such a batch is folded one event at a time, counted
+(`declined`, reported on stderr), and the next batch goes to the kernel again.
 
 Each open session has one entry in the close heap, pushed when it is created
 with the end it had then; an entry popped for a session that has grown since
@@ -53,8 +57,6 @@ import bisect
 import heapq
 import itertools
 from collections import deque
-from itertools import islice
-from operator import le
 from typing import Any
 
 from streamctl.processing.windows import NO_WATERMARK, Batch, fold_events
@@ -81,6 +83,8 @@ def _remove_session(sessions: list[list], s: list) -> None:
 
 
 class Session:
+    DECLINE_REASON = "an event bridged two sessions of its group, or a session closed before all its events arrived"
+
     def __init__(self, gap: int, plan, update: bool = False, correct: bool = False) -> None:
         if gap <= 0:
             raise ValueError("GAP must be positive")
@@ -103,8 +107,11 @@ class Session:
         self.states: Any = plan
         self.columnar = False
         self.slots_ok = not update and not correct and all(f in ("count", "sum", "avg") for f in plan.funcs)
-        # the open sessions as arrays, for batches in time order (made by the first one)
+        # the open sessions as arrays, for the batch kernel (made by the first batch)
         self.index: Any = None
+        # batches the kernel declined (folded one event at a time instead), and their events
+        self.declined = 0
+        self.declined_events = 0
 
     def _use_slots(self) -> None:
         if self.slots_ok and not self.columnar and not self.open:
@@ -313,33 +320,68 @@ class Session:
                 order.append((last, key))
 
     def fold(self, batch: Batch, out: list) -> tuple[int, list[int]]:
-        """Fold a batch. Rows depend on each event (one may bridge two sessions), so in general one
-        event at a time (fold_events). A batch in time order from the largest time before it on
-        (the usual case: a log or file written as things happened) has simpler events: none is
-        late, each one either extends its group's newest session or starts a new one. Those are
-        assigned with arrays (_fold_in_order): the same states, rows and order."""
+        """Fold a batch: the batch kernel (_fold_batch: array passes, the same states, rows and order
+        as add() per event) when it can take the batch, else one event at a time (fold_events).
+        Rows per event (`--emit update`, `--late correct`) always go one at a time; a batch the
+        kernel declines (an event that bridges two sessions, a session that closes before all of
+        its events arrived) is counted in `declined`, and the next batch is offered to it again."""
         self._use_slots()
-        ts = batch.ts
-        if self.update or self.correct or not ts or ts[0] < batch.maxt or not all(map(le, ts, islice(ts, 1, None))):
-            if self.index is not None:
-                self._sync_keys(batch.ks)
-            if self.columnar:
-                from streamctl.processing.windows.cells import cols_too_large
+        if not (self.update or self.correct) and batch.ts:
+            done = self._fold_batch(batch, out)
+            if done is not None:
+                return done
+            self.declined += 1
+            self.declined_events += len(batch.ts)
+        if self.index is not None:
+            self._sync_keys(batch.ks)
+        if self.columnar:
+            from streamctl.processing.windows.cells import cols_too_large
 
-                if cols_too_large(self.plan.funcs, batch.cols):
-                    self.to_states()
-            done = fold_events(self, batch, out)
-            if self.columnar and not self.states.fits():
+            if cols_too_large(self.plan.funcs, batch.cols):
                 self.to_states()
-            return done
-        return self._fold_in_order(batch, out)
+        done = fold_events(self, batch, out)
+        if self.columnar and not self.states.fits():
+            self.to_states()
+        return done
 
-    def _fold_in_order(self, batch: Batch, out: list) -> tuple[int, list[int]]:
-        """A batch in time order, none of it before the largest time seen: each session's events
-        are folded at once, then each close() the one-event path makes at an event that moves the
-        watermark past a session's end is made (a session's events all come before the event
-        that closes it, so its state is whole by then)."""
-        ts, ks, cols, seq, _maxt, lateness = batch
+    def _fold_batch(self, batch: Batch, out: list) -> tuple[int, list[int]] | None:
+        """The batch kernel, or None (nothing changed) when it cannot take the batch.
+
+        The watermark before each event is a running maximum (windows.watermarks, with arrays). An
+        event below the largest time before it (a straggler) is late as add() finds it: t + GAP <=
+        watermark, or within GAP of its group's latest closed session. The others are assigned to
+        sessions by OpenIndex.cluster (which declines what would need merges or an early close),
+        folded into them in input order, and then each close() the one-event path makes at an
+        event that moves the watermark past a session's end is made (a session's events all
+        arrive before that event: cluster checked it)."""
+        import numpy as np
+
+        from streamctl.processing.windows.session_index import Pre
+
+        ts, ks, cols, seq, maxt, lateness = batch
+        gap, n = self.gap, len(ts)
+        t = np.array(ts, dtype=np.int64)
+        high = np.maximum.accumulate(t)  # the largest time up to each event
+        np.maximum(high, maxt, out=high)
+        before = np.empty(n, dtype=np.int64)
+        before[0] = maxt
+        before[1:] = high[:-1]
+        wm = before - lateness  # before any time (NO_WATERMARK) far below every time: nothing late
+        lates: list[int] = []
+        keep = None
+        straggler = np.flatnonzero(t < before)
+        if len(straggler):
+            late = t[straggler] + gap <= wm[straggler]
+            closed_last = self.closed_last
+            if closed_last:
+                for j, i in enumerate(straggler.tolist()):
+                    last = closed_last.get(ks[i])
+                    if last is not None and ts[i] <= last + gap:
+                        late[j] = True
+            if late.any():
+                lates = straggler[late].tolist()
+                keep = np.ones(n, dtype=bool)
+                keep[straggler[late]] = False
         numbers = None
         if self.columnar:
             from streamctl.processing.windows.cells import number_columns
@@ -348,12 +390,53 @@ class Session:
             if numbers is None:  # an int too large for a float64 total to stay exact
                 self.to_states()
         index = self._open_index()
-        handles, firsts, new_h = index.assign(ts, ks, self.gap)
-        gap, heap, ids, opened, states, sessions = self.gap, self.heap, self._ids, self.open, self.states, index.sessions
+        g_all = index.group_ids(ks)
+        pos = np.arange(n) if keep is None else np.flatnonzero(keep)
+        if not len(pos):
+            return self._closes(high, lateness, out), lates
+        g = g_all[pos]
+        ug, at = np.unique(g, return_index=True)
+        nopen, newest = index.nopen[ug], index.newest[ug]
+        simple = (nopen == 1) & (newest != NO_HANDLE)
+        ph = newest[simple]
+        pg = ug[simple]
+        sessions = index.sessions
+        ps = [sessions[h][START] for h in ph.tolist()]
+        pl = index.last[ph].tolist()
+        gather = np.flatnonzero((nopen > 0) & ~simple)
+        if len(gather):
+            pg, ph = pg.tolist(), ph.tolist()
+            for j in gather.tolist():
+                k = ks[int(pos[at[j]])]
+                for s in self.open.get(k, ()):
+                    if s[HANDLE] == NO_HANDLE:
+                        s[HANDLE] = index.bind(s, s[LAST], s[STATE] if self.columnar else None)
+                    pg.append(int(ug[j]))
+                    ph.append(s[HANDLE])
+                    ps.append(s[START])
+                    pl.append(self._last(s))
+        i64 = np.int64
+        pre = Pre(np.array(pg, dtype=i64), np.array(ps, dtype=i64), np.array(pl, dtype=i64),
+                  np.array(ph, dtype=i64))
+        runs = index.cluster(t[pos], g, pos, wm[pos], pre, gap)
+        if runs is None:
+            return None
+        # the runs that got events: their sessions (an open one, or a new one made at its first event)
+        live = np.flatnonzero(runs.has_events)
+        live = live[np.argsort(runs.first[live], kind="stable")]  # new sessions are made in input order
+        pre_i = runs.pre[live]
+        handle_of = np.full(len(runs.has_events), NO_HANDLE, dtype=i64)
+        old = pre_i >= 0
+        handle_of[live[old]] = pre.handle[pre_i[old]]
+        fresh = live[~old]
+        new_h = index.alloc(len(fresh))
+        handle_of[fresh] = new_h
+        heap, ids, opened, states = self.heap, self._ids, self.open, self.states
         slots = []
-        for i, h in zip(firsts.tolist(), new_h.tolist(), strict=True):
-            t, k = ts[i], ks[i]
-            s = [t, t, states.new(), 0, next(ids), None, h]
+        starts, lasts = runs.start.tolist(), runs.last.tolist()
+        for c, h, i in zip(fresh.tolist(), new_h.tolist(), runs.first[fresh].tolist(), strict=True):
+            k = ks[int(pos[i])]
+            s = [starts[c], lasts[c], states.new(), 0, next(ids), None, h]
             sessions[h] = s
             slots.append(s[STATE])
             group = opened.get(k)
@@ -361,24 +444,54 @@ class Session:
                 opened[k] = [s]
             else:
                 group.append(s)
-            heapq.heappush(heap, (t + gap, s[SID], k))
+            heapq.heappush(heap, (lasts[c] + gap, s[SID], k))
+        # an open session that a straggler moved the start of
+        moved = live[old]
+        moved = moved[runs.start[moved] < pre.start[runs.pre[moved]]]
+        for c in moved.tolist():
+            sessions[int(handle_of[c])][START] = starts[c]
+        live_h = handle_of[live]
+        index.last[live_h] = runs.last[live]
+        np.add.at(index.nopen, runs.group[fresh], 1)
+        index.newest[runs.group[live]] = live_h
+        handles = handle_of[runs.of_event]  # each kept event's session, in input order
         if numbers is not None:
             index.slot[new_h] = slots
+            if keep is not None:
+                numbers = [c if c is None else c.take(keep) for c in numbers]
             states.fold_at(index.slot[handles], numbers)
         else:
-            self.plan.fold_groups([(sessions[h][STATE], pos) for h, pos in index.runs(handles)], cols, seq)
-        n = len(ts)
-        while heap:
-            i = bisect.bisect_right(ts, heap[0][0] + lateness)  # the first event past the earliest end
-            if i == n:
-                break
-            self.close(ts[i] - lateness, out)
-        self._forget(ts[-1] - lateness)
+            order = np.argsort(handles, kind="stable")
+            hs = handles[order]
+            cuts = (np.flatnonzero(hs[1:] != hs[:-1]) + 1).tolist()
+            where = pos[order].tolist()
+            bounds = [0, *cuts, len(where)]
+            heads = hs[bounds[:-1]].tolist()
+            self.plan.fold_groups([(sessions[h][STATE], where[a:b]) for h, a, b in
+                                   zip(heads, bounds, bounds[1:], strict=False)], cols, seq)
+        maxt = self._closes(high, lateness, out)
         if self.columnar and not self.states.fits():
             self.to_states()
         if len(index.gid) > 4 * len(opened) + INDEX_SLACK:
             self._drop_index()  # keys of closed sessions: forgotten, the index made again from the open ones
-        return ts[-1], []
+        return maxt, lates
+
+    def _closes(self, high: Any, lateness: int, out: list) -> int:
+        """The close() calls of the one-event path over a batch whose largest time up to each event
+        is `high`: at the first event past the earliest end, and so on; then _forget. Returns the
+        largest time."""
+        import numpy as np
+
+        heap = self.heap
+        n = len(high)
+        while heap:
+            i = int(np.searchsorted(high, heap[0][0] + lateness, side="right"))  # the first event past it
+            if i == n:
+                break
+            self.close(int(high[i]) - lateness, out)
+        maxt = int(high[-1])
+        self._forget(maxt - lateness)
+        return maxt
 
     def _open_index(self) -> Any:
         """The OpenIndex, made for the open sessions when there is none, and up to date with what
@@ -403,6 +516,7 @@ class Session:
                     if best_last is None or s[LAST] > best_last:
                         best, best_last = s[HANDLE], s[LAST]
                 newest[g] = best
+                index.nopen[g] = len(self.open.get(k, ()))
             index.stale.clear()
         return index
 

@@ -1,14 +1,15 @@
-"""The open sessions as arrays, so a batch in time order is assigned to sessions without a loop per event.
+"""The open sessions as arrays, so a batch is assigned to sessions without a loop per event.
 
 Session windows (session.py) keep each open session as a small list. Folding a
 batch one event at a time reads, per event, the group's sessions and the
 newest one's last event time: Python objects spread over memory, one cache
 miss after another. This index holds what that assignment reads as numpy
-arrays: an id per group key, each group's newest open session (a handle),
-and each handle's last event time and aggregation slot. A batch in time
-order is then assigned with a sort and a few array passes (`assign`), and
-Python work is left per new session, per closed session and per distinct new
-key, not per event.
+arrays: an id per group key, how many open sessions each group has and one
+of them (a handle; the one when there is one), and each handle's last event
+time and aggregation slot. A batch, stragglers included, is then assigned with
+a few sorts and array passes (`cluster`), and Python work is left per new
+session, per closed session, per distinct new key and per group with several
+open sessions, not per event.
 
 A session's last event time is the larger of its list's LAST and
 `last[handle]`: the batch path writes the array, the one-event path
@@ -46,6 +47,7 @@ class OpenIndex:
     # keys whose sessions the one-event path changed since the last batch here: their sessions get
     # handles and their newest[] is found again before the next assign()
     stale: set[bytes] = field(default_factory=set)
+    nopen: np.ndarray = field(default_factory=lambda: np.zeros(16, dtype=np.int64))  # by group id: open sessions
 
     def group_ids(self, ks: list[bytes]) -> np.ndarray:
         gid = self.gid
@@ -55,6 +57,7 @@ class OpenIndex:
             for k in dict.fromkeys(ks).keys() - gid.keys():
                 gid[k] = len(gid)
             self.newest = _grown(self.newest, len(gid), NO_HANDLE)
+            self.nopen = _grown(self.nopen, len(gid), 0)
             return np.fromiter(map(gid.__getitem__, ks), dtype=np.int64, count=len(ks))
 
     def group_id(self, k: bytes) -> int:
@@ -62,6 +65,7 @@ class OpenIndex:
         if g is None:
             g = self.gid[k] = len(self.gid)
             self.newest = _grown(self.newest, len(self.gid), NO_HANDLE)
+            self.nopen = _grown(self.nopen, len(self.gid), 0)
         return g
 
     def alloc(self, m: int) -> np.ndarray:
@@ -93,59 +97,100 @@ class OpenIndex:
         self.free.append(h)
         if key is not None:
             g = self.gid.get(key)
-            if g is not None and self.newest[g] == h:
-                self.newest[g] = NO_HANDLE
+            if g is not None:
+                self.nopen[g] -= 1
+                if self.newest[g] == h:
+                    self.newest[g] = NO_HANDLE
 
-    def assign(self, ts: list[int], ks: list[bytes], gap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Assign a batch of events in time order, none before any time seen so far, to sessions:
-        an event extends its group's newest session when it is at most GAP after that session's
-        last event (the group's event before it), and starts a new session otherwise -- what
-        Session.add does with such events, where none is late and no older session can be within
-        GAP. Returns each event's handle, and the positions of the events that start sessions with
-        the handles allocated for them, in input order; updates the last times and newest[]."""
-        n = len(ts)
-        t = np.array(ts, dtype=np.int64)
-        g = self.group_ids(ks)
-        order = np.argsort(g, kind="stable")  # by group, in time (input) order within one
-        gs, tss = g[order], t[order]
-        first = np.empty(n, dtype=bool)  # a group's first event in the batch
+    def cluster(self, t: np.ndarray, g: np.ndarray, pos: np.ndarray, wm: np.ndarray, pre: Pre,
+                gap: int) -> Clusters | None:
+        """Assign a batch's events that are not late (times `t`, group ids `g`, input positions `pos`
+        ascending, the watermark before each `wm`) to sessions the way Session.add does one event at a
+        time, or None when that cannot be done without the one-event path.
+
+        The sessions of a group are the runs of its events and open sessions (`pre`) sorted by time
+        that are at most GAP apart (what Session.add's merging leaves, whatever the arrival order), as
+        long as nothing closes or merges along the way. So a batch is taken here when, for each run
+        in input order, every event touches what the run holds when it arrives (start - GAP <= t <=
+        last + GAP: it joins one session, never bridges two), the watermark before it has not passed
+        that last + GAP (the session is still open when it arrives), and a run holds at most one open
+        session. Then each run is one session, and its events are folded into it in input order, as
+        Session.add folds them: the same states, bit for bit. A run without an open session is a new
+        session, made at its first event in input order."""
+        n_ev, n_pre = len(t), len(pre.g)
+        ig = np.concatenate((g, pre.g))
+        i_start = np.concatenate((t, pre.start))
+        i_last = np.concatenate((t, pre.last))
+        i_pos = np.concatenate((pos, np.full(n_pre, -1, dtype=np.int64)))  # an open session comes first
+        lo = int(i_start.min())
+        span = int(i_last.max()) - lo + 2 * gap + 2
+        if span <= 0 or span * (len(ig) + 1) >= 1 << 62:
+            return None  # times too far apart for the offsets the running maxima below use
+        order = np.lexsort((i_pos, i_start, ig))  # by group, then time
+        gs, ss, ls = ig[order], i_start[order] - lo, i_last[order] - lo
+        m = len(gs)
+        head = np.empty(m, dtype=bool)  # a group's first item
+        head[0] = True
+        np.not_equal(gs[1:], gs[:-1], out=head[1:])
+        off = np.cumsum(head) * span  # each group's own range of values: one accumulate for all
+        run_last = np.maximum.accumulate(ls + off) - off  # the largest last so far in the group
+        new = head.copy()
+        np.greater(ss[1:], run_last[:-1] + gap, out=new[1:], where=~head[1:])
+        cid_sorted = np.cumsum(new) - 1
+        cid = np.empty(m, dtype=np.int64)
+        cid[order] = cid_sorted
+        k = int(cid_sorted[-1]) + 1
+        if n_pre and np.bincount(cid[n_ev:], minlength=k).max() > 1:
+            return None  # an event merges two open sessions
+        # each run in input order: what it holds before each item (its open session first)
+        arr = np.lexsort((i_pos, cid))
+        ca, sa, la = cid[arr], i_start[arr] - lo, i_last[arr] - lo
+        first = np.empty(m, dtype=bool)
         first[0] = True
-        np.not_equal(gs[1:], gs[:-1], out=first[1:])
-        starts = np.empty(n, dtype=bool)  # starts a session
-        starts[0] = True
-        np.greater(tss[1:] - tss[:-1], gap, out=starts[1:])
-        fpos = np.flatnonzero(first)
-        cur = self.newest[gs[fpos]]
-        ext = cur != NO_HANDLE
-        ext[ext] = tss[fpos[ext]] <= self.last[cur[ext]] + gap
-        starts[fpos] = ~ext
-        new_pos = np.flatnonzero(starts)
-        new_h = self.alloc(len(new_pos))
-        seg = starts | first  # where a run of one session's events begins
-        head = np.empty(n, dtype=np.int64)
-        head[new_pos] = new_h
-        head[fpos[ext]] = cur[ext]
-        seg_pos = np.flatnonzero(seg)
-        hs = head[seg_pos][np.cumsum(seg) - 1]
-        ends = np.empty(n, dtype=bool)  # a run's last event
-        ends[-1] = True
-        ends[:-1] = seg[1:]
-        self.last[hs[ends]] = tss[ends]
-        ends[:-1] = first[1:]  # a group's last event: its session is the group's newest
-        self.newest[gs[ends]] = hs[ends]
-        handles = np.empty(n, dtype=np.int64)
-        handles[order] = hs
-        at = order[new_pos]
-        by_input = np.argsort(at, kind="stable")
-        return handles, at[by_input], new_h[by_input]
+        np.not_equal(ca[1:], ca[:-1], out=first[1:])
+        off = np.cumsum(first) * span
+        held_last = np.maximum.accumulate(la + off) - off
+        held_start = -(np.maximum.accumulate(off - sa) - off)
+        later = np.flatnonzero(~first)
+        prev = later - 1
+        ta = sa[later]
+        w = wm[arr[later]] - lo  # only events come after a run's first item
+        ok = (ta >= held_start[prev] - gap) & (np.maximum(ta, w) <= held_last[prev] + gap)
+        if not ok.all():
+            return None
+        has_events = np.bincount(cid[:n_ev], minlength=k) > 0
+        pre_of = np.full(k, -1, dtype=np.int64)
+        pre_of[cid[n_ev:]] = np.arange(n_pre)
+        c_start = np.full(k, 1 << 62, dtype=np.int64)
+        np.minimum.at(c_start, cid, i_start)
+        c_last = np.full(k, -(1 << 62), dtype=np.int64)
+        np.maximum.at(c_last, cid, i_last)
+        c_group = np.empty(k, dtype=np.int64)
+        c_group[cid] = ig
+        c_first = np.full(k, n_ev, dtype=np.int64)  # the run's first event (index into the events)
+        np.minimum.at(c_first, cid[:n_ev], np.arange(n_ev))
+        return Clusters(cid[:n_ev], has_events, pre_of, c_start, c_last, c_group, c_first)
 
-    @staticmethod
-    def runs(handles: np.ndarray) -> list[tuple[int, list[int]]]:
-        """(handle, positions in input order) per session of a batch."""
-        order = np.argsort(handles, kind="stable")
-        hs = handles[order]
-        cuts = (np.flatnonzero(hs[1:] != hs[:-1]) + 1).tolist()
-        pos = order.tolist()
-        heads = hs[[0, *cuts]].tolist()
-        bounds = [0, *cuts, len(pos)]
-        return [(h, pos[a:b]) for h, a, b in zip(heads, bounds, bounds[1:], strict=False)]
+
+@dataclass
+class Pre:
+    """The open sessions of a batch's groups: group id, start, last event time, handle."""
+
+    g: np.ndarray
+    start: np.ndarray
+    last: np.ndarray
+    handle: np.ndarray
+
+
+@dataclass
+class Clusters:
+    """OpenIndex.cluster's answer: each event's run, and per run whether it has events, its open
+    session (an index into Pre, -1: a new session), its start and last, its group and first event."""
+
+    of_event: np.ndarray
+    has_events: np.ndarray
+    pre: np.ndarray
+    start: np.ndarray
+    last: np.ndarray
+    group: np.ndarray
+    first: np.ndarray
