@@ -79,8 +79,11 @@ def consume(
     kill -9 at any moment and a rerun leave every record applied once. FILE is in
     WAL mode, so `sqlite3 FILE` can query it while consume --follow runs; a lock
     another process holds is waited for. The group file mirrors the offsets in
-    FILE (table streamctl_offsets) after each commit, at most once a second
-    while catching up, so `stat` shows the table's lag.
+    FILE (table streamctl_offsets) at most once a second and at the end, after
+    the commits it names are synced to disk, so `stat` shows the table's lag.
+
+    With --group and stdout on a regular file, the file is fsynced before each
+    commit (a power cut never loses a committed record); a pipe is not synced.
     """
     from streamctl.errors import UsageError
 

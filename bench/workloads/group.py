@@ -25,8 +25,12 @@ def run(b: Bench) -> None:
         def argv(self, _: list[str]) -> None:
             pass
 
+    out = str(b.work / "group-out.jsonl")  # opened anew (truncated) for each run
     rows = b.compare(group, [
         Fresh("streamctl consume --group G (new group)", [], subject=True),
+        # stdout on a regular file: consume fsyncs it before each commit (a pipe it never syncs)
+        Fresh("streamctl consume --group G > file (fsync before each commit)", [], subject=True, stdout=out),
+        Contestant("streamctl consume > file (no group: no commit, no fsync)", b.sc("consume", str(log)), stdout=out),
         Contestant("streamctl consume (no group)", b.sc("consume", str(log))),
         Contestant("streamctl consume --group G --value", b.sc("consume", str(log), "--value", "--group", "bench-v"),
                    subject=True, setup=lambda: _drop_group(log, "bench-v")),

@@ -75,10 +75,11 @@ def until_offset(log: Log, p: int, until: Bound, info: reader.PartitionInfo) -> 
 
 
 def plan(log: Log, partitions: list[int], from_spec: str | None, group: str | None,
-         follow: bool = False, until: Bound | None = None) -> Plan:
+         follow: bool = False, until: Bound | None = None, starts: dict[int, int] | None = None) -> Plan:
     """Where each partition starts and (without follow) where it ends, snapshotted now; `until`
-    caps the ends (and, with follow, gives ends where the bound is already known)."""
-    committed = offsets.load(log, group) if group else {}
+    caps the ends (and, with follow, gives ends where the bound is already known). `starts`, when
+    given, stands in for the group file's committed offsets (consume --sqlite: the database's)."""
+    committed = starts if starts is not None else offsets.load(log, group) if group else {}
     out = Plan({})
     for p in partitions:
         info = reader.partition_info(log, p)
@@ -183,13 +184,59 @@ def _runs(log: Log, p: int, pos: Position, per_line: bool) -> Iterator[tuple[int
             raise reader.corrupt(path, at, e) from None
 
 
-class Committer:
-    """Tracks what was delivered (flushed) and commits it for a group, at most every `interval` s."""
+def file_syncer(fd: int, name: str = "stdout") -> Callable[[], None] | None:
+    """An fsync of `fd` when it is a regular file, else None. A pipe or a terminal hands the
+    records to a reader that owns their durability (kcat and kafka-console-consumer commit the
+    same way); a file on disk is ours: its records must be on disk before the offsets that say
+    they were delivered, or a power cut loses records the group has already passed."""
+    import os
+    import stat
 
-    def __init__(self, log: Log, group: str | None, interval: float = 1.0) -> None:
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+    except OSError:
+        return None
+
+    # The shell may have just created the file (`> out.jsonl`): its entry in its folder must be on
+    # disk too, once. Its path is known on Linux (/proc); elsewhere only the file is synced.
+    folder: list[str] = []
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        if target.startswith("/"):
+            folder.append(os.path.dirname(target))
+    except OSError:
+        pass
+
+    def sync() -> None:
+        try:
+            os.fsync(fd)
+            while folder:
+                dfd = os.open(folder.pop(), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                try:
+                    os.fsync(dfd)
+                finally:
+                    os.close(dfd)
+        except OSError as e:
+            raise StorageError(f"{name}: fsync failed: {e.strerror}; the records written since the last "
+                               "commit were not committed (the next run delivers them again)") from None
+
+    return sync
+
+
+class Committer:
+    """Tracks what was delivered (flushed) and commits it for a group, at most every `interval` s.
+
+    `make_durable`, when set, runs before each commit that writes the group file: consume with
+    stdout on a regular file fsyncs it there, so a committed offset never names a record that a
+    power cut can still take out of the file."""
+
+    def __init__(self, log: Log, group: str | None, interval: float = 1.0,
+                 make_durable: Callable[[], None] | None = None) -> None:
         self.log = log
         self.group = group
         self.interval = interval
+        self.make_durable = make_durable
         self.pending: dict[int, int] = {}
         self.delivered: dict[int, int] = {}
         self.committed: dict[int, int] = {}
@@ -208,9 +255,15 @@ class Committer:
             return
         todo = {p: o for p, o in self.delivered.items() if self.committed.get(p) != o}
         if todo:
+            if self.make_durable is not None:
+                self.make_durable()
             offsets.commit(self.log, self.group, todo)
             self.committed.update(todo)
         self._last = time.monotonic()
+
+    def finish(self) -> None:
+        """The last commit of a run."""
+        self.commit()
 
 
 @dataclass

@@ -24,6 +24,19 @@ needs the rows and offsets to be atomic, not each commit to be durable: after
 a power loss the database is at an earlier commit, rows and offsets alike,
 and the records after it are read from the log again. An fsync per commit
 cost 5-15 ms on a busy disk here (a 1M-record load went from 61 s to 12 s).
+
+What a power cut must not do is leave the group file ahead of the database:
+retention keeps segments only until every group file has passed them, and a
+database without offsets (a first run whose commits were all lost) takes its
+start from the group file. So:
+- the offsets `establish` stores (and the tables, and the database file's own
+  entry in its folder) are made durable before the group file is written;
+- every mirror write of the group file comes after an fsync of the database's
+  WAL (and its folder) taken once the commits it names were done; mirror
+  writes happen at most once a second (and at the end), so this costs at most
+  three fsyncs a second;
+- every run resumes from the database's offsets (the group file is never read
+  for a partition the database has).
 """
 
 from __future__ import annotations
@@ -252,6 +265,32 @@ class SqliteTable:
         except sqlite3.Error:
             pass  # the connection is closed next; SQLite rolls back an open transaction then
 
+    def sync_files(self) -> None:
+        """Make every commit done so far durable: fsync the WAL (where synchronous=NORMAL leaves
+        commits unsynced) and the folder holding the files (a new file's entry). `PRAGMA
+        wal_checkpoint` would not do: it copies only what it can and syncs the database, not
+        the WAL frames it leaves. Linux fsyncs the file, whichever descriptor names it, so the
+        WAL SQLite appends to through its own descriptor is synced by ours.
+
+        The database file itself is never opened here: closing any descriptor of a file drops
+        every POSIX lock this process holds on it, SQLite's included. SQLite syncs that file
+        whenever it writes it (the header when it is made, checkpoints); the WAL holds no lock."""
+        folder = os.path.dirname(os.path.abspath(self.path))
+        for path in (self.path + "-wal", folder):
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue  # no WAL: everything is in the database file (checkpointed and synced)
+            except OSError as e:
+                raise StorageError(f"{path}: cannot open to sync it: {e.strerror}") from None
+            try:
+                os.fsync(fd)
+            except OSError as e:
+                raise StorageError(f"{path}: fsync failed: {e.strerror}; the group file was not updated "
+                                   "(the database's offsets are where the next run resumes)") from None
+            finally:
+                os.close(fd)
+
     # -- schema ------------------------------------------------------------------------------
 
     def _setup(self) -> None:
@@ -357,8 +396,9 @@ class SqliteTable:
                   say: Callable[[str], None]) -> dict[int, int]:
         """Where each partition resumes: the database's next offset; for a partition the database
         has none of yet, the group's committed offset or --from (a first run), stored now so a
-        rerun starts at the same place. The group file is set to the result while the database
-        is locked, so the reader (which plans from the group file) starts there."""
+        rerun starts at the same place. That commit is made durable (sync_files) before the
+        group file is set to the result: a power cut can lose the rows committed later, never
+        these offsets once the group file names them, so the group file never leads the database."""
         self._begin("cannot read the offsets")
         try:
             stored = self._stored_offsets()
@@ -382,18 +422,19 @@ class SqliteTable:
                 self._store_offsets(start)
                 stored.update(start)
             want = {p: stored[p] for p in partitions}
-            current = offsets.load(log, self.group)
-            todo = {p: o for p, o in want.items() if current.get(p) != o}
-            if todo:
-                offsets.commit(log, self.group, todo)
             self.db.execute("COMMIT")
-            return want
         except sqlite3.Error as e:
             self._rollback()
             raise self._error(e, "cannot store the start offsets") from None
         except BaseException:
             self._rollback()
             raise
+        self.sync_files()
+        current = offsets.load(log, self.group)
+        todo = {p: o for p, o in want.items() if current.get(p) != o}
+        if todo:
+            offsets.commit(log, self.group, todo)
+        return want
 
     def apply(self, rows: list[Row], nexts: dict[int, int]) -> dict[int, int]:
         """Write `rows` (in consume order) and the next offsets in one transaction. Rows the
@@ -504,6 +545,12 @@ class SqliteTable:
                     "changed outside streamctl, or the table is filled from another log; nothing was committed")
         return StorageError(f"{self.path}: table {self.table}: {e}; nothing was committed")
 
+    def stored_offsets(self) -> dict[int, int]:
+        try:
+            return self._stored_offsets()
+        except sqlite3.Error as e:
+            raise self._error(e, "cannot read the offsets") from None
+
     def close(self) -> None:
         """Stop the writer thread (batches already handed to it are committed first), then close."""
         if self._queue is not None and self._thread is not None:
@@ -538,12 +585,12 @@ class SqliteCommitter(Committer):
         self.mirror: dict[int, int] = {}  # offsets committed to the database, not yet to the group file
         self._mirrored = time.monotonic()
 
-    def commit(self, mirror: bool = True) -> None:
+    def commit(self, mirror: bool = True, final: bool = False) -> None:
         """The transaction, then the group file. With `mirror`, the transaction is done (with
-        every one before it) when this returns, and the group file is written; else (a full
-        batch while catching up) the batch goes to the writer thread, and the group file
-        follows what it has committed at most every `interval` seconds, as a plain consume
-        commits."""
+        every one before it) when this returns; else (a full batch while catching up) the batch
+        goes to the writer thread. The group file follows what the database has committed at
+        most every `interval` seconds (and now, when `final`), each time after an fsync of the
+        WAL that holds those commits (sync_files)."""
         nexts = {**self.delivered, **self.pending}
         todo = {p: o for p, o in nexts.items() if self.committed.get(p) != o}
         if todo or self.rows:
@@ -558,11 +605,25 @@ class SqliteCommitter(Committer):
             self.table.wait()
         self.mirror.update(self.table.take_stored())
         now = time.monotonic()
-        if self.mirror and (mirror or now - self._mirrored >= self.interval):
+        if self.mirror and (final or now - self._mirrored >= self.interval):
+            # self.mirror holds only offsets of commits that are done: synced by this fsync
+            self.table.sync_files()
             offsets.commit(self.log, self.sink_group, self.mirror)
             self.mirror = {}
             self._mirrored = now
         self._last = now
+
+    def finish(self) -> None:
+        self.commit(final=True)
+
+    def mirror_due(self) -> bool:
+        return bool(self.mirror) and time.monotonic() - self._mirrored >= self.interval
+
+    def resume_offsets(self) -> dict[int, int]:
+        """The database's offsets (consume_live's starts): every batch in flight committed first."""
+        self.table.wait()
+        self.mirror.update(self.table.take_stored())
+        return self.table.stored_offsets()
 
 
 @dataclass
@@ -608,14 +669,17 @@ class SqliteSink:
             c.commit()
 
     def tick(self) -> None:
-        if self.committer.rows and self.timeout is not None and time.monotonic() - self.started >= self.timeout:
-            self.committer.commit()
+        c = self.committer
+        if c.rows and self.timeout is not None and time.monotonic() - self.started >= self.timeout:
+            c.commit()
+        elif c.mirror_due() and not c.table.in_flight():
+            c.commit()  # a mirror held back by the once-a-second limit, written once due
 
     def idle(self) -> bool:
         return not self.committer.rows and not self.committer.table.in_flight()
 
     def finish(self, normal: bool) -> None:
-        self.committer.commit()
+        self.committer.finish()
 
 
 def log_identity(log: Log) -> str:

@@ -10,10 +10,14 @@ Decisions (also in docs/guide/live.md):
   a member that starts or dies makes the others rebalance within ~0.5 s.
 - --exec with --follow and no --batch-timeout waits at most 1s for a full batch.
 - SIGINT: stop, flush, commit what was written, exit 130. SIGTERM: same, exit 0.
+- With --group and stdout on a regular file, the file is fsynced before each commit; a pipe or
+  a terminal is not (its reader owns durability). --exec: CMD's stdout is consume's, so its
+  output to a file is synced the same way; CMD's other side effects are its own to sync.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -72,6 +76,9 @@ def run(log: str, group: str | None, from_: str | None, partition: int | None, m
     else:
         out = Output(unbuffered=True if unbuffered else None)
         sink = PrintSink(out, render, committer, per_line=max_ is not None and len(parts) > 1)
+    if group is not None and sqlite is None:
+        # stdout on a regular file: fsynced before each commit (with --exec too: CMD inherits it)
+        committer.make_durable = consumer.file_syncer(sys.stdout.fileno())
     if flt is not None:
         # skipped records are committed only where the sink holds nothing undelivered before them
         sink = FilterSink(sink, flt.select, committer)
@@ -79,7 +86,8 @@ def run(log: str, group: str | None, from_: str | None, partition: int | None, m
     for t in (idle, btimeout):
         if t is not None:
             wake = max(0.001, min(wake, t / 4))
-    opts = LiveOptions(parts, group, from_, follow, max_, idle, wake_every=wake, until=until)
+    opts = LiveOptions(parts, group, from_, follow, max_, idle, wake_every=wake, until=until,
+                       starts=table_sink.committer.resume_offsets if table_sink is not None else None)
     stopflag.install()
     try:
         res = consume_live(lg, opts, sink, committer, info)

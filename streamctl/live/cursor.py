@@ -384,7 +384,7 @@ class FilterSink:
         self.inner.finish(normal)
         if normal:
             self._release()
-        self.committer.commit()
+        self.committer.finish()
 
 
 @dataclass
@@ -398,6 +398,9 @@ class LiveOptions:
     wake_every: float = 0.2  # the longest sleep between checks (batch and idle timeouts)
     rebalance_every: float = 0.5
     until: Bound | None = None  # --until: each partition stops before its first record at or past it
+    # Where the partitions resume, read when they are claimed, instead of the group file (consume
+    # --sqlite: the offsets stored in the database with the rows; the group file only mirrors them)
+    starts: Callable[[], dict[int, int]] | None = None
 
 
 # With --follow and a time --until, a partition with nothing new is done once the clock is this far
@@ -436,11 +439,11 @@ class LiveResult:
 
 
 def _start_for(log: Log, p: int, group: str | None, from_spec: str | None, notices: list[str],
-               until: Bound | None = None) -> tuple[int, bool]:
+               until: Bound | None = None, starts: Callable[[], dict[int, int]] | None = None) -> tuple[int, bool]:
     """Where a partition claimed while following starts (the group's committed offset wins), and
     whether it is already at or past --until (nothing to read)."""
-    committed = offsets.load(log, group) if group else {}
-    pl = plan(log, [p], None if p in committed else from_spec, group, follow=True, until=until)
+    committed = starts() if starts is not None else offsets.load(log, group) if group else {}
+    pl = plan(log, [p], None if p in committed else from_spec, group, follow=True, until=until, starts=committed)
     notices.extend(pl.notices)
     pos = pl.positions[p]
     return pos.start, pos.reached and pos.end is not None and pos.start >= pos.end
@@ -467,7 +470,8 @@ def consume_live(log: Log, opts: LiveOptions, sink: Sink, committer: Committer,
         if opts.follow:
             # What is appended while history is read is found by the first poll, before any wait.
             waiter = Waiter(log.path, max_wait=opts.wake_every)
-        pl = plan(log, held, opts.from_spec, opts.group, until=opts.until)
+        pl = plan(log, held, opts.from_spec, opts.group, until=opts.until,
+                  starts=opts.starts() if opts.starts is not None else None)
         for note in pl.notices:
             say(note)
         limit = opts.max_records
@@ -547,7 +551,7 @@ def _follow(log: Log, opts: LiveOptions, sink: Sink, committer: Committer, membe
             releasing = sorted(set(releasing) | set(change.to_release))
             for p in change.claimed:
                 notes: list[str] = []
-                start, reached = _start_for(log, p, opts.group, opts.from_spec, notes, opts.until)
+                start, reached = _start_for(log, p, opts.group, opts.from_spec, notes, opts.until, opts.starts)
                 if reached:
                     res.finished.add(p)
                 else:

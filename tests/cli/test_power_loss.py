@@ -14,14 +14,18 @@ them. Each test states the invariant a power cut relies on and checks it on the 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
+import time
+from dataclasses import dataclass
 
 import pytest
 
-from conftest import CLI, cli_env, run_cli
+from conftest import CLI, cli_env, log_records, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -43,32 +47,54 @@ def traced(strace: str, out: str, calls: str, args: list[str], input: bytes = b"
                           stderr=subprocess.PIPE, env=cli_env(), timeout=timeout)
 
 
-# One call per entry, in the order they started: unfinished/resumed pairs (threads) are joined.
+# One call per entry, in the order they started: unfinished/resumed pairs (threads) are joined,
+# and each call knows the trace line where it ended (a write that ended before an fsync started
+# is covered by it).
 _CALL = re.compile(r"^(\d+)\s+(\w+)\((.*)$")
 _RESUMED = re.compile(r"^(\d+)\s+<\.\.\. (\w+) resumed>(.*)$")
 
 
-def calls(trace: str) -> list[tuple[str, str]]:
-    """(syscall, its text: arguments and result) of each call, in the order they started."""
-    out: list[list[str]] = []
-    open_by_pid: dict[str, int] = {}
-    for line in open(trace, errors="replace"):
+@dataclass
+class Call:
+    name: str
+    text: str  # arguments and result
+    start: int  # trace line of the entry
+    end: int  # trace line of the result
+
+
+def calls(trace: str) -> list[Call]:
+    out: list[Call] = []
+    open_by_pid: dict[str, Call] = {}
+    for n, line in enumerate(open(trace, errors="replace")):
         line = line.rstrip("\n")
         m = _RESUMED.match(line)
         if m:
-            i = open_by_pid.pop(m.group(1), None)
-            if i is not None:
-                out[i][1] += m.group(3)
+            c = open_by_pid.pop(m.group(1), None)
+            if c is not None:
+                c.text += m.group(3)
+                c.end = n
             continue
         m = _CALL.match(line)
         if not m:
             continue
         if line.endswith("<unfinished ...>"):
-            open_by_pid[m.group(1)] = len(out)
-            out.append([m.group(2), m.group(3)[: -len("<unfinished ...>")]])
+            c = Call(m.group(2), m.group(3)[: -len("<unfinished ...>")], n, 1 << 60)
+            open_by_pid[m.group(1)] = c
         else:
-            out.append([m.group(2), m.group(3)])
-    return [(a, b) for a, b in out]
+            c = Call(m.group(2), m.group(3), n, n)
+        out.append(c)
+    return out
+
+
+def result(c: Call) -> int:
+    return int(c.text.rsplit("=", 1)[1].split()[0])
+
+
+def strace_string(text: str) -> bytes:
+    """The first quoted string argument of a call as bytes (strace's C escapes undone)."""
+    m = re.search(r'"((?:[^"\\]|\\.)*)"', text)
+    assert m is not None, text
+    return m.group(1).encode("latin-1").decode("unicode_escape").encode("latin-1")
 
 
 def fd_path(text: str) -> str:
@@ -88,17 +114,225 @@ def test_produce_makes_every_new_parent_folder_durable(tmp_path, strace):
                input=b"1\n2\n")
     assert p.returncode == 0, p.stderr.decode()
     seq = calls(trace)
-    made = [re.match(r'\s*(?:AT_FDCWD, )?"([^"]+)"', text).group(1) for name, text in seq
-            if name in ("mkdir", "mkdirat")]
-    made = [os.path.abspath(m) if os.path.isabs(m) else os.path.abspath(os.path.join(os.getcwd(), m)) for m in made]
+
+    def made(c: Call) -> str:
+        m = re.match(r'\s*(?:AT_FDCWD, )?"([^"]+)"', c.text)
+        assert m is not None
+        return os.path.abspath(m.group(1))
+
+    first_record_sync = next(i for i, c in enumerate(seq)
+                             if c.name in ("fsync", "fdatasync") and fd_path(c.text).endswith(".jsonl"))
     for folder in (str(base / "new1"), str(base / "new1" / "new2"), log):
-        assert folder in made, (folder, made)
-        i = next(i for i, (name, text) in enumerate(seq) if name in ("mkdir", "mkdirat") and folder in
-                 os.path.abspath(re.match(r'\s*(?:AT_FDCWD, )?"([^"]+)"', text).group(1)))
+        i = next(i for i, c in enumerate(seq) if c.name in ("mkdir", "mkdirat") and made(c) == folder)
         parent = os.path.dirname(folder)
         # the folder's entry is synced after its mkdir and before the first record's fsync
-        first_record_sync = next(j for j, (name, text) in enumerate(seq)
-                                 if name in ("fsync", "fdatasync") and fd_path(text).endswith(".jsonl"))
-        assert any(name == "fsync" and fd_path(text) == parent for name, text in seq[i + 1:first_record_sync]), \
+        assert any(c.name == "fsync" and fd_path(c.text) == parent for c in seq[i + 1:first_record_sync]), \
             f"{parent} is not fsynced after {folder} is made"
     assert run_cli("consume", log, "--value").stdout == b"1\n2\n"
+
+
+# --- helpers for the consume tests ----------------------------------------------------------------
+
+def produce(log: str, n: int, start: int = 0, partitions: int = 2) -> None:
+    lines = "".join(json.dumps({"key": f"k{i % 13}", "value": {"i": i}}) + "\n" for i in range(start, start + n))
+    run_cli("produce", log, "--partitions", str(partitions), "--envelope", input=lines, check=True)
+
+
+def ends(log: str) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for r in log_records(log):
+        out[r["partition"]] = r["offset"] + 1
+    return out
+
+
+def group_offsets(log: str, group: str) -> dict[int, int]:
+    try:
+        data = json.loads(open(os.path.join(log, "groups", f"{group}.json")).read())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return {int(p): o for p, o in data["offsets"].items()}
+
+
+def wait_for(cond, timeout: float = 60.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "condition not met in time"
+        time.sleep(0.05)
+
+
+def traced_child(strace_pid: int) -> int:
+    """The pid of the process strace started (its only child)."""
+    with open(f"/proc/{strace_pid}/task/{strace_pid}/children") as f:
+        kids = f.read().split()
+    assert len(kids) == 1, kids
+    return int(kids[0])
+
+
+def follow_under_strace(strace: str, trace: str, log: str, args: list[str], stdout, rounds: int) -> None:
+    """`consume LOG ARGS --follow` under strace while `rounds` more batches are produced a bit more
+    than a second apart (so several commits happen), until the group has committed everything;
+    then the consumer is killed with SIGKILL (its files stay as they were at the cut)."""
+    calls_ = "fsync,fdatasync,rename,renameat,renameat2,pwrite64,write"
+    proc = subprocess.Popen([strace, "-f", "-qq", "-y", "-s", "512", "-o", trace, "-e", f"trace={calls_}",
+                             *CLI, "consume", log, *args, "--follow"],
+                            stdout=stdout, stderr=subprocess.PIPE, env=cli_env())
+    try:
+        for r in range(rounds):
+            time.sleep(1.2)
+            produce(log, 150, start=10_000 * (r + 1))
+        wait_for(lambda: group_offsets(log, "g") == ends(log))
+        time.sleep(0.3)
+        os.kill(traced_child(proc.pid), 9)
+    finally:
+        if proc.poll() is None:
+            proc.wait(timeout=60)
+        err = proc.stderr.read().decode() if proc.stderr else ""
+    assert "Traceback" not in err, err
+
+
+def group_writes(seq: list[Call], group: str = "g") -> list[tuple[int, dict[int, int], bytes]]:
+    """(index of the rename, offsets it names, the file's bytes) of every rename of groups/G.json."""
+    out = []
+    for i, c in enumerate(seq):
+        if c.name.startswith("rename") and f'"{group}.json"' in c.text and result(c) == 0:
+            w = next(x for x in reversed(seq[:i]) if x.name == "write"
+                     and f"/groups/.{group}.json." in fd_path(x.text))
+            data = strace_string(w.text)
+            out.append((i, {int(p): o for p, o in json.loads(data)["offsets"].items()}, data))
+    return out
+
+
+def last_sync_before(seq: list[Call], i: int, path: str) -> Call | None:
+    syncs = [c for c in seq[:i] if c.name in ("fsync", "fdatasync") and fd_path(c.text) == path]
+    return syncs[-1] if syncs else None
+
+
+# --- consume --group into a file, and into a pipe --------------------------------------------------
+
+def test_consume_into_a_file_syncs_it_before_each_commit_and_a_pipe_is_not_synced(tmp_path, strace):
+    log = str(tmp_path / "orders")
+    produce(log, 400)
+    out = os.path.realpath(str(tmp_path / "out.jsonl"))
+    trace = str(tmp_path / "trace")
+    with open(out, "wb") as f:
+        follow_under_strace(strace, trace, log, ["--group", "g", "--idle-timeout", "30s"], f, rounds=3)
+    seq = calls(trace)
+    writes = group_writes(seq)
+    assert len(writes) >= 3, len(writes)
+    data = open(out, "rb").read()
+    for i, named, _ in writes:
+        sync = last_sync_before(seq, i, out)
+        assert sync is not None, "a commit before any fsync of the output file"
+        # what that fsync covered: the bytes of every write to the file that had ended before it
+        synced = sum(result(c) for c in seq if c.name == "write" and fd_path(c.text) == out and c.end < sync.start)
+        durable: dict[int, int] = {}
+        for line in data[:synced].splitlines():
+            r = json.loads(line)
+            durable[r["partition"]] = r["offset"] + 1
+        for p, o in named.items():
+            assert o == 0 or durable.get(p, 0) >= o, f"partition {p}: offset {o} committed, {durable} on disk"
+    # every record once, in the file
+    assert sorted((json.loads(x)["partition"], json.loads(x)["offset"]) for x in data.splitlines()) == \
+        sorted((r["partition"], r["offset"]) for r in log_records(log))
+
+    # a pipe: its reader owns durability, consume never fsyncs it
+    trace2 = str(tmp_path / "trace2")
+    p = traced(strace, trace2, "fsync,fdatasync", ["consume", log, "--group", "piped"])
+    assert p.returncode == 0, p.stderr.decode()
+    assert p.stdout.count(b"\n") == len(log_records(log))
+    synced = [fd_path(c.text) for c in calls(trace2)]
+    assert not [s for s in synced if s.startswith("pipe:")], synced
+    assert any("/groups/" in s for s in synced)  # the commit itself was traced
+
+
+# --- consume --sqlite ----------------------------------------------------------------------------
+
+def table_keys(db: str, table: str) -> list[tuple[int, int]]:
+    con = sqlite3.connect(db)
+    try:
+        return sorted(con.execute(f'SELECT "partition", "offset" FROM "{table}"').fetchall())
+    finally:
+        con.close()
+
+
+def db_offsets(db: str, group: str) -> dict[int, int]:
+    con = sqlite3.connect(db)
+    try:
+        if not con.execute("SELECT 1 FROM sqlite_schema WHERE name='streamctl_offsets'").fetchone():
+            return {}
+        return dict(con.execute('SELECT "partition", next_offset FROM streamctl_offsets WHERE "group"=?', (group,)))
+    finally:
+        con.close()
+
+
+def set_group_file(log: str, group: str, data: bytes) -> None:
+    path = os.path.join(log, "groups", f"{group}.json")
+    with open(path + ".t", "wb") as f:
+        f.write(data)
+    os.replace(path + ".t", path)
+
+
+def test_sqlite_group_file_never_leads_the_synced_wal_and_a_power_cut_at_each_commit_loses_nothing(tmp_path, strace):
+    """The database's WAL as a power cut leaves it (cut back to what the last fsync before the
+    cut covered) holds offsets at or past those the group file names, at every rename of the
+    group file; and a rerun from each such state (the cut WAL, that group file) applies every
+    record exactly once."""
+    log = str(tmp_path / "orders")
+    produce(log, 400)
+    db = os.path.realpath(str(tmp_path / "r.db"))
+    trace = str(tmp_path / "trace")
+    follow_under_strace(strace, trace, log, ["--group", "g", "--sqlite", db, "--batch", "20"],
+                        subprocess.DEVNULL, rounds=3)
+    seq = calls(trace)
+    wal = db + "-wal"
+    wal_writes = [c for c in seq if c.name == "pwrite64" and fd_path(c.text) == wal]
+    first = wal_writes[0].start
+    # the simulation below keeps the database file as it is: true while no checkpoint wrote it
+    assert not [c for c in seq if c.name == "pwrite64" and fd_path(c.text) == db and c.start > first]
+    writes = group_writes(seq)
+    assert len(writes) >= 3, len(writes)
+    wal_now = open(wal, "rb").read()
+    records = sorted((r["partition"], r["offset"]) for r in log_records(log))
+    for k, (i, named, gbytes) in enumerate(writes):
+        sync = last_sync_before(seq, i, wal)
+        assert sync is not None, f"group file rename {k} comes before any fsync of the WAL"
+        assert last_sync_before(seq, i, os.path.dirname(db)) is not None
+        synced = max(int(m.group(2)) + int(m.group(1)) for c in wal_writes if c.end < sync.start
+                     for m in [re.search(r", (\d+), (\d+)\) = \d+$", c.text)] if m)
+        cut = tmp_path / f"cut{k}"
+        cut.mkdir()
+        shutil.copyfile(db, cut / "r.db")
+        (cut / "r.db-wal").write_bytes(wal_now[:synced])
+        have = db_offsets(str(cut / "r.db"), "g")
+        for p, o in named.items():
+            assert have.get(p, -1) >= o, f"rename {k}: the group file names {named}, the synced WAL {have}"
+        set_group_file(log, "g", gbytes)
+        p = run_cli("consume", log, "--group", "g", "--sqlite", str(cut / "r.db"), "--batch", "20")
+        assert p.returncode == 0, p.stderr.decode()
+        assert table_keys(str(cut / "r.db"), "orders") == records, f"after a cut at rename {k}"
+
+
+@pytest.mark.parametrize("when", [1, 2])
+def test_sqlite_kill_between_the_wal_sync_and_the_group_rename(tmp_path, strace, when):
+    """SIGKILL at the group file's rename (1: the start offsets after establishing; 2: the mirror
+    after the load, its WAL fsync done): the database leads the group file, and the rerun loads
+    nothing twice and nothing is lost."""
+    log = str(tmp_path / "orders")
+    produce(log, 3000, partitions=3)
+    db = str(tmp_path / "r.db")
+    args = ["consume", log, "--group", "g", "--sqlite", db, "--batch", "100"]
+    p = subprocess.run([strace, "-f", "-qq", "-o", "/dev/null", "-e", "trace=rename,renameat,renameat2",
+                        "-e", f"inject=rename,renameat,renameat2:signal=SIGKILL:when={when}", *CLI, *args],
+                       capture_output=True, env=cli_env(), timeout=300)
+    assert p.returncode in (-9, 137), (p.returncode, p.stderr.decode())
+    have = db_offsets(db, "g")
+    gfile = group_offsets(log, "g")
+    assert have, "the offsets stored by the run were lost"
+    for part, o in gfile.items():
+        assert o <= have[part]
+    if when == 2:
+        assert have == ends(log) and gfile != have  # loaded and synced, the mirror not yet written
+    q = run_cli(*args)
+    assert q.returncode == 0, q.stderr.decode()
+    assert table_keys(db, "orders") == sorted((r["partition"], r["offset"]) for r in log_records(log))
+    assert group_offsets(log, "g") == db_offsets(db, "g") == ends(log)
