@@ -7,11 +7,21 @@ only inside the code that uses them.
 
 from __future__ import annotations
 
-import importlib
+# First, before typer and the rest are imported: a SIGINT or SIGTERM while streamctl is still
+# starting ends it quietly (exit 130/143) instead of a KeyboardInterrupt traceback. Only for the
+# `streamctl` script; `python -m streamctl` installs it in __main__, and importing this module
+# elsewhere (tests, in-process callers) leaves the process's signal handling alone.
 import os
 import sys
 
-import typer
+if os.path.basename(sys.argv[0] if sys.argv else "") == "streamctl":
+    from streamctl import startsignals
+
+    startsignals.install()
+
+import importlib  # noqa: E402
+
+import typer  # noqa: E402
 
 from streamctl import __version__
 
@@ -76,15 +86,16 @@ def _print_error(msg: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # typer 0.26-0.28 vendor click and export only Exit/Abort; click's usage errors are reachable
-    # only as typer._click (pinned by pyproject's typer<0.29). This is the one place that names it.
-    from typer import Abort, Exit
-    from typer._click import exceptions as click_exc
+    # typer (0.26 on) carries its own copy of click, whose exceptions all derive from the public
+    # typer.TyperException: usage errors have exit_code 2 and a ctx, others their own exit code.
+    from typer import Abort, Exit, TyperException
     from typer.main import get_command
 
+    from streamctl import startsignals
     from streamctl.errors import ExitCode, StreamctlError
 
     cmd = get_command(build_app())
+    startsignals.running()
     try:
         rv = cmd.main(args=argv, prog_name="streamctl", standalone_mode=False)
         code = rv if isinstance(rv, int) else 0
@@ -94,19 +105,21 @@ def main(argv: list[str] | None = None) -> int:
         code = int(e.exit_code)
     except Exit as e:
         code = e.exit_code
-    except click_exc.NoArgsIsHelpError as e:
-        sys.stdout.write(e.ctx.get_help() + "\n" if e.ctx is not None else "")
-        code = 0 if argv == [] or not sys.argv[1:] else ExitCode.USAGE
-    except click_exc.UsageError as e:
-        hint = f"\nTry '{e.ctx.command_path} --help' for help." if e.ctx is not None else ""
-        _print_error(f"{e.format_message()}{hint}")
-        code = ExitCode.USAGE
     except Abort:
         _print_error("interrupted")
         code = ExitCode.INTERRUPTED
-    except click_exc.ClickException as e:
-        _print_error(e.format_message())
-        code = e.exit_code
+    except TyperException as e:
+        ctx = getattr(e, "ctx", None)
+        if type(e).__name__ == "NoArgsIsHelpError":  # a command given no arguments: its help
+            sys.stdout.write(ctx.get_help() + "\n" if ctx is not None else "")
+            code = 0 if argv == [] or not sys.argv[1:] else ExitCode.USAGE
+        elif e.exit_code == ExitCode.USAGE:
+            hint = f"\nTry '{ctx.command_path} --help' for help." if ctx is not None else ""
+            _print_error(f"{e.format_message()}{hint}")
+            code = ExitCode.USAGE
+        else:
+            _print_error(e.format_message())
+            code = e.exit_code
     except KeyboardInterrupt:
         _print_error("interrupted")
         code = ExitCode.INTERRUPTED
@@ -118,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         why = "a symlink where a file was expected (refusing to follow it)" if e.errno == 40 else (e.strerror or str(e))
         _print_error(f"{where}{why}")
         code = ExitCode.FAILURE
+    startsignals.finishing()
     try:
         sys.stdout.flush()
     except (BrokenPipeError, OSError):
