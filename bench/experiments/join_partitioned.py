@@ -38,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from streamctl.processing import inputorder
+from streamctl.processing import inputorder, mergeorder
 from streamctl.processing.joins.driver import block_column, block_times
 
 IDX_BITS = 40  # line numbers below 2**40
@@ -48,13 +48,13 @@ def read_side(path: str, side: int, key_field: str, time_field: str) -> tuple[li
     """(partition 0 columns, partition 1 columns) of one file: positions, times, keys, payloads."""
     times_of = block_times(("value", time_field))
     keys_of = block_column(("value", key_field))
-    high = inputorder.NO_TIME
+    high = mergeorder.NO_TIME
     parts: tuple[list[list[Any]], list[list[Any]]] = ([[], [], [], []], [[], [], [], []])
     idx = 0
     for values, payloads in inputorder.plain_blocks_raw(path, raw=True):
         ts = times_of(values)
         ks = keys_of(values)
-        marks = inputorder.merge_keys(ts, high)
+        marks = mergeorder.merge_keys(ts, high)
         high = marks[-1] if marks else high
         n = len(ts)
         pos = [((m << 1 | side) << IDX_BITS) | i for m, i in zip(marks, range(idx, idx + n), strict=True)]

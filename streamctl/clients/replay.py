@@ -19,7 +19,6 @@ streamctl/spark/replay_job.py implements the same rules.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -197,14 +196,7 @@ def _merge(per_partition: Mapping[int, Iterator[bytes]]) -> Iterator[bytes]:
     if len(per_partition) == 1:
         yield from next(iter(per_partition.values()))
         return
-    env = record.envelope
-
-    def keyed(p: int, lines: Iterator[bytes]) -> Iterator[tuple[int, int, int, bytes]]:
-        for line in lines:
-            off, _, ts = env(line)
-            yield ts, p, off, line
-
-    for _, _, _, line in heapq.merge(*(keyed(p, it) for p, it in sorted(per_partition.items()))):
+    for _p, _off, line in reader.merge_by_ts(sorted(per_partition.items())):
         yield line
 
 

@@ -16,7 +16,6 @@ live merge cannot wait for a quiet partition.
 
 from __future__ import annotations
 
-import heapq
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -31,7 +30,7 @@ from streamctl.errors import BrokenPipe, StorageError
 from streamctl.groups import offsets
 from streamctl.groups.membership import Membership
 from streamctl.live.wait import Waiter
-from streamctl.storage import record, segment
+from streamctl.storage import reader, record, segment
 from streamctl.storage.log import Log
 from streamctl.storage.reader import check_block, segment_for
 from streamctl.timeparse import now_ms
@@ -239,15 +238,8 @@ class Follower:
 
 def merge_lines(parts: Iterator[tuple[int, list[bytes]]]) -> Iterator[Item]:
     """Lines of several partitions (each in offset order) merged by (ts, partition, offset)."""
-
-    def keyed(p: int, blocks: list[bytes]) -> Iterator[tuple[int, int, int, bytes]]:
-        env = record.envelope
-        for b in blocks:
-            for ln in b.splitlines(keepends=True):
-                off, _, ts = env(ln)
-                yield ts, p, off, ln
-
-    for _ts, p, off, ln in heapq.merge(*(keyed(p, blocks) for p, blocks in parts)):
+    lines = ((p, (ln for b in blocks for ln in b.splitlines(keepends=True))) for p, blocks in parts)
+    for p, off, ln in reader.merge_by_ts(lines):
         yield p, off + 1, ln
 
 
@@ -590,8 +582,6 @@ def _last_matching(log: Log, parts: list[int], n: int, select: Callable[[bytes],
     """The last n records across `parts` that `select` keeps, in (ts, partition, offset) order, and
     each partition's end offset (where a follow goes on). Each partition is read backwards only
     until it has n matches: the last n overall are among them."""
-    from streamctl.storage import reader
-
     found: dict[int, list[bytes]] = {}
     ends: dict[int, int] = {}
     for p in parts:
@@ -609,14 +599,7 @@ def _last_matching(log: Log, parts: list[int], n: int, select: Callable[[bytes],
                     if count >= n:
                         break
         found[p] = [ln for chunk in reversed(chunks) for ln in chunk][-n:]
-    env = record.envelope
-
-    def keyed(p: int) -> Iterator[tuple[int, int, int, bytes]]:
-        for ln in found[p]:
-            off, _, ts = env(ln)
-            yield ts, p, off, ln
-
-    merged = [ln for *_k, ln in heapq.merge(*(keyed(p) for p in sorted(found)))]
+    merged = [ln for _p, _off, ln in reader.merge_by_ts((p, found[p]) for p in sorted(found))]
     return merged[-n:], ends
 
 

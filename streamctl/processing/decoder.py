@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 from streamctl import parallel, stopflag
 from streamctl.errors import Interrupted, StorageError, StreamctlError
-from streamctl.processing import columns, inputorder
+from streamctl.processing import columns, inputorder, mergeorder
 
 PIPE_BYTES = 1 << 20  # a larger pipe: fewer wake-ups per piece
 # A plain file's columns go to numpy (time parse, window cells): 256 KiB pieces (~1500 lines)
@@ -232,8 +232,9 @@ def _merged_log_batches(path: str, lg: Any, ranges: list[tuple[int, int, int | N
             yield pre[0], _LanePiece(path, p, piece, recs, pre)
 
     def merged() -> Iterator[tuple]:  # in the child
-        lanes = [inputorder.ColumnLane(lane(p, start, end)) for p, start, end in ranges]
-        for parts, order in inputorder.merge_columns(lanes):
+        lanes = [mergeorder.Lane(lane(p, start, end), array=True) for p, start, end in ranges]
+        for where, order in mergeorder.merge(lanes):
+            parts = [(lanes[k].payload, s, e) for k, s, e in where]
             idx = None if order is None else order.tolist()
             if all(lp.clean for lp, _s, _e in parts):
                 pre = [lp.pre for lp, _s, _e in parts]

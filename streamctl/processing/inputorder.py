@@ -1,30 +1,19 @@
-"""The one deterministic input order that window and join read in.
+"""The inputs of window and join, read in the one input order (streamctl.processing.mergeorder).
 
-Every partition of every input, and every plain file (or `-`), keeps its own
-stored order: these are the merge's lanes. Each record's merge key is the
-largest event time in its own lane up to and including it (a running
-maximum), and records are taken in (merge key, input, partition, offset)
-order: the partition whose next record is the oldest goes first, the way
-Kafka Streams picks one (PartitionGroup). A record whose time cannot be read
-keeps its place: it sorts with the lane's running maximum so far and does not
-move it. With the append time `ts` (non-decreasing in a partition) this is the
-(ts, partition, offset) order; with an event-time field, a partitioned log
-filled by one produce, or two logs produced a day apart, are read in event-time
-order. Running the same thing twice on the same inputs gives the same order,
-on every engine (the Spark jobs compute the same keys and sort by them).
-
-`merge_lanes` is the whole rule; everything else here reads lanes.
+Here are the lanes' sources: a log's partitions (read a piece at a time, each line checked)
+and plain files (a block of lines at a time), and the merges of them that window and join
+read: `log_batches` (one log), `merged` (several inputs, for join). The order itself, merge
+keys and the merge, is mergeorder's.
 """
 
 from __future__ import annotations
 
 import re
-from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass, field
-from itertools import accumulate, chain, islice, repeat
-from operator import itemgetter, le
-from typing import Any, cast
+from dataclasses import dataclass
+from itertools import chain, repeat
+from operator import itemgetter
+from typing import Any
 
 import orjson
 
@@ -32,6 +21,7 @@ from streamctl.clients import consumer
 from streamctl.errors import StorageError, UsageError
 from streamctl.processing import columns
 from streamctl.processing.columns import FieldPath
+from streamctl.processing.mergeorder import NO_TIME, Lane, MergedBatch, merge_lanes, record_lane
 from streamctl.storage import log as logmod
 from streamctl.storage import plainfile, reader, record
 
@@ -42,9 +32,6 @@ TimeOf = Callable[[Record], "int | None"]
 # A block of records in input order: a list of records, or (a log read for a few fields) the
 # columns of those fields, which parse a record in full only when it is taken.
 Block = Sequence[Record] | columns.FieldBatch
-
-NO_TIME = -(1 << 62)  # a lane's merge key before its first timed record
-
 
 @dataclass(frozen=True)
 class InputSpec:
@@ -64,212 +51,6 @@ def classify(path: str) -> InputSpec:
     return InputSpec(path, False)
 
 
-# -- the merge ----------------------------------------------------------------------
-
-@dataclass
-class Lane:
-    """One partition of one input, or a plain file: its records in stored order, a list at a time.
-
-    `name` identifies it to the caller (the partition for a log's lanes); `high` is the merge key
-    of the last record taken from it (NO_TIME before any), so a follow job can carry it across
-    rounds. Lanes are handed to merge_lanes in tie order: (input, partition)."""
-
-    name: Any
-    blocks: Iterator[list[Any]]
-    time_of: TimeOf
-    high: int = NO_TIME
-    # what was read but not yet taken: merge keys, items, and where the untaken part starts
-    keys: list[int] = field(default_factory=list)
-    items: list[Any] = field(default_factory=list)
-    start: int = 0
-    read_high: int = NO_TIME
-    done: bool = False
-
-    def __post_init__(self) -> None:
-        self.read_high = self.high
-        self.times_of: Callable[[list[Any]], Sequence[int | None]] | None = getattr(self.time_of, "column", None)
-
-    def fill(self) -> None:
-        """Read blocks until something is buffered or the lane is exhausted."""
-        while self.start == len(self.items) and not self.done:
-            block = next(self.blocks, None)
-            if block is None:
-                self.done = True
-                return
-            if not block:
-                continue
-            times = self.times_of(block) if self.times_of is not None else list(map(self.time_of, block))
-            self.keys = merge_keys(times, self.read_high)
-            self.read_high = self.keys[-1]
-            self.items, self.start = block, 0
-
-
-def merge_keys(times: Sequence[int | None], high: int) -> list[int]:
-    """The merge keys of a lane's next records: the running maximum of their times, starting
-    from `high`; a record without a time (None) keeps the maximum so far."""
-    if None not in times:
-        known = cast("Sequence[int]", times)
-        if known and known[0] >= high and all(map(le, known, islice(known, 1, None))):
-            return list(known)  # in order already (the usual case): the keys are the times
-        return list(accumulate(known, max, initial=high))[1:]
-    out = []
-    for t in times:
-        if t is not None and t > high:
-            high = t
-        out.append(high)
-    return out
-
-
-class MergedBatch(list):
-    """Items in input order, with `lanes` (the lane index of each item) and `highs` (each lane's
-    merge key after its last item here, for lanes that have one in this batch)."""
-
-    __slots__ = ("lanes", "highs")
-    lanes: list[int]
-    highs: dict[int, int]
-
-
-def merge_lanes(lanes: Sequence[Lane]) -> Iterator[MergedBatch]:
-    """The lanes' items in (merge key, lane order, stored order), a batch at a time.
-
-    A lane's buffered items may go out once no other lane can still bring one that sorts
-    before them: lane j's future keys are at least its last key read, Lj (running maxima
-    never go down), so an item of lane k with key x is safe when (x, k) < (Lj, j) for every
-    other lane j that is not exhausted. The lane with the smallest (Lj, j) can always send
-    everything it holds, so each round makes progress, and memory is one block per lane.
-    """
-    n = len(lanes)
-    while True:
-        for lane in lanes:
-            lane.fill()
-        live = [i for i in range(n) if lanes[i].start < len(lanes[i].items)]
-        if not live:
-            return
-        # bounds: (Lj, j) of every lane that can still bring items
-        bounds = sorted((lanes[j].keys[-1], j) for j in live)
-        parts: list[tuple[int, int, int]] = []  # (lane, start, end)
-        for k in live:
-            lane = lanes[k]
-            if len(bounds) == 1:
-                parts.append((k, lane.start, len(lane.items)))
-                break
-            other = bounds[1] if bounds[0][1] == k else bounds[0]
-            if k < other[1]:
-                end = bisect_right(lane.keys, other[0], lane.start)
-            else:
-                end = bisect_left(lane.keys, other[0], lane.start)
-            if end > lane.start:
-                parts.append((k, lane.start, end))
-        yield _take(lanes, parts)
-
-
-class ColumnLane:
-    """A lane whose blocks come as (times, payload): the times a list (None: no usable time), the
-    payload whatever the caller slices. merge_columns keeps the merge keys as a numpy array. With
-    `keyed`, the blocks come as (merge keys, payload): the keys made already, a numpy array of the
-    running maxima of the times (what merge_keys makes), for a reader that makes them elsewhere."""
-
-    __slots__ = ("blocks", "high", "mk", "payload", "start", "n", "done", "keyed")
-
-    def __init__(self, blocks: Iterator[tuple[Any, Any]], high: int = NO_TIME, keyed: bool = False) -> None:
-        self.blocks = blocks
-        self.high = high  # the merge key of the last record read
-        self.payload: Any = None
-        self.start = self.n = 0
-        self.done = False
-        self.keyed = keyed
-
-    def fill(self) -> None:
-        """merge_keys of the next non-empty block, as Lane.fill reads them."""
-        import numpy as np
-
-        while self.start == self.n and not self.done:
-            block = next(self.blocks, None)
-            if block is None:
-                self.done = True
-                return
-            times, self.payload = block
-            n = len(times)
-            if not n:
-                continue
-            if self.keyed:
-                self.mk = times
-                self.start, self.n = 0, n
-                return
-            if None in times:
-                t = np.fromiter((NO_TIME if x is None else x for x in times), dtype=np.int64, count=n)
-            else:
-                t = np.fromiter(times, dtype=np.int64, count=n)
-            self.mk = np.maximum.accumulate(np.concatenate(([self.high], t)))[1:]  # None keeps the maximum
-            self.high = int(self.mk[-1])
-            self.start, self.n = 0, n
-
-
-def merge_columns(lanes: Sequence[ColumnLane]) -> Iterator[tuple[list[tuple[Any, int, int]], Any]]:
-    """merge_lanes's rule for lanes of columns: each round, the parts that go out as (payload,
-    start, end) in lane order, and the permutation of their concatenation that puts it in input
-    order (a numpy array; None when it is in order already). The same rounds, parts and order as
-    merge_lanes for the same blocks and times."""
-    import numpy as np
-
-    n = len(lanes)
-    while True:
-        for lane in lanes:
-            lane.fill()
-        live = [i for i in range(n) if lanes[i].start < lanes[i].n]
-        if not live:
-            return
-        bounds = sorted((int(lanes[j].mk[-1]), j) for j in live)
-        parts: list[tuple[int, int, int]] = []
-        for k in live:
-            lane = lanes[k]
-            if len(bounds) == 1:
-                parts.append((k, lane.start, lane.n))
-                break
-            other = bounds[1] if bounds[0][1] == k else bounds[0]
-            end = lane.start + int(np.searchsorted(lane.mk[lane.start:], other[0], "right" if k < other[1] else "left"))
-            if end > lane.start:
-                parts.append((k, lane.start, end))
-        order = None
-        if len(parts) > 1:
-            keys = np.concatenate([lanes[k].mk[s:e] for k, s, e in parts])
-            if not (keys[1:] >= keys[:-1]).all():
-                order = np.argsort(keys, kind="stable")  # ties stay in lane order
-        out = [(lanes[k].payload, s, e) for k, s, e in parts]
-        for k, _s, e in parts:
-            lanes[k].start = e
-        yield out, order
-
-
-def _take(lanes: Sequence[Lane], parts: list[tuple[int, int, int]]) -> MergedBatch:
-    batch = MergedBatch()
-    batch.highs = {}
-    if len(parts) == 1:
-        k, s, e = parts[0]
-        lane = lanes[k]
-        batch.extend(lane.items[s:e] if s or e < len(lane.items) else lane.items)
-        batch.lanes = [k] * (e - s)
-    else:
-        keys: list[int] = []
-        items: list[Any] = []
-        names: list[int] = []
-        for k, s, e in parts:
-            lane = lanes[k]
-            keys += lane.keys[s:e]
-            items += lane.items[s:e]
-            names += repeat(k, e - s)
-        # a stable sort of the parts, concatenated in lane order: ties stay in lane order
-        order = sorted(range(len(keys)), key=keys.__getitem__)
-        batch.extend(map(items.__getitem__, order))
-        batch.lanes = list(map(names.__getitem__, order))
-    for k, _s, e in parts:
-        lane = lanes[k]
-        lane.high = lane.keys[e - 1]
-        batch.highs[lane.name] = lane.high
-        lane.start = e
-    return batch
-
-
 # -- lanes of a log and of a plain file ---------------------------------------------------
 
 def _ts_of(rec: Record) -> int | None:
@@ -279,7 +60,7 @@ def _ts_of(rec: Record) -> int | None:
 def _lanes(path: str, lg: logmod.Log, ranges: list[tuple[int, int, int | None]], time_of: TimeOf | None,
            highs: dict[int, int] | None) -> list[Lane]:
     highs = highs or {}
-    return [Lane(p, _partition_blocks(path, lg, p, start, end), time_of or _ts_of, highs.get(p, NO_TIME))
+    return [record_lane(p, _partition_blocks(path, lg, p, start, end), time_of or _ts_of, highs.get(p, NO_TIME))
             for p, start, end in ranges]
 
 
@@ -644,7 +425,7 @@ def merged(specs: Sequence[InputSpec], event_time: TimeOf | Sequence[TimeOf]) ->
             lanes += _lanes(spec.path, lg, ranges, times[i], None)
             inputs += repeat(i, len(ranges))
         else:
-            lanes.append(Lane(0, _plain_record_blocks(spec.path), times[i]))
+            lanes.append(record_lane(0, _plain_record_blocks(spec.path), times[i]))
             inputs.append(i)
     return _with_inputs(merge_lanes(lanes), inputs)
 

@@ -1,16 +1,31 @@
-"""The watermark: the largest event time seen so far in input order, minus the allowed lateness.
+"""The watermark, written once: the largest event time seen so far in input order, minus the lateness.
 
-It only moves forward. Because "seen so far" is defined by the deterministic
-input order (streamctl.processing.inputorder), not by wall-clock arrival, two runs over
-the same input agree on which events were late; the Spark engine replays it
-as a running max over that same order.
+It only moves forward. Because "seen so far" is defined by the deterministic input order
+(streamctl.processing.mergeorder), not by wall-clock arrival, two runs over the same input
+agree on which events were late.
+
+Two forms of the one definition, side by side:
+
+- the value form, `Watermark`: fold in one event time at a time (`observe`); what window's
+  record path, the per-event fold of the window operators, the stream-stream and as-of joins
+  and the Spark window job's replay use, and what a follow checkpoint keeps;
+- the array form, for a batch in input order: the watermark before each event (`before`,
+  `before_array`; an event is judged against the watermark before it, so it can never make
+  itself late) or after each event (`after_array`, the joins' W(p)).
+
+tests/props/test_watermark.py holds the array forms to folding `Watermark.observe` over
+the same times. The Spark join job writes the same running maximum as a window function
+over the input order (spark/join_job.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
+from typing import Any
 
-from streamctl.processing.windows import NO_WATERMARK
+NO_WATERMARK = -(1 << 62)  # before the first event time: nothing is late, nothing closes
 
 
 @dataclass
@@ -36,3 +51,37 @@ class Watermark:
         if data["max_time"] is not None:
             w.observe(data["max_time"])
         return w
+
+
+def before(ts: Sequence[int], max_time: int, lateness: int) -> list[int]:
+    """The watermark before each event of a batch in input order: the largest time before it (or
+    `max_time`, the largest before the batch; NO_WATERMARK for none) minus the lateness, and
+    NO_WATERMARK while no time has been seen."""
+    prior = list(accumulate(ts, max, initial=max_time))
+    prior.pop()
+    if prior[0] == NO_WATERMARK:
+        return [NO_WATERMARK if m == NO_WATERMARK else m - lateness for m in prior]
+    return [m - lateness for m in prior]
+
+
+def before_array(t: Any, max_time: int, lateness: int) -> Any:
+    """before() with numpy: `t` a non-empty int64 array, the watermarks as an int64 array."""
+    import numpy as np
+
+    prior = np.empty(len(t), dtype=np.int64)  # the largest time before each event
+    prior[0] = max_time
+    np.maximum(np.maximum.accumulate(t)[:-1], max_time, out=prior[1:])
+    if max_time == NO_WATERMARK:
+        return np.where(prior == NO_WATERMARK, NO_WATERMARK, prior - lateness)
+    return prior - lateness
+
+
+def after_array(t: Any, max_time: int | None, lateness: int) -> tuple[Any, int]:
+    """The watermark after each event (its own time included) of a non-empty int64 array of times,
+    given the largest time before them (None: none), and the largest time after them."""
+    import numpy as np
+
+    high = np.maximum.accumulate(t)
+    if max_time is not None:
+        np.maximum(high, max_time, out=high)
+    return high - lateness, int(high[-1])

@@ -17,9 +17,9 @@ How the stream is replayed without Spark's streaming watermark:
    taking the partition whose next record is oldest): each record's merge key
    is the largest event time in its own partition up to and including it (a
    running max by offset); records are taken in (merge key, partition, offset)
-   order. A record without a usable time keeps its place: its merge key is the
-   running max before it (MIN_MERGE_KEY before any timed record of its
-   partition) and it does not move that max. The running max is computed by a
+   order, by streamctl.processing.mergeorder.merge_keys itself. A record without
+   a usable time keeps its place: its merge key is the running max before it
+   (NO_TIME before any timed record of its partition) and it does not move that max. The running max is computed by a
    range-partitioned sort by (partition, offset): each sorted Spark partition's
    largest time per log partition is collected (a few numbers per Spark
    partition), the driver forms what each Spark partition continues from, and
@@ -46,9 +46,12 @@ How the stream is replayed without Spark's streaming watermark:
 import bisect as _bisect
 import json as _json
 import sys
+from itertools import groupby as _groupby
+from itertools import islice as _islice
 
 from streamctl.processing.aggregations import AggSpec, Plan, getter
-from streamctl.processing.windows import NO_WATERMARK
+from streamctl.processing.mergeorder import NO_TIME, merge_keys
+from streamctl.processing.watermark import Watermark
 from streamctl.processing.windows.hopping import Hopping
 from streamctl.processing.windows.session import Session
 from streamctl.processing.windows.sliding import Sliding
@@ -138,10 +141,6 @@ def _prepare(params):
     return prepare
 
 
-# the merge key of a record without a usable time before any timed record of its partition
-MIN_MERGE_KEY = -(1 << 62)
-
-
 def _partition_maxima(items):
     """[[log partition, its largest time here or None], ...] of one Spark partition of records
     sorted by (partition, offset), in that order."""
@@ -183,18 +182,24 @@ def _in_input_order(sc, params, places, bad_count):
     by_place = places.sortByKey(numPartitions=max(1, places.getNumPartitions())).persist()
     carried = sc.broadcast(_carried_maxima(by_place.mapPartitions(_partition_maxima).collect()))
 
-    def merge_keys(i, items):
-        current, run = None, None  # the log partition at hand, its running max
-        for (p, offset), (t, event) in items:
-            if p != current:
-                # only the first log partition here can have begun in an earlier Spark partition
-                run = carried.value[i] if current is None else None
-                current = p
-            if t is not None and (run is None or t > run):
-                run = t
-            yield (MIN_MERGE_KEY if run is None else run, p, offset), (t, event)
+    def with_merge_keys(i, items):
+        first = True
+        for p, group in _groupby(items, lambda x: x[0][0]):
+            records = iter(group)
+            # only the first log partition here can have begun in an earlier Spark partition
+            high = carried.value[i] if first else None
+            high = NO_TIME if high is None else high
+            first = False
+            while True:  # mergeorder.merge_keys a slice at a time: memory stays a slice
+                chunk = list(_islice(records, 4096))
+                if not chunk:
+                    break
+                keys = merge_keys([t for _place, (t, _event) in chunk], high)
+                high = keys[-1]
+                for key, ((_p, offset), pair) in zip(keys, chunk, strict=True):
+                    yield (key, p, offset), pair
 
-    return by_place.mapPartitionsWithIndex(merge_keys), by_place
+    return by_place.mapPartitionsWithIndex(with_merge_keys), by_place
 
 
 def _prefix_max(maxima):
@@ -264,13 +269,12 @@ def main(spark, params, out):
     before = sc.broadcast(_prefix_max(maxima))
 
     def with_watermark(i, it):
-        run = before.value[i]
+        clock = Watermark(lateness)  # the local engine's watermark, continued from the partitions before
+        if before.value[i] is not None:
+            clock.observe(before.value[i])
         for (t, key, vals), seq in it:
-            wm = run - lateness if run is not None else NO_WATERMARK
-            step = run is None or t > run
-            if step:
-                run = t
-            yield key, seq, t, vals, wm, step
+            wm = clock.value
+            yield key, seq, t, vals, wm, clock.observe(t)
 
     timed = ordered.mapPartitionsWithIndex(with_watermark).persist()
     replayed = (timed.map(lambda e: (e[0], (e[1], e[2], e[3], e[4])))

@@ -8,8 +8,9 @@ merge of segments during compaction neither skips nor repeats a record.
 
 from __future__ import annotations
 
+import heapq
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from streamctl.errors import StorageError
@@ -364,3 +365,19 @@ def _bad_line_pos(fd: int, start: int, end: int) -> int | None:
 def iter_lines(log: Log, p: int, start: int, end: int | None) -> Iterator[bytes]:
     for block in iter_blocks(log, p, start, end):
         yield from block.splitlines(keepends=True)
+
+
+def merge_by_ts(parts: Iterable[tuple[int, Iterable[bytes]]]) -> Iterator[tuple[int, int, bytes]]:
+    """(partition, offset, line) of stored lines of several partitions, each in offset order, in
+    (ts, partition, offset) order: the order of consume, tail and replay over partitions (the
+    input order of window and join with the append time, streamctl.processing.mergeorder).
+    consume's merge of runs of equal ts (clients/consumer.py) is the same order a run at a time."""
+    env = record.envelope
+
+    def keyed(p: int, lines: Iterable[bytes]) -> Iterator[tuple[int, int, int, bytes]]:
+        for line in lines:
+            off, _, ts = env(line)
+            yield ts, p, off, line
+
+    for _ts, p, off, line in heapq.merge(*(keyed(p, lines) for p, lines in parts)):
+        yield p, off, line

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamctl.processing import inputorder
+from streamctl.processing import inputorder, mergeorder
 from streamctl.processing.windows.driver import WindowConfig, WindowRun, records_of
 
 from test_window_props import AGGS, T0, reference, reference_late, same
@@ -26,7 +26,7 @@ def brute_force_order(lanes: list[list[int | None]]) -> list[tuple[int, int]]:
     """(lane, position) of every item, sorted by (running max of the lane's times, lane, position)."""
     keyed = []
     for k, times in enumerate(lanes):
-        high = inputorder.NO_TIME
+        high = mergeorder.NO_TIME
         for i, t in enumerate(times):
             if t is not None and t > high:
                 high = t
@@ -45,10 +45,10 @@ lane_times = st.lists(st.one_of(st.none(), st.integers(0, 50)), max_size=30)
 @SETTINGS
 @given(lanes=st.lists(lane_times, min_size=1, max_size=6), cuts=st.lists(st.integers(0, 40), max_size=8))
 def test_merge_lanes_equals_brute_force_sort(lanes, cuts):
-    made = [inputorder.Lane(k, iter(_blocks([(k, i, t) for i, t in enumerate(times)], cuts)), lambda it: it[2])
+    made = [mergeorder.record_lane(k, iter(_blocks([(k, i, t) for i, t in enumerate(times)], cuts)), lambda it: it[2])
             for k, times in enumerate(lanes)]
     got, highs = [], {}
-    for batch in inputorder.merge_lanes(made):
+    for batch in mergeorder.merge_lanes(made):
         assert batch and len(batch.lanes) == len(batch)
         assert [it[0] for it in batch] == batch.lanes
         got += [(k, i) for k, i, _t in batch]
@@ -56,22 +56,62 @@ def test_merge_lanes_equals_brute_force_sort(lanes, cuts):
     assert got == brute_force_order(lanes)
     for k, times in enumerate(lanes):
         if times:  # the merge key after the lane's last item
-            assert highs[k] == max([inputorder.NO_TIME] + [t for t in times if t is not None])
+            assert highs[k] == max([mergeorder.NO_TIME] + [t for t in times if t is not None])
+
+
+@SETTINGS
+@given(lanes=st.lists(lane_times, min_size=1, max_size=6), cuts=st.lists(st.integers(0, 40), max_size=8),
+       keyed=st.booleans())
+def test_merge_of_array_lanes_equals_brute_force_sort(lanes, cuts, keyed):
+    """The column paths' lanes (keys as arrays: decoder.py, joins/plain_inputs.py) go through the
+    same merge and give the brute-force order too, whether the lane makes the keys or is handed them."""
+    import numpy as np
+
+    def blocks(k: int, times: list[int | None]):
+        high = mergeorder.NO_TIME
+        for block in _blocks([(k, i, t) for i, t in enumerate(times)], cuts):
+            ts = [t for _k, _i, t in block]
+            if keyed:
+                keys = mergeorder.merge_key_array(np.array([mergeorder.NO_TIME if t is None else t for t in ts],
+                                                           dtype=np.int64), high)
+                high = int(keys[-1])
+                yield keys, block
+            else:
+                yield ts, block
+
+    made = [mergeorder.Lane(blocks(k, times), array=True, keyed=keyed) for k, times in enumerate(lanes)]
+    got = []
+    for parts, order in mergeorder.merge(made):
+        items = [it for k, s, e in parts for it in made[k].payload[s:e]]
+        got += [(k, i) for k, i, _t in (items if order is None else [items[j] for j in order.tolist()])]
+    assert got == brute_force_order(lanes)
+
+
+@SETTINGS
+@given(times=lane_times, high=st.one_of(st.just(mergeorder.NO_TIME), st.integers(-5, 60)))
+def test_merge_key_array_is_merge_keys(times, high):
+    """The numpy merge keys (merge_key_array, from a list or an array) are merge_keys' values."""
+    import numpy as np
+
+    want = mergeorder.merge_keys(times, high)
+    assert mergeorder.merge_key_array(times, high).tolist() == want
+    arr = np.array([mergeorder.NO_TIME if t is None else t for t in times], dtype=np.int64)
+    assert mergeorder.merge_key_array(arr, high).tolist() == want
 
 
 def test_merge_lanes_carries_a_lane_high_into_its_next_read():
     # a follow round that starts with high 40 for lane 0: its record at 10 sorts at 40
-    a = inputorder.Lane("a", iter([[10]]), lambda t: t, high=40)
-    b = inputorder.Lane("b", iter([[20, 30, 50]]), lambda t: t)
-    out = [(lane, t) for batch in inputorder.merge_lanes([a, b]) for lane, t in zip(batch.lanes, batch, strict=True)]
+    a = mergeorder.record_lane("a", iter([[10]]), lambda t: t, high=40)
+    b = mergeorder.record_lane("b", iter([[20, 30, 50]]), lambda t: t)
+    out = [(lane, t) for batch in mergeorder.merge_lanes([a, b]) for lane, t in zip(batch.lanes, batch, strict=True)]
     assert out == [(1, 20), (1, 30), (0, 10), (1, 50)]
 
 
 def test_merge_keys_running_max_and_none():
-    assert inputorder.merge_keys([5, 3, None, 9, 1], inputorder.NO_TIME) == [5, 5, 5, 9, 9]
-    assert inputorder.merge_keys([None, 2], 7) == [7, 7]
-    assert inputorder.merge_keys([1, 2, 3], 0) == [1, 2, 3]
-    assert inputorder.merge_keys([1, 2, 3], 2) == [2, 2, 3]
+    assert mergeorder.merge_keys([5, 3, None, 9, 1], mergeorder.NO_TIME) == [5, 5, 5, 9, 9]
+    assert mergeorder.merge_keys([None, 2], 7) == [7, 7]
+    assert mergeorder.merge_keys([1, 2, 3], 0) == [1, 2, 3]
+    assert mergeorder.merge_keys([1, 2, 3], 2) == [2, 2, 3]
 
 
 # -- partitioned logs written as produce would have written them -------------------------------
@@ -266,4 +306,4 @@ def test_accumulate_is_the_running_max():
     for _ in range(200):
         ts = [rnd.randint(0, 20) for _ in range(rnd.randint(1, 10))]
         high = rnd.randint(-5, 25)
-        assert inputorder.merge_keys(ts, high) == list(accumulate(ts, max, initial=high))[1:]
+        assert mergeorder.merge_keys(ts, high) == list(accumulate(ts, max, initial=high))[1:]

@@ -154,7 +154,7 @@ def test_plain_enrich_reads_event_times_only_while_the_table_lasts(tmp_path, mon
     left.write_bytes(b"".join(orjson.dumps({"u": f"u{i % 60}", "at": T0 + 20 + i}) + b"\n" for i in range(3000)))
     spec = joining.make_spec(str(left), str(right), table=True, how="left", on="u", time_field="at")
     timed_blocks = []
-    real = enrich._PlainSide.next_block
+    real = enrich._Side.next_block
 
     def spy(self, timed):
         got = real(self, timed)
@@ -162,7 +162,7 @@ def test_plain_enrich_reads_event_times_only_while_the_table_lasts(tmp_path, mon
             timed_blocks.append(len(self.values))
         return got
 
-    monkeypatch.setattr(enrich._PlainSide, "next_block", spy)
+    monkeypatch.setattr(enrich._Side, "next_block", spy)
     out: list[bytes] = []
     joining.run(spec, write_jsonl=out.append, block_bytes=4096)
     assert b"".join(out) == reference(spec)[0]

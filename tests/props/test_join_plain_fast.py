@@ -108,7 +108,7 @@ def test_fast_path_deep_paths_and_many_per_key(tmp_path, how):
 @given(st.lists(st.one_of(st.none(), st.integers(0, 9)), max_size=30),
        st.lists(st.one_of(st.none(), st.integers(0, 9)), max_size=30), st.sampled_from([1, 5, 40, 1 << 20]))
 def test_merged_chunks_equal_merged(tmp_path, ta, tb, block):
-    """The plain files' merge on arrays (joins/plain_inputs.py over inputorder.merge_columns) takes
+    """The plain files' merge on arrays (joins/plain_inputs.py over mergeorder.merge) takes
     the records in inputorder.merged's order, whatever the block size."""
     from streamctl.processing.joins.plain_inputs import file_blocks, merged_chunks
 

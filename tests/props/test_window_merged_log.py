@@ -1,5 +1,5 @@
 """A log of several partitions read, made into columns and merged by the reading process
-(decoder: FieldReader, the window's column step, inputorder.merge_columns) against the reference:
+(decoder: FieldReader, the window's column step, mergeorder.merge) against the reference:
 the records merged one block at a time in this process (inputorder.log_records, merge_lanes) and
 folded one by one. The same rows in the same order, the same counts, late records and errors."""
 

@@ -255,9 +255,9 @@ def test_merge_keys_across_spark_partitions(spark, slices):
             places.append(((p, off), (t, ("event", p, off))))
     want, high = [], {}
     for (p, off), (t, ev) in places:  # stored order: by partition, then offset
-        if t is not None and t > high.get(p, window_job.MIN_MERGE_KEY):
+        if t is not None and t > high.get(p, window_job.NO_TIME):
             high[p] = t
-        want.append(((high.get(p, window_job.MIN_MERGE_KEY), p, off), (t, ev)))
+        want.append(((high.get(p, window_job.NO_TIME), p, off), (t, ev)))
     shuffled = places[:]
     rnd.shuffle(shuffled)
     rdd = spark.sparkContext.parallelize(shuffled, slices)

@@ -156,12 +156,12 @@ def test_window_time_column_is_its_per_record_time(values, field, window, batch)
 
 
 def test_a_lane_reads_a_blocks_times_with_the_column(monkeypatch):
-    from streamctl.processing import inputorder
+    from streamctl.processing import mergeorder
     from streamctl.processing.windows.driver import WindowConfig, time_getter
 
     get = time_getter(WindowConfig("tumbling", 60_000, time_field="at"), True)
     blocks = [[{"value": {"at": "2026-11-21T10:00:05Z"}}, {"value": {"at": "2026-11-21T10:00:04.5+00:00"}}]]
-    lane = inputorder.Lane(0, iter(blocks), get)
+    lane = mergeorder.record_lane(0, iter(blocks), get)
 
     def general_parse(value):
         raise AssertionError(f"{value!r} went to event_time_ms")

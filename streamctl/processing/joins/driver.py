@@ -280,7 +280,7 @@ def run(spec: JoinSpec, emit: Emit | None = None, emit_op: EmitOp | None = None,
     if (write_jsonl is not None and items is None and spec.kind == "table" and spec.as_of == "position"
             and spec.time_field == (("ts",), ("ts",))):
         specs = check_inputs(spec)
-        simple = all(parts == ("key",) or _value_field(parts) is not None for parts in spec.on)
+        simple = all(parts == ("key",) or parts[0] == "value" for parts in spec.on)
         if specs[0].is_log and specs[1].is_log and simple:
             return _run_enrich(spec, write_jsonl)
     if (write_jsonl is not None and items is None and spec.kind == "table" and spec.as_of == "position"
@@ -319,8 +319,9 @@ def _run_enrich(spec: JoinSpec, write_jsonl: Callable[[bytes], None]) -> JoinSta
 
     stats = JoinStats()
     with _gc_frozen():
-        n_left, n_right, size = enrich.run(spec.left, spec.right, _value_field(spec.on[0]), _value_field(spec.on[1]),
-                                           spec.how == "inner", write_jsonl, norm_key, tombstone_keys)
+        left_key, right_key = (None if parts == ("key",) else block_column(parts) for parts in spec.on)
+        n_left, n_right, size = enrich.run(spec.left, spec.right, left_key, right_key, spec.how == "inner",
+                                           write_jsonl, norm_key, tombstone_keys)
     stats.records = [n_left, n_right]
     stats.max_state = size
     return stats
@@ -512,50 +513,41 @@ def _payload_sink(late: LateSink) -> Callable[[int, Any], None]:
     return sink
 
 
+def change_keys(rec: Record, key_of: Callable[[Record], Any], by_value_path: bool) -> list[tuple[Any, Any]]:
+    """(normalized key, key) of each row a table record changes: its join key's; for a tombstone
+    (null value) of a table keyed by a value path, the rows its record key names
+    (tombstone_keys). Empty: the record has no key and changes nothing."""
+    if by_value_path and rec["value"] is None:
+        return tombstone_keys(rec.get("key"))
+    k = key_of(rec)
+    if k is None:
+        return []
+    return [(k if k.__class__ is str else norm_key(k), k)]
+
+
 def _run_table(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, stats: JoinStats,
                right_index: int, late: Callable[[int, Record], None] | None = None) -> None:
+    """The reference stream-table join: TableAtPosition, or TableAsOfTime (--as-of event-time),
+    fed record by record in the input order."""
     from streamctl.processing.joins.stream_table import TableAsOfTime, TableAtPosition
 
-    keys = (_key_getter(spec.on[0]), _key_getter(spec.on[1]))
-    left_key, right_key = keys
-    right_by_record_key = spec.on[1] != ("key",)
+    left_key, right_key = _key_getter(spec.on[0]), _key_getter(spec.on[1])
+    by_value_path = spec.on[1] != ("key",)
     counts = stats.records
     inner = spec.how == "inner"
     with _gc_frozen():
         if spec.as_of == "position":
-            # The hot loop of enrichment: the lookup is inlined (TableAtPosition.event does the same).
             j = TableAtPosition(inner, emit)
-            change, table = j.change, j.table
-            lget = _value_field(spec.on[0])
-            n_right = n_left = 0
             for i, rec in items:
                 if i == right_index:
-                    n_right += 1
+                    counts[1] += 1
                     value = rec["value"]
-                    if value is None and right_by_record_key:
-                        for nk, _k in tombstone_keys(rec.get("key")):
-                            change(nk, None)
-                        continue
-                    k = right_key(rec)
-                    if k is None:
-                        continue
-                    change(k if k.__class__ is str else norm_key(k), value)
+                    for nk, _k in change_keys(rec, right_key, by_value_path):
+                        j.change(nk, value)
                 else:
-                    n_left += 1
-                    if lget is not None:
-                        v = rec["value"]
-                        k = v.get(lget) if v.__class__ is dict else None
-                    else:
-                        k = left_key(rec)
-                        v = rec["value"]
-                    if k.__class__ is str:
-                        row = table.get(k)
-                    else:
-                        row = table.get(norm_key(k)) if k is not None else None
-                    if row is not None or not inner:
-                        emit(k, v, row)
-            counts[0] += n_left
-            counts[1] += n_right
+                    counts[0] += 1
+                    k = left_key(rec)
+                    j.event(norm_key(k), k, rec["value"])
             stats.max_state = j.state_size()
             return
         ja = TableAsOfTime(inner, emit, spec.retention, spec.lateness)
@@ -568,20 +560,8 @@ def _run_table(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, 
             counts[side] += 1
             t = times[side](rec)
             if side:
-                value = rec["value"]
-                if value is None and right_by_record_key:
-                    found = tombstone_keys(rec.get("key"))
-                    if found and ja.is_late(t):
-                        late_counts[1] += 1
-                        if late is not None:
-                            late(1, rec)
-                    for nk, _k in found:
-                        ja.change(nk, t, None, pos)
-                    if t is not None:
-                        ja.advance(t)
-                    continue
-                k = right_key(rec)
-                if k is None:
+                found = change_keys(rec, right_key, by_value_path)
+                if not found:
                     if t is not None:
                         ja.advance(t)
                     continue
@@ -589,13 +569,15 @@ def _run_table(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, 
                     late_counts[1] += 1
                     if late is not None:
                         late(1, rec)
-                ja.change(k if k.__class__ is str else norm_key(k), t, value, pos)
+                value = rec["value"]
+                for nk, _k in found:
+                    ja.change(nk, t, value, pos)
             else:
                 if t is None:
                     stats.no_time[0] += 1
                     continue
                 k = left_key(rec)
-                ja.event(k if k.__class__ is str else norm_key(k), k, t, rec["value"], pos)
+                ja.event(norm_key(k), k, t, rec["value"], pos)
         ja.finish()
         stats.max_state = ja.state_size()
 
@@ -605,21 +587,15 @@ def _run_tables(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit_op: Em
 
     j = TableTableJoin(emit_op)
     keys = (_key_getter(spec.on[0]), _key_getter(spec.on[1]))
-    by_record_key = (spec.on[0] != ("key",), spec.on[1] != ("key",))
+    by_value_path = (spec.on[0] != ("key",), spec.on[1] != ("key",))
     counts = stats.records
     change = j.change
     with _gc_frozen():
         for side, rec in items:
             counts[side] += 1
             value = rec["value"]
-            if value is None and by_record_key[side]:
-                for nk, k in tombstone_keys(rec.get("key")):
-                    change(side, nk, k, None)
-                continue
-            k = keys[side](rec)
-            if k is None:
-                continue
-            change(side, k if k.__class__ is str else norm_key(k), k, value)
+            for nk, k in change_keys(rec, keys[side], by_value_path[side]):
+                change(side, nk, k, value)
     stats.max_state = j.state_size()
 
 

@@ -48,6 +48,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from streamctl.processing.watermark import after_array
+
 # The pieces of an output row
 _KEY, _LEFT, _RIGHT, _END = b'{"key":', b',"left":', b',"right":', b"}\n"
 _NULL = b"null"
@@ -178,11 +180,7 @@ class IntervalJoin:
             keys, payloads, nks = keys[timed], payloads[timed], nks[timed]
             if not len(side):
                 return
-        high = np.maximum.accumulate(t)
-        if self.max_t is not None:
-            np.maximum(high, self.max_t, out=high)
-        self.max_t = int(high[-1])
-        wm = high - self.lateness
+        wm, self.max_t = after_array(t, self.max_t, self.lateness)
         late = t + self.within < wm
         if late.any():
             for i in np.flatnonzero(late).tolist():

@@ -8,7 +8,7 @@ payloads as lists. The joining process merges the two streams of blocks with num
 (joins/interval.py). Three processes on two cores: whichever side is the slower one, the cores
 stay busy.
 
-The merge is the input order's (inputorder.merge_columns), on arrays: a record's merge key is the largest time in
+The merge is the input order's (mergeorder.merge), on arrays: a record's merge key is the largest time in
 its own file up to and including it (a record without a time keeps the largest so far), records
 go out in (merge key, input) order, LEFT first on ties, and a record goes out once the other
 input is known up to its key. Block boundaries do not change the order; on a bad line, the
@@ -25,7 +25,7 @@ import numpy as np
 import orjson
 
 from streamctl.errors import StreamctlError
-from streamctl.processing import inputorder
+from streamctl.processing import inputorder, mergeorder
 from streamctl.processing.joins.interval import key_codes
 
 _I8 = np.int64
@@ -40,7 +40,7 @@ Column = Callable[[list[Any]], list[Any]]
 def file_blocks(path: str, times_of: Column, keys_of: Column, norm: Callable[[Any], Any],
                 block_bytes: int) -> Generator[FileBlock, None, None]:
     """The blocks of one plain file (plain_blocks_raw's), as columns."""
-    high = inputorder.NO_TIME
+    high = mergeorder.NO_TIME
     dumps = orjson.dumps
     for values, payloads in inputorder.plain_blocks_raw(path, block_bytes, raw=True):
         n = len(values)
@@ -48,12 +48,12 @@ def file_blocks(path: str, times_of: Column, keys_of: Column, norm: Callable[[An
         if None in ts:
             has = np.array([t is not None for t in ts], dtype=bool)
             t = np.array([0 if x is None else x for x in ts], dtype=_I8)
-            ordering = np.where(has, t, inputorder.NO_TIME)
+            ordering = np.where(has, t, mergeorder.NO_TIME)
             timed: bytes | None = has.tobytes()
         else:
             t = ordering = np.array(ts, dtype=_I8)
             timed = None
-        mk = np.maximum.accumulate(np.concatenate(([high], ordering)))[1:]
+        mk = mergeorder.merge_key_array(ordering, high)
         high = int(mk[-1])
         keys = keys_of(values)
         code, nks = key_codes(keys, norm)
@@ -67,7 +67,7 @@ def _objects(items: list[Any]) -> np.ndarray:
 
 
 class _Lane:
-    """One input's blocks as arrays: merge_columns reads their merge keys and slices the rest."""
+    """One input's blocks as arrays: the merge reads their merge keys and slices the rest."""
 
     __slots__ = ("side", "t", "timed", "code", "keys", "pays", "nks")
     COLS = ("t", "timed", "code", "keys", "pays", "nks")
@@ -92,15 +92,16 @@ class _Lane:
 
 def merged_chunks(left: Iterator[FileBlock], right: Iterator[FileBlock],
                   chunk: int) -> Iterator[list[np.ndarray]]:
-    """The records of both inputs in input order (inputorder.merge_columns: LEFT first on ties),
+    """The records of both inputs in input order (mergeorder.merge: LEFT first on ties),
     about `chunk` at a time, as columns: side, t, timed, code (no side bit), keys, payloads,
     normalized keys (IntervalJoin.chunk's)."""
-    lanes = [inputorder.ColumnLane(_Lane(side).blocks(blocks), keyed=True)
+    lanes = [mergeorder.Lane(_Lane(side).blocks(blocks), keyed=True)
              for side, blocks in ((False, left), (True, right))]
     parts: list[list[np.ndarray]] = []
     held = 0
     try:
-        for out, order in inputorder.merge_columns(lanes):
+        for where, order in mergeorder.merge(lanes):
+            out = [(lanes[k].payload, s, e) for k, s, e in where]
             if len(out) == 1:
                 lane, s, e = out[0]
                 piece = lane.part(s, e)

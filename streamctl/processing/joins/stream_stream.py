@@ -33,6 +33,7 @@ from collections import deque
 from typing import Any
 
 from streamctl.processing.joins import Emit
+from streamctl.processing.watermark import Watermark
 
 # An event in the state is a list (cheaper to make than an object, and compared
 # by identity below): [time, value, matched, side, normalized key, key].
@@ -69,22 +70,18 @@ class StreamStreamJoin:
         # and eviction takes the smaller head of the two.
         self.queue: deque[tuple[int, int, list]] = deque()
         self.heap: list[tuple[int, int, list]] = []
-        self.max_time: int | None = None
-        self.watermark: int | None = None  # max_time - lateness
+        self.clock = Watermark(lateness)
 
     def push(self, side: int, nkey: Any, key: Any, t: int, value: Any, pos: int) -> bool:
         """One event at input position `pos`; nkey is None for a null key (never matches).
         Returns True when the event is late (counted in `late`, otherwise ignored)."""
         within = self.within
-        mt = self.max_time
-        if mt is None or t > mt:
-            self.max_time = t
-            wm = self.watermark = t - self.lateness
-        else:
-            wm = self.watermark  # type: ignore[assignment]
-            if t + within < wm:
-                self.late += 1
-                return True
+        clock = self.clock
+        moved = clock.observe(t)
+        wm = clock.value
+        if not moved and t + within < wm:  # (an event that moves the watermark is never behind it)
+            self.late += 1
+            return True
         ev = [t, value, False, side, nkey, key]
         if nkey is not None:
             found = self.buffers[1 - side].get(nkey)

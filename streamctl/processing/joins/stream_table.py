@@ -36,6 +36,7 @@ from bisect import bisect_right
 from typing import Any
 
 from streamctl.processing.joins import MIN_TIME, Emit
+from streamctl.processing.watermark import Watermark
 
 
 class TableAtPosition:
@@ -106,20 +107,24 @@ class TableAsOfTime:
         self.lateness = lateness
         self.history: dict[Any, _History] = {}
         self.waiting: list[tuple[int, int, Any, Any, Any]] = []  # (t, position, nkey, key, value)
-        self.max_time: int | None = None
-        self.watermark: int | None = None  # max_time - lateness
+        self.clock = Watermark(lateness)
+
+    @property
+    def watermark(self) -> int | None:
+        """The watermark, None before any time."""
+        return None if self.clock.max_time is None else self.clock.value
 
     def advance(self, t: int) -> None:
         """Move the watermark (every record with a time does, even one without a usable key)."""
-        if self.max_time is None or t > self.max_time:
-            self.max_time = t
-            wm = self.watermark = t - self.lateness
+        if self.clock.observe(t):
+            wm = self.clock.value
             if self.waiting and self.waiting[0][0] < wm:
                 self._resolve(wm)
 
     def is_late(self, t: int | None) -> bool:
         """Whether a table change with time t comes too late (behind the watermark; see above)."""
-        return t is not None and self.watermark is not None and t < self.watermark
+        wm = self.watermark
+        return t is not None and wm is not None and t < wm
 
     def change(self, nkey: Any, t: int | None, value: Any, pos: int) -> None:
         """A table version; t None = no time: valid from the beginning, does not move the watermark."""

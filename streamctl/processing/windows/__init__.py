@@ -39,21 +39,11 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import accumulate, compress, repeat
+from itertools import compress, repeat
 from operator import le, not_
 from typing import Any, NamedTuple
 
-NO_WATERMARK = -(1 << 62)  # before the first event: nothing is late, nothing closes
-
-
-def watermarks(ts: Sequence[int], maxt: int, lateness: int) -> list[int]:
-    """The watermark before each event of a batch in input order: the largest time before it (or
-    `maxt`, the largest before the batch) minus the lateness; NO_WATERMARK before any time."""
-    before = list(accumulate(ts, max, initial=maxt))
-    before.pop()
-    if before[0] == NO_WATERMARK:
-        return [NO_WATERMARK if m == NO_WATERMARK else m - lateness for m in before]
-    return [m - lateness for m in before]
+from streamctl.processing.watermark import NO_WATERMARK, Watermark, before, before_array
 
 
 def fold_events(op, batch: Batch, out: list) -> tuple[int, list[int]]:
@@ -63,16 +53,17 @@ def fold_events(op, batch: Batch, out: list) -> tuple[int, list[int]]:
     sessions, `--emit update`, `--late correct`)."""
     ts, ks, cols, seq, maxt, lateness = batch
     add, close = op.add, op.close
-    wm = NO_WATERMARK if maxt == NO_WATERMARK else maxt - lateness
+    clock = Watermark(lateness)
+    if maxt != NO_WATERMARK:
+        clock.observe(maxt)
+    observe = clock.observe
     lates = []
     for i, (t, k, vals) in enumerate(zip(ts, ks, rows(cols), strict=False)):  # rows() may have no end
-        if add(k, t, seq + i, vals, wm, out):
+        if add(k, t, seq + i, vals, clock.value, out):
             lates.append(i)
-        if t > maxt:
-            maxt = t
-            wm = t - lateness
-            close(wm, out)
-    return maxt, lates
+        if observe(t):
+            close(clock.value, out)
+    return (NO_WATERMARK if clock.max_time is None else clock.max_time), lates
 
 
 def rows(cols: Sequence[list | None]) -> Iterator[tuple]:
@@ -198,7 +189,7 @@ class GridWindows:
         lates: list[int] = []
         if size == hop and self.columnar:
             return self._fold_tumbling_cells(ts, ks, cols, maxt, lateness, out)
-        wms = watermarks(ts, maxt, lateness)
+        wms = before(ts, maxt, lateness)
         if size == hop:  # tumbling: one window per event
             ends = [t - t % size + size for t in ts]  # % floors: pre-1970 times land in the right window too
             late = list(map(le, ends, wms))
@@ -257,18 +248,15 @@ class GridWindows:
     def _fold_tumbling_cells(self, ts: list[int], ks: list[bytes], cols: list[list | None], maxt: int, lateness: int,
                              out: list) -> tuple[int, list[int]]:
         """fold() of tumbling windows kept as columns: each event's window, the watermark before it
-        (watermarks()) and whether it is late, computed with numpy, then _fold_columns."""
+        (watermark.before_array) and whether it is late, computed with numpy, then _fold_columns."""
         import numpy as np
 
         n = len(ts)
         t = np.fromiter(ts, dtype=np.int64, count=n)
-        before = np.empty(n, dtype=np.int64)  # the largest time before each event (maxt before the first)
-        before[0] = maxt
-        np.maximum(np.maximum.accumulate(t)[:-1], maxt, out=before[1:])
         size = self.size
         end_array = t - t % size + size  # numpy's % floors as Python's does
         # before the first time (NO_WATERMARK) nothing is late: every end is far above it
-        late = end_array <= before - lateness
+        late = end_array <= before_array(t, maxt, lateness)
         lates: list[int] = []
         pos: Sequence[int] = range(n)
         if late.any():

@@ -426,13 +426,10 @@ class WindowRun:
                      source: str = "input", progress: Callable[[dict], None] | None = None) -> None:
         """feed() one record at a time (--processing-time reads the clock per record; follow mode
         reports each record's progress): the operator's add() and close() per event."""
-        op, stats, wmark = self.op, self.stats, self.watermark
-        add, close, prepare = op.add, op.close, self.prepare
+        op, stats, clock = self.op, self.stats, self.watermark
+        add, close, prepare, observe = op.add, op.close, self.prepare, clock.observe
         late_sink = self.late_sink
         fail = self.cfg.on_bad_time == "fail"
-        lateness = wmark.lateness
-        maxt = wmark.max_time if wmark.max_time is not None else NO_WATERMARK
-        wm = wmark.value
         seq = self.seq
         out: list = []
         try:
@@ -443,15 +440,13 @@ class WindowRun:
                     if progress is not None:
                         progress(rec)
                     continue
-                if add(key, t, seq, vals, wm, out):
+                if add(key, t, seq, vals, clock.value, out):
                     stats.late += 1
                     if late_sink is not None:
                         late_sink(rec)
                 seq += 1
-                if t > maxt:
-                    maxt = t
-                    wm = t - lateness
-                    close(wm, out)
+                if observe(t):
+                    close(clock.value, out)
                 if out:
                     emit(out)
                     out = []
@@ -460,8 +455,6 @@ class WindowRun:
         finally:
             stats.events += seq - self.seq
             self.seq = seq
-            if maxt != NO_WATERMARK:
-                wmark.observe(maxt)
 
     def feed_batches(self, batches: Iterable[inputorder.Block], emit: Callable[[list], None],
                      source: str = "input", done: Callable[[inputorder.Block], None] | None = None) -> None:
@@ -823,14 +816,14 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
     from streamctl.errors import StorageError
     from streamctl.groups import files, offsets
     from streamctl.live.wait import Waiter
-    from streamctl.processing import inputorder
+    from streamctl.processing import inputorder, mergeorder
     from streamctl.storage import fsutil
     from streamctl.storage import log as logmod
 
     lg = logmod.open_log(path)
     run = WindowRun(cfg, True, late_sink)
     positions: dict[int, int] = {}
-    # each partition's merge key (inputorder.Lane.high) after its last record read, so a round
+    # each partition's merge key (mergeorder.Lane.high) after its last record read, so a round
     # merges its partitions in the input order where the round before stopped
     highs: dict[int, int] = {}
     time_of = None if cfg.processing_time else time_getter(cfg, True)
@@ -878,7 +871,7 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
             offsets.commit(lg, group, dict(positions))
 
     def done(batch: inputorder.Block) -> None:
-        assert isinstance(batch, inputorder.MergedBatch)  # log_batches merges when given highs
+        assert isinstance(batch, mergeorder.MergedBatch)  # log_batches merges when given highs
         # the last record of each partition in the batch (later pairs overwrite earlier ones)
         for p, off in dict(map(_partition_offset, batch)).items():
             positions[p] = off + 1
