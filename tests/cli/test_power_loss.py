@@ -153,13 +153,6 @@ def group_offsets(log: str, group: str) -> dict[int, int]:
     return {int(p): o for p, o in data["offsets"].items()}
 
 
-def wait_for(cond, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, "condition not met in time"
-        time.sleep(0.05)
-
-
 def traced_child(strace_pid: int) -> int:
     """The pid of the process strace started (its only child)."""
     with open(f"/proc/{strace_pid}/task/{strace_pid}/children") as f:
@@ -176,17 +169,24 @@ def follow_under_strace(strace: str, trace: str, log: str, args: list[str], stdo
     proc = subprocess.Popen([strace, "-f", "-qq", "-y", "-s", "512", "-o", trace, "-e", f"trace={calls_}",
                              *CLI, "consume", log, *args, "--follow"],
                             stdout=stdout, stderr=subprocess.PIPE, env=cli_env())
+    child = None
+    caught_up = False
     try:
         for r in range(rounds):
             time.sleep(1.2)
             produce(log, 150, start=10_000 * (r + 1))
-        wait_for(lambda: group_offsets(log, "g") == ends(log))
+        child = traced_child(proc.pid)
+        end = time.monotonic() + 120
+        while not caught_up and time.monotonic() < end and proc.poll() is None:
+            caught_up = group_offsets(log, "g") == ends(log)
+            time.sleep(0.05)
         time.sleep(0.3)
-        os.kill(traced_child(proc.pid), 9)
     finally:
-        if proc.poll() is None:
-            proc.wait(timeout=60)
+        if child is not None and proc.poll() is None:
+            os.kill(child, 9)
+        proc.wait(timeout=120)
         err = proc.stderr.read().decode() if proc.stderr else ""
+    assert caught_up, f"the group never committed the end {ends(log)}: {group_offsets(log, 'g')}; stderr: {err}"
     assert "Traceback" not in err, err
 
 
