@@ -207,6 +207,16 @@ def last_sync_before(seq: list[Call], i: int, path: str) -> Call | None:
     return syncs[-1] if syncs else None
 
 
+def durable_offsets(data: bytes) -> dict[int, int]:
+    """The next offset of each partition after the whole stored lines in `data` (a prefix of a file)."""
+    out: dict[int, int] = {}
+    for line in data.splitlines(keepends=True):
+        if line.endswith(b"\n"):
+            r = json.loads(line)
+            out[r["partition"]] = r["offset"] + 1
+    return out
+
+
 # --- consume --group into a file, and into a pipe --------------------------------------------------
 
 def test_consume_into_a_file_syncs_it_before_each_commit_and_a_pipe_is_not_synced(tmp_path, strace):
@@ -225,10 +235,7 @@ def test_consume_into_a_file_syncs_it_before_each_commit_and_a_pipe_is_not_synce
         assert sync is not None, "a commit before any fsync of the output file"
         # what that fsync covered: the bytes of every write to the file that had ended before it
         synced = sum(result(c) for c in seq if c.name == "write" and fd_path(c.text) == out and c.end < sync.start)
-        durable: dict[int, int] = {}
-        for line in data[:synced].splitlines():
-            r = json.loads(line)
-            durable[r["partition"]] = r["offset"] + 1
+        durable = durable_offsets(data[:synced])
         for p, o in named.items():
             assert o == 0 or durable.get(p, 0) >= o, f"partition {p}: offset {o} committed, {durable} on disk"
     # every record once, in the file
@@ -336,3 +343,29 @@ def test_sqlite_kill_between_the_wal_sync_and_the_group_rename(tmp_path, strace,
     assert q.returncode == 0, q.stderr.decode()
     assert table_keys(db, "orders") == sorted((r["partition"], r["offset"]) for r in log_records(log))
     assert group_offsets(log, "g") == db_offsets(db, "g") == ends(log)
+
+
+def test_exec_output_on_a_file_is_synced_before_each_commit(tmp_path, strace):
+    """--exec CMD writes to consume's stdout: on a regular file it is fsynced before each commit,
+    after CMD exited 0 (the batch's output is in the file, on disk, before its offsets are)."""
+    log = str(tmp_path / "orders")
+    produce(log, 500)
+    out = os.path.realpath(str(tmp_path / "out.jsonl"))
+    trace = str(tmp_path / "trace")
+    with open(out, "wb") as f:
+        p = traced(strace, trace, "fsync,fdatasync,rename,renameat,renameat2,write",
+                   ["consume", log, "--group", "g", "--exec", "cat", "--batch", "100"], stdout=f)
+    assert p.returncode == 0, p.stderr.decode()
+    seq = calls(trace)
+    writes = group_writes(seq)
+    assert len(writes) >= 5, len(writes)  # a commit per batch
+    data = open(out, "rb").read()
+    assert data.count(b"\n") == 500
+    for n, (i, named, _) in enumerate(writes):
+        sync = last_sync_before(seq, i, out)
+        assert sync is not None, f"commit {n} before any fsync of the output file"
+        # cat (its own process, the same file) wrote each batch before that fsync began
+        synced = sum(result(c) for c in seq if c.name == "write" and fd_path(c.text) == out and c.end < sync.start)
+        durable = durable_offsets(data[:synced])
+        for part, o in named.items():
+            assert o == 0 or durable.get(part, 0) >= o, f"commit {n}: partition {part} at {o}, {durable} on disk"
