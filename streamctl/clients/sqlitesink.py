@@ -275,8 +275,8 @@ class SqliteTable:
         The database file itself is never opened here: closing any descriptor of a file drops
         every POSIX lock this process holds on it, SQLite's included. SQLite syncs that file
         whenever it writes it (the header when it is made, checkpoints); the WAL holds no lock."""
-        folder = os.path.dirname(os.path.abspath(self.path))
-        for path in (self.path + "-wal", folder):
+        real = os.path.realpath(self.path)  # SQLite names the WAL after the file a symlink points to
+        for path in (real + "-wal", os.path.dirname(real)):
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
