@@ -369,3 +369,29 @@ def test_exec_output_on_a_file_is_synced_before_each_commit(tmp_path, strace):
         durable = durable_offsets(data[:synced])
         for part, o in named.items():
             assert o == 0 or durable.get(part, 0) >= o, f"commit {n}: partition {part} at {o}, {durable} on disk"
+
+
+def test_sqlite_through_a_symlink_syncs_the_wal_sqlite_writes(tmp_path, strace):
+    """SQLite names the WAL after the file a symlinked FILE points to: that WAL is the one synced."""
+    log = str(tmp_path / "orders")
+    produce(log, 300)
+    (tmp_path / "real").mkdir()
+    link = tmp_path / "link.db"
+    link.symlink_to(tmp_path / "real" / "r.db")
+    trace = str(tmp_path / "trace")
+    p = traced(strace, trace, "fsync,fdatasync,rename,renameat,renameat2,write,pwrite64",
+               ["consume", log, "--group", "g", "--sqlite", str(link), "--batch", "50"])
+    assert p.returncode == 0, p.stderr.decode()
+    seq = calls(trace)
+    wal = os.path.realpath(str(tmp_path / "real" / "r.db")) + "-wal"
+    writes = group_writes(seq)
+    assert writes
+    for k, (i, _named, _) in enumerate(writes):
+        sync = last_sync_before(seq, i, wal)
+        assert sync is not None
+        assert last_sync_before(seq, i, os.path.dirname(wal)) is not None
+        if k in (0, len(writes) - 1):
+            # the start offsets and the end of the run (no batch in flight then): every commit
+            # before the rename was written to the WAL before that sync began
+            assert all(c.end < sync.start for c in seq[:i] if c.name == "pwrite64" and fd_path(c.text) == wal)
+    assert table_keys(str(link), "orders") == sorted((r["partition"], r["offset"]) for r in log_records(log))
