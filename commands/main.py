@@ -26,7 +26,7 @@ import typer  # noqa: E402
 from streamctl import __version__
 
 # Order is the order `streamctl --help` lists them in.
-COMMANDS = ["produce", "consume", "tail", "stat", "check", "compact", "replay", "window", "join"]
+COMMANDS = ["produce", "capture", "consume", "tail", "stat", "check", "compact", "replay", "window", "join"]
 
 HELP = """\
 A log-based message broker and stream processor that lives in a directory and speaks Unix pipes.

@@ -1,0 +1,1 @@
+"""capture: PostgreSQL tables into logs, a consistent snapshot and then every change (change data capture)."""

@@ -1,0 +1,40 @@
+"""Connection strings: parsed by libpq's rules, and never printed with a password."""
+
+from __future__ import annotations
+
+import re
+
+from streamctl.errors import UsageError
+
+_URI_PASSWORD = re.compile(r"(postgres(?:ql)?://[^:/@?#]*:)[^@/?#]*@")
+_KV_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """Any password in text (a URI's user:password@, password=..., ?password=...) replaced by ***."""
+    text = _URI_PASSWORD.sub(r"\1***@", text)
+    text = _KV_PASSWORD.sub(r"\1***", text)
+    return _QUERY_PASSWORD.sub(r"\1***", text)
+
+
+def parse(dsn: str) -> dict[str, str]:
+    """The DSN's parameters (libpq's parser); a DSN libpq refuses is a usage error (exit 2)."""
+    from psycopg2.extensions import parse_dsn
+
+    try:
+        return dict(parse_dsn(dsn))
+    except Exception as e:  # psycopg2.ProgrammingError: libpq's own message, which never shows the password
+        reason = redact(str(e).strip().splitlines()[0] if str(e).strip() else "invalid")
+        raise UsageError(f"bad DSN {redact(dsn)!r}: {reason}") from None
+
+
+def without_password(params: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in params.items() if k != "password"}
+
+
+def shown(params: dict[str, str]) -> str:
+    """A DSN for messages and for the log's metadata: key=value, without the password."""
+    from psycopg2.extensions import make_dsn
+
+    return make_dsn(**without_password(params))

@@ -1,0 +1,145 @@
+"""pgoutput's logical replication messages (protocol version 1), decoded.
+
+Reference: PostgreSQL's "Logical Replication Message Formats". Only what capture uses is
+kept: transaction bounds, relations (the column list and types, sent before a relation's
+first change and again after its schema changed), row changes and TRUNCATE.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from streamctl.errors import StreamctlError
+
+UNCHANGED = object()  # 'u': a TOASTed column an update did not change (its value is not sent)
+
+_I16 = struct.Struct("!h")
+_I32 = struct.Struct("!i")
+_U32 = struct.Struct("!I")
+_U64 = struct.Struct("!Q")
+
+
+@dataclass
+class Begin:
+    final_lsn: int
+    xid: int
+
+
+@dataclass
+class Commit:
+    commit_lsn: int
+    end_lsn: int
+
+
+@dataclass
+class Column:
+    name: str
+    type_oid: int
+    key: bool
+
+
+@dataclass
+class Relation:
+    relid: int
+    schema: str
+    name: str
+    columns: list[Column]
+
+
+@dataclass
+class Change:
+    op: str  # c u d
+    relid: int
+    new: list | None  # column texts (None = NULL, UNCHANGED) of the new row
+    old: list | None  # the old key ('K') or old row ('O'), when sent
+
+
+@dataclass
+class Truncate:
+    relids: list[int]
+
+
+Message = Begin | Commit | Relation | Change | Truncate | None
+
+
+def lsn_text(lsn: int) -> str:
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+def parse_lsn(text: str) -> int:
+    hi, _, lo = text.partition("/")
+    return (int(hi, 16) << 32) | int(lo, 16)
+
+
+def _string(buf: bytes, pos: int) -> tuple[str, int]:
+    end = buf.index(b"\0", pos)
+    return buf[pos:end].decode(), end + 1
+
+
+def _tuple(buf: bytes, pos: int) -> tuple[list, int]:
+    (n,) = _I16.unpack_from(buf, pos)
+    pos += 2
+    cols: list = []
+    for _ in range(n):
+        kind = buf[pos]
+        pos += 1
+        if kind == 0x74:  # 't'
+            (ln,) = _I32.unpack_from(buf, pos)
+            pos += 4
+            cols.append(buf[pos:pos + ln].decode())
+            pos += ln
+        elif kind == 0x6E:  # 'n'
+            cols.append(None)
+        elif kind == 0x75:  # 'u'
+            cols.append(UNCHANGED)
+        else:
+            raise StreamctlError(f"pgoutput: unexpected tuple column kind {chr(kind)!r}")
+    return cols, pos
+
+
+def decode(buf: bytes) -> Message:
+    kind = buf[0]
+    if kind == 0x42:  # B
+        (final_lsn,) = _U64.unpack_from(buf, 1)
+        (xid,) = _U32.unpack_from(buf, 17)
+        return Begin(final_lsn, xid)
+    if kind == 0x43:  # C
+        (commit_lsn,) = _U64.unpack_from(buf, 2)
+        (end_lsn,) = _U64.unpack_from(buf, 10)
+        return Commit(commit_lsn, end_lsn)
+    if kind == 0x52:  # R
+        (relid,) = _U32.unpack_from(buf, 1)
+        schema, pos = _string(buf, 5)
+        name, pos = _string(buf, pos)
+        pos += 1  # replica identity setting
+        (ncols,) = _I16.unpack_from(buf, pos)
+        pos += 2
+        cols = []
+        for _ in range(ncols):
+            flags = buf[pos]
+            cname, pos = _string(buf, pos + 1)
+            (typ,) = _U32.unpack_from(buf, pos)
+            pos += 8  # type oid, type modifier
+            cols.append(Column(cname, typ, bool(flags & 1)))
+        return Relation(relid, schema, name, cols)
+    if kind == 0x49:  # I
+        (relid,) = _U32.unpack_from(buf, 1)
+        new, _ = _tuple(buf, 6)  # after the 'N'
+        return Change("c", relid, new, None)
+    if kind == 0x55:  # U
+        (relid,) = _U32.unpack_from(buf, 1)
+        pos = 5
+        old = None
+        if buf[pos] in (0x4B, 0x4F):  # K, O
+            old, pos = _tuple(buf, pos + 1)
+        new, _ = _tuple(buf, pos + 1)
+        return Change("u", relid, new, old)
+    if kind == 0x44:  # D
+        (relid,) = _U32.unpack_from(buf, 1)
+        old, _ = _tuple(buf, 6)
+        return Change("d", relid, None, old)
+    if kind == 0x54:  # T
+        (n,) = _I32.unpack_from(buf, 1)
+        return Truncate([_U32.unpack_from(buf, 6 + 4 * i)[0] for i in range(n)])
+    return None  # Origin, Type, Message: nothing capture writes

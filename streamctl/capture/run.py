@@ -1,0 +1,292 @@
+"""capture's run: checks, the slot, the snapshot, then the change stream, each commit appended once.
+
+Order of a first run (each step safe to interrupt):
+1. every check (DSN, wal_level, the replication privilege, each table and its primary key)
+   before anything is created, so a misconfiguration leaves no log and no slot behind;
+2. the publication (pgoutput reads the tables it names) and the slot, whose creation exports
+   a snapshot: the state the change stream starts from;
+3. the logs, marked "snapshot started" in their metadata, the rows read in that snapshot and
+   appended, then marked "snapshot done";
+4. the stream from the slot: each commit's records appended and fsynced, then the slot
+   confirmed up to that commit (never further), so the server keeps what is not yet durable.
+A run that finds a snapshot not marked done (killed during it), or no slot (dropped), makes a
+new slot and reads the tables again as a resync: a row the log already holds unchanged is not
+written again, and a key the log holds that the table no longer has gets a tombstone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import select
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from streamctl import stopflag
+from streamctl.capture import pgoutput
+from streamctl.capture import server as srv
+from streamctl.capture.tablelog import TableLog, _headers
+from streamctl.errors import StreamctlError, UsageError
+from streamctl.storage import reader
+from streamctl.storage.appender import Appender
+from streamctl.storage.fsutil import atomic_write
+from streamctl.storage.log import META, Log, LogMeta, is_log, open_log, open_or_create
+from streamctl.timeparse import now_ms
+
+STATE_KEY = "capture"
+FLUSH_RECORDS = 20_000  # records queued before a write even inside a commit (memory stays bounded)
+_SLOT_RE = re.compile(r"^[a-z0-9_]{1,63}$")
+
+
+@dataclass
+class CaptureOptions:
+    dsn: str
+    log: str
+    tables: list[str]
+    follow: bool = False
+    slot: str | None = None
+    snapshot: str = "initial"  # initial | never
+    partitions: int | None = None
+    drop_slot: bool = False
+    fsync: str = "batch"
+
+
+@dataclass
+class CaptureStats:
+    snapshot_rows: int = 0
+    changes: int = 0
+    records: int = 0
+    skipped: int = 0
+    commits: int = 0
+    lsn: int = 0
+    per_log: dict[str, int] = field(default_factory=dict)
+
+
+def default_slot(log_pattern: str) -> str:
+    """A slot name derived from LOG: readable, unique per LOG path, within PostgreSQL's 63 characters."""
+    base = os.path.basename(os.path.normpath(log_pattern)).replace("{table}", "")
+    readable = re.sub(r"[^a-z0-9_]+", "_", base.lower()).strip("_")[:40]
+    digest = hashlib.sha1(os.path.abspath(log_pattern).encode()).hexdigest()[:8]
+    return f"streamctl_{readable}_{digest}" if readable else f"streamctl_{digest}"
+
+
+def log_paths(pattern: str, tables: list[srv.TableInfo]) -> list[str]:
+    if "{table}" in pattern:
+        return [pattern.replace("{table}", t.qualified) for t in tables]
+    if len(tables) > 1:
+        raise UsageError("several --table need {table} in LOG (e.g. cdc/{table}), one log per table")
+    return [pattern]
+
+
+def capture_state(log: Log) -> dict | None:
+    st = log.meta.extra.get(STATE_KEY)
+    return st if isinstance(st, dict) else None
+
+
+def write_state(log: Log, state: dict) -> Log:
+    meta = LogMeta(log.meta.partitions, log.meta.segment_bytes, log.meta.created, {**log.meta.extra, STATE_KEY: state})
+    atomic_write(os.path.join(log.path, META), meta.to_json())
+    return Log(log.path, meta)
+
+
+def run(opts: CaptureOptions, say: Callable[[str], None]) -> CaptureStats:
+    server = srv.Server(opts.dsn)  # a DSN libpq refuses: exit 2, before anything else
+    slot = opts.slot or default_slot(opts.log)
+    if not _SLOT_RE.match(slot):
+        raise UsageError(f"--slot {slot!r}: a slot name is 1 to 63 lower-case letters, digits and underscores")
+    if not opts.drop_slot and not opts.tables:
+        raise UsageError("capture needs at least one --table [SCHEMA.]TABLE")
+    conn = server.connect()
+    try:
+        if opts.drop_slot:
+            dropped = srv.drop_slot(conn, slot, server.shown)
+            say(f"dropped replication slot {slot}" if dropped else f"no replication slot {slot} (nothing to drop)")
+            return CaptureStats()
+        srv.check_server(conn, server.shown)
+        tables = [srv.table_info(conn, t, server.shown) for t in opts.tables]
+        paths = log_paths(opts.log, tables)
+        if len(set(paths)) != len(paths):
+            raise UsageError("a table is named twice (one log per table)")
+        for path in paths:
+            if os.path.exists(path) and not is_log(path):
+                raise StreamctlError(f"{path}: exists and is not a streamctl log")
+            if is_log(path):
+                st = capture_state(open_log(path))
+                if st is not None and st.get("slot") != slot:
+                    raise UsageError(f"{path} is captured through slot {st.get('slot')}, not {slot} "
+                                     "(give --slot, or another LOG)")
+        slot_info = srv.slot_exists(conn, slot)
+        if slot_info is not None and slot_info["plugin"] != "pgoutput":
+            raise StreamctlError(f"{server.shown}: slot {slot} exists with plugin {slot_info['plugin']}, "
+                                 "not pgoutput (choose another --slot)")
+        if slot_info is not None and slot_info["active_pid"] is not None:
+            raise StreamctlError(f"{server.shown}: slot {slot} is in use by process {slot_info['active_pid']} "
+                                 "(another capture is running)")
+        srv.ensure_publication(conn, slot, tables, server.shown)
+        states = [capture_state(open_log(p)) if is_log(p) else None for p in paths]
+        resync = slot_info is None or any(s is None or s.get("snapshot") == "started" for s in states)
+        new_slot = None
+        if resync:
+            if slot_info is not None:
+                srv.drop_slot(conn, slot, server.shown)
+                srv.ensure_publication(conn, slot, tables, server.shown)
+            new_slot = srv.create_slot(server, slot)
+        stats = CaptureStats()
+        logs: list[TableLog] = []
+        try:
+            for info, path, state in zip(tables, paths, states, strict=True):
+                log = open_or_create(path, opts.partitions, None, now_ms())
+                mode = "started" if new_slot is not None and opts.snapshot != "never" else (
+                    state.get("snapshot", "done") if state and new_slot is None else "never"
+                    if opts.snapshot == "never" else "done")
+                log = write_state(log, {"slot": slot, "dsn": server.shown, "table": info.qualified, "snapshot": mode})
+                logs.append(TableLog(info, log, Appender(log, fsync=opts.fsync)))
+            if new_slot is not None and opts.snapshot != "never":
+                _snapshot(server, new_slot, logs, stats, say)
+            stopflag.install()
+            rconn = new_slot.conn if new_slot is not None else server.connect_replication()
+            try:
+                _stream(server, conn, rconn, slot, logs, opts.follow, stats)
+            finally:
+                rconn.close()
+        finally:
+            for tl in logs:
+                tl.appender.close()
+                stats.per_log[tl.log.path] = tl.appended
+                stats.skipped += tl.skipped
+        return stats
+    finally:
+        conn.close()
+
+
+def _snapshot(server: srv.Server, new_slot: srv.NewSlot, logs: list[TableLog], stats: CaptureStats,
+              say: Callable[[str], None]) -> None:
+    for tl in logs:
+        stats.snapshot_rows += _snapshot_table(server, new_slot, tl)
+        tl.log = write_state(tl.log, {**(capture_state(tl.log) or {}), "snapshot": "done"})
+        say(f"{tl.log.path}: snapshot of {tl.table.qualified} as of "
+            f"{pgoutput.lsn_text(new_slot.consistent_point)}: {tl.appended} records")
+
+
+def _snapshot_table(server: srv.Server, new_slot: srv.NewSlot, tl: TableLog) -> int:
+    """Every row of tl's table in the slot's snapshot; a log that already holds records is resynced."""
+    has_records = any(reader.partition_info(tl.log, p).next_offset > 0 for p in range(tl.log.partitions))
+    known = tl.live_keys(1 << 64) if has_records else None
+    info = tl.table
+    headers = [b""]
+
+    def start(xmin: int) -> None:
+        headers[0] = _headers("r", new_slot.consistent_point, xmin)
+
+    def rows(lines: list[bytes]) -> None:
+        tl.snapshot_rows(lines, headers[0], info.convs, info.columns, known)
+        if tl.pending_count() >= FLUSH_RECORDS:
+            tl.flush()
+
+    n = srv.read_snapshot(server, new_slot.snapshot_name, info, start, rows)
+    if known:
+        # keys the log holds that the table no longer has: deleted while no slot was kept
+        dh = _headers("d", new_slot.consistent_point, None)
+        for key in sorted(known):
+            tl.pending.setdefault(tl.part(key), []).append((orjson.dumps(key), b"null", dh))
+    tl.flush()
+    return n
+
+
+def _stream(server: srv.Server, conn: Any, rconn: Any, slot: str, logs: list[TableLog], follow: bool,
+            stats: CaptureStats) -> None:
+    pg = server.pg
+    by_name = {tl.table.qualified: tl for tl in logs}
+    by_relid: dict[int, TableLog] = {}
+    target = None if follow else srv.current_wal_lsn(conn)
+    cur = rconn.cursor()
+    try:
+        cur.start_replication(slot_name=slot, decode=False, status_interval=5,
+                              options={"proto_version": "1", "publication_names": slot})
+    except pg.Error as e:
+        raise StreamctlError(f"{server.shown}: cannot start streaming from slot {slot}: {srv._reason(e)}") from None
+    in_txn = False
+    lsn = 0
+    txid = 0
+    done_lsn = 0  # end of the last commit whose records are all queued
+    confirmed = 0
+    last_ask = 0.0
+
+    def flush_all() -> None:
+        for tl in logs:
+            stats.records += tl.flush()
+
+    def confirm() -> None:
+        nonlocal confirmed
+        if done_lsn > confirmed:
+            cur.send_feedback(write_lsn=done_lsn, flush_lsn=done_lsn, apply_lsn=done_lsn)
+            confirmed = done_lsn
+
+    try:
+        while True:
+            msg = cur.read_message()
+            if msg is None:
+                if not in_txn:
+                    flush_all()
+                    confirm()
+                    if stopflag.is_set():
+                        break
+                    if target is not None and cur.wal_end >= target:
+                        break
+                now = time.monotonic()
+                if now - last_ask > 0.1:
+                    cur.send_feedback(reply=True)  # a keepalive back tells how far the server has sent
+                    last_ask = now
+                select.select([rconn], [], [], 0.1)
+                continue
+            m = pgoutput.decode(msg.payload)
+            if isinstance(m, pgoutput.Change):
+                tl = by_relid.get(m.relid)
+                if tl is None:
+                    continue
+                tl.change(m.op, m.new, m.old, lsn, txid, flush_all)
+                stats.changes += 1
+                if tl.pending_count() >= FLUSH_RECORDS:
+                    tl.flush()
+            elif isinstance(m, pgoutput.Begin):
+                in_txn, lsn, txid = True, m.final_lsn, m.xid
+                for tl in logs:
+                    tl.txn_keys.clear()
+            elif isinstance(m, pgoutput.Commit):
+                in_txn = False
+                done_lsn = m.end_lsn
+                stats.commits += 1
+                stats.lsn = m.commit_lsn
+                ending = stopflag.is_set() or (target is not None and m.commit_lsn >= target)
+                if ending or sum(tl.pending_count() for tl in logs) >= FLUSH_RECORDS:
+                    flush_all()
+                    confirm()
+                if ending:
+                    break
+            elif isinstance(m, pgoutput.Relation):
+                tl = by_name.get(f"{m.schema}.{m.name}")
+                if tl is None:
+                    continue
+                by_relid[m.relid] = tl
+                names = [c.name for c in m.columns]
+                key = tl.table.key if all(k in names for k in tl.table.key) else [c.name for c in m.columns if c.key]
+                tl.table.columns, tl.table.types = names, [c.type_oid for c in m.columns]
+                tl.table.convs = srv.converters(conn, tl.table.types)
+                tl.set_columns(names, key)
+            elif isinstance(m, pgoutput.Truncate):
+                for relid in m.relids:
+                    tl = by_relid.get(relid)
+                    if tl is not None:
+                        tl.truncate(lsn, txid, flush_all)
+    except pg.Error as e:
+        flush_all()  # a commit cut short is completed by the rerun (the log counts what it holds of it)
+        raise StreamctlError(f"{server.shown}: lost the replication connection: {srv._reason(e)} "
+                             "(the log holds every change up to the last commit; rerun capture to continue)") from None
+    flush_all()
+    confirm()
+    stopflag.end()

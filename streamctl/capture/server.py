@@ -1,0 +1,276 @@
+"""The PostgreSQL side of capture: connections, the setup checks, the slot, the snapshot and the stream.
+
+psycopg2 is used for its replication protocol support (psycopg 3 has none); it is
+imported only here and by dsn.py, so only capture (and stat of a captured log) need it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamctl.capture import dsn as dsnmod
+from streamctl.capture.values import SESSION_OPTIONS, Converter, converter
+from streamctl.errors import StreamctlError, UsageError
+
+
+class SetupError(StreamctlError):
+    """A misconfiguration found before anything was written (exit 1)."""
+
+
+@dataclass
+class TableInfo:
+    schema: str
+    name: str
+    oid: int
+    columns: list[str]
+    types: list[int]
+    key: list[str]  # primary key columns, in the key's order
+    convs: list[Converter] = field(default_factory=list)
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+
+def _import_psycopg2() -> Any:
+    try:
+        import psycopg2
+        import psycopg2.extras  # noqa: F401  (the replication connection class)
+    except ImportError:
+        raise SetupError("capture needs psycopg2: pip install 'streamctl[capture]' (or psycopg2-binary)") from None
+    return psycopg2
+
+
+def _reason(e: Exception) -> str:
+    text = str(e).strip() or type(e).__name__
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return dsnmod.redact("; ".join(lines[:2]))
+
+
+class Server:
+    def __init__(self, dsn: str) -> None:
+        self.params = dsnmod.parse(dsn)
+        self.shown = dsnmod.shown(self.params)
+        self.pg = _import_psycopg2()
+
+    def _kwargs(self, replication: bool = False) -> dict[str, str]:
+        kw = dict(self.params)
+        kw["options"] = (kw.get("options", "") + " " + SESSION_OPTIONS).strip()
+        kw.setdefault("application_name", "streamctl capture")
+        if replication:
+            kw["replication"] = "database"
+        return kw
+
+    def connect(self, timeout: int | None = None) -> Any:
+        kw = self._kwargs()
+        if timeout is not None:
+            kw["connect_timeout"] = str(timeout)
+        try:
+            conn = self.pg.connect(**kw)
+        except self.pg.Error as e:
+            raise StreamctlError(f"cannot connect to {self.shown}: {_reason(e)}") from None
+        conn.autocommit = True
+        return conn
+
+    def connect_replication(self) -> Any:
+        from psycopg2.extras import LogicalReplicationConnection
+
+        try:
+            return self.pg.connect(connection_factory=LogicalReplicationConnection, **self._kwargs(True))
+        except self.pg.Error as e:
+            msg = _reason(e)
+            if "replication" in msg and ("pg_hba" in msg or "permission" in msg or "privilege" in msg):
+                raise SetupError(f"{self.shown}: the server refused a replication connection: {msg}") from None
+            raise StreamctlError(f"cannot open a replication connection to {self.shown}: {msg}") from None
+
+
+def query(conn: Any, sql: str, args: tuple | None = None) -> list[tuple]:
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        return cur.fetchall() if cur.description is not None else []
+
+
+def check_server(conn: Any, shown: str) -> None:
+    """wal_level and the replication privilege: the two settings every capture needs."""
+    (version,) = query(conn, "select current_setting('server_version_num')::int")[0]
+    if version < 120000:
+        raise SetupError(f"{shown}: PostgreSQL {version // 10000} is too old: capture needs PostgreSQL 12 or later")
+    (level,) = query(conn, "show wal_level")[0]
+    if level != "logical":
+        raise SetupError(f"{shown}: wal_level is {level!r}, capture needs wal_level = logical "
+                         "(set it in postgresql.conf and restart the server)")
+    (can,) = query(conn, "select rolreplication or rolsuper from pg_roles where rolname = current_user")[0]
+    if not can:
+        (user,) = query(conn, "select current_user")[0]
+        raise SetupError(f"{shown}: role {user!r} lacks the REPLICATION privilege "
+                         f"(ALTER ROLE {user} REPLICATION)")
+    (slots,) = query(conn, "select current_setting('max_replication_slots')::int")[0]
+    if slots == 0:
+        raise SetupError(f"{shown}: max_replication_slots is 0, capture needs a replication slot "
+                         "(set it in postgresql.conf and restart the server)")
+
+
+def split_table(name: str) -> tuple[str, str]:
+    """`[SCHEMA.]TABLE` -> (schema, table); unquoted names as given (PostgreSQL folds them to lower case)."""
+    schema, dot, table = name.rpartition(".")
+    if not table or (dot and not schema):
+        raise UsageError(f"--table {name!r}: expected [SCHEMA.]TABLE")
+    return (schema or "public"), table
+
+
+def _folded(ident: str) -> str:
+    if len(ident) >= 2 and ident[0] == '"' and ident[-1] == '"':
+        return ident[1:-1].replace('""', '"')
+    return ident.lower()
+
+
+def table_info(conn: Any, name: str, shown: str) -> TableInfo:
+    schema, table = split_table(name)
+    schema, table = _folded(schema), _folded(table)
+    rows = query(conn, "select c.oid, c.relkind from pg_class c join pg_namespace n on n.oid = c.relnamespace "
+                       "where n.nspname = %s and c.relname = %s", (schema, table))
+    if not rows or rows[0][1] not in ("r", "p"):
+        what = "no such table" if not rows else "not a table"
+        raise SetupError(f"{shown}: table {schema}.{table}: {what}")
+    oid = rows[0][0]
+    cols = query(conn, "select attname, atttypid from pg_attribute where attrelid = %s and attnum > 0 "
+                       "and not attisdropped order by attnum", (oid,))
+    key = [r[0] for r in query(
+        conn, "select a.attname from pg_index i join pg_attribute a on a.attrelid = i.indrelid "
+              "and a.attnum = any(i.indkey) where i.indrelid = %s and i.indisprimary "
+              "order by array_position(i.indkey::int2[], a.attnum)", (oid,))]
+    if not key:
+        raise SetupError(f"{shown}: table {schema}.{table} has no primary key "
+                         "(capture keys each record by the primary key; add one)")
+    (readable,) = query(conn, "select has_table_privilege(%s, 'SELECT')", (oid,))[0]
+    if not readable:
+        raise SetupError(f"{shown}: table {schema}.{table}: the role lacks the SELECT privilege")
+    info = TableInfo(schema, table, oid, [c[0] for c in cols], [c[1] for c in cols], key)
+    info.convs = converters(conn, info.types)
+    return info
+
+
+_type_cache: dict[int, tuple[int, int, str]] = {}  # type oid -> (base type, array element type or 0, delimiter)
+
+
+def converters(conn: Any, types: list[int]) -> list[Converter]:
+    """Each column's converter: a domain converts as its base type, an array type element by element."""
+    missing = [t for t in set(types) if t not in _type_cache]
+    if missing:
+        for oid, base, category, elem, delim in query(
+                conn, "select t.oid, b.oid, b.typcategory, b.typelem, coalesce(e.typdelim, ',') from pg_type t "
+                      "join pg_type b on b.oid = case when t.typtype = 'd' then t.typbasetype else t.oid end "
+                      "left join pg_type e on e.oid = b.typelem where t.oid = any(%s)", (missing,)):
+            _type_cache[oid] = (base, elem if category == "A" else 0, delim)
+    out = []
+    for t in types:
+        base, elem, delim = _type_cache.get(t, (t, 0, ","))
+        out.append(converter(base, elem or None, delim))
+    return out
+
+
+def current_wal_lsn(conn: Any) -> int:
+    from streamctl.capture.pgoutput import parse_lsn
+
+    return parse_lsn(query(conn, "select pg_current_wal_lsn()::text")[0][0])
+
+
+def slot_exists(conn: Any, slot: str) -> dict | None:
+    rows = query(conn, "select plugin, database, active_pid, confirmed_flush_lsn::text from pg_replication_slots "
+                       "where slot_name = %s", (slot,))
+    if not rows:
+        return None
+    plugin, database, pid, confirmed = rows[0]
+    return {"plugin": plugin, "database": database, "active_pid": pid, "confirmed": confirmed}
+
+
+def drop_slot(conn: Any, slot: str, shown: str) -> bool:
+    """Drop the slot (and its publication); False when there was none."""
+    info = slot_exists(conn, slot)
+    if info is not None:
+        if info["active_pid"] is not None:
+            raise StreamctlError(f"{shown}: slot {slot} is in use by process {info['active_pid']} "
+                                 "(stop the capture that reads it first)")
+        try:
+            query(conn, "select pg_drop_replication_slot(%s)", (slot,))
+        except Exception as e:
+            raise StreamctlError(f"{shown}: cannot drop slot {slot}: {_reason(e)}") from None
+    query(conn, f'drop publication if exists "{slot}"')
+    return info is not None
+
+
+def ensure_publication(conn: Any, pub: str, tables: list[TableInfo], shown: str) -> None:
+    """The publication pgoutput reads (one per slot, named like it), holding exactly the captured tables."""
+    names = ", ".join(f'"{t.schema}"."{t.name}"' for t in tables)
+    try:
+        exists = query(conn, "select 1 from pg_publication where pubname = %s", (pub,))
+        if exists:
+            query(conn, f'alter publication "{pub}" set table {names}')
+        else:
+            query(conn, f'create publication "{pub}" for table {names}')
+    except Exception as e:
+        raise SetupError(f"{shown}: cannot create publication {pub} for the captured tables: {_reason(e)} "
+                         "(the role must own the tables, or be a superuser)") from None
+
+
+@dataclass
+class NewSlot:
+    conn: Any  # the replication connection, kept open while the snapshot is read
+    consistent_point: int
+    snapshot_name: str
+
+
+def create_slot(server: Server, slot: str) -> NewSlot:
+    from streamctl.capture.pgoutput import parse_lsn
+
+    conn = server.connect_replication()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE_REPLICATION_SLOT {slot} LOGICAL pgoutput EXPORT_SNAPSHOT")
+            _, point, snap, _ = cur.fetchone()
+    except server.pg.Error as e:
+        conn.close()
+        raise StreamctlError(f"{server.shown}: cannot create replication slot {slot}: {_reason(e)}") from None
+    return NewSlot(conn, parse_lsn(point), snap)
+
+
+def read_snapshot(server: Server, snapshot_name: str, table: TableInfo, start: Callable[[int], None],
+                  rows: Callable[[list[bytes]], None], batch: int = 5000) -> int:
+    """Every row of the table as of the exported snapshot: COPY text lines, handed over in batches."""
+    conn = server.connect()
+    conn.autocommit = False
+    got = 0
+    try:
+        with conn.cursor() as cur:
+            cur.execute("set transaction isolation level repeatable read, read only")
+            cur.execute("set transaction snapshot %s", (snapshot_name,))
+            cur.execute("select txid_snapshot_xmin(txid_current_snapshot())")
+            start(int(cur.fetchone()[0]))
+            cols = ", ".join('"' + c.replace('"', '""') + '"' for c in table.columns)
+            pending: list[bytes] = []
+
+            class Sink:
+                def write(self, data: bytes | str) -> int:
+                    nonlocal got
+                    if isinstance(data, str):
+                        data = data.encode()
+                    pending.append(data)
+                    if len(pending) >= batch:
+                        got += len(pending)
+                        rows(pending[:])
+                        pending.clear()
+                    return len(data)
+
+            cur.copy_expert(f'copy (select {cols} from "{table.schema}"."{table.name}") to stdout', Sink(),
+                            size=1 << 18)
+            if pending:
+                got += len(pending)
+                rows(pending[:])
+        conn.commit()
+    except server.pg.Error as e:
+        raise StreamctlError(f"{server.shown}: reading the snapshot of {table.qualified} failed: {_reason(e)}") from None
+    finally:
+        conn.close()
+    return got

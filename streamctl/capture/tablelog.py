@@ -1,0 +1,267 @@
+"""One captured table's log: records built from rows, appended in batches, and what the log already holds.
+
+Exactly once rests on the log itself. Every record carries its commit's LSN (header `lsn`),
+and a partition's records are in commit order, so per partition the log knows the last
+commit it holds and how many of that commit's records made it (a crash can cut a batch
+between two segment writes). A rerun receives the transactions after the slot's confirmed
+position again; a commit older than a partition's last is skipped there, and of the last
+one only the records past those already present are appended. Records of a commit are
+built the same way on every run (the same changes in the same order), so the counts match.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from streamctl.capture.pgoutput import UNCHANGED, lsn_text, parse_lsn
+from streamctl.capture.server import TableInfo
+from streamctl.capture.values import key_text, unescape_copy
+from streamctl.storage import record
+from streamctl.storage.appender import Appender, Item
+from streamctl.storage.log import Log
+from streamctl.storage.partitioner import Partitioner
+from streamctl.storage.segment import list_segments, visible_end
+
+CACHE_ROWS = 2000  # latest rows kept per table to fill in unchanged TOASTed columns without a log scan
+
+
+def _headers(op: str, lsn: int, txid: int | None) -> bytes:
+    h = {"op": op, "lsn": lsn_text(lsn)}
+    if txid is not None:
+        h["txid"] = str(txid)
+    return orjson.dumps(h)
+
+
+def _lines_backwards(log: Log, p: int) -> Iterator[bytes]:
+    """Partition p's records, newest first (whole segments are read: used once per run)."""
+    for seg in reversed(list_segments(log.partition_dir(p))):
+        try:
+            fd = os.open(seg.path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            end = visible_end(fd, os.fstat(fd).st_size)
+            data = os.pread(fd, end, 0)
+        finally:
+            os.close(fd)
+        yield from reversed(data.splitlines())
+
+
+def _lines(log: Log, p: int) -> Iterator[bytes]:
+    for seg in list_segments(log.partition_dir(p)):
+        try:
+            fd = os.open(seg.path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            end = visible_end(fd, os.fstat(fd).st_size)
+            data = os.pread(fd, end, 0)
+        finally:
+            os.close(fd)
+        yield from data.splitlines()
+
+
+def _op_lsn(rec: dict) -> tuple[str, int] | None:
+    h = rec.get("headers")
+    if not isinstance(h, dict) or not isinstance(h.get("lsn"), str):
+        return None
+    try:
+        return str(h.get("op")), parse_lsn(h["lsn"])
+    except ValueError:
+        return None
+
+
+@dataclass
+class _Resume:
+    lsn: int  # the last commit this partition holds
+    held: int  # how many of its records it holds
+    seen: int = 0  # of those, how many this run has met again (and skipped)
+
+
+@dataclass
+class TableLog:
+    table: TableInfo
+    log: Log
+    appender: Appender
+    part: Partitioner = field(init=False)
+    pending: dict[int, list[Item]] = field(default_factory=dict)
+    resume: dict[int, _Resume] = field(default_factory=dict)
+    cache: OrderedDict = field(default_factory=OrderedDict)  # key text -> latest row (None: deleted)
+    appended: int = 0
+    skipped: int = 0
+    columns: list[str] = field(default_factory=list)
+    key_idx: list[int] = field(default_factory=list)
+    txn_keys: list[tuple[str, bool]] = field(default_factory=list)  # the open commit's (key, alive), in order
+
+    def __post_init__(self) -> None:
+        self.part = Partitioner(self.log.partitions)
+        self.set_columns(self.table.columns, self.table.key)
+        for p in range(self.log.partitions):
+            last: int | None = None
+            held = 0
+            for line in _lines_backwards(self.log, p):
+                ol = _op_lsn(record.parse(line))
+                if ol is None or ol[0] == "r":
+                    break
+                if last is None:
+                    last = ol[1]
+                if ol[1] != last:
+                    break
+                held += 1
+            if last is not None:
+                self.resume[p] = _Resume(last, held)
+
+    def set_columns(self, columns: list[str], key: list[str]) -> None:
+        self.columns = columns
+        self.key_idx = [columns.index(k) for k in key]
+
+    # -- building records
+
+    def _add(self, key: str, value: bytes, headers: bytes, lsn: int | None) -> None:
+        """Queue a record, unless the log already holds it (lsn None: a snapshot row, never skipped here)."""
+        p = self.part(key)
+        if lsn is not None:
+            self.txn_keys.append((key, value != b"null"))
+            r = self.resume.get(p)
+            if r is not None and lsn <= r.lsn:
+                if lsn < r.lsn or r.seen < r.held:
+                    r.seen += lsn == r.lsn
+                    self.skipped += 1
+                    return
+        self.pending.setdefault(p, []).append((orjson.dumps(key), value, headers))
+
+    def _remember(self, key: str, row: dict | None) -> None:
+        c = self.cache
+        c[key] = row
+        c.move_to_end(key)
+        if len(c) > CACHE_ROWS:
+            c.popitem(last=False)
+
+    def snapshot_rows(self, lines: list[bytes], headers: bytes, convs: list, names: list[str],
+                      known: dict[str, bytes] | None) -> None:
+        """COPY text lines -> 'r' records; with `known` (a resync), rows the log already holds as they are
+        are left out, and each row met is taken out of `known` (what stays there was deleted meanwhile)."""
+        key_idx = self.key_idx
+        dumps = orjson.dumps
+        pend = self.pending
+        part = self.part
+        single = len(key_idx) == 1
+        k0 = key_idx[0]
+        for raw in lines:
+            fields = raw.decode().rstrip("\n").split("\t")
+            vals = [None if f == "\\N" else conv(unescape_copy(f) if "\\" in f else f)
+                    for f, conv in zip(fields, convs, strict=True)]
+            if single:
+                kv = vals[k0]
+                key = kv if isinstance(kv, str) else dumps(kv).decode()
+            else:
+                key = key_text([vals[i] for i in key_idx])
+            value = dumps(dict(zip(names, vals, strict=True)))
+            if known is not None and known.pop(key, None) == value:
+                continue
+            pend.setdefault(part(key), []).append((dumps(key), value, headers))
+
+    def _row(self, cols: list) -> dict:
+        return {name: (None if v is None else v if v is UNCHANGED else conv(v))
+                for name, v, conv in zip(self.columns, cols, self.table.convs, strict=True)}
+
+    def _key(self, row: dict) -> str:
+        return key_text([row[self.columns[i]] for i in self.key_idx])
+
+    def change(self, op: str, new: list | None, old: list | None, lsn: int, txid: int,
+               fill: Any) -> None:
+        """A row change -> its records (a key change: the old key's tombstone first)."""
+        h = _headers(op, lsn, txid)
+        if op == "d":
+            assert old is not None
+            key = self._key(self._row(old))
+            self._add(key, b"null", h, lsn)
+            self._remember(key, None)
+            return
+        assert new is not None
+        row = self._row(new)
+        key = self._key(row)
+        if op == "u":
+            if old is not None:
+                old_key = self._key(self._row(old))
+                if old_key != key:
+                    self._add(old_key, b"null", _headers("d", lsn, txid), lsn)
+                    self._remember(old_key, None)
+            missing = [c for c, v in row.items() if v is UNCHANGED]
+            if missing:
+                prior = self.prior_row(key if old is None else self._key(self._row(old)), fill)
+                for c in missing:
+                    row[c] = prior.get(c) if prior is not None else None
+        self._add(key, orjson.dumps(row), h, lsn)
+        self._remember(key, row)
+
+    def prior_row(self, key: str, fill: Any) -> dict | None:
+        """The latest row of key before this change: from the rows of this run, else the log (fill writes
+        what is queued first, so the log holds everything before this change)."""
+        if key in self.cache:
+            return self.cache[key]
+        fill()
+        p = self.part(key)
+        kj = orjson.dumps(key)
+        for line in _lines_backwards(self.log, p):
+            if kj not in line:
+                continue
+            rec = record.parse(line)
+            if rec.get("key") == key:
+                v = rec.get("value")
+                return v if isinstance(v, dict) else None
+        return None
+
+    def live_keys(self, before_lsn: int) -> dict[str, bytes]:
+        """Each live key of the log (its latest record not a tombstone) -> its value JSON, leaving out
+        records of commits at or after before_lsn (a rerun may already hold part of that commit)."""
+        live: dict[str, bytes] = {}
+        for p in range(self.log.partitions):
+            for line in _lines(self.log, p):
+                rec = record.parse(line)
+                ol = _op_lsn(rec)
+                if ol is not None and ol[0] != "r" and ol[1] >= before_lsn:
+                    continue
+                key = rec.get("key")
+                if not isinstance(key, str):
+                    continue
+                v = rec.get("value")
+                if v is None:
+                    live.pop(key, None)
+                else:
+                    live[key] = orjson.dumps(v)
+        return live
+
+    def truncate(self, lsn: int, txid: int, fill: Any) -> None:
+        """TRUNCATE: a tombstone for every key live in the log (as of just before it)."""
+        fill()
+        live = set(self.live_keys(lsn))
+        for key, alive in self.txn_keys:
+            if alive:
+                live.add(key)
+            else:
+                live.discard(key)
+        h = _headers("d", lsn, txid)
+        for key in sorted(live):
+            self._add(key, b"null", h, lsn)
+            self._remember(key, None)
+        self.cache.clear()
+
+    def flush(self) -> int:
+        n = 0
+        for p, items in self.pending.items():
+            if items:
+                self.appender.append(p, items)
+                n += len(items)
+        self.pending.clear()
+        self.appended += n
+        return n
+
+    def pending_count(self) -> int:
+        return sum(len(v) for v in self.pending.values())
