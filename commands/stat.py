@@ -149,4 +149,8 @@ def _tables(st, heading: bool, first: bool) -> str:
         text += "\n" + table(grow) + "\n"
     else:
         text += "\n(no consumer groups)\n"
+    if st.capture is not None:
+        from streamctl.capture.status import describe
+
+        text += "\n" + describe(st.capture) + "\n"
     return text

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TIERS = ("unit", "props", "cli", "spark")
+TIERS = ("unit", "props", "cli", "spark", "capture")
 
 # Test modules of one tier import helpers from another by module name (`from test_replay import
 # make_log`); pytest puts a test's own folder on sys.path only when it collects it, so put all now.
@@ -18,6 +18,8 @@ for _tier in TIERS:
     if str(Path(__file__).parent / _tier) not in sys.path:
         sys.path.insert(0, str(Path(__file__).parent / _tier))
 CLI = [sys.executable, "-m", "streamctl"]
+# the PostgreSQL server fixtures (`pg`, `db`) of the capture tests: one server per test session
+pytest_plugins = ["pgserver"]
 
 
 def cli_env(**extra: str) -> dict[str, str]:

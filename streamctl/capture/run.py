@@ -69,7 +69,7 @@ class CaptureStats:
 
 def default_slot(log_pattern: str) -> str:
     """A slot name derived from LOG: readable, unique per LOG path, within PostgreSQL's 63 characters."""
-    base = os.path.basename(os.path.normpath(log_pattern)).replace("{table}", "")
+    base = os.path.basename(os.path.normpath(log_pattern.replace("{table}", "")))
     readable = re.sub(r"[^a-z0-9_]+", "_", base.lower()).strip("_")[:40]
     digest = hashlib.sha1(os.path.abspath(log_pattern).encode()).hexdigest()[:8]
     return f"streamctl_{readable}_{digest}" if readable else f"streamctl_{digest}"

@@ -49,10 +49,14 @@ class LogStat:
     log: str
     partitions: list[PartitionStat]
     groups: list[GroupLag]
+    capture: dict | None = None  # a captured log: its slot and the WAL the slot holds back (capture.status)
 
     def to_dict(self) -> dict:
-        return {"log": self.log, "partitions": [asdict(p) for p in self.partitions],
-                "groups": [asdict(g) for g in self.groups]}
+        d: dict = {"log": self.log, "partitions": [asdict(p) for p in self.partitions],
+             "groups": [asdict(g) for g in self.groups]}
+        if self.capture is not None:
+            d["capture"] = self.capture
+        return d
 
 
 def ts_at_or_after(log: Log, p: int, offset: int) -> int | None:
@@ -105,7 +109,12 @@ def stat(log: Log, now: int | None = None) -> LogStat:
                 # a clock that stepped back makes a record look newer than now: it has not waited
                 age = max(now - ts, 0) if ts is not None else 0
             groups.append(GroupLag(g, ps.partition, c, lag, age))
-    return LogStat(log.path, parts, groups)
+    capture = None
+    if "capture" in log.meta.extra:
+        from streamctl.capture.status import capture_status
+
+        capture = capture_status(log)
+    return LogStat(log.path, parts, groups, capture)
 
 
 def format_age(ms: int) -> str:

@@ -1,4 +1,4 @@
-"""A real PostgreSQL server for the capture tests: initdb into a temporary folder, run as `postgres`.
+"""A real PostgreSQL server for the capture tests (fixtures `pg` and `db`, imported by each test module): initdb into a temporary folder, run as `postgres`.
 
 The server refuses to run as root, so when the tests run as root the folder is handed to the
 `postgres` user and the server tools are run through runuser. It listens on a Unix socket in
@@ -8,7 +8,6 @@ end of the session. Missing binaries are a test failure, never a skip (scripts/t
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pwd
 import shutil
@@ -18,20 +17,8 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-
-# the suite's helpers (run_cli, log_records) live in tests/conftest.py; this folder's conftest
-# shadows that module name for the tests here, so load it under its own name and re-export
-_spec = importlib.util.spec_from_file_location("streamctl_tests_conftest", Path(__file__).parent.parent / "conftest.py")
-assert _spec is not None and _spec.loader is not None
-_root = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_root)
-run_cli = _root.run_cli
-log_records = _root.log_records
-cli_env = _root.cli_env
-CLI = _root.CLI
 
 PG_BIN_CANDIDATES = [f"/usr/lib/postgresql/{v}/bin" for v in (17, 16, 15, 14, 13, 12)]
 
