@@ -2,9 +2,9 @@
 
 A generated job file (streamctl.spark.jobgen) carries this module whole, with
 what it imports: the log reader of the replay job (`replay_frame`) and
-streamctl's window operators and aggregations (`Plan`, `Tumbling`, `Hopping`,
-`Sliding`, `Session`), so executors run exactly the code the local engine runs
-and the rows agree. Besides those, only pyspark and the standard library
+streamctl's window operators (windows.kinds.make_operator), aggregations
+(`Plan`), merge keys (mergeorder.merge_keys) and watermark (watermark.Watermark),
+so executors run exactly the code the local engine runs and the rows agree. Besides those, only pyspark and the standard library
 (orjson when present).
 
 How the stream is replayed without Spark's streaming watermark:
@@ -52,10 +52,7 @@ from itertools import islice as _islice
 from streamctl.processing.aggregations import AggSpec, Plan, getter
 from streamctl.processing.mergeorder import NO_TIME, merge_keys
 from streamctl.processing.watermark import Watermark
-from streamctl.processing.windows.hopping import Hopping
-from streamctl.processing.windows.session import Session
-from streamctl.processing.windows.sliding import Sliding
-from streamctl.processing.windows.tumbling import Tumbling
+from streamctl.processing.windows.kinds import make_operator
 from streamctl.spark.replay_job import replay_frame
 from streamctl.timeparse import event_time_ms, format_iso
 
@@ -67,17 +64,6 @@ except ImportError:  # a cluster without orjson: the standard library, the same 
 
 def _plan(params):
     return Plan([AggSpec(name, func, tuple(path) if path else None) for name, func, path in params["aggs"]])
-
-
-def _operator(params, plan):
-    kind, size = params["kind"], params["size"]
-    if kind == "tumbling":
-        return Tumbling(size, plan)
-    if kind == "hopping":
-        return Hopping(size, params["hop"], plan)
-    if kind == "sliding":
-        return Sliding(size, plan)
-    return Session(size, plan)
 
 
 def _time_getter(params):
@@ -219,7 +205,7 @@ def _replay(params):
     def replay(groups):
         plan = _plan(params)
         for key, events in groups:
-            op = _operator(params, plan)
+            op = make_operator(params["kind"], params["size"], params["hop"], plan)
             out = []
             late = 0
             for seq, t, vals, wm in sorted(events, key=lambda e: e[0]):

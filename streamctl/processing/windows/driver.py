@@ -27,11 +27,7 @@ from streamctl.errors import DataError, UsageError
 from streamctl.processing import aggregations, inputorder
 from streamctl.processing import columns as fieldcolumns
 from streamctl.processing.watermark import Watermark
-from streamctl.processing.windows import NO_WATERMARK, Batch
-from streamctl.processing.windows.hopping import Hopping
-from streamctl.processing.windows.session import Session
-from streamctl.processing.windows.sliding import Sliding
-from streamctl.processing.windows.tumbling import Tumbling
+from streamctl.processing.windows import NO_WATERMARK, Batch, kinds
 from streamctl.storage import fieldpaths
 from streamctl.timeparse import bad_time_reason, event_time_ms, event_times, format_iso, now_ms, usable_range
 
@@ -89,18 +85,12 @@ def make_plan(cfg: WindowConfig) -> aggregations.Plan:
 
 
 def make_operator(cfg: WindowConfig, plan: aggregations.Plan):
-    update, correct = cfg.emit == "update", cfg.late == "correct"
     if cfg.size <= 0:
         raise UsageError("the window size must be positive")
-    if cfg.kind == "tumbling":
-        return Tumbling(cfg.size, plan, update, correct)
-    if cfg.kind == "hopping":
-        return Hopping(cfg.size, cfg.hop, plan, update, correct)
-    if cfg.kind == "sliding":
-        return Sliding(cfg.size, plan, update, correct)
-    if cfg.kind == "session":
-        return Session(cfg.size, plan, update, correct)
-    raise UsageError(f"unknown window type {cfg.kind!r}")
+    try:
+        return kinds.make_operator(cfg.kind, cfg.size, cfg.hop, plan, cfg.emit == "update", cfg.late == "correct")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def _path_getter(parts: tuple[str, ...]) -> Callable[[dict], Any]:
