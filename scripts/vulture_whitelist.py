@@ -15,3 +15,5 @@ lane_batches  # noqa
 line_batches  # noqa
 repairable  # noqa
 open_windows  # noqa
+# a database driver's connection setting, assigned for the driver to read (streamctl/capture)
+autocommit  # noqa
