@@ -183,12 +183,17 @@ def _snapshot_table(server: srv.Server, new_slot: srv.NewSlot, tl: TableLog) -> 
     def start(xmin: int) -> None:
         headers[0] = _headers("r", new_slot.consistent_point, xmin)
 
-    def rows(lines: list[bytes]) -> None:
-        tl.snapshot_rows(lines, headers[0], info.convs, info.columns, known)
+    plan = srv.fast_plan(info)
+
+    def rows(lines: list) -> None:
+        if plan is not None:
+            tl.snapshot_fast(lines, headers[0], plan[1], known)
+        else:
+            tl.snapshot_rows(lines, headers[0], info.convs, info.columns, known)
         if tl.pending_count() >= FLUSH_RECORDS:
             tl.flush()
 
-    n = srv.read_snapshot(server, new_slot.snapshot_name, info, start, rows)
+    n = srv.read_snapshot(server, new_slot.snapshot_name, info, start, rows, plan[0] if plan else None)
     if known:
         # keys the log holds that the table no longer has: deleted while no slot was kept
         dh = _headers("d", new_slot.consistent_point, None)
