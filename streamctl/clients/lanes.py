@@ -45,6 +45,7 @@ import msgspec
 import orjson
 
 from streamctl.clients.inputlines import Batch
+from streamctl.storage import fieldpaths
 
 Exact = Callable[[bytes], Any]  # the per-line decoder: raises ValueError for a line it rejects
 
@@ -190,14 +191,18 @@ def validate_values(batch: Batch, exact: Exact) -> list | None:
 
 
 class KeyedLane:
-    """The --key-field lane: msgspec decodes only the key path of each value (nested structs)."""
+    """The --key-field lane: msgspec decodes only the key path of each value (nested structs). From
+    a segment that indexes arrays on (fieldpaths.is_index), that part of the value is decoded whole
+    and walked by the one path rule."""
 
     def __init__(self, kpath: tuple[str, ...]) -> None:
-        leaf: Any = str | int | None
-        for name in reversed(kpath):
+        cut = next((i for i, name in enumerate(kpath) if fieldpaths.is_index(name)), len(kpath))
+        self.rest = kpath[cut:]
+        leaf: Any = str | int | None if not self.rest else Any
+        for name in reversed(kpath[:cut]):
             leaf = msgspec.defstruct("KeyPath", [("v", leaf | None, None)], rename={"v": name}, gc=False)
         self.decode = msgspec.json.Decoder(leaf).decode
-        self.depth = len(kpath)
+        self.depth = cut
         self.texts = KeyTexts()
 
     def __call__(self, batch: Batch, exact: Exact) -> Spliced | None:
@@ -211,11 +216,18 @@ class KeyedLane:
             keys = list(got)
         except _DECODE_ERRORS:
             return None
+        if self.rest:
+            keys = fieldpaths.column(keys, self.rest)
+            if not {*map(type, keys)} <= _KEY_TYPES:
+                return None  # a key that is not a string or an integer: the reference says why
         texts = self.texts(keys)
         if texts is None or not checked(batch.text, batch.lines, exact):
             return None
         values = list(map(bytes.strip, lines, repeat(_WS)))
         return Spliced(values, texts, self.texts.partition_keys(keys))
+
+
+_KEY_TYPES = {str, int, type(None)}
 
 
 class _Envelope(msgspec.Struct, gc=False):

@@ -23,6 +23,8 @@ from functools import partial, reduce
 from operator import add
 from typing import Any, NamedTuple
 
+from streamctl.storage import fieldpaths
+
 try:
     import orjson
 except ImportError:  # the Spark window job on a cluster without orjson (streamctl itself always has it)
@@ -69,28 +71,8 @@ def parse_agg(text: str, record_path: Any) -> AggSpec:
 
 
 def getter(parts: tuple[str, ...]):
-    """A fast accessor for a record path (the common one- and two-level cases unrolled)."""
-    if len(parts) == 1:
-        (a,) = parts
-        return lambda r: r.get(a)
-    if len(parts) == 2:
-        a, b = parts
-
-        def get2(r: dict) -> Any:
-            v = r.get(a)
-            return v.get(b) if type(v) is dict else None
-        return get2
-
-    def getn(r: Any) -> Any:
-        for p in parts:
-            if type(r) is dict:
-                r = r.get(p)
-            elif type(r) is list and p.lstrip("-").isdecimal() and -len(r) <= int(p) < len(r):
-                r = r[int(p)]
-            else:
-                return None
-        return r
-    return getn
+    """The value at a record path (the one rule: streamctl.storage.fieldpaths)."""
+    return fieldpaths.getter(parts)
 
 
 def _distinct_key(v: Any) -> Any:

@@ -26,6 +26,8 @@ from typing import Annotated, Any
 
 import msgspec
 
+from streamctl.storage import fieldpaths
+
 FieldPath = tuple[str, ...]
 
 _U64 = (1 << 64) - 1
@@ -49,8 +51,9 @@ def readable(paths: Sequence[FieldPath]) -> bool:
 
 
 def _name_ok(name: str) -> bool:
-    # msgspec refuses field names with a quote, a backslash or a control character
-    return not any(c in '"\\' or c < " " for c in name)
+    # msgspec refuses field names with a quote, a backslash or a control character; a segment that
+    # indexes arrays (fieldpaths.is_index) is read by the full read, where the one rule walks it
+    return not any(c in '"\\' or c < " " for c in name) and not fieldpaths.is_index(name)
 
 
 def _value_tree(paths: Sequence[FieldPath]) -> dict:

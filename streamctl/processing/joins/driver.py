@@ -32,7 +32,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -162,23 +161,13 @@ def read_table_inputs(spec: JoinSpec, specs: list[inputorder.InputSpec]) -> Iter
 
 
 def _key_getter(parts: tuple[str, ...]) -> Callable[[Record], Any]:
-    if len(parts) == 1:
-        name = parts[0]
-        return lambda rec: rec.get(name)
-    if len(parts) == 2 and parts[0] == "value":
-        name = parts[1]
-
-        def one(rec: Record) -> Any:
-            v = rec["value"]
-            return v.get(name) if v.__class__ is dict else None
-
-        return one
-    return lambda rec: fieldpaths.get(rec, parts)
+    return fieldpaths.getter(parts)
 
 
 def _value_field(parts: tuple[str, ...]) -> str | None:
-    """The field name when the path is one level under value (the fast path), else None."""
-    return parts[1] if len(parts) == 2 and parts[0] == "value" else None
+    """The object key when the path is one key under value (the fast path), else None (an index
+    into an array, or a deeper path, goes through fieldpaths)."""
+    return parts[1] if len(parts) == 2 and parts[0] == "value" and not fieldpaths.is_index(parts[1]) else None
 
 
 def _time_getter(parts: tuple[str, ...]) -> Callable[[Record], int | None]:
@@ -410,10 +399,7 @@ def _value_reader(parts: tuple[str, ...]) -> Callable[[Any], Any]:
     sub = parts[1:]
     if not sub:
         return lambda v: v
-    if len(sub) == 1:
-        name = sub[0]
-        return lambda v: v.get(name) if v.__class__ is dict else None
-    return lambda v: fieldpaths.get(v, sub)
+    return fieldpaths.getter(sub)
 
 
 _MS_LOW, _MS_HIGH = 100_000_000_000, 100_000_000_000_000  # epoch milliseconds, by magnitude
@@ -439,27 +425,11 @@ def block_times(parts: tuple[str, ...]) -> Callable[[list[Any]], list[int | None
 
 def block_column(parts: tuple[str, ...]) -> Callable[[list[Any]], list[Any]]:
     """A value path read from each of a block of plain-file values (what _key_getter reads from
-    each record): a C-level pass per level when every value has the path through objects
-    (`value.a.b`: the objects at a, then b of each), else value by value."""
-    if len(parts) < 2:
+    each record), a column at a time (fieldpaths.column)."""
+    sub = parts[1:]
+    if not sub:
         return lambda values: list(values)
-    get = _value_reader(parts)
-    items = [itemgetter(name) for name in parts[1:]]
-    dict_ = dict
-
-    def column(values: list[Any]) -> list[Any]:
-        col = values
-        try:
-            for item in items[:-1]:
-                col = list(map(item, col))
-                # fieldpaths.get goes into objects only (a list takes an index, a string nothing)
-                if {*map(type, col)} != {dict_}:
-                    raise TypeError
-            return list(map(items[-1], col))
-        except (KeyError, TypeError, IndexError):  # a value without the path, or not an object
-            return list(map(get, values))
-
-    return column
+    return lambda values: fieldpaths.column(values, sub)
 
 
 def _run_stream_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], block_bytes: int | None,

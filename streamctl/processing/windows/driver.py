@@ -180,8 +180,7 @@ def time_getter(cfg: WindowConfig, is_log: bool) -> Callable[[dict], int | None]
             col = recs.values
         else:
             col = list(map(dict.get, recs, repeat(first)))
-        for name in rest:
-            col = [v.get(name) if v.__class__ is dict else None for v in col]
+        col = fieldpaths.column(col, rest)
         return [t if t is not None and lo <= t <= hi else None for t in event_times(col)]
 
     event_time.column = event_time_column  # type: ignore[attr-defined]
@@ -239,13 +238,6 @@ def window_fields(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan) -> l
     return fields if fieldcolumns.readable(fields) else None
 
 
-def _step(col: list, name: str, lists: bool) -> list:
-    """The next level of a path over a column: a dict's field (with `lists`, a list's index too)."""
-    if not lists:
-        return [v.get(name) if v.__class__ is dict else None for v in col]
-    return [fieldpaths.get(v, (name,)) for v in col]
-
-
 def column(recs: Any, parts: tuple[str, ...]) -> list:
     """The values of a record path over a list of records, as aggregations.getter reads each one."""
     if isinstance(recs, fieldcolumns.FieldBatch):
@@ -258,9 +250,7 @@ def column(recs: Any, parts: tuple[str, ...]) -> list:
         col = recs.values
     else:
         col = list(map(dict.get, recs, repeat(parts[0])))
-    for name in parts[1:]:
-        col = _step(col, name, len(parts) > 2)
-    return col
+    return fieldpaths.column(col, parts[1:])
 
 
 class EventColumns:
