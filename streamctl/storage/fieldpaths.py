@@ -15,7 +15,7 @@ section 2), for every flag that takes a path (`--key-field`, `--by`, `--agg`, `-
 
 `get` is the definition. `getter` (one value at a time, the common depths unrolled) and
 `column` (a list of values at once, C-level passes where every value is an object) are its
-faster forms; tests/props/test_field_paths.py ties both to `get` on random JSON.
+faster forms; tests/props/test_field_path_kernels.py ties both to `get` on random JSON.
 """
 
 from __future__ import annotations
