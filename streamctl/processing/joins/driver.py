@@ -394,14 +394,6 @@ def _plain_values_only(spec: JoinSpec) -> bool:
     return all(parts[0] == "value" for parts in (*spec.on, *spec.time_field))
 
 
-def _value_reader(parts: tuple[str, ...]) -> Callable[[Any], Any]:
-    """A record path under value as a function of the value alone (fieldpaths.get(rec, parts) for a plain file)."""
-    sub = parts[1:]
-    if not sub:
-        return lambda v: v
-    return fieldpaths.getter(sub)
-
-
 _MS_LOW, _MS_HIGH = 100_000_000_000, 100_000_000_000_000  # epoch milliseconds, by magnitude
 _INT = {int}
 
