@@ -205,16 +205,36 @@ def run_follow(path: str, cfg: WindowConfig, group: str | None, idle_timeout: st
     idle = parse_duration(idle_timeout) / 1000 if idle_timeout is not None else None
     f, sink = late_writer(late_out, True, append=True)
     rows = Rows(output, cfg, unbuffered=None)
+    flush_rows, flush_late = rows.finish, (f.flush if f is not None else None)
+    if group is not None:
+        # A checkpoint says its rows were delivered: rows in a regular file (and late events in
+        # --late-out) are fsynced before it, as consume --group syncs its output file; a pipe's
+        # reader owns their durability.
+        from streamctl.clients.consumer import file_syncer
+
+        sync_rows = file_syncer(1)
+        sync_late = file_syncer(f.fileno(), late_out or "--late-out") if f is not None else None
+        flush_rows = _then(rows.finish, sync_rows)
+        flush_late = _then(flush_late, sync_late) if flush_late is not None else None
     stopflag.install()
     try:
-        run = driver.follow(path, group, cfg, rows, rows.finish, idle, sink,
-                            flush_late=(f.flush if f is not None else None), notice=say)
+        run = driver.follow(path, group, cfg, rows, flush_rows, idle, sink, flush_late=flush_late, notice=say)
     finally:
         if f is not None:
             f.close()
     rows.finish()
     report(cfg, run, late_out, say)
     stopflag.end("interrupted; window state and offsets were checkpointed")
+
+
+def _then(first: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:
+    if then is None:
+        return first
+
+    def both() -> None:
+        first()
+        then()
+    return both
 
 
 def job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool = False, snapshot: bool = True) -> str:

@@ -395,3 +395,32 @@ def test_sqlite_through_a_symlink_syncs_the_wal_sqlite_writes(tmp_path, strace):
             # before the rename was written to the WAL before that sync began
             assert all(c.end < sync.start for c in seq[:i] if c.name == "pwrite64" and fd_path(c.text) == wal)
     assert table_keys(str(link), "orders") == sorted((r["partition"], r["offset"]) for r in log_records(log))
+
+
+# --- window --follow --group into a file ---------------------------------------------------------
+
+def test_window_follow_syncs_its_output_file_and_late_out_before_each_checkpoint(tmp_path, strace):
+    log = str(tmp_path / "clicks")
+    t0 = 1_763_719_200_000
+    events = [{"t": t0 + i * 1000, "k": "a"} for i in range(60)] + [{"t": t0, "k": "a"}]  # the last one is late
+    run_cli("produce", log, "--key-field", "k", input="".join(json.dumps(e) + "\n" for e in events), check=True)
+    out, late = os.path.realpath(str(tmp_path / "rows.jsonl")), os.path.realpath(str(tmp_path / "late.jsonl"))
+    trace = str(tmp_path / "trace")
+    with open(out, "wb") as f:
+        p = traced(strace, trace, "fsync,fdatasync,rename,renameat,renameat2",
+                   ["window", log, "--tumbling", "10s", "--time-field", "t", "--follow", "--group", "g",
+                    "--idle-timeout", "1s", "--late-out", late], stdout=f)
+    assert p.returncode == 0, p.stderr.decode()
+    assert open(out, "rb").read().count(b"\n") == 6 and open(late, "rb").read().count(b"\n") == 1
+    seq = calls(trace)
+    checkpoints = [i for i, c in enumerate(seq) if c.name.startswith("rename") and ".g.window.json\"" in c.text]
+    assert checkpoints
+    for i in checkpoints:
+        synced = {fd_path(c.text) for c in seq[:i] if c.name in ("fsync", "fdatasync")}
+        assert out in synced and late in synced, (out, late, synced)
+    # a pipe is not synced
+    trace2 = str(tmp_path / "trace2")
+    p = traced(strace, trace2, "fsync,fdatasync", ["window", log, "--tumbling", "10s", "--time-field", "t",
+                                                   "--follow", "--group", "g2", "--idle-timeout", "1s"])
+    assert p.returncode == 0 and p.stdout.count(b"\n") == 6
+    assert not [c for c in calls(trace2) if fd_path(c.text).startswith("pipe:")]
