@@ -469,7 +469,8 @@ def machine() -> dict[str, str]:
     }
 
 
-WORKLOADS = ["startup", "produce", "consume", "group", "tail", "compact", "replay", "window", "join", "sqlite", "memory"]
+WORKLOADS = ["startup", "produce", "consume", "group", "tail", "compact", "replay", "window", "join", "sqlite", "capture",
+             "memory"]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

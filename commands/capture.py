@@ -53,6 +53,27 @@ def capture(
     is confirmed only up to changes durable in the log, and a rerun skips what the log
     already holds. Without --follow it reads what was committed before it started, then
     exits (for cron).
+
+    Values: integers and floats are JSON numbers (NaN and the infinities the strings
+    PostgreSQL prints), numeric its exact digits as a JSON number, boolean true/false,
+    text types strings, json/jsonb the JSON itself, bytea base64, arrays JSON arrays,
+    timestamptz ISO-8601 UTC with microseconds (2026-11-21T10:00:00.123456Z),
+    timestamp with a T (2026-11-21T10:00:00), date, time and interval ISO-8601 as
+    PostgreSQL prints them (interval as P1DT2H), NULL null, any other type its text.
+    A TOASTed column an update left unchanged is written with its value from the log
+    (or, for a row the log never held, the database). Columns added or dropped appear
+    in or leave the rows from the next change on. TRUNCATE is a tombstone for every key
+    the log holds; an update of the primary key a tombstone, then the new row.
+
+    Slots: the slot (and a publication of the same name, which pgoutput reads) is
+    named by --slot or derived from LOG. A run killed during the first snapshot, or
+    one that finds its slot gone, makes a new slot and reads the tables again,
+    writing only rows the log does not already hold as they are, and tombstones
+    for keys the table lost meanwhile. A slot no one reads keeps the server's WAL:
+    `streamctl stat LOG` shows the slot and the WAL it holds back, --drop-slot
+    removes it. The role needs REPLICATION, ownership of the tables and CREATE on
+    the database (for the publication). Every misconfiguration is one line naming
+    it, exit 1 (2 for a bad DSN or flags), and no log is created.
     """
     from streamctl.errors import UsageError
 

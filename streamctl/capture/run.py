@@ -145,7 +145,9 @@ def run(opts: CaptureOptions, say: Callable[[str], None]) -> CaptureStats:
                     state.get("snapshot", "done") if state and new_slot is None else "never"
                     if opts.snapshot == "never" else "done")
                 log = write_state(log, {"slot": slot, "dsn": server.shown, "table": info.qualified, "snapshot": mode})
-                logs.append(TableLog(info, log, Appender(log, fsync=opts.fsync)))
+                tl = TableLog(info, log, Appender(log, fsync=opts.fsync))
+                tl.fetch = _fetcher(conn, tl)
+                logs.append(tl)
             if new_slot is not None and opts.snapshot != "never":
                 _snapshot(server, new_slot, logs, stats, say)
             stopflag.install()
@@ -162,6 +164,21 @@ def run(opts: CaptureOptions, say: Callable[[str], None]) -> CaptureStats:
         return stats
     finally:
         conn.close()
+
+
+def _fetcher(conn: Any, tl: TableLog) -> Callable[[list, list[str]], dict | None]:
+    def fetch(key_texts: list, columns: list[str]) -> dict | None:
+        t = tl.table
+        ident = srv.ident
+        where = " and ".join(f"{ident(t.columns[i])}::text = %s" for i in tl.key_idx)
+        rows = srv.query(conn, f"select {', '.join(ident(c) + '::text' for c in columns)} from "
+                               f"{ident(t.schema)}.{ident(t.name)} where {where}", tuple(key_texts))
+        if not rows:
+            return None
+        convs = {c: t.convs[t.columns.index(c)] for c in columns}
+        return {c: None if v is None else convs[c](v) for c, v in zip(columns, rows[0], strict=True)}
+
+    return fetch
 
 
 def _snapshot(server: srv.Server, new_slot: srv.NewSlot, logs: list[TableLog], stats: CaptureStats,

@@ -86,6 +86,10 @@ class Server:
             raise StreamctlError(f"cannot open a replication connection to {self.shown}: {msg}") from None
 
 
+def ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
 def query(conn: Any, sql: str, args: tuple | None = None) -> list[tuple]:
     with conn.cursor() as cur:
         cur.execute(sql, args)

@@ -111,6 +111,9 @@ class TableLog:
     columns: list[str] = field(default_factory=list)
     key_idx: list[int] = field(default_factory=list)
     txn_keys: list[tuple[str, bool]] = field(default_factory=list)  # the open commit's (key, alive), in order
+    # (key column texts, column names) -> those columns' current values in the database: the last
+    # resort for an unchanged TOASTed column of a row neither this run nor the log has seen
+    fetch: Any = None
 
     def __post_init__(self) -> None:
         self.part = Partitioner(self.log.partitions)
@@ -233,16 +236,18 @@ class TableLog:
         row = self._row(new)
         key = self._key(row)
         if op == "u":
-            if old is not None:
-                old_key = self._key(self._row(old))
-                if old_key != key:
-                    self._add(old_key, b"null", _headers("d", lsn, txid), lsn)
-                    self._remember(old_key, None)
+            old_key = key if old is None else self._key(self._row(old))
             missing = [c for c, v in row.items() if v is UNCHANGED]
             if missing:
-                prior = self.prior_row(key if old is None else self._key(self._row(old)), fill)
+                # before the old key's tombstone below: the row as it was, under the key it had
+                prior = self.prior_row(old_key, fill)
+                if prior is None and self.fetch is not None:
+                    prior = self.fetch([(old or new)[i] for i in self.key_idx], missing)
                 for c in missing:
                     row[c] = prior.get(c) if prior is not None else None
+            if old_key != key:
+                self._add(old_key, b"null", _headers("d", lsn, txid), lsn)
+                self._remember(old_key, None)
         self._add(key, orjson.dumps(row), h, lsn)
         self._remember(key, row)
 

@@ -91,3 +91,16 @@ def test_toast_unchanged_and_schema_change(pg, db, tmp_path: Path) -> None:
     assert [r["value"]["big"] == (big if r["key"] == "1" else big[::-1]) for r in recs] == [True] * 5
     assert "extra" not in recs[1]["value"] and recs[3]["value"]["extra"] == "e"
     assert "n" not in recs[4]["value"] and recs[4]["value"]["extra"] == "f"
+    # a key change keeps the unchanged value too (the old key's row, read before its tombstone)
+    pg.sql("update d set id = 10 where id = 1", db)
+    cap(pg, db, log, "--table", "d")
+    last = log_records(log)[-2:]
+    assert [(r["key"], r["value"] is None) for r in last] == [("1", True), ("10", False)]
+    assert last[1]["value"]["big"] == big
+    # a log that never saw the row (--snapshot never): the value is read back from the database
+    other = str(tmp_path / "d2")
+    cap(pg, db, other, "--table", "d", "--snapshot", "never")
+    pg.sql("update d set extra = 'g' where id = 2", db)
+    cap(pg, db, other, "--table", "d", "--snapshot", "never")
+    (only,) = log_records(other)
+    assert only["value"] == {"id": 2, "big": big[::-1], "extra": "g"}
