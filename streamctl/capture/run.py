@@ -40,6 +40,7 @@ from streamctl.timeparse import now_ms
 
 STATE_KEY = "capture"
 FLUSH_RECORDS = 20_000  # records queued before a write even inside a commit (memory stays bounded)
+FLUSH_SECONDS = 0.25  # the longest a committed change waits before it is written, under a steady stream
 _SLOT_RE = re.compile(r"^[a-z0-9_]{1,63}$")
 
 
@@ -216,6 +217,7 @@ def _snapshot_table(server: srv.Server, new_slot: srv.NewSlot, tl: TableLog) -> 
         dh = _headers("d", new_slot.consistent_point, None)
         for key in sorted(known):
             tl.pending.setdefault(tl.part(key), []).append((orjson.dumps(key), b"null", dh))
+            tl.queued += 1
     tl.flush()
     return n
 
@@ -238,21 +240,28 @@ def _stream(server: srv.Server, conn: Any, rconn: Any, slot: str, logs: list[Tab
     done_lsn = 0  # end of the last commit whose records are all queued
     confirmed = 0
     last_ask = 0.0
+    last_flush = time.monotonic()
 
     def flush_all() -> None:
+        nonlocal last_flush
         for tl in logs:
             stats.records += tl.flush()
+        last_flush = time.monotonic()
 
     def confirm() -> None:
         nonlocal confirmed
         if done_lsn > confirmed:
-            cur.send_feedback(write_lsn=done_lsn, flush_lsn=done_lsn, apply_lsn=done_lsn)
+            # force: psycopg2 otherwise holds feedback until its status interval
+            cur.send_feedback(write_lsn=done_lsn, flush_lsn=done_lsn, apply_lsn=done_lsn, force=True)
             confirmed = done_lsn
 
     try:
         while True:
             msg = cur.read_message()
             if msg is None:
+                # more on its way (a busy stream): keep reading, write in bigger batches
+                if select.select([rconn], [], [], 0.002)[0]:
+                    continue
                 if not in_txn:
                     flush_all()
                     confirm()
@@ -285,7 +294,10 @@ def _stream(server: srv.Server, conn: Any, rconn: Any, slot: str, logs: list[Tab
                 stats.commits += 1
                 stats.lsn = m.commit_lsn
                 ending = stopflag.is_set() or (target is not None and m.commit_lsn >= target)
-                if ending or sum(tl.pending_count() for tl in logs) >= FLUSH_RECORDS:
+                # under a steady stream the idle path above never runs: write (and confirm) at least
+                # every FLUSH_SECONDS, so a change is in the log within a second
+                if ending or sum(tl.queued for tl in logs) >= FLUSH_RECORDS or \
+                        time.monotonic() - last_flush >= FLUSH_SECONDS:
                     flush_all()
                     confirm()
                 if ending:
@@ -311,4 +323,20 @@ def _stream(server: srv.Server, conn: Any, rconn: Any, slot: str, logs: list[Tab
                              "(the log holds every change up to the last commit; rerun capture to continue)") from None
     flush_all()
     confirm()
+    _confirmed(conn, slot, confirmed)
     stopflag.end()
+
+
+def _confirmed(conn: Any, slot: str, lsn: int, timeout: float = 5.0) -> None:
+    """Wait (a little) until the server has taken the last confirmation, so the next run starts after it
+    (the feedback message is asynchronous; a rerun would otherwise receive those commits again and
+    skip them, which is correct but slow)."""
+    if not lsn:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = srv.query(conn, "select confirmed_flush_lsn::text from pg_replication_slots where slot_name = %s",
+                         (slot,))
+        if not rows or rows[0][0] is None or pgoutput.parse_lsn(rows[0][0]) >= lsn:
+            return
+        time.sleep(0.01)

@@ -114,9 +114,13 @@ class TableLog:
     # (key column texts, column names) -> those columns' current values in the database: the last
     # resort for an unchanged TOASTed column of a row neither this run nor the log has seen
     fetch: Any = None
+    single: bool = False  # one partition: no partitioner call per record
+    queued: int = 0  # records in pending
+    _hcache: dict = field(default_factory=dict)  # (op, lsn, txid) -> headers JSON, for the open commit
 
     def __post_init__(self) -> None:
         self.part = Partitioner(self.log.partitions)
+        self.single = self.log.partitions == 1
         self.set_columns(self.table.columns, self.table.key)
         for p in range(self.log.partitions):
             last: int | None = None
@@ -141,7 +145,7 @@ class TableLog:
 
     def _add(self, key: str, value: bytes, headers: bytes, lsn: int | None) -> None:
         """Queue a record, unless the log already holds it (lsn None: a snapshot row, never skipped here)."""
-        p = self.part(key)
+        p = 0 if self.single else self.part(key)
         if lsn is not None:
             self.txn_keys.append((key, value != b"null"))
             r = self.resume.get(p)
@@ -151,6 +155,7 @@ class TableLog:
                     self.skipped += 1
                     return
         self.pending.setdefault(p, []).append((orjson.dumps(key), value, headers))
+        self.queued += 1
 
     def _remember(self, key: str, row: dict | None) -> None:
         c = self.cache
@@ -182,6 +187,7 @@ class TableLog:
             if known is not None and known.pop(key, None) == value:
                 continue
             pend.setdefault(part(key), []).append((dumps(key), value, headers))
+            self.queued += 1
 
     def snapshot_fast(self, rows: list[tuple], headers: bytes, kinds: list[str],
                       known: dict[str, bytes] | None) -> None:
@@ -225,7 +231,12 @@ class TableLog:
     def change(self, op: str, new: list | None, old: list | None, lsn: int, txid: int,
                fill: Any) -> None:
         """A row change -> its records (a key change: the old key's tombstone first)."""
-        h = _headers(op, lsn, txid)
+        hk = (op, lsn, txid)
+        h = self._hcache.get(hk)
+        if h is None:
+            if len(self._hcache) > 8:
+                self._hcache.clear()
+            h = self._hcache[hk] = _headers(op, lsn, txid)
         if op == "d":
             assert old is not None
             key = self._key(self._row(old))
@@ -309,8 +320,9 @@ class TableLog:
                 self.appender.append(p, items)
                 n += len(items)
         self.pending.clear()
+        self.queued = 0
         self.appended += n
         return n
 
     def pending_count(self) -> int:
-        return sum(len(v) for v in self.pending.values())
+        return self.queued
