@@ -101,7 +101,7 @@ def window(
     emit_job: str | None = options.emit_job("INPUT may then be any Spark URI (hdfs://, s3a://)."),
 ) -> None:
     from streamctl.errors import UsageError
-    from streamctl.processing.windows.driver import WindowConfig, parse_hopping
+    from streamctl.processing.windows.config import WindowConfig, parse_hopping
     from streamctl.spark import window_run
     from streamctl.timeparse import parse_duration
 

@@ -17,3 +17,4 @@ repairable  # noqa
 open_windows  # noqa
 # a database driver's connection setting, assigned for the driver to read (streamctl/capture)
 autocommit  # noqa
+itersize  # noqa  (a server-side cursor's fetch size, read by the driver)

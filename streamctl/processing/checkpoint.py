@@ -24,7 +24,7 @@ import orjson
 
 from streamctl.errors import StorageError, StreamctlError
 
-FORMAT = 1  # windows.driver.CHECKPOINT_FORMAT
+FORMAT = 1  # windows.follow.CHECKPOINT_FORMAT
 MIN_MS, MAX_MS = -62_135_596_800_000, 253_402_300_799_999  # timeparse: every window bound lies in it
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]

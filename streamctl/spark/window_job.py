@@ -67,7 +67,7 @@ def _plan(params):
 
 
 def _time_getter(params):
-    """The local engine's windows.driver.time_getter: event time in ms, or None when there is none or it
+    """The local engine's windows.events.time_getter: event time in ms, or None when there is none or it
     lies outside the run's time_range (where a window bound could not be written as ISO-8601)."""
     path = params["time_path"]
     lo, hi = params["time_range"]

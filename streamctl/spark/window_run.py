@@ -14,9 +14,12 @@ from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 from streamctl.errors import UsageError
-from streamctl.processing.windows import driver
-from streamctl.processing.windows.driver import WindowConfig, WindowRun
+from streamctl.processing.windows.config import WindowConfig, make_plan
+from streamctl.processing.windows.driver import WindowRun
+from streamctl.processing.windows.events import records_of, time_range
+from streamctl.processing.windows.follow import follow
 from streamctl.spark.engine import choose_engine
+from streamctl.storage import fieldpaths
 
 if TYPE_CHECKING:
     from streamctl.formats.table import CsvWriter
@@ -54,8 +57,8 @@ def choose(path: str, cfg: WindowConfig, late_out: str | None, engine: str, thre
     """"local" or "spark" (also for --emit-job, which the options must allow). A URI only
     Spark reads; what only the local engine applies (spark_blocker) keeps auto local, saying
     so at or above the threshold, and refuses --engine spark and --emit-job."""
-    blocker = driver.spark_blocker(cfg, path, late_out)
-    if driver.is_uri(path) and not emit_job and engine != "spark":
+    blocker = spark_blocker(cfg, path, late_out)
+    if is_uri(path) and not emit_job and engine != "spark":
         if engine == "local" or blocker:
             raise UsageError(f"{path} is a URI: only the Spark engine reads it (--engine spark, or --emit-job)")
         engine = "spark"
@@ -65,7 +68,7 @@ def choose(path: str, cfg: WindowConfig, late_out: str | None, engine: str, thre
         return "spark"
     if engine == "auto":
         # below the threshold auto stays local quietly: a note on every small run is noise
-        return choose_engine("auto", driver.input_bytes(path), threshold, say,
+        return choose_engine("auto", input_bytes(path), threshold, say,
                              f"the Spark engine cannot run this: {blocker}" if blocker else None)
     if engine != "local":
         raise UsageError(f"--engine must be local, spark or auto, not {engine!r}")
@@ -86,7 +89,7 @@ class Rows:
             from streamctl.formats.table import CsvWriter
 
             self.csv = CsvWriter()
-            cols = ["window.start", "window.end", "key", *(s.name for s in driver.make_plan(cfg).specs)]
+            cols = ["window.start", "window.end", "key", *(s.name for s in make_plan(cfg).specs)]
             if cfg.late == "correct":
                 cols.append("revision")
             if cfg.kind == "session" and (cfg.late == "correct" or cfg.emit == "update"):
@@ -95,7 +98,7 @@ class Rows:
             self.out.write(",".join(cols).encode() + b"\n")
 
     def __call__(self, rows: list) -> None:
-        from streamctl.processing.windows.driver import row_dict, row_json, rows_jsonl
+        from streamctl.processing.windows.output import row_dict, row_json, rows_jsonl
 
         if self.output == "jsonl":
             write = self.out.write
@@ -136,7 +139,7 @@ def late_writer(late_out: str | None, is_log: bool, append: bool) -> tuple[IO[by
     """The --late-out file and a sink writing late records' lines to it (None, None without it)."""
     if late_out is None:
         return None, None
-    from streamctl.processing.windows.driver import late_line
+    from streamctl.processing.windows.output import late_line
     from streamctl.storage.fsutil import NOFOLLOW
 
     try:
@@ -171,7 +174,7 @@ def report(cfg: WindowConfig, run: WindowRun, late_out: str | None, say: Say) ->
 def run_local(path: str, cfg: WindowConfig, late_out: str | None, output: str, say: Say) -> None:
     from streamctl.errors import DataError, StreamctlError
 
-    is_log, recs = driver.records_of(path, cfg)
+    is_log, recs = records_of(path, cfg)
     f, sink = late_writer(late_out, is_log, append=False)
     rows = Rows(output, cfg)
     run = WindowRun(cfg, is_log, sink)
@@ -218,7 +221,7 @@ def run_follow(path: str, cfg: WindowConfig, group: str | None, idle_timeout: st
         flush_late = _then(flush_late, sync_late) if flush_late is not None else None
     stopflag.install()
     try:
-        run = driver.follow(path, group, cfg, rows, flush_rows, idle, sink, flush_late=flush_late, notice=say)
+        run = follow(path, group, cfg, rows, flush_rows, idle, sink, flush_late=flush_late, notice=say)
     finally:
         if f is not None:
             f.close()
@@ -239,7 +242,7 @@ def _then(first: Callable[[], None], then: Callable[[], None] | None) -> Callabl
 
 def job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool = False, snapshot: bool = True) -> str:
     """The PySpark job's text; a local path made absolute, so the job runs from any folder."""
-    return driver.spark_job(path if driver.is_uri(path) else os.path.abspath(path), cfg, master, stats_line,
+    return spark_job(path if is_uri(path) else os.path.abspath(path), cfg, master, stats_line,
                             snapshot)
 
 
@@ -269,10 +272,101 @@ def run_spark(path: str, cfg: WindowConfig, master: str | None, output: str, say
     run_job(text, take, master=master)
     rows.finish()
 
-    from streamctl.processing.windows.driver import WindowStats
+    from streamctl.processing.windows.config import WindowStats
 
     run = WindowRun(cfg, True)
     run.stats = WindowStats(counts.get("events", 0), counts.get("late", 0), counts.get("bad_time", 0),
                             counts.get("bad_time_example"))
     run.plan.non_numeric = counts.get("non_numeric", {})
     report(cfg, run, None, say)
+
+
+# -- the Spark job of a window ------------------------------------------------------
+
+def input_bytes(path: str) -> int:
+    """Bytes of input, for the engine choice (stdin counts as small: it cannot be handed to Spark)."""
+    import os
+
+    from streamctl.storage import log as logmod
+
+    if path == "-" or is_uri(path):
+        return 0
+    if logmod.is_log(path):
+        lg = logmod.open_log(path)
+        total = 0
+        for p in range(lg.partitions):
+            for seg in lg.segments(p):
+                try:
+                    total += os.path.getsize(seg.path)
+                except OSError:
+                    pass
+        return total
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def spark_blocker(cfg: WindowConfig, path: str, late_out: str | None) -> str | None:
+    """Why the Spark engine cannot run this window (None when it can)."""
+    if path == "-":
+        return "stdin cannot be handed to a Spark job"
+    if is_uri(path):
+        return None
+    if cfg.processing_time:
+        return "--processing-time depends on when the local process reads each record"
+    if cfg.late == "correct":
+        return "--late correct revisions follow the local stream"
+    if cfg.emit == "update":
+        return "--emit update rows follow the local stream"
+    if late_out is not None:
+        return "--late-out writes a local file"
+    return None
+
+
+def is_uri(path: str) -> bool:
+    """hdfs://, s3a://, file://...: only a Spark job reads those."""
+    return "://" in path
+
+
+def spark_job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool = False,
+              snapshot: bool = True) -> str:
+    """The standalone PySpark script for this window (see streamctl/spark/window_job.py).
+
+    `snapshot` fixes each partition's end at its current end (a run now, like the
+    local engine); an emitted job (run later by cron or spark-submit) reads to the
+    end as it is then. A URI input is a log unless it names a .jsonl file.
+    """
+    from streamctl.spark import jobgen
+    from streamctl.storage import log as logmod
+    from streamctl.storage import reader
+
+    plan = make_plan(cfg)
+    if is_uri(path):
+        is_log = not path.rstrip("/").endswith(".jsonl")
+    else:
+        is_log = path != "-" and logmod.is_log(path)
+    params: dict[str, Any] = {
+        "input": path, "is_log": is_log, "kind": cfg.kind, "size": cfg.size, "hop": cfg.hop,
+        "lateness": cfg.lateness, "time_field": cfg.time_field,
+        "by": [list(fieldpaths.record_path(p)) for p in cfg.by],
+        "aggs": [[s.name, s.func, list(s.path) if s.path else None] for s in plan.specs],
+        "stats_line": stats_line,
+    }
+    tparts = fieldpaths.record_path(cfg.time_field)
+    params["time_path"] = None if tparts == ("ts",) and is_log else (
+        ["value", "ts"] if tparts == ("ts",) else list(tparts))
+    params["time_range"] = list(time_range(cfg))  # the job's time getter applies the same rule
+    if is_log and snapshot and not is_uri(path):
+        lg = logmod.open_log(path)
+        # the end of the input is the end as of now, like the local engine's snapshot
+        params["end_offsets"] = {str(p): reader.partition_info(lg, p).next_offset for p in range(lg.partitions)}
+    if master:
+        params["master"] = master
+    what = {"tumbling": f"tumbling windows of {cfg.size} ms", "hopping": f"hopping windows {cfg.size}/{cfg.hop} ms",
+            "sliding": f"sliding windows of {cfg.size} ms", "session": f"session windows, gap {cfg.size} ms"}[cfg.kind]
+    return jobgen.render_job(
+        f"streamctl window: {what} over event time, with the local engine's watermark and late rules.",
+        "  spark-submit job.py            (on a cluster: spark-submit --master URL job.py)\n"
+        "  python job.py                  (local[*] unless PARAMS has a master)",
+        params, "window_job")

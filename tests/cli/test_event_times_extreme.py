@@ -16,7 +16,10 @@ import pytest
 
 from streamctl import timeparse
 from streamctl.processing.windows import NO_WATERMARK
-from streamctl.processing.windows.driver import WindowConfig, WindowRun, records_of, row_json, time_getter
+from streamctl.processing.windows.config import WindowConfig
+from streamctl.processing.windows.driver import WindowRun
+from streamctl.processing.windows.events import records_of, time_getter
+from streamctl.processing.windows.output import row_json
 from streamctl.timeparse import MAX_MS, MIN_MS, event_time_ms, format_iso, parse_iso, usable_range
 from tests.conftest import run_cli
 
@@ -277,7 +280,7 @@ def test_follow_group_gets_past_extreme_times(tmp_path, kind):
 
 @pytest.mark.spark
 def test_spark_counts_the_same_bad_times(spark, extreme_log, tmp_path):
-    from streamctl.processing.windows.driver import spark_job
+    from streamctl.spark.window_run import spark_job
 
     values = [*GOOD, *LOG_NEVER, *EDGES] * 3
     f = tmp_path / "e.jsonl"

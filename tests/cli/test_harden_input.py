@@ -348,9 +348,9 @@ def test_damaged_checkpoints_name_the_file_and_the_field(checkpoints, capfd, kin
 
 def test_checkpoint_format_is_the_drivers():
     from streamctl.processing import checkpoint
-    from streamctl.processing.windows import driver
+    from streamctl.processing.windows import follow
 
-    assert checkpoint.FORMAT == driver.CHECKPOINT_FORMAT
+    assert checkpoint.FORMAT == follow.CHECKPOINT_FORMAT
 
 
 # -- window and join on a corrupt log ------------------------------------------------------------

@@ -10,7 +10,9 @@ import orjson
 import pytest
 
 from streamctl.errors import DataError, UsageError
-from streamctl.processing.windows.driver import WindowConfig, WindowRun, row_dict
+from streamctl.processing.windows.config import WindowConfig
+from streamctl.processing.windows.driver import WindowRun
+from streamctl.processing.windows.output import row_dict
 from streamctl.timeparse import format_iso, parse_iso
 
 T0 = parse_iso("2026-11-21T10:00:00Z")

@@ -210,7 +210,8 @@ def retention_log(tmp_path, checkpoint_first: int) -> tuple[str, int]:
 
 @pytest.mark.parametrize("checkpoint_first", [0, 300])
 def test_resume_in_a_range_retention_deleted_says_so_and_goes_on(tmp_path, checkpoint_first):
-    from streamctl.processing.windows.driver import WindowConfig, follow
+    from streamctl.processing.windows.config import WindowConfig
+    from streamctl.processing.windows.follow import follow
 
     log, first = retention_log(tmp_path, checkpoint_first)
     cfg = WindowConfig("tumbling", 2000, time_field="at", aggs=["count", "sum:v"], lateness=10_000)

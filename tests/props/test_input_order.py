@@ -14,7 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamctl.processing import inputorder, mergeorder
-from streamctl.processing.windows.driver import WindowConfig, WindowRun, records_of
+from streamctl.processing.windows.config import WindowConfig
+from streamctl.processing.windows.driver import WindowRun
+from streamctl.processing.windows.events import records_of
 
 from test_window_props import AGGS, T0, reference, reference_late, same
 

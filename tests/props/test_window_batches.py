@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 from streamctl.errors import DataError, StorageError
 from streamctl.processing import inputorder
-from streamctl.processing.windows.driver import WindowConfig, WindowRun, row_json, rows_jsonl
+from streamctl.processing.windows.config import WindowConfig
+from streamctl.processing.windows.driver import WindowRun
+from streamctl.processing.windows.output import row_json, rows_jsonl
 
 T0 = 1_763_719_200_000
 M = 60_000
@@ -271,7 +273,7 @@ def test_session_closing_inside_a_batch_keeps_a_session_open_at_exactly_gap(size
 
 
 def _run_plain(cfg: WindowConfig, path: str, batched: bool):
-    from streamctl.processing.windows.driver import records_of
+    from streamctl.processing.windows.events import records_of
 
     late: list = []
     run = WindowRun(cfg, is_log=False, late_sink=late.append)

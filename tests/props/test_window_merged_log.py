@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 
 from streamctl.errors import DataError
 from streamctl.processing import columns, decoder, inputorder
-from streamctl.processing.windows.driver import WindowConfig, WindowRun, records_of, time_getter
+from streamctl.processing.windows.config import WindowConfig
+from streamctl.processing.windows.driver import WindowRun
+from streamctl.processing.windows.events import records_of, time_getter
 
 T0 = 1_763_719_200_000
 M = 60_000

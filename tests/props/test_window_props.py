@@ -11,7 +11,8 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamctl.processing.windows.driver import WindowConfig, WindowRun
+from streamctl.processing.windows.config import WindowConfig
+from streamctl.processing.windows.driver import WindowRun
 
 T0 = 1_763_719_200_000
 AGGS = ["count", "sum:v", "min:v", "max:v", "p50:v", "p90:v", "distinct:v", "first:v", "last:v"]
@@ -292,7 +293,7 @@ def test_column_read_agrees_with_the_record_read(value, key, is_log, by, time_fi
     Plan.fold folds what Plan.add folds."""
     from streamctl.processing.aggregations import Plan, parse_agg
     from streamctl.processing.windows import rows
-    from streamctl.processing.windows.driver import EventColumns, make_prepare
+    from streamctl.processing.windows.events import EventColumns, make_prepare
     from streamctl.storage.fieldpaths import record_path
 
     rec = {"offset": 3, "partition": 0, "key": key, "value": value}

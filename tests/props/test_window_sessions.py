@@ -16,7 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import run_cli
-from streamctl.processing.windows.driver import WindowConfig, WindowRun, row_dict
+from streamctl.processing.windows.config import WindowConfig
+from streamctl.processing.windows.driver import WindowRun
+from streamctl.processing.windows.output import row_dict
 from streamctl.timeparse import format_iso
 
 T0 = 1_763_719_200_000

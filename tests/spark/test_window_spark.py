@@ -19,7 +19,11 @@ import random
 import orjson
 import pytest
 
-from streamctl.processing.windows.driver import WindowConfig, WindowRun, records_of, row_json, spark_job
+from streamctl.processing.windows.config import WindowConfig
+from streamctl.processing.windows.driver import WindowRun
+from streamctl.processing.windows.events import records_of
+from streamctl.processing.windows.output import row_json
+from streamctl.spark.window_run import spark_job
 from streamctl.storage import log as logmod
 from streamctl.storage import reader
 from tests.conftest import run_cli

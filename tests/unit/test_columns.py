@@ -12,7 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamctl.processing import columns, inputorder
-from streamctl.processing.windows.driver import WindowConfig, WindowRun, row_json
+from streamctl.processing.windows.config import WindowConfig
+from streamctl.processing.windows.driver import WindowRun
+from streamctl.processing.windows.output import row_json
 
 ODD = "odd name/é"
 PATHS = [("ts",), ("key",), ("value", "time"), ("value", "amount"), ("value", ODD)]

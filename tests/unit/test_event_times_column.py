@@ -139,7 +139,8 @@ RECORD_VALUES = st.one_of(st.none(), SCALARS, st.lists(SCALARS, max_size=2),
        st.booleans())
 def test_window_time_column_is_its_per_record_time(values, field, window, batch):
     from streamctl.processing import inputorder
-    from streamctl.processing.windows.driver import WindowConfig, time_getter
+    from streamctl.processing.windows.config import WindowConfig
+    from streamctl.processing.windows.events import time_getter
 
     cfg = WindowConfig(window[0], window[1], time_field=field)
     recs = [{"key": None, "value": v, "ts": 1_763_719_200_000 + i, "offset": i, "partition": 0}
@@ -157,7 +158,8 @@ def test_window_time_column_is_its_per_record_time(values, field, window, batch)
 
 def test_a_lane_reads_a_blocks_times_with_the_column(monkeypatch):
     from streamctl.processing import mergeorder
-    from streamctl.processing.windows.driver import WindowConfig, time_getter
+    from streamctl.processing.windows.config import WindowConfig
+    from streamctl.processing.windows.events import time_getter
 
     get = time_getter(WindowConfig("tumbling", 60_000, time_field="at"), True)
     blocks = [[{"value": {"at": "2026-11-21T10:00:05Z"}}, {"value": {"at": "2026-11-21T10:00:04.5+00:00"}}]]

@@ -1,7 +1,7 @@
 """Window operators: tumbling, hopping, sliding and session windows over event time.
 
 Each kind is one module with one operator class. The driver
-(`streamctl.processing.windows.driver`) reads event time and builds batches of
+(`streamctl.processing.windows.driver`, reading through `windows.events`) reads event time and builds batches of
 columns; the operator assigns events to windows and the aggregations
 (`streamctl.processing.aggregations`) fold them. Every operator has the same
 small interface (the Spark engine's per-group replay uses add/close/flush):

@@ -1,0 +1,73 @@
+"""A window run's options (WindowConfig, checked by WindowRun), its counters, and the plan and
+operator they make (the operators themselves: windows.kinds)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from streamctl.errors import UsageError
+from streamctl.processing import aggregations
+from streamctl.processing.windows import kinds
+from streamctl.storage import fieldpaths
+
+LATE_POLICIES = ("drop", "correct")
+EMIT_MODES = ("final", "update")
+BAD_TIME_POLICIES = ("skip", "fail")
+
+
+@dataclass
+class WindowConfig:
+    kind: str  # tumbling | hopping | sliding | session
+    size: int  # ms; the GAP for sessions
+    hop: int = 0  # hopping only
+    by: list[str] = field(default_factory=list)  # default: the record key
+    time_field: str = "ts"
+    processing_time: bool = False
+    on_bad_time: str = "skip"
+    aggs: list[str] = field(default_factory=lambda: ["count"])
+    lateness: int = 0
+    late: str = "drop"
+    emit: str = "final"
+
+    def describe(self) -> dict:
+        """What a checkpoint must match to be resumed (changing any of it changes the answers)."""
+        return {"kind": self.kind, "size": self.size, "hop": self.hop, "by": self.by,
+                "time_field": self.time_field, "processing_time": self.processing_time,
+                "aggs": self.aggs, "lateness": self.lateness, "late": self.late, "emit": self.emit}
+
+
+@dataclass
+class WindowStats:
+    events: int = 0
+    late: int = 0
+    bad_time: int = 0
+    bad_time_example: str | None = None
+
+
+def parse_hopping(text: str, parse_duration: Callable[[str], int]) -> tuple[int, int]:
+    size, sep, hop = text.partition("/")
+    if not sep:
+        raise UsageError(f"--hopping {text!r}: write SIZE/HOP, e.g. 10m/1m")
+    s, h = parse_duration(size), parse_duration(hop)
+    if s <= 0 or h <= 0:
+        raise UsageError(f"--hopping {text!r}: SIZE and HOP must be positive")
+    if h > s:
+        raise UsageError(f"--hopping {text!r}: HOP must not exceed SIZE (gaps would drop events)")
+    return s, h
+
+
+def make_plan(cfg: WindowConfig) -> aggregations.Plan:
+    try:
+        return aggregations.Plan([aggregations.parse_agg(a, fieldpaths.record_path) for a in cfg.aggs])
+    except aggregations.AggSpecError as e:
+        raise UsageError(str(e)) from None
+
+
+def make_operator(cfg: WindowConfig, plan: aggregations.Plan):
+    if cfg.size <= 0:
+        raise UsageError("the window size must be positive")
+    try:
+        return kinds.make_operator(cfg.kind, cfg.size, cfg.hop, plan, cfg.emit == "update", cfg.late == "correct")
+    except ValueError as e:
+        raise UsageError(str(e)) from None

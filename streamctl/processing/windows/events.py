@@ -1,0 +1,324 @@
+"""Reading a window's events: the group key, the event time and the aggregation inputs of each
+record, one record at a time (make_prepare: the reference) or a block at a time as columns
+(EventColumns), and the input's records a block at a time (records_of)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterable, Iterator
+from itertools import repeat
+from operator import itemgetter
+from typing import Any
+
+import orjson
+
+from streamctl.errors import UsageError
+from streamctl.processing import aggregations, inputorder
+from streamctl.processing import columns as fieldcolumns
+from streamctl.processing.windows.config import WindowConfig, make_plan
+from streamctl.storage import fieldpaths
+from streamctl.timeparse import event_time_ms, event_times, now_ms, usable_range
+
+
+def _path_getter(parts: tuple[str, ...]) -> Callable[[dict], Any]:
+    return aggregations.getter(parts)
+
+
+def key_json_cached(cache: dict[str, bytes] | None = None) -> Callable[[Any], bytes]:
+    """JSON text of a key value, memoized for strings (keys repeat; orjson.dumps costs ~1-2 us a call)."""
+    dumps = orjson.dumps
+    if cache is None:
+        cache = {}
+
+    def key_json(k: Any) -> bytes:
+        if type(k) is str:
+            j = cache.get(k)
+            if j is None:
+                if len(cache) >= 200_000:
+                    cache.clear()  # bounded: memory must not grow with the number of distinct keys
+                j = cache[k] = dumps(k)
+            return j
+        return b"null" if k is None else dumps(k)
+    return key_json
+
+
+def key_getter(by: list[str]) -> Callable[[dict], bytes]:
+    """The group key as JSON text: one --by -> its value; several -> a list; none -> the record key."""
+    key_json = key_json_cached()
+    if not by:
+        return lambda r: key_json(r.get("key"))
+    getters = [_path_getter(fieldpaths.record_path(p)) for p in by]
+    if len(getters) == 1:
+        g = getters[0]
+        return lambda r: key_json(g(r))
+    dumps = orjson.dumps
+    return lambda r: dumps([g(r) for g in getters])
+
+
+def time_range(cfg: WindowConfig) -> tuple[int, int]:
+    """The event times this run can use (timeparse.usable_range): outside it, a time is a bad time."""
+    lo, hi = usable_range(cfg.kind, cfg.size, cfg.hop)
+    if lo > hi:
+        raise UsageError(f"--{cfg.kind} windows of {cfg.size} ms are too long: no event time has windows "
+                         f"that fit in years 1..9999, where ISO-8601 can write their bounds")
+    return lo, hi
+
+
+def time_field_getter(cfg: WindowConfig, is_log: bool) -> tuple[Callable[[dict], Any], bool]:
+    """The raw value of the event-time field, and whether it is epoch ms as it is (a log's append
+    time) rather than a value event_time_ms reads. A plain file has no envelope ts, so there the
+    default `ts` means the value's own `ts` field (`{"ts": "2026-11-21T10:00:00Z", ...}` lines work as is).
+    """
+    parts = fieldpaths.record_path(cfg.time_field)
+    if parts == ("ts",):
+        if is_log:
+            return (lambda r: r.get("ts")), True
+        parts = ("value", "ts")
+    return _path_getter(parts), False
+
+
+def time_getter(cfg: WindowConfig, is_log: bool) -> Callable[[dict], int | None]:
+    """Event time in ms, or None when missing, unparseable or outside time_range(cfg)."""
+    if cfg.processing_time:
+        return lambda r: now_ms()
+    lo, hi = time_range(cfg)
+    get, epoch_ms = time_field_getter(cfg, is_log)
+    if epoch_ms:
+        def append_time(r: dict) -> int | None:
+            t = get(r)
+            return t if type(t) is int and lo <= t <= hi else None
+        return append_time
+
+    def event_time(r: dict) -> int | None:
+        v = get(r)
+        if type(v) is not int or not 100_000_000_000 <= v < 100_000_000_000_000:
+            v = event_time_ms(v)  # (epoch ms, the common case, skips the general parse)
+            if v is None:
+                return None
+        return v if lo <= v <= hi else None
+
+    parts = fieldpaths.record_path(cfg.time_field)
+    first, rest = ("value", ("ts",)) if parts == ("ts",) else (parts[0], parts[1:])
+
+    def event_time_column(recs: list[dict]) -> list[int | None]:
+        """event_time of each record (the input-order merge reads a block's times at once)."""
+        # the field a level at a time (what `get` reads); a log's batch has its values already
+        if first == "value" and type(recs) is inputorder.RecordBatch:
+            col = recs.values
+        else:
+            col = list(map(dict.get, recs, repeat(first)))
+        col = fieldpaths.column(col, rest)
+        return [t if t is not None and lo <= t <= hi else None for t in event_times(col)]
+
+    event_time.column = event_time_column  # type: ignore[attr-defined]
+    return event_time
+
+
+def make_prepare(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan) -> Callable[[dict], tuple]:
+    """record -> (event time ms, key JSON, aggregation inputs), or (None, None, None) when the record
+    has no usable time: the per-record read (follow mode with --processing-time, and the reference
+    the column read agrees with)."""
+    event_time = time_getter(cfg, is_log)
+    key = key_getter(cfg.by)
+    extract = plan.extract
+
+    def prepare(r: dict) -> tuple:
+        t = event_time(r)
+        if t is None:
+            return None, None, None
+        return t, key(r), extract(r)
+    return prepare
+
+
+_INT_NONE = {int, type(None)}
+_NUMBERS = {int, float, type(None)}
+_FAST_EPOCH_MS = (100_000_000_000, 100_000_000_000_000 - 1)  # epoch ms the general parse would read as ms
+
+
+def _numeric_column(col: list) -> tuple[list, int]:
+    """A numeric aggregation's column with the values that are not numbers (nor null) replaced by None,
+    and how many there were: Plan.extract's per-value check, for a whole column at once."""
+    types = {*map(type, col)}
+    if types <= _INT_NONE:
+        return col, 0
+    if types <= _NUMBERS:
+        try:
+            # a NaN or an infinity makes the sum non-finite (falsy values cannot, so filter(None) may drop them)
+            if math.isfinite(sum(filter(None, col))):
+                return col, 0
+        except OverflowError:
+            pass
+    inf = (math.inf, -math.inf)
+    clean = [x if x is None or type(x) is int or (type(x) is float and x == x and x not in inf) else None
+             for x in col]
+    return clean, clean.count(None) - col.count(None)
+
+
+def window_fields(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan) -> list[tuple[str, ...]] | None:
+    """The record fields a run reads (time, group key, aggregation inputs), when a log can give them
+    as columns (streamctl.processing.columns); None when it cannot (then whole records are read)."""
+    if cfg.processing_time or not is_log:
+        return None
+    fields = [fieldpaths.record_path(cfg.time_field)]
+    fields += [fieldpaths.record_path(p) for p in cfg.by] if cfg.by else [("key",)]
+    fields += [s.path for s in plan.specs if s.path is not None]
+    return fields if fieldcolumns.readable(fields) else None
+
+
+def column(recs: Any, parts: tuple[str, ...]) -> list:
+    """The values of a record path over a list of records, as aggregations.getter reads each one."""
+    if isinstance(recs, fieldcolumns.FieldBatch):
+        assert recs.cols is not None
+        return recs.cols[parts]
+    batch = type(recs) is inputorder.RecordBatch  # its keys and values are columns already
+    if parts == ("key",) and batch:
+        return recs.keys
+    if parts[0] == "value" and batch:
+        col = recs.values
+    else:
+        col = list(map(dict.get, recs, repeat(parts[0])))
+    return fieldpaths.column(col, parts[1:])
+
+
+class EventColumns:
+    """A batch of records (or a log piece read as columns) -> (times, keys, aggregation columns, counts).
+
+    Times are ms (or None where a record has no usable time: missing, unparseable, or outside
+    time_range); keys are the group keys' JSON texts; one column per aggregation (None for a bare
+    count), numeric ones with values that are not numbers set to None; counts = [(aggregation
+    index, values that were not numbers)], for the plan's counter (the caller adds them: this may
+    run in the read-ahead process, decoder.py). The same reads as make_prepare, a column at a time.
+    """
+
+    def __init__(self, cfg: WindowConfig, is_log: bool, plan: aggregations.Plan) -> None:
+        parts = fieldpaths.record_path(cfg.time_field)
+        if parts == ("ts",) and not is_log:
+            parts = ("value", "ts")  # a plain file has no append time: its own ts field
+        self.time_path = parts
+        self.append_time = parts == ("ts",)
+        self.lo, self.hi = time_range(cfg)
+        self.key_paths = [fieldpaths.record_path(p) for p in cfg.by] if cfg.by else [("key",)]
+        self.specs = plan.specs
+        self.numeric = plan.numeric
+        self.key_cache: dict[str, bytes] = {}
+        self.key_json = key_json_cached(self.key_cache)
+
+    def __call__(self, recs: Any) -> tuple[list, Any, Any, Any]:
+        """(times, keys, columns, counts); (times, None, None, ()) when some time is not usable (the
+        caller reads the records that have one again, so only their values are counted)."""
+        ts = self.times(column(recs, self.time_path))
+        if None in ts:
+            return ts, None, None, ()
+        ks = self.keys(recs)
+        cols: list[list | None] = []
+        counts = []
+        for i, (spec, numeric) in enumerate(zip(self.specs, self.numeric, strict=True)):
+            if spec.path is None:
+                cols.append(None)
+                continue
+            col = column(recs, spec.path)
+            if numeric:
+                col, n = _numeric_column(col)
+                if n:
+                    counts.append((i, n))
+            cols.append(col)
+        return ts, ks, cols, counts
+
+    def times(self, x: list) -> list:
+        lo, hi = self.lo, self.hi
+        if {*map(type, x)} == _INT_TYPE:
+            a, b = min(x), max(x)
+            if a >= lo and b <= hi and (self.append_time or (a >= _FAST_EPOCH_MS[0] and b <= _FAST_EPOCH_MS[1])):
+                return x  # all epoch ms, the common case: no parse
+        if self.append_time:
+            return [t if type(t) is int and lo <= t <= hi else None for t in x]
+        from streamctl.processing.timecolumns import iso_column_ms  # numpy: imported when used
+
+        return iso_column_ms(x, lo, hi)
+
+    def keys(self, recs: Any) -> list[bytes]:
+        if len(self.key_paths) > 1:
+            return [orjson.dumps(list(t)) for t in zip(*(column(recs, p) for p in self.key_paths), strict=True)]
+        kv = column(recs, self.key_paths[0])
+        # The keys' JSON texts from one orjson call for the column, cut at its commas: each element
+        # is written as dumps() writes it alone, and when no key holds a comma there is one piece
+        # per key (the cut is kept only then).
+        try:
+            ks = orjson.dumps(kv)[1:-1].split(b",")
+        except TypeError:
+            ks = []
+        if len(ks) == len(kv) and kv:
+            return ks
+        return list(map(self.key_json, kv))
+
+
+_INT_TYPE = {int}
+
+
+def subset(recs: Any, keep: list[int]) -> Any:
+    """The records at positions `keep`, in the same form (a FieldBatch's columns, a RecordBatch's)."""
+    if isinstance(recs, fieldcolumns.FieldBatch):
+        assert recs.cols is not None
+        return fieldcolumns.FieldBatch(None, {p: [c[i] for i in keep] for p, c in recs.cols.items()}, len(keep))
+    sub = [recs[i] for i in keep]
+    if type(recs) is inputorder.RecordBatch:
+        batch = inputorder.RecordBatch(sub)
+        batch.keys = [recs.keys[i] for i in keep]
+        batch.values = [recs.values[i] for i in keep]
+        return batch
+    return sub
+
+
+class RecordBlocks:
+    """Records that come in lists (a log read a block at a time). Iterating gives them one by one;
+    WindowRun.feed takes the lists as they are. `hooks` (see decoder.log_batches) lets feed hand
+    the reading process the function that makes a batch's columns."""
+
+    def __init__(self, batches: Iterable[inputorder.Block], hooks: dict | None = None) -> None:
+        self.batches = batches
+        self.hooks = hooks if hooks is not None else {}
+
+    def __iter__(self) -> Iterator[dict]:
+        return itertools.chain.from_iterable(self.batches)
+
+
+def records_of(path: str, cfg: WindowConfig | None = None) -> tuple[bool, Iterable[dict]]:
+    """The input's records; a log's come in blocks, as columns of the fields `cfg` reads where it can."""
+
+    from streamctl.processing import inputorder
+
+    spec = inputorder.classify(path)
+    if spec.is_log:
+        # a block of lines at a time (feed takes the lists as they are); several partitions are
+        # merged by the event time the window reads
+        time_of = time_getter(cfg, True) if cfg is not None and not cfg.processing_time else None
+        fields = window_fields(cfg, True, make_plan(cfg)) if cfg is not None else None
+        if fields is not None:
+            from streamctl.processing import decoder
+
+            hooks: dict = {}
+            return True, RecordBlocks(decoder.log_batches(path, fields, hooks, time_of), hooks)
+        return True, RecordBlocks(inputorder.log_batches(path, time_of=time_of))
+    fields = plain_fields(cfg, make_plan(cfg)) if cfg is not None else None
+    if fields is not None:
+        from streamctl.processing import decoder
+
+        hooks = {}
+        return False, RecordBlocks(decoder.plain_batches(path, fields, hooks), hooks)
+    # map/itemgetter rather than a generator expression: one less Python frame per record
+    return False, map(itemgetter(1), inputorder.merged([spec], lambda r: None))
+
+
+def plain_fields(cfg: WindowConfig, plan: aggregations.Plan) -> list[tuple[str, ...]] | None:
+    """The fields a run reads from a plain file's lines, when they can be read as columns
+    (columns.PlainFieldReader); None when whole records are read."""
+    if cfg.processing_time:
+        return None
+    parts = fieldpaths.record_path(cfg.time_field)
+    fields = [("value", "ts") if parts == ("ts",) else parts]
+    if not cfg.by:
+        return None  # the record key: a plain file's is null, read in full (rare: nothing to group by)
+    fields += [fieldpaths.record_path(p) for p in cfg.by]
+    fields += [s.path for s in plan.specs if s.path is not None]
+    return fields if fieldcolumns.plain_readable(fields) else None

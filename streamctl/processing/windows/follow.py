@@ -1,0 +1,200 @@
+"""`window --follow`: a window run over a log forever, its state checkpointed with its offsets."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from operator import itemgetter
+
+import orjson
+
+from streamctl.processing import inputorder
+from streamctl.processing.windows.config import WindowConfig
+from streamctl.processing.windows.driver import WindowRun
+from streamctl.processing.windows.events import time_getter
+
+CHECKPOINT_FORMAT = 1
+_partition_offset = itemgetter("partition", "offset")
+FOLLOW_BATCH = 50_000  # records per round between checkpoints on a large backlog
+CHECKPOINT_INTERVAL = 1.0  # seconds; at most this much output is repeated after a kill -9
+
+
+def checkpoint_path(log, group: str) -> str:
+    from streamctl.groups import files
+
+    return files.path(log, group, "window.json")
+
+
+def _resume_positions(lg, group: str, positions: dict[int, int], ckpt: str | None,
+                      notice: Callable[[str], None] | None) -> dict[int, int]:
+    """The offsets a group resumes from, through consume's checks (consumer.plan) on them.
+
+    consumer.plan checks the group file; it mirrors the checkpoint's offsets (follow's save
+    writes both), so a mirror that a crash between the two writes left behind is brought
+    up to the checkpoint first.
+    """
+    from streamctl.clients import consumer
+    from streamctl.errors import StorageError
+    from streamctl.groups import offsets
+
+    if ckpt is not None and positions:
+        committed = offsets.load(lg, group)
+        if any(committed.get(p) != o for p, o in positions.items()):
+            offsets.commit(lg, group, dict(positions))
+    try:
+        pl = consumer.plan(lg, list(range(lg.partitions)), None, group, follow=True)
+    except StorageError as e:
+        if ckpt is None:
+            raise
+        raise StorageError(f"{e}; `window --follow --group {group}` resumes from the offsets in {ckpt}: "
+                           f"move that checkpoint away too (its window state is of the records before)") from None
+    for note in pl.notices:
+        if notice is not None:
+            notice(note)
+    return {p: pl.positions[p].start if p in pl.positions else o for p, o in positions.items()}
+
+
+def _skip_deleted(lg, positions: dict[int, int], notice: Callable[[str], None] | None) -> None:
+    """Partitions whose next offset retention deleted while this follower ran (whole segments below
+    it are gone): said, and moved to the first segment that is left, as a restart would."""
+    for p, off in positions.items():
+        segs = lg.segments(p)
+        if segs and off < segs[0].base:
+            if notice is not None:
+                notice(f"{lg.path}: partition {p}: offset {off} is no longer in the log (retention removed it "
+                       f"before it was read); resuming at {segs[0].base}, the next existing record")
+            positions[p] = segs[0].base
+
+
+def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list], None],
+           flush_out: Callable[[], None], idle_timeout: float | None,
+           late_sink: Callable[[dict], None] | None = None,
+           flush_late: Callable[[], None] | None = None,
+           notice: Callable[[str], None] | None = None) -> WindowRun:
+    """Run a window on a log forever (until a stop signal or idle timeout), emitting as the watermark moves.
+
+    With a group, input offsets and window state are written together, atomically,
+    to LOG/groups/.G.window.json after the rows they produced were flushed: a
+    kill -9 at any point restarts from a consistent (offsets, state) pair, so no
+    event is lost or counted twice; rows emitted after the last checkpoint are
+    written again (identically) after a restart.
+
+    The group resumes as `consume --group` does: an offset that retention or
+    compaction deleted resumes at the next record, said through `notice`; an
+    offset past the end of its partition is refused (StorageError).
+    """
+    import os
+    import time
+
+    from streamctl import stopflag
+    from streamctl.errors import StorageError
+    from streamctl.groups import files, offsets
+    from streamctl.live.wait import Waiter
+    from streamctl.processing import inputorder, mergeorder
+    from streamctl.storage import fsutil
+    from streamctl.storage import log as logmod
+
+    lg = logmod.open_log(path)
+    run = WindowRun(cfg, True, late_sink)
+    positions: dict[int, int] = {}
+    # each partition's merge key (mergeorder.Lane.high) after its last record read, so a round
+    # merges its partitions in the input order where the round before stopped
+    highs: dict[int, int] = {}
+    time_of = None if cfg.processing_time else time_getter(cfg, True)
+    ckpt = None
+    lock_fd = None
+    if group is not None:
+        ckpt = checkpoint_path(lg, group)
+        lock_fd = files.open_lock(lg, group, "window.lock")  # in groups/, never through a symlink
+        if not fsutil.flock(lock_fd, True, 0):
+            os.close(lock_fd)
+            raise StorageError(f"another `window --follow --group {group}` is running on {path}")
+        try:
+            from streamctl.processing.checkpoint import load_checkpoint
+
+            data = load_checkpoint(ckpt)  # None when there is none; every field checked (a StorageError names it)
+            if data is not None:
+                if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT or "run" not in data:
+                    raise StorageError(f"{ckpt}: not a window checkpoint (overwritten by hand or by a group reset?); "
+                                       "move it away to start over")
+                try:
+                    run.load(data["run"])
+                    positions = {int(p): int(o) for p, o in data["offsets"].items()}
+                    highs = {int(p): int(h) for p, h in data.get("merge_keys", {}).items()}
+                except (KeyError, TypeError, ValueError, AttributeError) as e:
+                    raise StorageError(f"{ckpt}: damaged window checkpoint ({type(e).__name__}: {e}); "
+                                       "move it away to start over") from None
+            else:
+                positions = dict(offsets.load(lg, group))
+            positions = _resume_positions(lg, group, positions, ckpt if data is not None else None, notice)
+        except BaseException:
+            os.close(lock_fd)  # a refused checkpoint or resume position: the group is free again
+            raise
+
+    def save() -> None:
+        if ckpt is None:
+            return
+        if flush_late is not None:
+            flush_late()
+        body = {"format": CHECKPOINT_FORMAT, "group": group, "offsets": {str(p): o for p, o in sorted(positions.items())},
+                "merge_keys": {str(p): h for p, h in sorted(highs.items())}, "run": run.dump()}
+        files.write(lg, ckpt, orjson.dumps(body))
+        if positions:
+            # the group file is for `stat` (lag); the checkpoint above is what a restart trusts
+            assert group is not None  # a checkpoint is kept only with --group
+            offsets.commit(lg, group, dict(positions))
+
+    def done(batch: inputorder.Block) -> None:
+        assert isinstance(batch, mergeorder.MergedBatch)  # log_batches merges when given highs
+        # the last record of each partition in the batch (later pairs overwrite earlier ones)
+        for p, off in dict(map(_partition_offset, batch)).items():
+            positions[p] = off + 1
+        highs.update(batch.highs)
+
+    def round_of(batches: Iterator[inputorder.Block]) -> Iterator[inputorder.Block]:
+        """About FOLLOW_BATCH records, a batch at a time, until a stop signal."""
+        n = 0
+        for batch in batches:
+            if stopflag.is_set():
+                return
+            yield batch
+            n += len(batch)
+            if n >= FOLLOW_BATCH:
+                return
+
+    waiter = Waiter(path)
+    last_new = time.monotonic()
+    last_save = 0.0
+    dirty = False
+    try:
+        while not stopflag.is_set():
+            before = run.seq + run.stats.bad_time
+            _skip_deleted(lg, positions, notice)
+            batches = inputorder.log_batches(path, starts=dict(positions), time_of=time_of, highs=highs)
+            run.feed_batches(round_of(batches), emit, source=path, done=done)
+            batches.close()
+            got = run.seq + run.stats.bad_time - before
+            run.tick(emit)
+            now = time.monotonic()
+            if got:
+                dirty = True
+                last_new = now
+            if dirty and (now - last_save >= CHECKPOINT_INTERVAL or got >= FOLLOW_BATCH):
+                flush_out()
+                save()
+                last_save, dirty = now, False
+            if got >= FOLLOW_BATCH:
+                continue
+            if idle_timeout is not None and now - last_new >= idle_timeout:
+                break
+            waiter.wait(0.2)
+        flush_out()
+        save()
+        if not stopflag.is_set():
+            # idle timeout: like the end of a file, flush what is open; the checkpoint
+            # (saved just before) keeps those windows open, so a later run completes them
+            run.finish(emit)
+    finally:
+        waiter.close()
+        if lock_fd is not None:
+            os.close(lock_fd)
+    return run
