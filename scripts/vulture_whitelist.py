@@ -17,4 +17,5 @@ repairable  # noqa
 open_windows  # noqa
 # a database driver's connection setting, assigned for the driver to read (streamctl/capture)
 autocommit  # noqa
-itersize  # noqa  (a server-side cursor's fetch size, read by the driver)
+# a server-side cursor's fetch size, set for the driver to read (streamctl/capture)
+itersize  # noqa
