@@ -1,0 +1,83 @@
+"""capture's pure parts: the value converters, array literals, COPY escapes, DSN redaction, pgoutput messages."""
+
+from __future__ import annotations
+
+import struct
+
+import orjson
+import pytest
+
+from streamctl.capture import dsn, pgoutput, values
+
+
+def j(v: object) -> bytes:
+    return orjson.dumps(v)
+
+
+def test_scalars() -> None:
+    assert j(values.converter(1700)("12345678901234567890.000000000001")) == b"12345678901234567890.000000000001"
+    assert values.converter(1700)("NaN") == "NaN"
+    assert values.converter(701)("-Infinity") == "-Infinity"
+    assert j(values.converter(701)("1e+100")) == b"1e+100"
+    assert values.converter(16)("t") is True and values.converter(16)("f") is False
+    assert j(values.converter(3802)('{"a": [1, 2.50]}')) == b'{"a": [1, 2.50]}'
+    assert j(values.converter(114)('{"a":\n 1}')) == b'{"a":  1}'  # a record stays one line
+    assert values.converter(17)("\\x00ff") == "AP8="
+    assert values.converter(1184)("2026-11-21 10:00:00+00") == "2026-11-21T10:00:00.000000Z"
+    assert values.converter(1184)("2026-11-21 10:00:00.12+00") == "2026-11-21T10:00:00.120000Z"
+    assert values.converter(1184)("infinity") == "infinity"
+    assert values.converter(1114)("2026-11-21 10:00:00.5") == "2026-11-21T10:00:00.5"
+    assert values.converter(2950)("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11") == "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
+
+
+@pytest.mark.parametrize(("text", "elem", "want"), [
+    ("{1,2,NULL}", 23, [1, 2, None]),
+    ("{}", 23, []),
+    ('{"a b","c,d",e,"q\\"x","back\\\\slash"}', 25, ["a b", "c,d", "e", 'q"x', "back\\slash"]),
+    ("{{1,2},{3,4}}", 23, [[1, 2], [3, 4]]),
+    ("[0:1]={7,8}", 23, [7, 8]),
+    ('{"NULL",NULL}', 25, ["NULL", None]),
+    ('{"2026-11-21 10:00:00+00"}', 1184, ["2026-11-21T10:00:00.000000Z"]),
+])
+def test_arrays(text: str, elem: int, want: list) -> None:
+    assert orjson.loads(j(values.converter(1007, elem)(text))) == want
+
+
+def test_copy_escapes_and_keys() -> None:
+    assert values.unescape_copy("a\\tb\\\\c\\nd") == "a\tb\\c\nd"
+    assert values.unescape_copy("plain") == "plain"
+    assert values.key_text([orjson.Fragment("42")]) == "42"
+    assert values.key_text(["u-7"]) == "u-7"
+    assert values.key_text([orjson.Fragment("42"), "x"]) == '[42,"x"]'
+
+
+def test_redact() -> None:
+    for text in ("postgresql://app:s3cret@db:5432/shop", "host=db password=s3cret user=app",
+                 "host=db password='s3 cret' user=app", "postgresql://app@db/shop?password=s3cret&x=1"):
+        assert "s3cret" not in dsn.redact(text) and "s3 cret" not in dsn.redact(text)
+    assert dsn.redact("postgresql://app@db/shop") == "postgresql://app@db/shop"
+
+
+def _tuple(*cols: str | None) -> bytes:
+    out = struct.pack("!h", len(cols))
+    for c in cols:
+        out += b"n" if c is None else b"t" + struct.pack("!i", len(c.encode())) + c.encode()
+    return out
+
+
+def test_pgoutput_messages() -> None:
+    assert pgoutput.decode(b"B" + struct.pack("!QQI", 0x1_0000_0010, 0, 77)) == pgoutput.Begin(0x1_0000_0010, 77)
+    assert pgoutput.decode(b"C\0" + struct.pack("!QQQ", 5, 9, 0)) == pgoutput.Commit(5, 9)
+    rel = (b"R" + struct.pack("!I", 16384) + b"public\0orders\0d" + struct.pack("!h", 2)
+           + b"\x01id\0" + struct.pack("!Ii", 23, -1) + b"\x00note\0" + struct.pack("!Ii", 25, -1))
+    r = pgoutput.decode(rel)
+    assert isinstance(r, pgoutput.Relation) and (r.schema, r.name) == ("public", "orders")
+    assert [(c.name, c.type_oid, c.key) for c in r.columns] == [("id", 23, True), ("note", 25, False)]
+    ins = pgoutput.decode(b"I" + struct.pack("!I", 16384) + b"N" + _tuple("1", None))
+    assert ins == pgoutput.Change("c", 16384, ["1", None], None)
+    upd = pgoutput.decode(b"U" + struct.pack("!I", 16384) + b"K" + _tuple("1", None) + b"N" + _tuple("2", "x"))
+    assert upd == pgoutput.Change("u", 16384, ["2", "x"], ["1", None])
+    toast = pgoutput.decode(b"U" + struct.pack("!I", 1) + b"N" + struct.pack("!h", 1) + b"u")
+    assert isinstance(toast, pgoutput.Change) and toast.new == [pgoutput.UNCHANGED]
+    assert pgoutput.decode(b"T" + struct.pack("!iB", 2, 0) + struct.pack("!II", 1, 2)) == pgoutput.Truncate([1, 2])
+    assert pgoutput.lsn_text(0x1_0000_0010) == "1/10" and pgoutput.parse_lsn("1/10") == 0x1_0000_0010
