@@ -39,7 +39,7 @@ from typing import Any
 import orjson
 
 from streamctl.processing import inputorder, mergeorder
-from streamctl.processing.joins.driver import block_column, block_times
+from streamctl.processing.joins.keys import block_column, block_times
 
 IDX_BITS = 40  # line numbers below 2**40
 

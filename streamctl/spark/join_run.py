@@ -45,7 +45,7 @@ def run(spec: joining.JoinSpec, output: str, late_out: str | None, engine: str, 
             raise UsageError("--emit-job needs files or logs, not stdin (-)")
         from streamctl.spark import runner
 
-        runner.write_job(joining.job_text(joining.job_params(spec, specs, master, snapshot=False)), emit_job, say)
+        runner.write_job(job_text(job_params(spec, specs, master, snapshot=False)), emit_job, say)
         return
 
     chosen = "local"
@@ -171,9 +171,9 @@ def run_spark(spec: joining.JoinSpec, specs: list[inputorder.InputSpec], master:
     """Run the join as a Spark job; rows to `out`, and the job's counts back as JoinStats."""
     from streamctl.spark.runner import run_job
 
-    params = joining.job_params(spec, specs, master or "local[*]")
+    params = job_params(spec, specs, master or "local[*]")
     params["stats_line"] = True
-    text = joining.job_text(params)
+    text = job_text(params)
     if sys.stderr.isatty():
         say(f"starting the Spark job on {params['master']} (the JVM takes a few seconds to start)")
     counts: dict = {}
@@ -232,3 +232,54 @@ def table_text(rows: list[dict]) -> bytes:
         if side in cols and any(c.startswith(side + ".") for c in cols) and all(r.get(side) is None for r in flat):
             del cols[side]
     return table(flat, list(cols)).encode() + b"\n"
+
+
+def job_params(spec: joining.JoinSpec, specs: list[inputorder.InputSpec], master: str | None,
+               snapshot: bool = True) -> dict:
+    """PARAMS of the generated Spark job. `snapshot` pins each log's end offsets as of now,
+    as the local engine reads them (left out for --emit-job: the job reads what is there when it runs)."""
+    import os
+
+    from streamctl.storage import log as logmod
+    from streamctl.storage import reader
+
+    inputs = []
+    for s in specs:
+        path = s.path if "://" in s.path else os.path.abspath(s.path)
+        entry: dict[str, Any] = {"path": path, "is_log": s.is_log}
+        if s.is_log and snapshot:
+            lg = logmod.open_log(s.path)
+            entry["end_offsets"] = {str(p): reader.partition_info(lg, p).next_offset for p in range(lg.partitions)}
+        inputs.append(entry)
+    return {
+        "kind": spec.kind,
+        "inputs": inputs,
+        "on": [list(spec.on[0]), list(spec.on[1])],
+        "time_field": [list(spec.time_field[0]), list(spec.time_field[1])],
+        "within": spec.within,
+        "how": spec.how,
+        "as_of": spec.as_of,
+        "retention": spec.retention,
+        "lateness": spec.lateness,
+        "output": None,
+        "master": master,
+        "app_name": "streamctl-join",
+        "log_level": "WARN",
+        # local mode runs executors inside the driver's JVM: the global-order windows need room
+        "spark_conf": {"spark.ui.enabled": "false", "spark.driver.memory": "2g"},
+    }
+
+
+def job_text(params: dict) -> str:
+    """The standalone PySpark job: streamctl.spark.join_job and the modules it imports (jobgen)."""
+    from streamctl.spark import jobgen
+
+    kinds = {"stream": f"stream-stream window join (within {params['within']} ms, how {params['how']})",
+             "table": f"stream-table join (as of {params['as_of']}, how {params['how']})",
+             "tables": "table-table join (the changelog of the inner join)"}
+    title = (f"streamctl join: {kinds[params['kind']]} of two inputs, rows in the same order as "
+             "streamctl join --engine local.")
+    how = ("  spark-submit job.py > rows.jsonl                 # the master from spark-submit (default local[*])\n"
+           "  spark-submit --master yarn job.py > rows.jsonl   # on a cluster\n"
+           "  python job.py > rows.jsonl                       # plain Python with pyspark")
+    return jobgen.render_job(title, how, params, "join_job")

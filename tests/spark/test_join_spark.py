@@ -15,6 +15,7 @@ import pytest
 
 from conftest import run_cli
 from streamctl.processing.joins import driver as joining
+from streamctl.spark import join_run
 
 from test_join import write_log
 
@@ -34,9 +35,9 @@ def local_lines(spec: joining.JoinSpec) -> list[bytes]:
 
 def spark_run(spark, spec: joining.JoinSpec, **extra) -> tuple[list[bytes], dict]:
     """The job's rows and its counts (the stats line streamctl join reads back)."""
-    params = {**joining.job_params(spec, joining.check_inputs(spec), None), "stats_line": True, **extra}
+    params = {**join_run.job_params(spec, joining.check_inputs(spec), None), "stats_line": True, **extra}
     ns: dict = {"__name__": "streamctl_test_job"}
-    exec(compile(joining.job_text(params), "job.py", "exec"), ns)
+    exec(compile(join_run.job_text(params), "job.py", "exec"), ns)
     out: list[str] = []
     ns["main"](spark, ns["PARAMS"], out.append)
     assert out and out[-1].startswith("#streamctl-stats ")
@@ -218,7 +219,7 @@ def test_parity_with_many_order_partitions(spark, inputs, left, right, kw):
 
 def test_job_is_standalone_and_params_are_data(inputs):
     spec = joining.make_spec(inputs["s"], inputs["t"], table=True, on='we"ird=k')
-    text = joining.job_text(joining.job_params(spec, joining.check_inputs(spec), None, snapshot=False))
+    text = join_run.job_text(join_run.job_params(spec, joining.check_inputs(spec), None, snapshot=False))
     tree = ast.parse(text)
     imports = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imports |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}

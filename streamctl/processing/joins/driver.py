@@ -39,8 +39,18 @@ import orjson
 from streamctl.errors import UsageError
 from streamctl.processing import inputorder
 from streamctl.processing.joins import HOWS_STREAM, HOWS_TABLE, Emit, EmitOp, keep_heap
+from streamctl.processing.joins.keys import (
+    RememberedTime,
+    block_column,
+    block_times,
+    change_keys,
+    key_getter,
+    norm_key,
+    time_getter,
+    tombstone_keys,
+    value_field,
+)
 from streamctl.storage import fieldpaths
-from streamctl.timeparse import event_time_ms
 
 AS_OF = ("position", "event-time")
 Record = dict[str, Any]
@@ -146,7 +156,7 @@ def read_inputs(spec: JoinSpec, specs: list[inputorder.InputSpec],
                 times: list[Callable[[Record], int | None]] | None = None) -> Iterator[tuple[int, Record]]:
     """(side, record) in the input order (ties to LEFT)."""
     if times is None:
-        times = [_time_getter(spec.time_field[0]), _time_getter(spec.time_field[1])]
+        times = [time_getter(spec.time_field[0]), time_getter(spec.time_field[1])]
     if spec.kind != "table":
         return inputorder.merged(specs, times)
     return ((1 - i, rec) for i, rec in read_table_inputs(spec, specs))
@@ -156,87 +166,8 @@ def read_table_inputs(spec: JoinSpec, specs: list[inputorder.InputSpec]) -> Iter
     """For --table: (0 for RIGHT / 1 for LEFT, record). The table side wins ties: a table change
     at the same time as an event applies before it (as --as-of event-time's "at or before"),
     and a table file without times is loaded before a stream file without times."""
-    times = [_time_getter(spec.time_field[0]), _time_getter(spec.time_field[1])]
+    times = [time_getter(spec.time_field[0]), time_getter(spec.time_field[1])]
     return inputorder.merged([specs[1], specs[0]], [times[1], times[0]])
-
-
-def _key_getter(parts: tuple[str, ...]) -> Callable[[Record], Any]:
-    return fieldpaths.getter(parts)
-
-
-def _value_field(parts: tuple[str, ...]) -> str | None:
-    """The object key when the path is one key under value (the fast path), else None (an index
-    into an array, or a deeper path, goes through fieldpaths)."""
-    return parts[1] if len(parts) == 2 and parts[0] == "value" and not fieldpaths.is_index(parts[1]) else None
-
-
-def _time_getter(parts: tuple[str, ...]) -> Callable[[Record], int | None]:
-    if parts == ("ts",):
-        return lambda rec: rec.get("ts")
-    fname = _value_field(parts)
-    get = _key_getter(parts)
-
-    def time_of(rec: Record) -> int | None:
-        if fname is not None:
-            v = rec["value"]
-            v = v.get(fname) if v.__class__ is dict else None
-        else:
-            v = get(rec)
-        # epoch milliseconds, the common case, without event_time_ms's checks
-        if v.__class__ is int and 100_000_000_000 <= v < 100_000_000_000_000:
-            return v
-        return event_time_ms(v)
-
-    return time_of
-
-
-class _RememberedTime:
-    """A time getter that remembers its last answer: the input merge reads a plain file's times,
-    and the join reads the same record's time right after, without parsing it twice.
-    `memo` is [record, time]; holding the record keeps `is` exact (no other dict can get its address)."""
-
-    __slots__ = ("get", "memo", "remember")
-
-    def __init__(self, get: Callable[[Record], int | None]) -> None:
-        self.get = get
-        memo: list[Any] = [None, None]
-        self.memo = memo
-
-        def remember(rec: Record) -> int | None:
-            t = get(rec)
-            memo[0] = rec
-            memo[1] = t
-            return t
-
-        self.remember = remember
-
-
-_SORT = orjson.OPT_SORT_KEYS
-
-
-def tombstone_keys(record_key: str | None) -> list[tuple[Any, Any]]:
-    """(normalized key, key) pairs a tombstone with this record key deletes when the table key is a value path.
-
-    `produce --key-field id` stores the number 7 as the record key "7", so the
-    tombstone "7" deletes the row of 7 as well as the row of "7".
-    """
-    if record_key is None:
-        return []
-    out: list[tuple[Any, Any]] = [(record_key, record_key)]
-    try:
-        alt = orjson.loads(record_key)
-    except orjson.JSONDecodeError:
-        return out
-    if isinstance(alt, (int, float)) and not isinstance(alt, bool) and orjson.dumps(alt).decode() == record_key:
-        out.append((norm_key(alt), alt))
-    return out
-
-
-def norm_key(k: Any) -> Any:
-    """A hashable stand-in that is equal exactly when the JSON of two keys is equal."""
-    if k.__class__ is str or k is None:
-        return k
-    return ("\x00json", orjson.dumps(k, option=_SORT))
 
 
 LateSink = Callable[[int, bytes], None]
@@ -278,8 +209,8 @@ def run(spec: JoinSpec, emit: Emit | None = None, emit_op: EmitOp | None = None,
         if not specs[0].is_log and not specs[1].is_log:
             return _run_enrich_plain(spec, write_jsonl, block_bytes)
     right_index = 1
-    remembered = (_RememberedTime(_time_getter(spec.time_field[0])),
-                  _RememberedTime(_time_getter(spec.time_field[1])))
+    remembered = (RememberedTime(time_getter(spec.time_field[0])),
+                  RememberedTime(time_getter(spec.time_field[1])))
     logs = (True, True)
     if items is None:
         specs = check_inputs(spec)
@@ -352,15 +283,15 @@ def _gc_frozen():
 
 
 def _run_stream(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, stats: JoinStats,
-                times: tuple[_RememberedTime, _RememberedTime],
+                times: tuple[RememberedTime, RememberedTime],
                 late: Callable[[int, Record], None] | None) -> None:
     from streamctl.processing.joins.stream_stream import StreamStreamJoin
 
     assert spec.within is not None
     j = StreamStreamJoin(spec.within, spec.how, emit, spec.lateness)
     late_counts = stats.late
-    keys = (_key_getter(spec.on[0]), _key_getter(spec.on[1]))
-    kfields = (_value_field(spec.on[0]), _value_field(spec.on[1]))
+    keys = (key_getter(spec.on[0]), key_getter(spec.on[1]))
+    kfields = (value_field(spec.on[0]), value_field(spec.on[1]))
     counts = stats.records
     no_time = stats.no_time
     push = j.push
@@ -392,36 +323,6 @@ def _run_stream(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit,
 def _plain_values_only(spec: JoinSpec) -> bool:
     """Every key and time path is under value (what a plain file has)."""
     return all(parts[0] == "value" for parts in (*spec.on, *spec.time_field))
-
-
-_MS_LOW, _MS_HIGH = 100_000_000_000, 100_000_000_000_000  # epoch milliseconds, by magnitude
-_INT = {int}
-
-
-def block_times(parts: tuple[str, ...]) -> Callable[[list[Any]], list[int | None]]:
-    """The event times of a block of plain-file values (what _time_getter reads from each record)."""
-    from streamctl.processing.timecolumns import iso_column_ms
-
-    lo, hi = _MS_LOW, _MS_HIGH
-    raw = block_column(parts)
-
-    def times(values: list[Any]) -> list[int | None]:
-        ts = raw(values)
-        # all epoch milliseconds (the common case): the times as they are, checked in C
-        if ts and {*map(type, ts)} == _INT and lo <= min(ts) and max(ts) < hi:
-            return ts
-        return iso_column_ms(ts)  # ISO-8601 strings (as bytes, with numpy), seconds: the column at once
-
-    return times
-
-
-def block_column(parts: tuple[str, ...]) -> Callable[[list[Any]], list[Any]]:
-    """A value path read from each of a block of plain-file values (what _key_getter reads from
-    each record), a column at a time (fieldpaths.column)."""
-    sub = parts[1:]
-    if not sub:
-        return lambda values: list(values)
-    return lambda values: fieldpaths.column(values, sub)
 
 
 def _run_stream_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], block_bytes: int | None,
@@ -475,25 +376,13 @@ def _payload_sink(late: LateSink) -> Callable[[int, Any], None]:
     return sink
 
 
-def change_keys(rec: Record, key_of: Callable[[Record], Any], by_value_path: bool) -> list[tuple[Any, Any]]:
-    """(normalized key, key) of each row a table record changes: its join key's; for a tombstone
-    (null value) of a table keyed by a value path, the rows its record key names
-    (tombstone_keys). Empty: the record has no key and changes nothing."""
-    if by_value_path and rec["value"] is None:
-        return tombstone_keys(rec.get("key"))
-    k = key_of(rec)
-    if k is None:
-        return []
-    return [(k if k.__class__ is str else norm_key(k), k)]
-
-
 def _run_table(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, stats: JoinStats,
                right_index: int, late: Callable[[int, Record], None] | None = None) -> None:
     """The reference stream-table join: TableAtPosition, or TableAsOfTime (--as-of event-time),
     fed record by record in the input order."""
     from streamctl.processing.joins.stream_table import TableAsOfTime, TableAtPosition
 
-    left_key, right_key = _key_getter(spec.on[0]), _key_getter(spec.on[1])
+    left_key, right_key = key_getter(spec.on[0]), key_getter(spec.on[1])
     by_value_path = spec.on[1] != ("key",)
     counts = stats.records
     inner = spec.how == "inner"
@@ -513,7 +402,7 @@ def _run_table(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, 
             stats.max_state = j.state_size()
             return
         ja = TableAsOfTime(inner, emit, spec.retention, spec.lateness)
-        times = (_time_getter(spec.time_field[0]), _time_getter(spec.time_field[1]))
+        times = (time_getter(spec.time_field[0]), time_getter(spec.time_field[1]))
         pos = 0
         late_counts = stats.late
         for i, rec in items:
@@ -548,7 +437,7 @@ def _run_tables(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit_op: Em
     from streamctl.processing.joins.table_table import TableTableJoin
 
     j = TableTableJoin(emit_op)
-    keys = (_key_getter(spec.on[0]), _key_getter(spec.on[1]))
+    keys = (key_getter(spec.on[0]), key_getter(spec.on[1]))
     by_value_path = (spec.on[0] != ("key",), spec.on[1] != ("key",))
     counts = stats.records
     change = j.change
@@ -559,54 +448,3 @@ def _run_tables(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit_op: Em
             for nk, k in change_keys(rec, keys[side], by_value_path[side]):
                 change(side, nk, k, value)
     stats.max_state = j.state_size()
-
-
-def job_params(spec: JoinSpec, specs: list[inputorder.InputSpec], master: str | None,
-               snapshot: bool = True) -> dict:
-    """PARAMS of the generated Spark job. `snapshot` pins each log's end offsets as of now,
-    as the local engine reads them (left out for --emit-job: the job reads what is there when it runs)."""
-    import os
-
-    from streamctl.storage import log as logmod
-    from streamctl.storage import reader
-
-    inputs = []
-    for s in specs:
-        path = s.path if "://" in s.path else os.path.abspath(s.path)
-        entry: dict[str, Any] = {"path": path, "is_log": s.is_log}
-        if s.is_log and snapshot:
-            lg = logmod.open_log(s.path)
-            entry["end_offsets"] = {str(p): reader.partition_info(lg, p).next_offset for p in range(lg.partitions)}
-        inputs.append(entry)
-    return {
-        "kind": spec.kind,
-        "inputs": inputs,
-        "on": [list(spec.on[0]), list(spec.on[1])],
-        "time_field": [list(spec.time_field[0]), list(spec.time_field[1])],
-        "within": spec.within,
-        "how": spec.how,
-        "as_of": spec.as_of,
-        "retention": spec.retention,
-        "lateness": spec.lateness,
-        "output": None,
-        "master": master,
-        "app_name": "streamctl-join",
-        "log_level": "WARN",
-        # local mode runs executors inside the driver's JVM: the global-order windows need room
-        "spark_conf": {"spark.ui.enabled": "false", "spark.driver.memory": "2g"},
-    }
-
-
-def job_text(params: dict) -> str:
-    """The standalone PySpark job: streamctl.spark.join_job and the modules it imports (jobgen)."""
-    from streamctl.spark import jobgen
-
-    kinds = {"stream": f"stream-stream window join (within {params['within']} ms, how {params['how']})",
-             "table": f"stream-table join (as of {params['as_of']}, how {params['how']})",
-             "tables": "table-table join (the changelog of the inner join)"}
-    title = (f"streamctl join: {kinds[params['kind']]} of two inputs, rows in the same order as "
-             "streamctl join --engine local.")
-    how = ("  spark-submit job.py > rows.jsonl                 # the master from spark-submit (default local[*])\n"
-           "  spark-submit --master yarn job.py > rows.jsonl   # on a cluster\n"
-           "  python job.py > rows.jsonl                       # plain Python with pyspark")
-    return jobgen.render_job(title, how, params, "join_job")

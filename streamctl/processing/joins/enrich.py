@@ -90,7 +90,7 @@ def run(left: str, right: str, left_key: Column | None, right_key: Column | None
         tombstone_keys: Callable[[str | None], list[tuple[Any, Any]]]) -> tuple[int, int, int]:
     """Enrich log LEFT's events with log RIGHT's table; rows go to write_jsonl. Returns (events,
     changes, table size at the end). `left_key`/`right_key` read a block of values' join keys
-    (driver.block_column), or None for the record key."""
+    (keys.block_column), or None for the record key."""
     ev = _Side(_log_blocks(left, left_key), _log_times)
     tb = _Side(_log_blocks(right, right_key), _log_times)
     return _enrich(ev, tb, inner, write_jsonl, norm_key, tombstone_keys if right_key is not None else None)
@@ -100,7 +100,7 @@ def run_plain(left: str, right: str, left_key: Column, right_key: Column, left_t
               right_times: TimesOf, inner: bool, write_jsonl: Callable[[bytes], None],
               norm_key: Callable[[Any], Any], piece: int = inputorder.PIECE) -> tuple[int, int, int]:
     """Enrich plain file LEFT's events with plain file RIGHT's table. `*_key` and `*_times` read a
-    block of values' join keys and event times (driver.block_column, driver.block_times). A file
+    block of values' join keys and event times (keys.block_column, keys.block_times). A file
     is read in pieces of about `piece` bytes: a piece's objects stay in the CPU cache while its
     rows are made (1 MiB blocks measured 2.5x slower end to end). A null line has no key (a
     plain file has no record key), so it deletes nothing."""

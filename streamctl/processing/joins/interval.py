@@ -16,7 +16,7 @@ reader per file):
   them: the watermark W_i = (running max of t up to i) - lateness, and lateness (record i is
   late when t_i + within < W_i: then it cannot be above the running max, so this is the
   reference's test). Equal keys have equal codes; unequal keys may share one (a hash
-  collision), so a candidate pair is checked on the normalized keys (joins.driver.norm_key)
+  collision), so a candidate pair is checked on the normalized keys (joins.keys.norm_key)
   before it counts.
 - `IntervalJoin` matches. The code of an event is its key id with the side in the lowest bit,
   so one sorted array answers "the other side's events with this key": the target of an event

@@ -1,0 +1,137 @@
+"""A join's keys and times, read the same way by every join kind and kernel: the join key (a field
+path), the event time, the normalized key two keys compare by (JSON equality), the rows a table
+record changes (its key, or a tombstone's), and the same reads over a block of plain-file values
+for the batch kernels."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from streamctl.storage import fieldpaths
+from streamctl.timeparse import event_time_ms
+
+Record = dict[str, Any]
+
+
+def key_getter(parts: tuple[str, ...]) -> Callable[[Record], Any]:
+    return fieldpaths.getter(parts)
+
+
+def value_field(parts: tuple[str, ...]) -> str | None:
+    """The object key when the path is one key under value (the fast path), else None (an index
+    into an array, or a deeper path, goes through fieldpaths)."""
+    return parts[1] if len(parts) == 2 and parts[0] == "value" and not fieldpaths.is_index(parts[1]) else None
+
+
+def time_getter(parts: tuple[str, ...]) -> Callable[[Record], int | None]:
+    if parts == ("ts",):
+        return lambda rec: rec.get("ts")
+    fname = value_field(parts)
+    get = key_getter(parts)
+
+    def time_of(rec: Record) -> int | None:
+        if fname is not None:
+            v = rec["value"]
+            v = v.get(fname) if v.__class__ is dict else None
+        else:
+            v = get(rec)
+        # epoch milliseconds, the common case, without event_time_ms's checks
+        if v.__class__ is int and 100_000_000_000 <= v < 100_000_000_000_000:
+            return v
+        return event_time_ms(v)
+
+    return time_of
+
+
+class RememberedTime:
+    """A time getter that remembers its last answer: the input merge reads a plain file's times,
+    and the join reads the same record's time right after, without parsing it twice.
+    `memo` is [record, time]; holding the record keeps `is` exact (no other dict can get its address)."""
+
+    __slots__ = ("get", "memo", "remember")
+
+    def __init__(self, get: Callable[[Record], int | None]) -> None:
+        self.get = get
+        memo: list[Any] = [None, None]
+        self.memo = memo
+
+        def remember(rec: Record) -> int | None:
+            t = get(rec)
+            memo[0] = rec
+            memo[1] = t
+            return t
+
+        self.remember = remember
+
+
+_SORT = orjson.OPT_SORT_KEYS
+
+
+def tombstone_keys(record_key: str | None) -> list[tuple[Any, Any]]:
+    """(normalized key, key) pairs a tombstone with this record key deletes when the table key is a value path.
+
+    `produce --key-field id` stores the number 7 as the record key "7", so the
+    tombstone "7" deletes the row of 7 as well as the row of "7".
+    """
+    if record_key is None:
+        return []
+    out: list[tuple[Any, Any]] = [(record_key, record_key)]
+    try:
+        alt = orjson.loads(record_key)
+    except orjson.JSONDecodeError:
+        return out
+    if isinstance(alt, (int, float)) and not isinstance(alt, bool) and orjson.dumps(alt).decode() == record_key:
+        out.append((norm_key(alt), alt))
+    return out
+
+
+def norm_key(k: Any) -> Any:
+    """A hashable stand-in that is equal exactly when the JSON of two keys is equal."""
+    if k.__class__ is str or k is None:
+        return k
+    return ("\x00json", orjson.dumps(k, option=_SORT))
+
+
+_MS_LOW, _MS_HIGH = 100_000_000_000, 100_000_000_000_000  # epoch milliseconds, by magnitude
+_INT = {int}
+
+
+def block_times(parts: tuple[str, ...]) -> Callable[[list[Any]], list[int | None]]:
+    """The event times of a block of plain-file values (what time_getter reads from each record)."""
+    from streamctl.processing.timecolumns import iso_column_ms
+
+    lo, hi = _MS_LOW, _MS_HIGH
+    raw = block_column(parts)
+
+    def times(values: list[Any]) -> list[int | None]:
+        ts = raw(values)
+        # all epoch milliseconds (the common case): the times as they are, checked in C
+        if ts and {*map(type, ts)} == _INT and lo <= min(ts) and max(ts) < hi:
+            return ts
+        return iso_column_ms(ts)  # ISO-8601 strings (as bytes, with numpy), seconds: the column at once
+
+    return times
+
+
+def block_column(parts: tuple[str, ...]) -> Callable[[list[Any]], list[Any]]:
+    """A value path read from each of a block of plain-file values (what key_getter reads from
+    each record), a column at a time (fieldpaths.column)."""
+    sub = parts[1:]
+    if not sub:
+        return lambda values: list(values)
+    return lambda values: fieldpaths.column(values, sub)
+
+
+def change_keys(rec: Record, key_of: Callable[[Record], Any], by_value_path: bool) -> list[tuple[Any, Any]]:
+    """(normalized key, key) of each row a table record changes: its join key's; for a tombstone
+    (null value) of a table keyed by a value path, the rows its record key names
+    (tombstone_keys). Empty: the record has no key and changes nothing."""
+    if by_value_path and rec["value"] is None:
+        return tombstone_keys(rec.get("key"))
+    k = key_of(rec)
+    if k is None:
+        return []
+    return [(k if k.__class__ is str else norm_key(k), k)]
