@@ -128,7 +128,7 @@ def run(opts: CaptureOptions, say: Callable[[str], None]) -> CaptureStats:
         if slot_info is not None and slot_info["active_pid"] is not None:
             raise StreamctlError(f"{server.shown}: slot {slot} is in use by process {slot_info['active_pid']} "
                                  "(another capture is running)")
-        srv.ensure_publication(conn, slot, tables, server.shown)
+        made_publication = srv.ensure_publication(conn, slot, tables, server.shown)
         states = [capture_state(open_log(p)) if is_log(p) else None for p in paths]
         resync = slot_info is None or any(s is None or s.get("snapshot") == "started" for s in states)
         new_slot = None
@@ -136,7 +136,12 @@ def run(opts: CaptureOptions, say: Callable[[str], None]) -> CaptureStats:
             if slot_info is not None:
                 srv.drop_slot(conn, slot, server.shown)
                 srv.ensure_publication(conn, slot, tables, server.shown)
-            new_slot = srv.create_slot(server, slot)
+            try:
+                new_slot = srv.create_slot(server, slot)
+            except StreamctlError:
+                if made_publication:  # nothing of this run is left behind
+                    srv.query(conn, f"drop publication if exists {srv.ident(slot)}")
+                raise
         stats = CaptureStats()
         logs: list[TableLog] = []
         try:

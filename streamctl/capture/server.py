@@ -207,15 +207,17 @@ def drop_slot(conn: Any, slot: str, shown: str) -> bool:
     return info is not None
 
 
-def ensure_publication(conn: Any, pub: str, tables: list[TableInfo], shown: str) -> None:
-    """The publication pgoutput reads (one per slot, named like it), holding exactly the captured tables."""
+def ensure_publication(conn: Any, pub: str, tables: list[TableInfo], shown: str) -> bool:
+    """The publication pgoutput reads (one per slot, named like it), holding exactly the captured tables;
+    True when this call created it."""
     names = ", ".join(f'"{t.schema}"."{t.name}"' for t in tables)
     try:
         exists = query(conn, "select 1 from pg_publication where pubname = %s", (pub,))
         if exists:
             query(conn, f'alter publication "{pub}" set table {names}')
-        else:
-            query(conn, f'create publication "{pub}" for table {names}')
+            return False
+        query(conn, f'create publication "{pub}" for table {names}')
+        return True
     except Exception as e:
         raise SetupError(f"{shown}: cannot create publication {pub} for the captured tables: {_reason(e)} "
                          "(the role must own the tables, or be a superuser)") from None
