@@ -275,7 +275,7 @@ def _stream(server: srv.Server, conn: Any, rconn: Any, slot: str, logs: list[Tab
                     if target is not None and cur.wal_end >= target:
                         break
                 now = time.monotonic()
-                if now - last_ask > 0.1:
+                if target is not None and now - last_ask > 0.1:
                     cur.send_feedback(reply=True)  # a keepalive back tells how far the server has sent
                     last_ask = now
                 select.select([rconn], [], [], 0.1)
