@@ -23,10 +23,16 @@ def parse(dsn: str) -> dict[str, str]:
     from psycopg2.extensions import parse_dsn
 
     try:
-        return dict(parse_dsn(dsn))
+        params = dict(parse_dsn(dsn))
     except Exception as e:  # psycopg2.ProgrammingError: libpq's own message, which never shows the password
         reason = redact(str(e).strip().splitlines()[0] if str(e).strip() else "invalid")
         raise UsageError(f"bad DSN {redact(dsn)!r}: {reason}") from None
+    # libpq checks these only when it connects; a typo in them is a usage error all the same
+    for name in ("port", "connect_timeout", "keepalives", "keepalives_idle"):
+        for part in params.get(name, "0").split(","):
+            if part.strip() and not part.strip().isdecimal():
+                raise UsageError(f"bad DSN {redact(dsn)!r}: {name} must be a number, not {part.strip()!r}")
+    return params
 
 
 def without_password(params: dict[str, str]) -> dict[str, str]:

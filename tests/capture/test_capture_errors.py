@@ -33,6 +33,7 @@ def test_setup_errors_name_what_is_missing(pg: PgServer, db: str, tmp_path: Path
     _fails(run_cli("capture", pg.dsn(db), log, "--table", "nokey"), 1, "public.nokey", "no primary key")
     _fails(run_cli("capture", pg.dsn(db, user="norepl"), log, "--table", "ok"), 1, "REPLICATION", "norepl")
     _fails(run_cli("capture", "this is not a dsn", log, "--table", "ok"), 2, "DSN")
+    _fails(run_cli("capture", f"postgresql://postgres@127.0.0.1:port/{db}", log, "--table", "ok"), 2, "port")
     _fails(run_cli("capture", pg.dsn(db), log), 2, "--table")
     _fails(run_cli("capture", pg.dsn(db), log, "--table", "ok", "--snapshot", "sometimes"), 2, "--snapshot")
     _fails(run_cli("capture", f"host={pg.sock} port=1 dbname={db}", log, "--table", "ok"), 1, "cannot connect")
