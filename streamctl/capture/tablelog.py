@@ -32,10 +32,10 @@ CACHE_ROWS = 2000  # latest rows kept per table to fill in unchanged TOASTed col
 
 
 def _headers(op: str, lsn: int, txid: int | None) -> bytes:
-    h = {"op": op, "lsn": lsn_text(lsn)}
-    if txid is not None:
-        h["txid"] = str(txid)
-    return orjson.dumps(h)
+    # every part is ASCII letters, digits and a slash: nothing to escape
+    if txid is None:
+        return b'{"op":"%s","lsn":"%s"}' % (op.encode(), lsn_text(lsn).encode())
+    return b'{"op":"%s","lsn":"%s","txid":"%d"}' % (op.encode(), lsn_text(lsn).encode(), txid)
 
 
 def _lines_backwards(log: Log, p: int) -> Iterator[bytes]:
@@ -154,7 +154,8 @@ class TableLog:
                     r.seen += lsn == r.lsn
                     self.skipped += 1
                     return
-        self.pending.setdefault(p, []).append((orjson.dumps(key), value, headers))
+        kj = b'"%s"' % key.encode() if key.isdigit() and key.isascii() else orjson.dumps(key)
+        self.pending.setdefault(p, []).append((kj, value, headers))
         self.queued += 1
 
     def _remember(self, key: str, row: dict | None) -> None:
@@ -225,7 +226,14 @@ class TableLog:
         return {name: (None if v is None else v if v is UNCHANGED else conv(v))
                 for name, v, conv in zip(self.columns, cols, self.table.convs, strict=True)}
 
-    def _key(self, row: dict) -> str:
+    def _key(self, row: dict, texts: list | None = None) -> str:
+        if len(self.key_idx) == 1:
+            i = self.key_idx[0]
+            v = row[self.columns[i]]
+            if type(v) is str:
+                return v
+            if type(v) is orjson.Fragment and texts is not None and type(texts[i]) is str:
+                return texts[i]  # a number: its JSON is the text the server sent
         return key_text([row[self.columns[i]] for i in self.key_idx])
 
     def change(self, op: str, new: list | None, old: list | None, lsn: int, txid: int,
@@ -245,7 +253,7 @@ class TableLog:
             return
         assert new is not None
         row = self._row(new)
-        key = self._key(row)
+        key = self._key(row, new)
         if op == "u":
             old_key = key if old is None else self._key(self._row(old))
             missing = [c for c, v in row.items() if v is UNCHANGED]
