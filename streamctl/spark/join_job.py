@@ -30,9 +30,8 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from streamctl.processing.joins.keys import key_getter, time_getter, tombstone_keys
 from streamctl.spark.replay_job import replay_frame
-from streamctl.storage.fieldpaths import get
-from streamctl.timeparse import event_time_ms
 
 try:  # the same encoder as streamctl itself: byte-identical rows
     import orjson
@@ -57,7 +56,7 @@ ROW_SCHEMA = StructType([StructField(n, t) for n, t in (
     ("t", LongType()), ("value_j", StringType()))])
 
 
-# ---- reading one record: the same rules as streamctl.processing.joins.driver ----
+# ---- reading one record: streamctl.processing.joins.keys, the local engine's rules ----
 
 def _norm(k):
     if k is None:
@@ -65,19 +64,6 @@ def _norm(k):
     if isinstance(k, str):
         return "s" + k
     return "j" + _dumps(k, sort=True)
-
-
-def _tombstone_keys(record_key):
-    if record_key is None:
-        return []
-    out = [record_key]
-    try:
-        alt = _loads(record_key)
-    except ValueError:
-        return out
-    if isinstance(alt, (int, float)) and not isinstance(alt, bool) and _dumps(alt) == record_key:
-        out.append(alt)
-    return out
 
 
 def _extractor(params, side):
@@ -89,16 +75,18 @@ def _extractor(params, side):
     by_record_key = on != ("key",)
     rank = (1 - side) if kind == "table" else side  # the table side wins ties in a stream-table join
 
+    time_of, key_of = time_getter(tf), key_getter(on)
+
     def rows(rec, part, off):
         value = rec.get("value")
-        t = rec.get("ts") if tf == ("ts",) else event_time_ms(get(rec, tf))
+        t = time_of(rec)
         base = (side, rank, part, off)
         if is_table and value is None and by_record_key:
-            found = _tombstone_keys(rec.get("key"))
+            found = [k for _nk, k in tombstone_keys(rec.get("key"))]
             if not found:
                 return [(*base, 0, None, "null", t, None)]
             return [(*base, i, _norm(k), _dumps(k), t, None) for i, k in enumerate(found)]
-        k = get(rec, on)
+        k = key_of(rec)
         return [(*base, 0, _norm(k), _dumps(k), t, None if value is None else _dumps(value))]
 
     return rows

@@ -8,7 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import orjson
+try:
+    import orjson
+except ImportError:  # the Spark join job on a cluster without orjson: the standard library, the same text
+    from streamctl import orjson_fallback as orjson  # type: ignore[no-redef]
 
 from streamctl.storage import fieldpaths
 from streamctl.timeparse import event_time_ms
@@ -81,7 +84,7 @@ def tombstone_keys(record_key: str | None) -> list[tuple[Any, Any]]:
     out: list[tuple[Any, Any]] = [(record_key, record_key)]
     try:
         alt = orjson.loads(record_key)
-    except orjson.JSONDecodeError:
+    except ValueError:  # (orjson's JSONDecodeError is one)
         return out
     if isinstance(alt, (int, float)) and not isinstance(alt, bool) and orjson.dumps(alt).decode() == record_key:
         out.append((norm_key(alt), alt))
