@@ -76,20 +76,19 @@ class Checkpoint(msgspec.Struct):
     merge_keys: dict[Annotated[int, msgspec.Meta(ge=0, le=9_999)], int] = {}
 
 
-# Plan.dump's shape of each aggregation's state
-_AGG_STATE: dict[str, Any] = {
-    "count": Count,
-    "sum": tuple[Number, Count], "avg": tuple[Number, Count],  # total, how many numbers
-    "min": Number | None, "max": Number | None,
-    "p50": list[Number], "p90": list[Number], "p99": list[Number],
-    "distinct": list[tuple[Literal["s", "j"], str]],  # a string, or another value's JSON text
-    "first": tuple[Count, Any] | None, "last": tuple[Count, Any] | None,  # (input seq, value)
-}
+class _Types:
+    """The checkpoint's number types, for the aggregation classes' state_type (which import no msgspec)."""
+
+    Count = Count
+    Number = Number
 
 
 def agg_type(funcs: list[str]) -> Any:
-    """The msgspec type of one window's aggregation state (Plan.dump): a slot per function."""
-    return tuple.__class_getitem__(tuple(_AGG_STATE[f] for f in funcs)) if funcs else tuple[()]
+    """The msgspec type of one window's aggregation state (Plan.dump): a slot per function, each of
+    the shape its class's dump gives (Agg.state_type)."""
+    from streamctl.processing.aggregations import agg_class
+
+    return tuple.__class_getitem__(tuple(agg_class(f).state_type(_Types) for f in funcs)) if funcs else tuple[()]
 
 
 def state_type(kind: str, funcs: list[str]) -> Any:

@@ -43,6 +43,7 @@ from itertools import compress, repeat
 from operator import le, not_
 from typing import Any, NamedTuple
 
+from streamctl.processing.aggregations import columnar
 from streamctl.processing.watermark import NO_WATERMARK, Watermark, before, before_array
 
 
@@ -101,10 +102,6 @@ def _group(cells: list[tuple[int, bytes]], pos: Iterable[int]) -> Iterable[tuple
     return groups.items()
 
 
-def _columnar(funcs: Sequence[str]) -> bool:
-    return all(f in ("count", "sum", "avg") for f in funcs)  # cells.COLUMNAR_FUNCS, without importing numpy
-
-
 class GridWindows:
     """Windows on a fixed grid aligned to the epoch (tumbling, hopping): [start, start + size)."""
 
@@ -119,7 +116,7 @@ class GridWindows:
         # --late correct only: closed windows kept so a late event can revise them
         self.closed: dict[tuple[int, bytes], list] = {}  # (end, key) -> [state, revision]
         # rows only at close, and only count/sum/avg: open windows as columns (cells.py), folded with numpy
-        self.columnar = not update and not correct and _columnar(plan.funcs)
+        self.columnar = not update and not correct and columnar(plan.funcs)
 
     def _add_one(self, end: int, key: bytes, seq: int, vals: tuple, wm: int, out: list) -> bool:
         plan = self.plan
@@ -282,23 +279,14 @@ class GridWindows:
 
         from streamctl.processing.windows import cells
 
-        numbers: list[Any] = []
-        for col, func in zip(cols, self.plan.funcs, strict=True):
-            if col is None:
-                numbers.append(None)
-                continue
-            if not isinstance(pos, range):  # the events kept (and repeated, for hopping windows)
-                col = [col[i] for i in pos]
-            if func == "count":
-                numbers.append(cells.NumberColumn.presence(col))
-                continue
-            number = cells.NumberColumn.of(col)
-            if number is None:  # an int too large for a float64 total to stay exact
-                self.to_states()
-                groups = _group(list(zip(ends, ks, strict=True)), pos)
-                self._fold_states(groups, cols, 0)
-                return
-            numbers.append(number)
+        # the events kept (and repeated, for hopping windows)
+        kept = cols if isinstance(pos, range) else [None if col is None else [col[i] for i in pos] for col in cols]
+        numbers = cells.number_columns(self.plan.funcs, kept)
+        if numbers is None:  # an int too large for a float64 total to stay exact
+            self.to_states()
+            groups = _group(list(zip(ends, ks, strict=True)), pos)
+            self._fold_states(groups, cols, 0)
+            return
         distinct = dict.fromkeys(ends)
         end_array = np.array(ends, dtype=np.int64) if len(distinct) > 1 else None
         for end in distinct:

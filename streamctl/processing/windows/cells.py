@@ -11,9 +11,10 @@ most 2**31 in size, in windows of fewer than 2**21 numbers (`fits`); the
 first batch beyond that moves every open window to the exact Python states of
 `Plan` (GridWindows.to_states), which changes no result.
 
-Only count, sum and avg are kept this way (`columnar`); the other aggregations
-need every value (percentiles, distinct) or the event order (first, last), or
-keep the type of a winning value (min, max), and use Plan's states.
+Which aggregations are kept this way is each one's class's word (its `slots`:
+count, sum and avg; aggregations.base), and what a slot's result and exact
+Python state are is the class's too (slot_results, slot_state, slot_values);
+nothing here goes by a function's name.
 """
 
 from __future__ import annotations
@@ -23,13 +24,19 @@ from typing import Any
 
 import numpy as np
 
-COLUMNAR_FUNCS = frozenset({"count", "sum", "avg"})
+from streamctl.processing.aggregations import Agg, agg_class, columnar
+
 INT_LIMIT = 1 << 31  # the largest int a column holds (with fewer than COUNT_LIMIT numbers: sums stay exact)
 COUNT_LIMIT = 1 << 21
 
 
-def columnar(funcs: Sequence[str]) -> bool:
-    return all(f in COLUMNAR_FUNCS for f in funcs)
+__all__ = ["COUNT_LIMIT", "INT_LIMIT", "Cells", "NumberColumn", "SlotStates", "cols_too_large", "columnar",
+           "number_columns"]
+
+
+def _counts_only(func: str) -> bool:
+    """Whether an aggregation's slot is a count of present values alone (no total)."""
+    return agg_class(func).slots == "count"
 
 
 class NumberColumn:
@@ -79,7 +86,7 @@ class NumberColumn:
 def cols_too_large(funcs: Sequence[str], cols: Sequence[list | None]) -> bool:
     """Whether a batch holds an int too large for a slot's float64 total to stay exact."""
     for col, func in zip(cols, funcs, strict=True):
-        if col is not None and func != "count":
+        if col is not None and not _counts_only(func):
             ints = [v for v in col if type(v) is int]
             if ints and (max(ints) > INT_LIMIT or min(ints) < -INT_LIMIT):
                 return True
@@ -93,7 +100,7 @@ def number_columns(funcs: Sequence[str], cols: Sequence[list | None]) -> list[Nu
     for col, func in zip(cols, funcs, strict=True):
         if col is None:
             out.append(None)
-        elif func == "count":
+        elif _counts_only(func):
             out.append(NumberColumn.presence(col))
         else:
             number = NumberColumn.of(col)
@@ -104,18 +111,19 @@ def number_columns(funcs: Sequence[str], cols: Sequence[list | None]) -> list[Nu
 
 
 class Slots:
-    """Aggregation states of count/sum/avg as numpy arrays, one slot per state (module docstring)."""
+    """Aggregation states as numpy arrays, one slot per state (module docstring)."""
 
     def __init__(self, funcs: Sequence[str]) -> None:
         self.funcs = list(funcs)
+        self.aggs: list[Agg] = [agg_class(f)(f) for f in funcs]
         self.size = 0
         self._alloc(16)
 
     def _alloc(self, cap: int) -> None:
         self.cap = cap
         self.count = [np.zeros(cap, dtype=np.int64) for _ in self.funcs]
-        self.total = [np.zeros(cap, dtype=np.float64) if f != "count" else None for f in self.funcs]
-        self.floaty = [np.zeros(cap, dtype=bool) if f != "count" else None for f in self.funcs]
+        self.total = [np.zeros(cap, dtype=np.float64) if a.slots == "total" else None for a in self.aggs]
+        self.floaty = [np.zeros(cap, dtype=bool) if a.slots == "total" else None for a in self.aggs]
 
     def _grow(self, need: int) -> None:
         cap = self.cap
@@ -154,19 +162,13 @@ class Slots:
     def results_at(self, names: Sequence[str], idx: np.ndarray) -> list[dict]:
         """Plan.result of the states in slots `idx`."""
         columns: list[list[Any]] = []
-        for i, f in enumerate(self.funcs):
+        for i, agg in enumerate(self.aggs):
             count = self.count[i][idx].tolist()
-            if f == "count":
-                columns.append(count)
-                continue
-            total = self.total[i][idx].tolist()  # type: ignore[index]
-            floaty = self.floaty[i][idx].tolist()  # type: ignore[index]
-            if f == "sum":
-                columns.append([(t if fl else int(t)) if n else None for t, n, fl in zip(total, count, floaty, strict=True)])
+            t, fl = self.total[i], self.floaty[i]
+            if t is None or fl is None:
+                columns.append(agg.slot_results([], count, []))
             else:
-                # an int total divided by the count: Python's true division of two ints rounds once,
-                # as the float division of their exact float64 values does
-                columns.append([t / n if n else None for t, n in zip(total, count, strict=True)])
+                columns.append(agg.slot_results(t[idx].tolist(), count, fl[idx].tolist()))
         if len(names) == 1:  # dict displays: a third of dict(zip())'s time, for the usual one or two
             (a,), (ca,) = names, columns
             return [{a: x} for x in ca]
@@ -178,27 +180,29 @@ class Slots:
     def state_at(self, s: int) -> list:
         """Plan's state of slot s, exact."""
         st: list = []
-        for i, f in enumerate(self.funcs):
-            n = int(self.count[i][s])
-            if f == "count":
-                st.append(n)
+        for i, a in enumerate(self.aggs):
+            t, fl = self.total[i], self.floaty[i]
+            if t is None or fl is None:
+                st.append(a.slot_state(0.0, int(self.count[i][s]), False))
             else:
-                t = float(self.total[i][s])  # type: ignore[index]
-                st.append([t if self.floaty[i][s] else int(t), n])  # type: ignore[index]
+                st.append(a.slot_state(float(t[s]), int(self.count[i][s]), bool(fl[s])))
         return st
 
     def set_state(self, s: int, st: list) -> bool:
         """Put Plan's state `st` into slot s; False when a total is beyond what a slot keeps exactly."""
-        for i, f in enumerate(self.funcs):
-            if f == "count":
-                self.count[i][s] = st[i]
+        for i, a in enumerate(self.aggs):
+            got = a.slot_values(st[i])
+            total, floaty = self.total[i], self.floaty[i]
+            if total is None or floaty is None:
+                if got is None:
+                    return False
+                self.count[i][s] = got[1]
                 continue
-            t, n = st[i]
-            if (type(t) is int and abs(t) >= 1 << 52) or n >= COUNT_LIMIT:
+            if got is None or got[1] >= COUNT_LIMIT:
                 return False
-            self.count[i][s] = n
-            self.total[i][s] = t  # type: ignore[index]
-            self.floaty[i][s] = type(t) is float  # type: ignore[index]
+            self.count[i][s] = got[1]
+            total[s] = got[0]
+            floaty[s] = got[2]
         return True
 
 

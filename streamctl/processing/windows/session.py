@@ -59,6 +59,7 @@ import itertools
 from collections import deque
 from typing import Any
 
+from streamctl.processing.aggregations import columnar
 from streamctl.processing.windows import NO_WATERMARK, Batch, fold_events
 
 # a session: [start, last, state, late events in it, id, windows written for it and still valid (or None),
@@ -106,7 +107,7 @@ class Session:
         # (taken at the first batch: the Spark job's per-group replay adds event by event, without numpy)
         self.states: Any = plan
         self.columnar = False
-        self.slots_ok = not update and not correct and all(f in ("count", "sum", "avg") for f in plan.funcs)
+        self.slots_ok = not update and not correct and columnar(plan.funcs)
         # the open sessions as arrays, for the batch kernel (made by the first batch)
         self.index: Any = None
         # batches the kernel declined (folded one event at a time instead), and their events
