@@ -69,6 +69,9 @@ def spark():
     import pyspark
     from pyspark.sql import SparkSession
 
+    # the executors run this interpreter, as the real engine's do (streamctl.spark.runner sets
+    # PYSPARK_PYTHON): python3 on PATH may lack what a job imports where used (datasketches)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (
         SparkSession.builder.master("local[2]")
         .appName("streamctl-tests")
