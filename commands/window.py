@@ -17,6 +17,7 @@ EPILOG = example(
     "cat events.jsonl | streamctl window - --tumbling 10s --processing-time --emit update",
     "streamctl window orders --tumbling 1m --lateness 30s --late correct --agg sum:amount --agg distinct:user",
     "streamctl window orders --tumbling 1m --late drop --late-out late.jsonl --agg max:amount --agg min:amount",
+    "streamctl window requests --tumbling 1h --by path --agg approx_p99:latency_ms --agg users=approx_distinct:user",
     "streamctl window orders --tumbling 1m --follow --group dash --idle-timeout 10m  # kill -9 safe",
     "streamctl window big --tumbling 1h --engine spark --master local[4] --spark-threshold 1GiB",
     "streamctl window big --tumbling 1h --engine spark --emit-job job.py && spark-submit job.py",
@@ -58,10 +59,15 @@ are late.
 
 Aggregations (--agg, repeatable, default count): count, sum, avg, min, max,
 p50, p90, p99 (exact, linear interpolation like Spark's percentile), distinct
-(exact), first, last (input order), written FUNC:PATH or NAME=FUNC:PATH; the
-field is named FUNC_LASTSEGMENT by default. Values that are not numbers, for a
-numeric aggregation, are ignored and counted on stderr; missing ones are
-ignored like SQL NULLs.
+(exact), first, last (input order), stddev (sample standard deviation, Spark's
+stddev: null under 2 values), approx_distinct (HyperLogLog, within 2%) and
+approx_p50, approx_p90, approx_p99 (a KLL sketch: one of the values, rank within
+1%); the approximate ones keep a few KiB a window and give the same result on
+both engines and every run. Written FUNC:PATH or NAME=FUNC:PATH; the field is
+named FUNC_LASTSEGMENT by default. distinct and approx_distinct tell values
+apart by their JSON text (1, 1.0 and "1" are three). Values that are not
+numbers, for a numeric aggregation, are ignored and counted on stderr; missing
+ones are ignored like SQL NULLs.
 
 --follow --group G checkpoints input offsets and window state together,
 atomically, so a kill -9 and restart neither loses nor double-counts (rows
