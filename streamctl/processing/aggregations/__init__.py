@@ -96,6 +96,7 @@ class Plan:
         self.n = len(specs)
         self.uses_seq = any(a.by_seq for a in self.aggs)
         self.names = names
+        self._adds = [a.add for a in self.aggs]
 
     # -- per event ---------------------------------------------------------------
 
@@ -121,8 +122,8 @@ class Plan:
         return [a.new() for a in self.aggs]
 
     def add(self, st: list, vals: tuple, seq: int) -> None:
-        for i, (a, v) in enumerate(zip(self.aggs, vals, strict=True)):
-            st[i] = a.add(st[i], v, seq)
+        for i, (add, v) in enumerate(zip(self._adds, vals, strict=True)):
+            st[i] = add(st[i], v, seq)
 
     def fold(self, st: list, cols: Sequence[list | None], idx: list[int], seq0: int) -> None:
         """add() of the events at positions `idx` (ascending) of a batch whose columns are `cols`
