@@ -14,6 +14,8 @@ EPILOG = example(
     "streamctl consume a | jq -c '.value |= .+1' | streamctl produce b --envelope",
     "streamctl produce orders in.jsonl --on-error dead-letter=rejected.jsonl --fsync always --echo",
     "streamctl consume a -g copy | jq -c '.value.n += 1' | streamctl produce b --envelope --exactly-once --source a",
+    "streamctl produce app /var/log/app.jsonl --follow --key-field user     # like tail -F, exactly once across restarts",
+    "streamctl produce web '/var/log/nginx/*.log' --raw --follow --idle-timeout 1h",
 )
 
 
@@ -39,12 +41,25 @@ def produce(
     lock_timeout: str | None = typer.Option(None, "--lock-timeout", callback=numbers.duration(), metavar="DUR", help="Fail if a partition lock is not free within DUR (default: wait)."),
     exactly_once: bool = typer.Option(False, "--exactly-once", help="Skip records whose source (log, partition, offset) was already appended (needs --envelope)."),
     source: str | None = typer.Option(None, "--source", metavar="NAME", help="With --exactly-once: the source log name for envelope lines that carry offset/partition."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep reading each FILE as it grows, like tail -F (rotation, truncation and quoted globs included); where each file was read to is kept with LOG, so a rerun after a crash appends every line once."),
+    idle_timeout: str | None = typer.Option(None, "--idle-timeout", callback=numbers.duration(), metavar="DUR", help="With --follow: stop after DUR without new lines."),
 ) -> None:
     """Append records read from FILEs or stdin to LOG.
 
     Each input line is a JSON value and becomes a record's value (stored exactly
     as written, after validation). Blank lines are skipped. On success a one-line
     summary goes to stderr; stdout stays empty unless --echo.
+
+    --follow (Filebeat's job): FILEs are names or quoted globs, looked at again
+    for new files. A file renamed away (rotation) is read to its end, then the
+    new file of that name from its start; a file truncated in place
+    (copytruncate) is read again from its start; a line is appended once its
+    newline is written. Files are known by device, inode and first bytes. Where
+    each was read to is kept in LOG/.follow, and every record carries the header
+    "streamctl.file": "ID:BYTE" (the file, as `stat` lists it, and where its
+    line starts), so a rerun after kill -9 appends each line exactly once.
+    Records without a key go to one partition per file. SIGTERM or
+    --idle-timeout: commit and exit 0; SIGINT: commit and exit 130.
     """
     from streamctl.commands.common import parse_size
     from streamctl.errors import UsageError
@@ -67,6 +82,16 @@ def produce(
         raise UsageError("--exactly-once and --source need --envelope input (records that carry their source)")
     if source is not None and not exactly_once:
         raise UsageError("--source needs --exactly-once")
+    if follow and not [f for f in files or [] if f != "-"]:
+        raise UsageError("--follow needs FILEs to follow (names or quoted globs); it does not follow stdin "
+                         "(for a pipe, run produce without --follow)")
+    if follow and "-" in (files or []):
+        raise UsageError("--follow reads files, not stdin (-)")
+    if follow and exactly_once:
+        raise UsageError("--follow is exactly once by itself (positions kept with the log); --exactly-once "
+                         "is for --envelope input that carries its source")
+    if idle_timeout is not None and not follow:
+        raise UsageError("--idle-timeout needs --follow")
     dead_letter = None
     if on_error.startswith("dead-letter="):
         dead_letter = on_error.split("=", 1)[1]
@@ -82,10 +107,12 @@ def produce(
         raise UsageError("--max-record-bytes must be at least 1")
     seg_bytes = parse_size(segment_bytes) if segment_bytes else None
     timeout = parse_duration(lock_timeout) / 1000 if lock_timeout else None
+    idle = parse_duration(idle_timeout) / 1000 if idle_timeout else None
 
     from streamctl.clients import produce_run
 
     produce_run.run(log, files, key_field=key_field, key=key, envelope=envelope, raw=raw, key_delimiter=key_delimiter,
                     source=source, partitions=partitions, partition=partition, segment_bytes=seg_bytes, fsync=fsync,
                     echo=echo, max_record_bytes=max_bytes, on_error=mode, dead_letter=dead_letter,
-                    lock_timeout=timeout, exactly_once=exactly_once, say=info)
+                    lock_timeout=timeout, exactly_once=exactly_once, say=info,
+                    follow=follow, idle_timeout=idle)

@@ -17,8 +17,11 @@ def run(log: str, files: list[str] | None, *, key_field: str | None, key: str | 
         key_delimiter: str | None, source: str | None, partitions: int | None, partition: int | None,
         segment_bytes: int | None, fsync: str, echo: bool, max_record_bytes: int, on_error: str,
         dead_letter: str | None, lock_timeout: float | None, exactly_once: bool,
-        say: Callable[[str], None]) -> None:
-    """Append the records of `files` (none or - : stdin) to `log`; the options are checked already."""
+        say: Callable[[str], None], follow: bool = False, idle_timeout: float | None = None) -> None:
+    """Append the records of `files` (none or - : stdin) to `log`; the options are checked already.
+
+    With `follow`, `files` are names or globs followed as they grow (streamctl.ingest.follow) until a
+    stop signal or `idle_timeout` seconds without new lines."""
     import os
     import sys
 
@@ -44,7 +47,7 @@ def run(log: str, files: list[str] | None, *, key_field: str | None, key: str | 
         check_partition(partition, lg.partitions)
 
     opened: list[Input] = []
-    names = files or ["-"]
+    names = [] if follow else files or ["-"]
     for name in names:
         if name == "-":
             opened.append(Input("<stdin>", sys.stdin.fileno()))
@@ -78,6 +81,26 @@ def run(log: str, files: list[str] | None, *, key_field: str | None, key: str | 
         opts.validate_batch, opts.const_key = validate_values, key
     else:
         opts.key_path = value_path(key_field)
+    if follow:
+        from streamctl import stopflag
+        from streamctl.ingest.follow import follow as follow_files
+
+        stopflag.install()
+        with Appender(lg, fsync=fsync, lock_timeout=lock_timeout) as app_:
+            fstats = follow_files(lg, files or [], opts, app_, raw=raw, idle=idle_timeout, say=say)
+        if out is not None:
+            out.flush()
+        msg = summary(log, fstats.produced, dead_letter)
+        msg += f"; followed {fstats.files} file(s)"
+        if fstats.rotations:
+            msg += f", {fstats.rotations} rotated away"
+        if fstats.truncations:
+            msg += f", {fstats.truncations} truncated and read again"
+        if fstats.already:
+            msg += f"; {fstats.already} line(s) already in the log (appended before a crash) skipped"
+        say(msg)
+        stopflag.end("interrupted; the positions of the lines appended were committed")
+        return
     with Appender(lg, fsync=fsync, lock_timeout=lock_timeout) as app_:
         if exactly_once:
             from streamctl.clients.dedup import Deduper

@@ -105,13 +105,17 @@ class _DeadLetters:
         self.path = path
         self.fd = -1
 
-    def write(self, name: str, lineno: int, reason: str, raw: bytes) -> None:
+    def write(self, name: str, lineno: int | None, reason: str, raw: bytes, byte: int | None = None) -> None:
+        """One rejected line; `byte` (produce --follow) is where the line starts in the file, for input read
+        from the middle, where no line number is known."""
         if self.fd < 0:
             try:
                 self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | NOFOLLOW, 0o644)
             except OSError as e:
                 raise StorageError(f"{self.path}: cannot open dead-letter file: {e.strerror}") from None
         entry: dict = {"input": name, "line": lineno, "reason": reason}
+        if byte is not None:
+            entry["byte"] = byte
         try:
             entry["raw"] = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -126,6 +130,26 @@ class _DeadLetters:
         if self.fd >= 0:
             os.fsync(self.fd)
             os.close(self.fd)
+
+
+def batch_lane(opts: ProduceOptions) -> Callable[[Batch, Exact], Spliced | None] | None:
+    """The lane of the input mode (lanes.py), or None when every batch goes line by line
+    (--fsync always, --exactly-once)."""
+    if opts.per_record or opts.dedupe is not None:
+        return None
+    if opts.validate_batch is not None:
+        check, key_json, const_key = opts.validate_batch, orjson.dumps(opts.const_key), opts.const_key
+
+        def plain(batch: Batch, exact: Exact) -> Spliced | None:
+            values = check(batch, exact)
+            return None if values is None else Spliced(values, key_json, None, None, const_key)
+
+        return plain
+    if opts.key_path is not None:
+        return KeyedLane(opts.key_path)
+    if opts.envelope_batch is not None:
+        return opts.envelope_batch
+    return opts.raw_batch
 
 
 def produce(log: Log, inputs: Iterable[Input], opts: ProduceOptions, appender: Appender) -> ProduceStats:
@@ -159,22 +183,7 @@ def produce(log: Log, inputs: Iterable[Input], opts: ProduceOptions, appender: A
 
     decode = opts.decoder
     want = opts.echo is not None
-    lane: Callable[[Batch, Exact], Spliced | None] | None = None
-    if not opts.per_record and opts.dedupe is None:
-        if opts.validate_batch is not None:
-            check, key_json, const_key = opts.validate_batch, orjson.dumps(opts.const_key), opts.const_key
-
-            def plain(batch: Batch, exact: Exact) -> Spliced | None:
-                values = check(batch, exact)
-                return None if values is None else Spliced(values, key_json, None, None, const_key)
-
-            lane = plain
-        elif opts.key_path is not None:
-            lane = KeyedLane(opts.key_path)
-        elif opts.envelope_batch is not None:
-            lane = opts.envelope_batch
-        elif opts.raw_batch is not None:
-            lane = opts.raw_batch
+    lane = batch_lane(opts)
     fixed = opts.partition if opts.partition is not None else 0 if log.partitions == 1 else None
 
     def append_spliced(s: Spliced) -> None:

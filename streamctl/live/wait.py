@@ -18,8 +18,8 @@ POLL_INTERVAL = 0.01
 
 
 class Waiter:
-    def __init__(self, path: str, max_wait: float = 0.2) -> None:
-        self.path = path
+    def __init__(self, path: str | list[str], max_wait: float = 0.2, recursive: bool = True) -> None:
+        paths = [path] if isinstance(path, str) else path
         self.max_wait = max_wait
         self._gen = None
         self.polling = os.environ.get("STREAMCTL_FORCE_POLLING") == "1"
@@ -28,9 +28,9 @@ class Waiter:
                 import watchfiles
 
                 self._gen = watchfiles.watch(
-                    path, watch_filter=None, debounce=1, step=1, stop_event=stopflag.event(),
+                    *paths, watch_filter=None, debounce=1, step=1, stop_event=stopflag.event(),
                     rust_timeout=int(max_wait * 1000), yield_on_timeout=True, raise_interrupt=False,
-                    recursive=True, ignore_permission_denied=True,
+                    recursive=recursive, ignore_permission_denied=True,
                 )
             except Exception:
                 self._gen = None
