@@ -82,11 +82,11 @@ def produce(
         raise UsageError("--exactly-once and --source need --envelope input (records that carry their source)")
     if source is not None and not exactly_once:
         raise UsageError("--source needs --exactly-once")
+    if follow and "-" in (files or []):
+        raise UsageError("--follow reads files, not stdin (-)")
     if follow and not [f for f in files or [] if f != "-"]:
         raise UsageError("--follow needs FILEs to follow (names or quoted globs); it does not follow stdin "
                          "(for a pipe, run produce without --follow)")
-    if follow and "-" in (files or []):
-        raise UsageError("--follow reads files, not stdin (-)")
     if follow and exactly_once:
         raise UsageError("--follow is exactly once by itself (positions kept with the log); --exactly-once "
                          "is for --envelope input that carries its source")

@@ -58,7 +58,10 @@ def stat(
     JSON: {"log", "partitions": [{"partition", "first_offset", "next_offset",
     "records", "segments", "bytes", "first_ts", "last_ts"}], "groups": [{"group",
     "partition", "committed", "lag", "lag_age_ms"}]}; with several LOGs a list of
-    those. Prometheus: the gauges streamctl_partition_first_offset,
+    those. A log fed by produce --follow also has "files": [{"file", "id",
+    "position", "size", "unread", "state"}]: each followed file's name, the ID
+    its records' streamctl.file header names, the bytes read and appended, its
+    size, the bytes not appended yet, and active, rotated, truncated or gone. Prometheus: the gauges streamctl_partition_first_offset,
     streamctl_partition_next_offset, streamctl_partition_records and
     streamctl_partition_bytes (labelled log and partition), and
     streamctl_group_committed_offset, streamctl_group_lag and
@@ -153,4 +156,8 @@ def _tables(st, heading: bool, first: bool) -> str:
         from streamctl.capture.status import describe
 
         text += "\n" + describe(st.capture) + "\n"
+    if st.files:
+        frow = [{"file": f.file, "id": f.id, "position": f.position, "size": "-" if f.size is None else f.size,
+                 "unread": "-" if f.unread is None else f.unread, "state": f.state} for f in st.files]
+        text += "\n" + table(frow) + "\n"
     return text

@@ -15,7 +15,8 @@ offset and its lag age from the first record.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from streamctl.groups import offsets
 from streamctl.storage import reader, record, segment
@@ -50,12 +51,15 @@ class LogStat:
     partitions: list[PartitionStat]
     groups: list[GroupLag]
     capture: dict | None = None  # a captured log: its slot and the WAL the slot holds back (capture.status)
+    files: list[Any] = field(default_factory=list)  # ingest.positions.FileStat: files fed by produce --follow
 
     def to_dict(self) -> dict:
         d: dict = {"log": self.log, "partitions": [asdict(p) for p in self.partitions],
-             "groups": [asdict(g) for g in self.groups]}
+                   "groups": [asdict(g) for g in self.groups]}
         if self.capture is not None:
             d["capture"] = self.capture
+        if self.files:
+            d["files"] = [asdict(f) for f in self.files]
         return d
 
 
@@ -114,7 +118,9 @@ def stat(log: Log, now: int | None = None) -> LogStat:
         from streamctl.capture.status import capture_status
 
         capture = capture_status(log)
-    return LogStat(log.path, parts, groups, capture)
+    from streamctl.ingest.positions import file_stats
+
+    return LogStat(log.path, parts, groups, capture, file_stats(log))
 
 
 def format_age(ms: int) -> str:
@@ -164,19 +170,19 @@ def _help(text: str) -> str:
 def prometheus(stats: list[LogStat]) -> str:
     """Gauges for every log in `stats`, each metric's samples together under one HELP and TYPE."""
     lines: list[str] = []
-    for name, help_, field in PROM_PARTITION:
+    for name, help_, attr in PROM_PARTITION:
         lines += [f"# HELP {name} {_help(help_)}", f"# TYPE {name} gauge"]
         for st in stats:
             for ps in st.partitions:
-                lines.append(f'{name}{{log="{_label(st.log)}",partition="{ps.partition}"}} {getattr(ps, field)}')
-    for name, help_, field in PROM_GROUP:
+                lines.append(f'{name}{{log="{_label(st.log)}",partition="{ps.partition}"}} {getattr(ps, attr)}')
+    for name, help_, attr in PROM_GROUP:
         lines += [f"# HELP {name} {_help(help_)}", f"# TYPE {name} gauge"]
         for st in stats:
             for g in st.groups:
-                v = getattr(g, field)
+                v = getattr(g, attr)
                 if v is None:
                     continue
-                text = f"{v / 1000:.3f}" if field == "lag_age_ms" else str(v)
+                text = f"{v / 1000:.3f}" if attr == "lag_age_ms" else str(v)
                 lines.append(f'{name}{{log="{_label(st.log)}",group="{_label(g.group)}",'
                              f'partition="{g.partition}"}} {text}')
     return "\n".join(lines) + "\n"

@@ -160,9 +160,9 @@ class Follower:
             for e in list(self.reg.files.values()):
                 if e.id in self.open:
                     continue
-                path = find_in_folder(e)
-                got = self._open(path) if path is not None else None
-                if got is None or path is None:
+                where = find_in_folder(e)
+                got = self._open(where) if where is not None else None
+                if got is None or where is None:
                     del self.reg.files[e.id]  # deleted: nothing of it can be read any more
                     self.dirty = True
                     continue
@@ -173,7 +173,7 @@ class Follower:
                         del self.reg.files[e.id]
                         self.dirty = True
                     continue
-                e.path, e.rotated = path, True
+                e.path, e.rotated = where, True
                 f = self._track(e, fd, e.pos)
                 f.rotated_at = now
 
