@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
 
 def produce(
     log: str = typer.Argument(..., metavar="LOG", help="Log folder (created on first use)."),
-    files: list[str] | None = typer.Argument(None, metavar="FILE", help="Input files; none or - reads stdin."),
+    files: list[str] | None = typer.Argument(None, metavar="FILE", help="Input files; none or - reads stdin. With --follow: files or quoted globs to follow."),
     key_field: str | None = typer.Option(None, "--key-field", metavar="PATH", help="Take the key from this field of the value (dotted path, e.g. user.id)."),
     key: str | None = typer.Option(None, "--key", metavar="K", help="Use K as the key of every record."),
     envelope: bool = typer.Option(False, "--envelope", help="Input lines are {\"key\", \"value\", \"headers\"} objects (consume's output fits)."),
