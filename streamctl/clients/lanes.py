@@ -172,7 +172,7 @@ def _nonblank(batch: Batch) -> list[bytes]:
 
 _start = re.Match.start
 _raw_value = msgspec.json.Decoder(msgspec.Raw).decode
-_DECODE_ERRORS = (msgspec.DecodeError, RecursionError)  # (a ValidationError is a DecodeError)
+_DECODE_ERRORS = (msgspec.DecodeError, RecursionError, UnicodeDecodeError)  # (a ValidationError is a DecodeError)
 
 
 # --- the lanes ------------------------------------------------------------------------------
@@ -293,7 +293,7 @@ class EnvelopeLane:
             return Spliced(values, raws, None, headers)
         try:
             keys = list(map(_key_value, raws))
-        except msgspec.ValidationError:  # a key that is not a string, a 64-bit integer or null
+        except (msgspec.ValidationError, UnicodeDecodeError):  # a key that is not a string, a 64-bit integer or null (or not UTF-8)
             return None
         texts = self.texts(keys)
         if texts is None or not checked(batch.text, batch.lines, exact):
