@@ -19,3 +19,13 @@ open_windows  # noqa
 autocommit  # noqa
 # a server-side cursor's fetch size, set for the driver to read (streamctl/capture)
 itersize  # noqa
+# aggregation classes: each registers itself under its --agg names (processing/aggregations/base.register)
+Avg  # noqa
+Min  # noqa
+Max  # noqa
+Percentile  # noqa
+Distinct  # noqa
+Last  # noqa
+Stddev  # noqa
+ApproxDistinct  # noqa
+ApproxQuantile  # noqa
