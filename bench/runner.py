@@ -515,7 +515,10 @@ def main(argv: list[str] | None = None) -> int:
             b.data.cdc_log(n)
             b.data.searches_clicks(n)
         b.data.head(b.data.events_jsonl(b.records), 2_000 if b.quick else 20_000)
-        b.data.events_iso_log(b.records)  # the realistic shape (window, join)
+        b.data.events_real_log(b.records)  # the main window and join data: stragglers, skewed keys
+        b.data.profiles_real_log(b.records)
+        b.data.searches_clicks_real(b.records)
+        b.data.events_iso_log(b.records)  # the in-order ISO shape (window, join)
         b.data.profiles_iso(b.records)
         b.data.searches_clicks_iso(b.records)
         say(f"data ready in {b.data_root}")

@@ -280,6 +280,16 @@ class SlotStates(Slots):
                 fl[s] = False
         self.free.append(s)
 
+    def release_at(self, idx: np.ndarray) -> None:
+        """release() of the slots `idx`."""
+        for i in range(len(self.funcs)):
+            self.count[i][idx] = 0
+            t, fl = self.total[i], self.floaty[i]
+            if t is not None and fl is not None:
+                t[idx] = 0.0
+                fl[idx] = False
+        self.free += idx.tolist()
+
     def add(self, s: int, vals: tuple, seq: int) -> bool:
         """Plan.add into slot s; False (and nothing added) when a value or the count is beyond what a
         slot keeps exactly: the caller then moves to Plan's states."""

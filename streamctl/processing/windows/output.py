@@ -1,5 +1,5 @@
 """A window's rows as the output writes them: an operator row (start, end, key JSON, values,
-revision) as an object (row_dict) or a JSON line (row_json, rows_jsonl a window at a time)."""
+revision) as an object (row_dict) or a JSON line (row_json, rows_jsonl a batch at a time)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from operator import itemgetter
 
 import orjson
 
-from streamctl.timeparse import format_iso
+from streamctl.timeparse import MAX_MS, MIN_MS, format_iso
 
 
 def row_dict(row: tuple) -> dict:
@@ -51,18 +51,30 @@ def row_json(row: tuple) -> bytes:
 
 
 def rows_jsonl(rows: list[tuple]) -> bytes:
-    """row_json() of each row, joined: the same bytes, made a window at a time.
+    """row_json() of each row, joined: the same bytes, made a batch of rows at a time.
 
-    Rows of one window (consecutive, same start and end, no revision) share the
-    `{"window":...,"key":` prefix, and their aggregates are encoded in one call
-    as a list of objects, cut apart at `},{` (kept only when that gives one piece
-    per row: a string holding `},{` would make more). A row is then the prefix,
-    the key's JSON text, `,`, its piece and `}`. Windows with a revised or a
-    delete row (values None) go through row_json. Raises where row_json would (a
-    value orjson cannot write); the caller then writes row by row, so the rows
-    before it still come out.
+    Every bound is written by one numpy call for the batch (`iso_many`), and the
+    aggregates of the rows are encoded in one orjson call as a list of objects,
+    cut apart at `},{` (kept only when that gives one piece per row: a string
+    holding `},{` would make more). A row is then `{"window":...,"key":`, the
+    key's JSON text, `,`, its piece and `}`. Batches with a revised or a delete
+    row (values None) go a window at a time, those rows through row_json.
+    Raises where row_json would (a value orjson cannot write); the caller then
+    writes row by row, so the rows before it still come out.
     """
+    if not rows:
+        return b""
     dumps = orjson.dumps
+    starts, ends = list(map(_row_start, rows)), list(map(_row_end, rows))
+    bounds = dict.fromkeys(starts + ends)
+    iso = dict(zip(bounds, iso_many(list(bounds)), strict=True))
+    values = list(map(_row_values, rows))
+    if {*map(_row_revision, rows)} == _NONE and all(values):
+        pieces = dumps(values)[2:-2].split(b"},{")
+        if len(pieces) == len(rows):
+            line = b'{"window":{"start":"%s","end":"%s"},"key":%s,%s}\n'
+            return b"".join([line % (iso[a], iso[e], k, p)
+                             for a, e, k, p in zip(starts, ends, map(_row_key, rows), pieces, strict=True)])
     parts: list[bytes] = []
     for (start, end), group in groupby(rows, _row_window):
         grp = list(group)
@@ -70,7 +82,7 @@ def rows_jsonl(rows: list[tuple]) -> bytes:
         if {*map(_row_revision, grp)} == _NONE and all(values):
             pieces = dumps(values)[2:-2].split(b"},{")
             if len(pieces) == len(grp):
-                prefix = b'{"window":{"start":' + dumps(_iso(start)) + b',"end":' + dumps(_iso(end)) + b'},"key":'
+                prefix = b'{"window":{"start":"' + iso[start] + b'","end":"' + iso[end] + b'"},"key":'
                 parts += chain.from_iterable(zip(repeat(prefix), map(_row_key, grp), repeat(b","), pieces,
                                                  repeat(b"}\n")))
                 continue
@@ -78,8 +90,22 @@ def rows_jsonl(rows: list[tuple]) -> bytes:
     return b"".join(parts)
 
 
+def iso_many(ms: list[int]) -> list[bytes]:
+    """format_iso of each time, as ASCII bytes, in one numpy call (numpy writes years 1..9999 as
+    format_iso does, proleptic Gregorian, 4 digits); a time outside them raises as format_iso does."""
+    if not ms:
+        return []
+    if min(ms) < MIN_MS or max(ms) > MAX_MS:
+        return [format_iso(t).encode() for t in ms]
+    import numpy as np
+
+    text = np.datetime_as_string(np.array(ms, dtype="datetime64[ms]"), unit="ms")
+    return [t + b"Z" for t in np.char.encode(text, "ascii").tolist()]
+
+
 _row_window = itemgetter(0, 1)
-_row_key, _row_values, _row_revision = itemgetter(2), itemgetter(3), itemgetter(4)
+_row_start, _row_end, _row_key, _row_values, _row_revision = (itemgetter(0), itemgetter(1), itemgetter(2),
+                                                               itemgetter(3), itemgetter(4))
 _NONE = {None}
 
 

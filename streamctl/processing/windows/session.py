@@ -57,6 +57,7 @@ import bisect
 import heapq
 import itertools
 from collections import deque
+from itertools import repeat
 from typing import Any
 
 from streamctl.processing.aggregations import columnar
@@ -113,6 +114,7 @@ class Session:
         # batches the kernel declined (folded one event at a time instead), and their events
         self.declined = 0
         self.declined_events = 0
+        self.heap_stale = False  # the batch kernel leaves the heap behind (it closes from the index)
 
     def _use_slots(self) -> None:
         if self.slots_ok and not self.columnar and not self.open:
@@ -333,6 +335,8 @@ class Session:
                 return done
             self.declined += 1
             self.declined_events += len(batch.ts)
+        if self.heap_stale:
+            self._make_heap()
         if self.index is not None:
             self._sync_keys(batch.ks)
         if self.columnar:
@@ -394,7 +398,7 @@ class Session:
         g_all = index.group_ids(ks)
         pos = np.arange(n) if keep is None else np.flatnonzero(keep)
         if not len(pos):
-            return self._closes(high, lateness, out), lates
+            return self._close_batch(high, before, lateness, out), lates
         g = g_all[pos]
         ug, at = np.unique(g, return_index=True)
         nopen, newest = index.nopen[ug], index.newest[ug]
@@ -411,7 +415,7 @@ class Session:
                 k = ks[int(pos[at[j]])]
                 for s in self.open.get(k, ()):
                     if s[HANDLE] == NO_HANDLE:
-                        s[HANDLE] = index.bind(s, s[LAST], s[STATE] if self.columnar else None)
+                        s[HANDLE] = index.bind(s, k, s[LAST], s[STATE] if self.columnar else None)
                     pg.append(int(ug[j]))
                     ph.append(s[HANDLE])
                     ps.append(s[START])
@@ -432,20 +436,22 @@ class Session:
         fresh = live[~old]
         new_h = index.alloc(len(fresh))
         handle_of[fresh] = new_h
-        heap, ids, opened, states = self.heap, self._ids, self.open, self.states
+        ids, opened, states = self._ids, self.open, self.states
         slots = []
+        keys = index.keys
+        self.heap_stale = True  # the kernel closes from the index's arrays; the heap is made again when needed
         starts, lasts = runs.start.tolist(), runs.last.tolist()
         for c, h, i in zip(fresh.tolist(), new_h.tolist(), runs.first[fresh].tolist(), strict=True):
             k = ks[int(pos[i])]
             s = [starts[c], lasts[c], states.new(), 0, next(ids), None, h]
             sessions[h] = s
+            keys[h] = k
             slots.append(s[STATE])
             group = opened.get(k)
             if group is None:
                 opened[k] = [s]
             else:
                 group.append(s)
-            heapq.heappush(heap, (lasts[c] + gap, s[SID], k))
         # an open session that a straggler moved the start of
         moved = live[old]
         moved = moved[runs.start[moved] < pre.start[runs.pre[moved]]]
@@ -453,6 +459,7 @@ class Session:
             sessions[int(handle_of[c])][START] = starts[c]
         live_h = handle_of[live]
         index.last[live_h] = runs.last[live]
+        index.group[new_h] = runs.group[fresh]
         np.add.at(index.nopen, runs.group[fresh], 1)
         index.newest[runs.group[live]] = live_h
         handles = handle_of[runs.of_event]  # each kept event's session, in input order
@@ -470,29 +477,74 @@ class Session:
             heads = hs[bounds[:-1]].tolist()
             self.plan.fold_groups([(sessions[h][STATE], where[a:b]) for h, a, b in
                                    zip(heads, bounds, bounds[1:], strict=False)], cols, seq)
-        maxt = self._closes(high, lateness, out)
+        maxt = self._close_batch(high, before, lateness, out)
         if self.columnar and not self.states.fits():
             self.to_states()
         if len(index.gid) > 4 * len(opened) + INDEX_SLACK:
             self._drop_index()  # keys of closed sessions: forgotten, the index made again from the open ones
         return maxt, lates
 
-    def _closes(self, high: Any, lateness: int, out: list) -> int:
-        """The close() calls of the one-event path over a batch whose largest time up to each event
-        is `high`: at the first event past the earliest end, and so on; then _forget. Returns the
-        largest time."""
+    def _close_batch(self, high: Any, before: Any, lateness: int, out: list) -> int:
+        """The close() calls the one-event path makes over a batch whose largest time up to each event
+        is `high` (`before`: the largest before each), made from the index's arrays: the open sessions whose end the last watermark
+        passed, each closed at the first event that moves the watermark past its end, in the order
+        close() writes them (by that event, then start, then key); closed_last and _forget as
+        close() leaves them. Returns the largest time."""
         import numpy as np
 
-        heap = self.heap
-        n = len(high)
-        while heap:
-            i = int(np.searchsorted(high, heap[0][0] + lateness, side="right"))  # the first event past it
-            if i == n:
-                break
-            self.close(int(high[i]) - lateness, out)
+        index, gap = self.index, self.gap
         maxt = int(high[-1])
+        top = len(index.sessions)
+        ends = index.last[:top] + gap
+        hs = np.flatnonzero(index.alive[:top] & (ends < maxt - lateness))
+        if len(hs):
+            at = np.searchsorted(high, ends[hs] + lateness, side="right")  # the event that closes each
+            sessions, keys = index.sessions, index.keys
+            starts = np.array([sessions[h][START] for h in hs.tolist()], dtype=np.int64)
+            order = np.lexsort((starts, at))
+            hs, at, starts = hs[order], at[order], starts[order]
+            same = (at[1:] == at[:-1]) & (starts[1:] == starts[:-1])
+            if same.any():  # one close, one start, several groups: by key, as close() sorts them
+                fix = sorted(range(len(hs)), key=lambda i: (int(at[i]), int(starts[i]), keys[int(hs[i])]))
+                hs, at, starts = hs[fix], at[fix], starts[fix]
+            if self.columnar:
+                slot_idx = index.slot[hs]
+                results = self.states.results_at(self.plan.names, slot_idx)
+                self.states.release_at(slot_idx)
+            else:
+                results = [self.plan.result(sessions[h][STATE]) for h in hs.tolist()]
+            hl, ks = hs.tolist(), [keys[h] for h in hs.tolist()]
+            lasts = index.last[hs].tolist()
+            out += zip(starts.tolist(), (ends[hs]).tolist(), ks, results, repeat(None))
+            opened, last_of, closed_order = self.open, self.closed_last, self.closed_order
+            forget = self._forget
+            wms = (high[at] - lateness).tolist()
+            befores = (before[at] - lateness).tolist()
+            prev_at = -1
+            for h, k, last, a, wm, wb in zip(hl, ks, lasts, at.tolist(), wms, befores, strict=True):
+                if a != prev_at:  # a new close(): the watermark moves before it forget as add() would
+                    if prev_at >= 0:
+                        forget(prev_wm)
+                    forget(wb)
+                    prev_at, prev_wm = a, wm
+                group = opened[k]
+                if len(group) == 1:
+                    del opened[k]
+                else:
+                    _remove_session(group, sessions[h])
+                if last_of.get(k, NO_WATERMARK) < last:
+                    last_of[k] = last
+                    closed_order.append((last, k))
+            forget(prev_wm)
+            index.release_many(hs)
         self._forget(maxt - lateness)
         return maxt
+
+    def _make_heap(self) -> None:
+        """The close heap from the open sessions, for the one-event path after the kernel."""
+        self.heap = [(self._last(s) + self.gap, s[SID], k) for k, v in self.open.items() for s in v]
+        heapq.heapify(self.heap)
+        self.heap_stale = False
 
     def _open_index(self) -> Any:
         """The OpenIndex, made for the open sessions when there is none, and up to date with what
@@ -511,7 +563,7 @@ class Session:
                 best, best_last = NO_HANDLE, None
                 for s in self.open.get(k, ()):
                     if s[HANDLE] == NO_HANDLE:
-                        s[HANDLE] = index.bind(s, s[LAST], s[STATE] if columnar else None)
+                        s[HANDLE] = index.bind(s, k, s[LAST], s[STATE] if columnar else None)
                     else:
                         index.last[s[HANDLE]] = self._last(s)
                     if best_last is None or s[LAST] > best_last:

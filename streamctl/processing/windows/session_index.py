@@ -43,6 +43,9 @@ class OpenIndex:
     last: np.ndarray = field(default_factory=lambda: np.zeros(16, dtype=np.int64))  # by handle
     slot: np.ndarray = field(default_factory=lambda: np.zeros(16, dtype=np.intp))  # by handle: its SlotStates slot
     sessions: list = field(default_factory=list)  # by handle: the session list, None when free
+    keys: list = field(default_factory=list)  # by handle: its group key
+    group: np.ndarray = field(default_factory=lambda: np.zeros(16, dtype=np.int64))  # by handle: its group id
+    alive: np.ndarray = field(default_factory=lambda: np.zeros(16, dtype=bool))  # by handle: an open session
     free: list[int] = field(default_factory=list)
     # keys whose sessions the one-event path changed since the last batch here: their sessions get
     # handles and their newest[] is found again before the next assign()
@@ -77,15 +80,22 @@ class OpenIndex:
         base = len(self.sessions)
         fresh = m - take
         self.sessions.extend([None] * fresh)
+        self.keys.extend([None] * fresh)
         need = base + fresh
         self.last = _grown(self.last, need, 0)
         self.slot = _grown(self.slot, need, 0)
-        return np.array(got + list(range(base, need)), dtype=np.int64)
+        self.group = _grown(self.group, need, 0)
+        self.alive = _grown(self.alive, need, False)
+        handles = np.array(got + list(range(base, need)), dtype=np.int64)
+        self.alive[handles] = True
+        return handles
 
-    def bind(self, s: list, last: int, slot: int | None) -> int:
+    def bind(self, s: list, key: bytes, last: int, slot: int | None) -> int:
         """A handle for a session made by the one-event path."""
         h = int(self.alloc(1)[0])
         self.sessions[h] = s
+        self.keys[h] = key
+        self.group[h] = self.group_id(key)
         self.last[h] = last
         if slot is not None:
             self.slot[h] = slot
@@ -94,6 +104,8 @@ class OpenIndex:
     def release(self, h: int, key: bytes | None = None) -> None:
         """Handle h's session closed or merged away (with its key: no longer its group's newest)."""
         self.sessions[h] = None
+        self.keys[h] = None
+        self.alive[h] = False
         self.free.append(h)
         if key is not None:
             g = self.gid.get(key)
@@ -101,6 +113,19 @@ class OpenIndex:
                 self.nopen[g] -= 1
                 if self.newest[g] == h:
                     self.newest[g] = NO_HANDLE
+
+    def release_many(self, hs: np.ndarray) -> None:
+        """release(h, its key) for the handles `hs` (sessions closed by a batch)."""
+        sessions, keys = self.sessions, self.keys
+        for h in hs.tolist():
+            sessions[h] = None
+            keys[h] = None
+        self.alive[hs] = False
+        self.free += hs.tolist()
+        g = self.group[hs]
+        np.subtract.at(self.nopen, g, 1)
+        was_newest = self.newest[g] == hs
+        self.newest[g[was_newest]] = NO_HANDLE
 
     def cluster(self, t: np.ndarray, g: np.ndarray, pos: np.ndarray, wm: np.ndarray, pre: Pre,
                 gap: int) -> Clusters | None:
