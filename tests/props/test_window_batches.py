@@ -12,7 +12,8 @@ from streamctl.errors import DataError, StorageError
 from streamctl.processing import inputorder
 from streamctl.processing.windows.config import WindowConfig
 from streamctl.processing.windows.driver import WindowRun
-from streamctl.processing.windows.output import row_json, rows_jsonl
+from streamctl.processing.windows.output import iso_many, row_json, rows_jsonl
+from streamctl.timeparse import MAX_MS, MIN_MS, format_iso
 
 T0 = 1_763_719_200_000
 M = 60_000
@@ -189,6 +190,22 @@ def test_rows_jsonl_equals_row_json(rows):
     assert rows_jsonl(rows) == b"".join(map(row_json, rows))
     same_window = [(0, M, k, v, None) for _s, _e, k, v, _r in rows]
     assert rows_jsonl(same_window) == b"".join(map(row_json, same_window))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(st.integers(MIN_MS, MAX_MS), st.integers(-10**6, 10**6),
+                          st.sampled_from([MIN_MS, MAX_MS, 0, -1, 999, -1000, 951_782_400_000])), max_size=30))
+def test_iso_many_is_format_iso(ms):
+    """The batch writer of window bounds (numpy) against the one rule, timeparse.format_iso."""
+    assert iso_many(ms) == [format_iso(t).encode() for t in ms]
+
+
+def test_iso_many_raises_outside_years_1_to_9999():
+    for bad in (MIN_MS - 1, MAX_MS + 1):
+        with pytest.raises(ValueError):
+            format_iso(bad)
+        with pytest.raises(ValueError):
+            iso_many([0, bad])
 
 
 def test_rows_jsonl_raises_where_row_json_does():

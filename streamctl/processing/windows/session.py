@@ -520,7 +520,7 @@ class Session:
             forget = self._forget
             wms = (high[at] - lateness).tolist()
             befores = (before[at] - lateness).tolist()
-            prev_at = -1
+            prev_at, prev_wm = -1, NO_WATERMARK
             for h, k, last, a, wm, wb in zip(hl, ks, lasts, at.tolist(), wms, befores, strict=True):
                 if a != prev_at:  # a new close(): the watermark moves before it forget as add() would
                     if prev_at >= 0:
