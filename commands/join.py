@@ -103,6 +103,9 @@ def join(
     master: str | None = options.master(),
     emit_job: str | None = options.emit_job(),
     unbuffered: bool = options.unbuffered("row"),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep running on two logs, writing rows as records arrive."),
+    group: str | None = typer.Option(None, "--group", "-g", metavar="G", help="With --follow: checkpoint both inputs' offsets and the join state together in LEFT/groups/.G.join.db."),
+    idle_timeout: str | None = typer.Option(None, "--idle-timeout", callback=numbers.duration(), metavar="DUR", help="With --follow: exit after DUR without new records (what could still match stays pending in the checkpoint)."),
 ) -> None:
     from streamctl.errors import UsageError
     from streamctl.formats.table import OUTPUTS
@@ -114,4 +117,5 @@ def join(
     spec = joining.make_spec(left, right, within=within, table=table, tables=tables, on=on, time_field=time_field,
                              how=how, as_of=as_of, table_retention=table_retention, lateness=lateness)
     threshold = parse_size(spark_threshold) if spark_threshold is not None else None
-    join_run.run(spec, output, late_out, engine, threshold, master, emit_job, unbuffered, info)
+    join_run.run(spec, output, late_out, engine, threshold, master, emit_job, unbuffered, info, follow, group,
+                 idle_timeout)

@@ -31,12 +31,29 @@ LATE_OUT_LOCAL = "--late-out writes a local file"
 
 
 def run(spec: joining.JoinSpec, output: str, late_out: str | None, engine: str, threshold: int | None,
-        master: str | None, emit_job: str | None, unbuffered: bool, say: Say) -> None:
+        master: str | None, emit_job: str | None, unbuffered: bool, say: Say, follow: bool = False,
+        group: str | None = None, idle_timeout: str | None = None) -> None:
     """The whole command once its flags are parsed into `spec` (make_spec)."""
     if late_out is not None and not spec.has_watermark:
         raise UsageError("--late-out needs a watermark: --within DUR, or --table --as-of event-time")
-    specs = joining.check_inputs(spec)
+    if group is not None:
+        from streamctl.storage.names import check_group
+
+        check_group(group)
+    if (group or idle_timeout) and not follow:
+        raise UsageError("--group and --idle-timeout need --follow (a finite run has nothing to resume)")
     stdin = "-" in (spec.left, spec.right)
+    if follow:
+        if engine == "spark" or emit_job is not None:
+            raise UsageError("--follow runs on the local engine: --engine spark and --emit-job are for finite input")
+        if stdin:
+            raise UsageError("--follow needs two logs, not stdin (-)")
+        specs = joining.check_inputs(spec)
+        for side, s in zip(("LEFT", "RIGHT"), specs, strict=True):
+            if not s.is_log:
+                raise UsageError(f"--follow needs two logs: {side} {s.path} is a plain file")
+        return run_follow(spec, output, group, idle_timeout, late_out, unbuffered, say)
+    specs = joining.check_inputs(spec)
 
     if emit_job is not None:
         if late_out is not None:
@@ -69,30 +86,39 @@ def run(spec: joining.JoinSpec, output: str, late_out: str | None, engine: str, 
     report(spec, run_local(spec, output, late_out, out), late_out, say)
 
 
-def run_local(spec: joining.JoinSpec, output: str, late_out: str | None, out: Output) -> joining.JoinStats:
-    """The local engine: rows to `out` as they come (a table at the end), late records to --late-out."""
-    rows_buffer: list[dict] | None = [] if output == "table" else None
-    write_jsonl = None
-    write = out.write
-    if output == "jsonl":
-        dumps = orjson.dumps
-        nl = orjson.OPT_APPEND_NEWLINE
+class Rows:
+    """Where the local engine's rows go: emit(key, left, right), emit_op(op, key, left, right) and,
+    for JSON lines, write_jsonl(batch of rows as bytes); `finish` writes a table (buffered) and flushes."""
 
-        def emit(key: object, lv: object, rv: object) -> None:
-            write(dumps({"key": key, "left": lv, "right": rv}, option=nl))
+    def __init__(self, spec: joining.JoinSpec, output: str, out: Output) -> None:
+        self.out = out
+        self.rows_buffer: list[dict] | None = [] if output == "table" else None
+        self.write_jsonl: Callable[[bytes], None] | None = None
+        write = out.write
+        self.emit: joining.Emit
+        self.emit_op: joining.EmitOp
+        if output == "jsonl":
+            dumps = orjson.dumps
+            nl = orjson.OPT_APPEND_NEWLINE
 
-        def emit_op(op: str, key: object, lv: object, rv: object) -> None:
-            write(dumps({"key": key, "left": lv, "right": rv, "op": op}, option=nl))
+            def emit(key: object, lv: object, rv: object) -> None:
+                write(dumps({"key": key, "left": lv, "right": rv}, option=nl))
 
-        def write_jsonl(data: bytes) -> None:
-            # a batch of rows; a terminal still gets them row by row
-            if out.limit:
-                write(data)
-            else:
-                for line in data[:-1].split(b"\n"):
-                    write(line + b"\n")
-    else:
+            def emit_op(op: str, key: object, lv: object, rv: object) -> None:
+                write(dumps({"key": key, "left": lv, "right": rv, "op": op}, option=nl))
+
+            def write_jsonl(data: bytes) -> None:
+                # a batch of rows; a terminal still gets them row by row
+                if out.limit:
+                    write(data)
+                else:
+                    for line in data[:-1].split(b"\n"):
+                        write(line + b"\n")
+
+            self.emit, self.emit_op, self.write_jsonl = emit, emit_op, write_jsonl
+            return
         with_op = spec.kind == "tables"
+        rows_buffer = self.rows_buffer
         if rows_buffer is None:
             write(csv_header(with_op))
 
@@ -102,32 +128,90 @@ def run_local(spec: joining.JoinSpec, output: str, late_out: str | None, out: Ou
             else:
                 write(csv_row(row, with_op))
 
-        def emit(key: object, lv: object, rv: object) -> None:
+        def emit_row(key: object, lv: object, rv: object) -> None:
             sink({"key": key, "left": lv, "right": rv})
 
-        def emit_op(op: str, key: object, lv: object, rv: object) -> None:
+        def emit_op_row(op: str, key: object, lv: object, rv: object) -> None:
             sink({"key": key, "left": lv, "right": rv, "op": op})
 
+        self.emit, self.emit_op = emit_row, emit_op_row
+
+    def finish(self) -> None:
+        if self.rows_buffer:
+            self.out.write(table_text(self.rows_buffer))
+            self.rows_buffer.clear()
+        self.out.flush()
+
+
+def run_local(spec: joining.JoinSpec, output: str, late_out: str | None, out: Output) -> joining.JoinStats:
+    """The local engine: rows to `out` as they come (a table at the end), late records to --late-out."""
+    rows = Rows(spec, output, out)
     late_file, late_sink = late_writer(late_out)
     try:
-        stats = joining.run(spec, emit, emit_op, write_jsonl=write_jsonl, late=late_sink)
+        stats = joining.run(spec, rows.emit, rows.emit_op, write_jsonl=rows.write_jsonl, late=late_sink)
     finally:
         if late_file is not None:
             late_file.close()
-    if rows_buffer:
-        write(table_text(rows_buffer))
-    out.flush()
+    rows.finish()
     return stats
 
 
-def late_writer(late_out: str | None) -> tuple[IO[bytes] | None, Any]:
-    """The --late-out file and a sink writing late records' lines to it (None, None without it)."""
+def run_follow(spec: joining.JoinSpec, output: str, group: str | None, idle_timeout: str | None,
+               late_out: str | None, unbuffered: bool, say: Say) -> None:
+    """`join --follow`: rows as records arrive; with a group, checkpoints after the rows are written."""
+    from streamctl import stopflag
+    from streamctl.formats.writer import Output
+    from streamctl.processing.joins.follow import follow
+    from streamctl.timeparse import parse_duration
+
+    idle = parse_duration(idle_timeout) / 1000 if idle_timeout is not None else None
+    out = Output(unbuffered=True if unbuffered else None)
+    rows = Rows(spec, output, out)
+    late_file, late_sink = late_writer(late_out, append=True)
+    flush_rows: Callable[[], None] = out.flush
+    flush_late: Callable[[], None] | None = late_file.flush if late_file is not None else None
+    if group is not None:
+        # A checkpoint says its rows were delivered: rows in a regular file (and late records in
+        # --late-out) are fsynced before it, as consume --group syncs its output file; a pipe's
+        # reader owns their durability.
+        from streamctl.clients.consumer import file_syncer
+
+        sync_rows = file_syncer(1)
+        sync_late = file_syncer(late_file.fileno(), late_out or "--late-out") if late_file is not None else None
+        flush_rows = _then(out.flush, sync_rows)
+        if flush_late is not None:
+            flush_late = _then(flush_late, sync_late)
+    stopflag.install()
+    try:
+        stats = follow(spec, group, rows.emit, rows.emit_op, flush_rows, idle, late_sink, flush_late, say)
+    finally:
+        if late_file is not None:
+            late_file.close()
+    rows.finish()
+    report(spec, stats, late_out, say)
+    stopflag.end("interrupted; join state and offsets were checkpointed" if group else "interrupted")
+
+
+def _then(first: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:
+    if then is None:
+        return first
+
+    def both() -> None:
+        first()
+        then()
+    return both
+
+
+def late_writer(late_out: str | None, append: bool = False) -> tuple[IO[bytes] | None, Any]:
+    """The --late-out file and a sink writing late records' lines to it (None, None without it);
+    a follower appends (its earlier runs' late records stay)."""
     if late_out is None:
         return None, None
     from streamctl.storage.fsutil import NOFOLLOW
 
+    mode = os.O_APPEND if append else os.O_TRUNC
     try:
-        fd = os.open(late_out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o644)
+        fd = os.open(late_out, os.O_WRONLY | os.O_CREAT | mode | NOFOLLOW, 0o644)
     except OSError as e:
         raise UsageError(f"--late-out {late_out}: cannot open: {e.strerror}") from None
     f = os.fdopen(fd, "wb")

@@ -38,17 +38,14 @@ import orjson
 
 from streamctl.errors import UsageError
 from streamctl.processing import inputorder
-from streamctl.processing.joins import HOWS_STREAM, HOWS_TABLE, Emit, EmitOp, keep_heap
+from streamctl.processing.joins import HOWS_STREAM, HOWS_TABLE, Emit, EmitOp, feeders, keep_heap
 from streamctl.processing.joins.keys import (
     RememberedTime,
     block_column,
     block_times,
-    change_keys,
-    key_getter,
     norm_key,
     time_getter,
     tombstone_keys,
-    value_field,
 )
 from streamctl.storage import fieldpaths
 
@@ -221,15 +218,19 @@ def run(spec: JoinSpec, emit: Emit | None = None, emit_op: EmitOp | None = None,
             items = read_inputs(spec, specs, [remembered[0].remember, remembered[1].remember])
     sink = None if late is None else (lambda side, rec: late(side, late_line(rec, logs[side])))
     stats = JoinStats()
+    feeder: feeders.StreamFeed | feeders.TableFeed | feeders.TablesFeed
     if spec.kind == "stream":
-        assert emit is not None and spec.within is not None
-        _run_stream(spec, items, emit, stats, remembered, sink)
+        assert emit is not None
+        feeder = feeders.StreamFeed(spec, emit, stats, sink, remembered)
     elif spec.kind == "table":
         assert emit is not None
-        _run_table(spec, items, emit, stats, right_index, sink)
+        feeder = feeders.TableFeed(spec, emit, stats, sink, right_index)
     else:
         assert emit_op is not None
-        _run_tables(spec, items, emit_op, stats)
+        feeder = feeders.TablesFeed(spec, emit_op, stats)
+    with feeders.gc_frozen():
+        feeder.feed(items)
+        feeder.finish()
     return stats
 
 
@@ -238,7 +239,7 @@ def _run_enrich(spec: JoinSpec, write_jsonl: Callable[[bytes], None]) -> JoinSta
     from streamctl.processing.joins import enrich
 
     stats = JoinStats()
-    with _gc_frozen():
+    with feeders.gc_frozen():
         left_key, right_key = (None if parts == ("key",) else block_column(parts) for parts in spec.on)
         n_left, n_right, size = enrich.run(spec.left, spec.right, left_key, right_key, spec.how == "inner",
                                            write_jsonl, norm_key, tombstone_keys)
@@ -257,67 +258,13 @@ def _run_enrich_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], bloc
 
     times = [no_times if parts == ("ts",) else block_times(parts) for parts in spec.time_field]
     stats = JoinStats()
-    with _gc_frozen():
+    with feeders.gc_frozen():
         n_left, n_right, size = enrich.run_plain(
             spec.left, spec.right, block_column(spec.on[0]), block_column(spec.on[1]), times[0], times[1],
             spec.how == "inner", write_jsonl, norm_key, block_bytes or inputorder.PIECE)
     stats.records = [n_left, n_right]
     stats.max_state = size
     return stats
-
-
-def _gc_frozen():
-    # Many small long-lived objects (state): the cyclic GC only costs time here.
-    import gc
-
-    class _Frozen:
-        def __enter__(self) -> None:
-            self.was = gc.isenabled()
-            gc.disable()
-
-        def __exit__(self, *exc: object) -> None:
-            if self.was:
-                gc.enable()
-
-    return _Frozen()
-
-
-def _run_stream(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, stats: JoinStats,
-                times: tuple[RememberedTime, RememberedTime],
-                late: Callable[[int, Record], None] | None) -> None:
-    from streamctl.processing.joins.stream_stream import StreamStreamJoin
-
-    assert spec.within is not None
-    j = StreamStreamJoin(spec.within, spec.how, emit, spec.lateness)
-    late_counts = stats.late
-    keys = (key_getter(spec.on[0]), key_getter(spec.on[1]))
-    kfields = (value_field(spec.on[0]), value_field(spec.on[1]))
-    counts = stats.records
-    no_time = stats.no_time
-    push = j.push
-    pos = 0
-    memos = (times[0].memo, times[1].memo)
-    gets = (times[0].get, times[1].get)
-    with _gc_frozen():
-        for side, rec in items:
-            pos += 1
-            counts[side] += 1
-            memo = memos[side]
-            t = memo[1] if memo[0] is rec else gets[side](rec)
-            if t is None:
-                no_time[side] += 1
-                continue
-            v = rec["value"]
-            kf = kfields[side]
-            if kf is not None:
-                k = v.get(kf) if v.__class__ is dict else None
-            else:
-                k = keys[side](rec)
-            if push(side, k if k.__class__ is str else norm_key(k), k, t, v, pos):
-                late_counts[side] += 1
-                if late is not None:
-                    late(side, rec)
-        j.finish()
 
 
 def _plain_values_only(spec: JoinSpec) -> bool:
@@ -350,7 +297,7 @@ def _run_stream_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], bloc
                for i, path in enumerate((spec.left, spec.right))]
     j = IntervalJoin(spec.within, spec.how, write_jsonl, spec.lateness, None if late is None else _payload_sink(late))
     try:
-        with _gc_frozen():
+        with feeders.gc_frozen():
             for cols in merged_chunks(streams[0], streams[1], CHUNK):
                 j.chunk(*cols)
             j.finish()
@@ -374,77 +321,3 @@ def _payload_sink(late: LateSink) -> Callable[[int, Any], None]:
         late(side, (payload if payload.__class__ is bytes else dumps(payload)) + b"\n")
 
     return sink
-
-
-def _run_table(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit: Emit, stats: JoinStats,
-               right_index: int, late: Callable[[int, Record], None] | None = None) -> None:
-    """The reference stream-table join: TableAtPosition, or TableAsOfTime (--as-of event-time),
-    fed record by record in the input order."""
-    from streamctl.processing.joins.stream_table import TableAsOfTime, TableAtPosition
-
-    left_key, right_key = key_getter(spec.on[0]), key_getter(spec.on[1])
-    by_value_path = spec.on[1] != ("key",)
-    counts = stats.records
-    inner = spec.how == "inner"
-    with _gc_frozen():
-        if spec.as_of == "position":
-            j = TableAtPosition(inner, emit)
-            for i, rec in items:
-                if i == right_index:
-                    counts[1] += 1
-                    value = rec["value"]
-                    for nk, _k in change_keys(rec, right_key, by_value_path):
-                        j.change(nk, value)
-                else:
-                    counts[0] += 1
-                    k = left_key(rec)
-                    j.event(norm_key(k), k, rec["value"])
-            stats.max_state = j.state_size()
-            return
-        ja = TableAsOfTime(inner, emit, spec.retention, spec.lateness)
-        times = (time_getter(spec.time_field[0]), time_getter(spec.time_field[1]))
-        pos = 0
-        late_counts = stats.late
-        for i, rec in items:
-            side = 1 if i == right_index else 0
-            pos += 1
-            counts[side] += 1
-            t = times[side](rec)
-            if side:
-                found = change_keys(rec, right_key, by_value_path)
-                if not found:
-                    if t is not None:
-                        ja.advance(t)
-                    continue
-                if ja.is_late(t):
-                    late_counts[1] += 1
-                    if late is not None:
-                        late(1, rec)
-                value = rec["value"]
-                for nk, _k in found:
-                    ja.change(nk, t, value, pos)
-            else:
-                if t is None:
-                    stats.no_time[0] += 1
-                    continue
-                k = left_key(rec)
-                ja.event(norm_key(k), k, t, rec["value"], pos)
-        ja.finish()
-        stats.max_state = ja.state_size()
-
-
-def _run_tables(spec: JoinSpec, items: Iterator[tuple[int, Record]], emit_op: EmitOp, stats: JoinStats) -> None:
-    from streamctl.processing.joins.table_table import TableTableJoin
-
-    j = TableTableJoin(emit_op)
-    keys = (key_getter(spec.on[0]), key_getter(spec.on[1]))
-    by_value_path = (spec.on[0] != ("key",), spec.on[1] != ("key",))
-    counts = stats.records
-    change = j.change
-    with _gc_frozen():
-        for side, rec in items:
-            counts[side] += 1
-            value = rec["value"]
-            for nk, k in change_keys(rec, keys[side], by_value_path[side]):
-                change(side, nk, k, value)
-    stats.max_state = j.state_size()

@@ -157,6 +157,23 @@ class StreamStreamJoin:
                 else:
                     emit(key, value, None)
 
+    def restore(self, events: list[tuple[int, int, list]]) -> None:
+        """Put back the events a checkpoint kept (joins/feeders.py StreamFeed.load), as (end, position,
+        event): the state is then what it was when the checkpoint was written."""
+        for _end, _pos, ev in sorted(events, key=lambda e: e[1]):  # a key's buffer is in input order
+            nkey = ev[4]
+            if nkey is None:
+                continue
+            buf = self.buffers[ev[3]]
+            cur = buf.get(nkey)
+            if cur is None:
+                buf[nkey] = ev
+            elif cur[0].__class__ is int:
+                buf[nkey] = [cur, ev]
+            else:
+                cur.append(ev)
+        self.queue.extend(sorted(events, key=lambda e: e[:2]))
+
     def finish(self) -> None:
         """End of input: every event still in the window is final now."""
         self._evict(None)

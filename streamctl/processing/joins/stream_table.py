@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_right
+from collections.abc import MutableMapping
 from typing import Any
 
 from streamctl.processing.joins import MIN_TIME, Emit
@@ -40,10 +41,11 @@ from streamctl.processing.watermark import Watermark
 
 
 class TableAtPosition:
-    def __init__(self, inner: bool, emit: Emit) -> None:
+    def __init__(self, inner: bool, emit: Emit, table: MutableMapping[Any, Any] | None = None) -> None:
         self.inner = inner
         self.emit = emit
-        self.table: dict[Any, Any] = {}
+        # the latest row per normalized key: a dict, or a follower's table on disk (joins/store.py)
+        self.table: MutableMapping[Any, Any] = {} if table is None else table
 
     def change(self, nkey: Any, value: Any) -> None:
         if value is None:
@@ -98,14 +100,25 @@ class _History:
         i = bisect_right(self.times, t)
         return self.values[i - 1] if i else None
 
+    def dump(self) -> list:
+        return [self.times, self.pos, self.values]
+
+    @classmethod
+    def load(cls, data: list) -> _History:
+        h = cls()
+        h.times, h.pos, h.values = data
+        return h
+
 
 class TableAsOfTime:
-    def __init__(self, inner: bool, emit: Emit, retention: int | None = None, lateness: int = 0) -> None:
+    def __init__(self, inner: bool, emit: Emit, retention: int | None = None, lateness: int = 0,
+                 history: MutableMapping[Any, _History] | None = None) -> None:
         self.inner = inner
         self.emit = emit
         self.retention = retention
         self.lateness = lateness
-        self.history: dict[Any, _History] = {}
+        # each key's versions: a dict, or a follower's table on disk (joins/store.py)
+        self.history: MutableMapping[Any, _History] = {} if history is None else history
         self.waiting: list[tuple[int, int, Any, Any, Any]] = []  # (t, position, nkey, key, value)
         self.clock = Watermark(lateness)
 

@@ -18,15 +18,18 @@ exactly the inner join of the two tables at the end of the input.
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from typing import Any
 
 from streamctl.processing.joins import EmitOp
 
 
 class TableTableJoin:
-    def __init__(self, emit: EmitOp) -> None:
+    def __init__(self, emit: EmitOp,
+                 tables: tuple[MutableMapping[Any, Any], MutableMapping[Any, Any]] | None = None) -> None:
         self.emit = emit
-        self.tables: tuple[dict[Any, Any], dict[Any, Any]] = ({}, {})
+        # LEFT's and RIGHT's latest row per normalized key: dicts, or a follower's tables on disk
+        self.tables: tuple[MutableMapping[Any, Any], MutableMapping[Any, Any]] = tables or ({}, {})
 
     def change(self, side: int, nkey: Any, key: Any, value: Any) -> None:
         mine = self.tables[side]

@@ -8,6 +8,7 @@ from operator import itemgetter
 import orjson
 
 from streamctl.processing import inputorder
+from streamctl.processing.following import resume_positions, skip_deleted
 from streamctl.processing.windows.config import WindowConfig
 from streamctl.processing.windows.driver import WindowRun
 from streamctl.processing.windows.events import time_getter
@@ -22,47 +23,6 @@ def checkpoint_path(log, group: str) -> str:
     from streamctl.groups import files
 
     return files.path(log, group, "window.json")
-
-
-def _resume_positions(lg, group: str, positions: dict[int, int], ckpt: str | None,
-                      notice: Callable[[str], None] | None) -> dict[int, int]:
-    """The offsets a group resumes from, through consume's checks (consumer.plan) on them.
-
-    consumer.plan checks the group file; it mirrors the checkpoint's offsets (follow's save
-    writes both), so a mirror that a crash between the two writes left behind is brought
-    up to the checkpoint first.
-    """
-    from streamctl.clients import consumer
-    from streamctl.errors import StorageError
-    from streamctl.groups import offsets
-
-    if ckpt is not None and positions:
-        committed = offsets.load(lg, group)
-        if any(committed.get(p) != o for p, o in positions.items()):
-            offsets.commit(lg, group, dict(positions))
-    try:
-        pl = consumer.plan(lg, list(range(lg.partitions)), None, group, follow=True)
-    except StorageError as e:
-        if ckpt is None:
-            raise
-        raise StorageError(f"{e}; `window --follow --group {group}` resumes from the offsets in {ckpt}: "
-                           f"move that checkpoint away too (its window state is of the records before)") from None
-    for note in pl.notices:
-        if notice is not None:
-            notice(note)
-    return {p: pl.positions[p].start if p in pl.positions else o for p, o in positions.items()}
-
-
-def _skip_deleted(lg, positions: dict[int, int], notice: Callable[[str], None] | None) -> None:
-    """Partitions whose next offset retention deleted while this follower ran (whole segments below
-    it are gone): said, and moved to the first segment that is left, as a restart would."""
-    for p, off in positions.items():
-        segs = lg.segments(p)
-        if segs and off < segs[0].base:
-            if notice is not None:
-                notice(f"{lg.path}: partition {p}: offset {off} is no longer in the log (retention removed it "
-                       f"before it was read); resuming at {segs[0].base}, the next existing record")
-            positions[p] = segs[0].base
 
 
 def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list], None],
@@ -86,7 +46,7 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
     import time
 
     from streamctl import stopflag
-    from streamctl.errors import StorageError
+    from streamctl.errors import StorageError, UsageError
     from streamctl.groups import files, offsets
     from streamctl.live.wait import Waiter
     from streamctl.processing import inputorder, mergeorder
@@ -120,12 +80,14 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
                     run.load(data["run"])
                     positions = {int(p): int(o) for p, o in data["offsets"].items()}
                     highs = {int(p): int(h) for p, h in data.get("merge_keys", {}).items()}
+                except UsageError as e:
+                    raise UsageError(f"{ckpt}: {e}") from None  # other options: name the file
                 except (KeyError, TypeError, ValueError, AttributeError) as e:
                     raise StorageError(f"{ckpt}: damaged window checkpoint ({type(e).__name__}: {e}); "
                                        "move it away to start over") from None
             else:
                 positions = dict(offsets.load(lg, group))
-            positions = _resume_positions(lg, group, positions, ckpt if data is not None else None, notice)
+            positions = resume_positions(lg, group, positions, ckpt if data is not None else None, notice, "window")
         except BaseException:
             os.close(lock_fd)  # a refused checkpoint or resume position: the group is free again
             raise
@@ -168,7 +130,7 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
     try:
         while not stopflag.is_set():
             before = run.seq + run.stats.bad_time
-            _skip_deleted(lg, positions, notice)
+            skip_deleted(lg, positions, notice)
             batches = inputorder.log_batches(path, starts=dict(positions), time_of=time_of, highs=highs)
             run.feed_batches(round_of(batches), emit, source=path, done=done)
             batches.close()

@@ -1,0 +1,332 @@
+"""`join --follow`: a join over two logs forever, its state checkpointed with both inputs' offsets.
+
+A follower runs the batch run's feeders (joins/feeders.py) on small batches: each round
+merges the records that are there, in the input order (processing/mergeorder.py; the
+lanes are every partition of both logs, the table's first with --table), and feeds them
+to the operator. A partition with nothing new does not hold the others back: a round
+takes what is there, and each lane's merge key carries on to the next round.
+
+With `--group G` the checkpoint is one SQLite file, LEFT/groups/.G.join.db, written in one
+transaction: the tables (joins/store.py: only the rows that changed since the last
+checkpoint), both inputs' offsets and merge keys, the operator's small state (the
+stream-stream buffers, as-of events still waiting, the watermark, the input position)
+and the counts. It is written after the rows the records produced were flushed (and
+fsynced when stdout is a file), so after a kill -9 a rerun starts from a consistent
+(offsets, state) pair: no row lost, no event joined twice, and the rows written after
+the last checkpoint written again, identically. The group's offset file in each log
+mirrors the offsets for `stat` (lag on both inputs); a restart trusts the checkpoint.
+
+A stop signal or --idle-timeout ends the run after a checkpoint, without what only the
+end of input writes: an unmatched event that could still match, or an as-of event whose
+time the watermark has not passed, stays pending in the checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from streamctl import stopflag
+from streamctl.errors import StorageError, UsageError
+from streamctl.processing import following, inputorder
+from streamctl.processing.joins import Emit, EmitOp, feeders
+from streamctl.processing.joins.driver import JoinSpec, JoinStats, late_line
+from streamctl.processing.joins.keys import RememberedTime, time_getter
+from streamctl.processing.joins.store import DiskTable, open_db
+from streamctl.processing.mergeorder import NO_TIME, Lane, merge_lanes, record_lane
+from streamctl.storage import log as logmod
+
+CHECKPOINT_FORMAT = 1
+FOLLOW_BATCH = 50_000  # records per round between checkpoints on a large backlog
+CHECKPOINT_INTERVAL = 1.0  # seconds; at most this much output is repeated after a kill -9
+HINT = "move it away to start over"
+Notice = Callable[[str], None]
+
+
+def checkpoint_path(left: logmod.Log, group: str) -> str:
+    from streamctl.groups import files
+
+    return files.path(left, group, "join.db")
+
+
+def options(spec: JoinSpec) -> dict[str, Any]:
+    """What a checkpoint is a checkpoint of: a run with other options refuses it."""
+    return {"kind": spec.kind, "left": os.path.realpath(spec.left), "right": os.path.realpath(spec.right),
+            "on": [list(p) for p in spec.on], "time_field": [list(p) for p in spec.time_field],
+            "within": spec.within, "how": spec.how, "as_of": spec.as_of, "retention": spec.retention,
+            "lateness": spec.lateness}
+
+
+@dataclass
+class Inputs:
+    """Where each input has been read to: offsets and merge keys (mergeorder.Lane.high) per partition."""
+
+    logs: tuple[logmod.Log, logmod.Log]
+    positions: tuple[dict[int, int], dict[int, int]] = field(default_factory=lambda: ({}, {}))
+    highs: tuple[dict[int, int], dict[int, int]] = field(default_factory=lambda: ({}, {}))
+
+    def mirrors(self) -> dict[str, tuple[logmod.Log, dict[int, int]]]:
+        """The offsets each log's group file shows (a self-join's two sides: the one behind)."""
+        out: dict[str, tuple[logmod.Log, dict[int, int]]] = {}
+        for side in (0, 1):
+            key = os.path.realpath(self.logs[side].path)
+            if key not in out:
+                out[key] = (self.logs[side], dict(self.positions[side]))
+            else:
+                mine = out[key][1]
+                for p, o in self.positions[side].items():
+                    mine[p] = min(mine.get(p, o), o)
+        return out
+
+
+def _tables(spec: JoinSpec, db: sqlite3.Connection) -> list[DiskTable]:
+    from streamctl.processing.joins.stream_table import _History
+
+    if spec.kind == "tables":
+        return [DiskTable(db, "left_table"), DiskTable(db, "right_table")]
+    if spec.kind == "table" and spec.as_of == "event-time":
+        return [DiskTable(db, "table_versions", lambda h: orjson.dumps(h.dump()),
+                          lambda b: _History.load(orjson.loads(b)), mutable=True)]
+    if spec.kind == "table":
+        return [DiskTable(db, "table_rows")]
+    return []
+
+
+class JoinFollower:
+    def __init__(self, spec: JoinSpec, group: str | None, emit: Emit, emit_op: EmitOp,
+                 late: Callable[[int, bytes], None] | None, notice: Notice | None) -> None:
+        self.spec = spec
+        self.group = group
+        self.notice = notice
+        self.stats = JoinStats()
+        self.inputs = Inputs((logmod.open_log(spec.left), logmod.open_log(spec.right)))
+        self.lock_fd: int | None = None
+        self.tmpdir: str | None = None
+        self.ckpt: str | None = None
+        if group is not None:
+            self.ckpt = checkpoint_path(self.inputs.logs[0], group)
+            self._lock(group)
+            path = self.ckpt
+        else:
+            import tempfile
+
+            self.tmpdir = tempfile.mkdtemp(prefix="streamctl-join-")
+            path = os.path.join(self.tmpdir, "tables.db")
+        try:
+            self.db = open_db(path)
+            self.db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID")
+            self.tables = _tables(spec, self.db)
+        except sqlite3.DatabaseError as e:
+            self.close()
+            raise StorageError(f"{path}: not a join checkpoint ({e}); {HINT}") from None
+        sink = None if late is None else (lambda side, rec: late(side, late_line(rec, True)))
+        self.times = (RememberedTime(time_getter(spec.time_field[0])), RememberedTime(time_getter(spec.time_field[1])))
+        self.feeder: feeders.StreamFeed | feeders.TableFeed | feeders.TablesFeed
+        if spec.kind == "stream":
+            self.feeder = feeders.StreamFeed(spec, emit, self.stats, sink, self.times)
+        elif spec.kind == "table":
+            self.feeder = feeders.TableFeed(spec, emit, self.stats, sink, 1, self.tables[0])
+        else:
+            self.feeder = feeders.TablesFeed(spec, emit_op, self.stats, (self.tables[0], self.tables[1]))
+
+    def _lock(self, group: str) -> None:
+        from streamctl.groups import files
+        from streamctl.storage import fsutil
+
+        fd = files.open_lock(self.inputs.logs[0], group, "join.lock")
+        if not fsutil.flock(fd, True, 0):
+            os.close(fd)
+            raise StorageError(f"another `join --follow --group {group}` is running on {self.spec.left}")
+        self.lock_fd = fd
+
+    # -- the checkpoint --
+    def resume(self) -> None:
+        """Load the checkpoint (or the group's committed offsets when there is none) and check where to resume."""
+        if self.group is None:
+            return
+        from streamctl.groups import offsets
+
+        assert self.ckpt is not None
+        try:
+            row = self.db.execute("SELECT value FROM meta WHERE name = 'checkpoint'").fetchone()
+        except sqlite3.DatabaseError as e:
+            raise StorageError(f"{self.ckpt}: not a join checkpoint ({e}); {HINT}") from None
+        inputs = self.inputs
+        if row is None:
+            for side in (0, 1):
+                inputs.positions[side].update(offsets.load(inputs.logs[side], self.group))
+        else:
+            self._load(row[0])
+        for log, mirror in inputs.mirrors().values():
+            resumed = following.resume_positions(log, self.group, mirror, self.ckpt if row is not None else None,
+                                                 self.notice, "join")
+            for side in (0, 1):
+                if inputs.logs[side] is log or os.path.realpath(inputs.logs[side].path) == os.path.realpath(log.path):
+                    pos = inputs.positions[side]
+                    for p, o in resumed.items():
+                        pos[p] = max(pos.get(p, o), o)
+
+    def _load(self, raw: bytes) -> None:
+        ck = self.ckpt
+        try:
+            data = orjson.loads(raw)
+            if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
+                raise StorageError(f"{ck}: not a join checkpoint of this version; {HINT}")
+            if data["options"] != options(self.spec):
+                raise UsageError(f"{ck}: the checkpoint was made with different join options or inputs; use "
+                                 "another --group or delete the checkpoint file to start over")
+            for side in (0, 1):
+                self.inputs.positions[side].update({int(p): int(o) for p, o in data["offsets"][side].items()})
+                self.inputs.highs[side].update({int(p): int(h) for p, h in data["merge_keys"][side].items()})
+            s = data["stats"]
+            st = self.stats
+            st.records, st.no_time, st.late = ([int(x) for x in s[k]] for k in ("records", "no_time", "late"))
+            self.feeder.load(data["state"])
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            if isinstance(e, UsageError):
+                raise
+            raise StorageError(f"{ck}: damaged join checkpoint ({type(e).__name__}: {e}); {HINT}") from None
+
+    def save(self) -> None:
+        """One transaction: the changed table rows, both inputs' offsets, the operator state, the counts."""
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for t in self.tables:
+                t.flush()
+            if self.group is not None:
+                inputs, st = self.inputs, self.stats
+                body = {"format": CHECKPOINT_FORMAT, "group": self.group, "options": options(self.spec),
+                        "offsets": [{str(p): o for p, o in sorted(inputs.positions[s].items())} for s in (0, 1)],
+                        "merge_keys": [{str(p): h for p, h in sorted(inputs.highs[s].items())} for s in (0, 1)],
+                        "stats": {"records": st.records, "no_time": st.no_time, "late": st.late},
+                        "state": self.feeder.dump()}
+                db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES ('checkpoint', ?)", (orjson.dumps(body),))
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        if self.group is not None:
+            from streamctl.groups import offsets
+
+            # each log's group file is for `stat` (lag); the checkpoint above is what a restart trusts
+            for log, mirror in self.inputs.mirrors().values():
+                if mirror:
+                    offsets.commit(log, self.group, mirror)
+
+    # -- reading --
+    def round(self, limit: int) -> int:
+        """Feed what the logs hold past the positions, up to about `limit` records; how many were read."""
+        spec, inputs = self.spec, self.inputs
+        order = (1, 0) if spec.kind == "table" else (0, 1)  # the table's lanes first: it wins ties
+        lanes: list[Lane] = []
+        sides: list[int] = []
+        for side in order:
+            path = (spec.left, spec.right)[side]
+            following.skip_deleted(inputs.logs[side], inputs.positions[side], self.notice)
+            lg, ranges = inputorder.read_plan(path, None, dict(inputs.positions[side]))
+            time_of = self.times[side].remember if spec.kind == "stream" else self.times[side].get
+            for p, start, end in ranges:
+                blocks = inputorder._partition_blocks(path, lg, p, start, end)
+                lanes.append(record_lane((side, p), blocks, time_of, inputs.highs[side].get(p, NO_TIME)))
+                sides.append(side)
+        if not lanes:
+            return 0
+        got = 0
+        batches = merge_lanes(lanes)
+        prefetch = self.tables and isinstance(self.feeder, (feeders.TableFeed, feeders.TablesFeed))
+        try:
+            for batch in batches:
+                items = list(zip(map(sides.__getitem__, batch.lanes), batch, strict=True))
+                if prefetch:
+                    keys = self.feeder.table_keys(items)  # type: ignore[union-attr]
+                    for t in self.tables:
+                        t.prefetch(keys)
+                self.feeder.feed(items)
+                for side, rec in items:
+                    inputs.positions[side][rec["partition"]] = rec["offset"] + 1
+                for (side, p), h in batch.highs.items():
+                    inputs.highs[side][p] = h
+                got += len(items)
+                if got >= limit or stopflag.is_set():
+                    break
+        finally:
+            batches.close()
+        if self.group is None:
+            self.save()  # the tables' changes to disk: memory holds a round's, never the table
+        return got
+
+    def close(self) -> None:
+        if getattr(self, "db", None) is not None:
+            self.db.close()
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
+        if self.tmpdir is not None:
+            import shutil
+
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+            self.tmpdir = None
+
+
+def follow(spec: JoinSpec, group: str | None, emit: Emit, emit_op: EmitOp, flush_out: Callable[[], None],
+           idle_timeout: float | None, late: Callable[[int, bytes], None] | None = None,
+           flush_late: Callable[[], None] | None = None, notice: Notice | None = None) -> JoinStats:
+    """Run the join on two logs until a stop signal or `idle_timeout` seconds without new records."""
+    from streamctl.live.wait import Waiter
+
+    f = JoinFollower(spec, group, emit, emit_op, late, notice)
+    try:
+        f.resume()
+    except BaseException:
+        f.close()
+        raise
+
+    def checkpoint() -> None:
+        flush_out()
+        if flush_late is not None:
+            flush_late()
+        if group is not None:
+            f.save()
+
+    waiter = Waiter(_watched(spec))
+    last_new = time.monotonic()
+    last_save = 0.0
+    dirty = False
+    try:
+        with feeders.gc_frozen():
+            while not stopflag.is_set():
+                got = f.round(FOLLOW_BATCH)
+                now = time.monotonic()
+                if got:
+                    dirty = True
+                    last_new = now
+                if dirty and (now - last_save >= CHECKPOINT_INTERVAL or got >= FOLLOW_BATCH):
+                    checkpoint()
+                    last_save, dirty = now, False
+                if got >= FOLLOW_BATCH:
+                    continue
+                if idle_timeout is not None and now - last_new >= idle_timeout:
+                    break
+                waiter.wait(0.2)
+            checkpoint()
+    finally:
+        waiter.close()
+        f.close()
+    return f.stats
+
+
+def _watched(spec: JoinSpec) -> list[str]:
+    """The partition folders of both logs (not groups/, where the checkpoint itself is written)."""
+    out: list[str] = []
+    for path in dict.fromkeys(os.path.realpath(p) for p in (spec.left, spec.right)):
+        lg = logmod.open_log(path)
+        out += [lg.partition_dir(p) for p in range(lg.partitions)]
+    return out
