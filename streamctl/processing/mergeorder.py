@@ -30,7 +30,7 @@ offset (spark/join_job.py). This module imports only the standard library
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from itertools import accumulate, islice, repeat
 from operator import le
 from typing import Any, cast
@@ -195,7 +195,7 @@ def record_lane(name: Any, blocks: Iterable[list[Any]], time_of: Callable[[Any],
     return Lane(((times_of(b), b) for b in blocks if b), high, name)
 
 
-def merge_lanes(lanes: Sequence[Lane]) -> Iterator[MergedBatch]:
+def merge_lanes(lanes: Sequence[Lane]) -> Generator[MergedBatch, None, None]:
     """merge() of lanes of records (record_lane), as MergedBatch lists in input order."""
     for parts, order in merge(lanes):
         batch = MergedBatch()

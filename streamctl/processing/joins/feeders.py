@@ -122,6 +122,7 @@ class TableFeed:
         self.at_position = spec.as_of == "position"
         self.times = (time_getter(spec.time_field[0]), time_getter(spec.time_field[1]))
         self.pos = 0
+        self.in_memory = table is None  # the state's size is counted only in memory (a table on disk is not scanned)
         self.join: TableAtPosition | TableAsOfTime
         if self.at_position:
             self.join = TableAtPosition(self.inner, emit, table)
@@ -198,7 +199,8 @@ class TableFeed:
 
     def finish(self) -> None:
         self.join.finish()
-        self.stats.max_state = self.join.state_size()
+        if self.in_memory:
+            self.stats.max_state = self.join.state_size()
 
     def dump(self) -> dict:
         from streamctl.processing.joins.stream_table import TableAsOfTime
@@ -226,6 +228,7 @@ class TablesFeed:
         from streamctl.processing.joins.table_table import TableTableJoin
 
         self.join = TableTableJoin(emit_op, tables)
+        self.in_memory = tables is None
         self.stats = stats
         self.keys = (key_getter(spec.on[0]), key_getter(spec.on[1]))
         self.by_value_path = (spec.on[0] != ("key",), spec.on[1] != ("key",))
@@ -244,7 +247,8 @@ class TablesFeed:
                 change(side, nk, k, value)
 
     def finish(self) -> None:
-        self.stats.max_state = self.join.state_size()
+        if self.in_memory:
+            self.stats.max_state = self.join.state_size()
 
     def dump(self) -> dict:
         return {}

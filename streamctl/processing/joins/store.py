@@ -128,7 +128,7 @@ class DiskTable(MutableMapping[Any, Any]):
         if self.pop(nkey, _ABSENT) is _ABSENT:
             raise KeyError(nkey)
 
-    def pop(self, nkey: Any, default: Any = None) -> Any:  # type: ignore[override]
+    def pop(self, nkey: Any, default: Any = None) -> Any:
         v = self.get(nkey, _ABSENT)
         if v is _ABSENT:
             return default

@@ -1,0 +1,135 @@
+"""The follower's pieces against the batch run's: a DiskTable behaves as a dict for the join operators,
+and feeding a join in rounds with a checkpoint (dump, flush, a fresh process's load) between any two
+of them writes exactly the rows of one uninterrupted feed."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamctl.processing.joins import store
+from streamctl.processing.joins.driver import JoinSpec, JoinStats
+from streamctl.processing.joins.feeders import StreamFeed, TableFeed, TablesFeed
+from streamctl.processing.joins.stream_table import _History
+
+keys = st.one_of(st.sampled_from(["a", "b", "\x00s", ""]), st.integers(-3, 3), st.sampled_from([None, [1], {"x": 1}]))
+values = st.one_of(st.none(), st.integers(0, 5), st.sampled_from(["p", {"plan": "pro"}, [1, 2]]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["set", "pop", "get", "flush"]), keys, values), max_size=60),
+       cache=st.integers(1, 4))
+def test_disk_table_is_a_dict(ops, cache):
+    from streamctl.processing.joins.keys import norm_key
+
+    db = store.open_db(":memory:")
+    old = store.CACHE_ENTRIES
+    store.CACHE_ENTRIES = cache  # evictions on every few reads
+    try:
+        t = store.DiskTable(db, "t")
+        ref: dict = {}
+        for op, k, v in ops:
+            nk = norm_key(k)
+            if nk is None:
+                continue
+            if op == "set":
+                t[nk] = v
+                ref[nk] = v
+            elif op == "pop":
+                assert t.pop(nk, "missing") == ref.pop(nk, "missing")
+            elif op == "get":
+                assert t.get(nk, "missing") == ref.get(nk, "missing")
+            else:
+                db.execute("BEGIN")
+                t.flush()
+                db.execute("COMMIT")
+                t.prefetch(list(ref))
+        assert len(t) == len(ref)
+        for nk, v in ref.items():
+            assert t[nk] == v
+    finally:
+        store.CACHE_ENTRIES = old
+
+
+T0 = 1_700_000_000_000
+record = st.tuples(st.integers(0, 1), st.sampled_from(["a", "b", "c", None]), st.integers(0, 40),
+                   st.one_of(st.none(), st.integers(0, 9)))
+
+SPECS = [
+    JoinSpec("l", "r", "stream", (("value", "k"), ("value", "k")), (("value", "t"), ("value", "t")), within=5_000,
+             how="outer", lateness=3_000),
+    JoinSpec("l", "r", "table", (("value", "k"), ("key",)), how="left"),
+    JoinSpec("l", "r", "table", (("value", "k"), ("key",)), (("value", "t"), ("value", "t")), how="left",
+             as_of="event-time", retention=20_000, lateness=2_000),
+    JoinSpec("l", "r", "tables", (("key",), ("key",))),
+]
+
+
+def _records(raw: list) -> list[tuple[int, dict]]:
+    out = []
+    for i, (side, k, dt, v) in enumerate(raw):
+        value = None if (v is None and side == 1) else {"k": k, "t": T0 + dt * 1000 + i, "v": v}
+        out.append((side, {"offset": i, "partition": 0, "ts": T0 + i, "key": k, "value": value}))
+    return out
+
+
+def _feeder(spec: JoinSpec, rows: list, stats: JoinStats, db: sqlite3.Connection | None):
+    def emit(k, lv, rv):
+        rows.append(orjson.dumps([k, lv, rv]))
+
+    def emit_op(op, k, lv, rv):
+        rows.append(orjson.dumps([op, k, lv, rv]))
+
+    if spec.kind == "stream":
+        return StreamFeed(spec, emit, stats), []
+    if spec.kind == "table":
+        if db is None:
+            return TableFeed(spec, emit, stats), []
+        if spec.as_of == "event-time":
+            t = store.DiskTable(db, "v", lambda h: orjson.dumps(h.dump()), lambda b: _History.load(orjson.loads(b)),
+                                mutable=True)
+        else:
+            t = store.DiskTable(db, "t")
+        return TableFeed(spec, emit, stats, table=t), [t]
+    if db is None:
+        return TablesFeed(spec, emit_op, stats), []
+    tables = (store.DiskTable(db, "a"), store.DiskTable(db, "b"))
+    return TablesFeed(spec, emit_op, stats, tables), list(tables)
+
+
+@settings(max_examples=80, deadline=None)
+@given(raw=st.lists(record, max_size=50), cuts=st.lists(st.integers(0, 50), max_size=4),
+       which=st.integers(0, len(SPECS) - 1))
+def test_rounds_with_checkpoints_write_the_rows_of_one_feed(raw, cuts, which):
+    spec = SPECS[which]
+    items = _records(raw)
+    whole: list = []
+    f, _ = _feeder(spec, whole, JoinStats(), None)
+    f.feed(items)
+    f.finish()
+
+    live: list = []
+    db = store.open_db(":memory:")
+    state = None
+    bounds = sorted({0, len(items), *[c for c in cuts if c <= len(items)]})
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        f, tables = _feeder(spec, live, JoinStats(), db)  # a restart: new operator objects, the same disk
+        if state is not None:
+            f.load(orjson.loads(state))
+        if spec.kind != "stream":
+            for t in tables:
+                t.prefetch(f.table_keys(items[a:b]))
+        f.feed(items[a:b])
+        db.execute("BEGIN")
+        for t in tables:
+            t.flush()
+        db.execute("COMMIT")
+        state = orjson.dumps(f.dump())
+    f, _ = _feeder(spec, live, JoinStats(), db)
+    if state is not None:
+        f.load(orjson.loads(state))
+    f.finish()
+    assert live == whole
