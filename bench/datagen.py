@@ -103,6 +103,29 @@ def write_profiles(path: Path, seed: int) -> None:
             )).encode())
 
 
+BIG_TABLE = 1_000_000  # keys of the live join's table
+
+
+def write_big_table(path: Path, seed: int) -> None:
+    """A profiles table of BIG_TABLE keys (the live join's), in key order as a snapshot would come."""
+    rnd = random.Random(seed + 7)
+    with _writer(path) as f:
+        for u in range(BIG_TABLE):
+            f.write(('{"id":"user-%07d","tier":"%s","country":"%s","since":%d}\n' % (
+                u, TIERS[rnd.randrange(4)], COUNTRIES[u % 10], BASE_MS - rnd.randrange(10**11))).encode())
+
+
+def write_big_table_events(path: Path, n: int, seed: int) -> None:
+    """n events whose users are spread over the whole BIG_TABLE (most hit a row no other event hit)."""
+    rnd = random.Random(seed + 8)
+    t = BASE_MS
+    with _writer(path) as f:
+        for _ in range(n):
+            t += rnd.randrange(5)
+            f.write(('{"user":"user-%07d","time":%d,"type":"%s","amount":%.2f}\n' % (
+                rnd.randrange(BIG_TABLE), t, TYPES[rnd.randrange(6)], rnd.random() * 200)).encode())
+
+
 def write_searches_clicks(spath: Path, cpath: Path, n: int, seed: int) -> None:
     rnd = random.Random(seed + 3)
     times = []
@@ -336,6 +359,15 @@ class Datasets:
         src = self.events_jsonl(n)
         self.profiles_log(n)  # first: the join's table side must be older than the events
         return self._once(n, "events.log", lambda p: self._produce(p, src, "--key-field", "user"))
+
+    def big_table_logs(self, n: int) -> tuple[Path, Path]:
+        """(events log of n events, 3 partitions; profiles log of BIG_TABLE keys), the table produced first."""
+        tsrc = self._once(n, "big-table.jsonl", lambda p: write_big_table(p, self.b.args.seed))
+        table = self._once(n, "big-table.log", lambda p: self._produce(p, tsrc, "--key-field", "id"))
+        esrc = self._once(n, "big-table-events.jsonl", lambda p: write_big_table_events(p, n, self.b.args.seed))
+        events = self._once(n, "big-table-events.log",
+                            lambda p: self._produce(p, esrc, "--key-field", "user", "--partitions", "3"))
+        return events, table
 
     def cdc_jsonl(self, n: int) -> Path:
         return self._once(n, "cdc.jsonl", lambda p: write_cdc(p, n, self.b.args.seed))

@@ -16,6 +16,8 @@ EPILOG = example(
     "# profile enrichment: each event with the profile row current at its position (log keyed by user)",
     "streamctl join events profiles --table --how left --output table",
     "streamctl join events profiles --table --on user=key --as-of event-time --time-field at=ts --table-retention 30d",
+    "# live: each view enriched as it arrives; offsets, the on-disk table and pending state checkpointed together",
+    "streamctl join views cdc/public.profiles --table --on user_id=id --how left --follow --group enrich >> enriched.jsonl",
     "# a follower timeline view: latest post per author x follower list, as an upsert/delete changelog",
     "streamctl join posts followers --tables --output csv",
     "streamctl join big-events profiles --table --engine spark --master local[4] --spark-threshold 1GiB",
@@ -77,6 +79,21 @@ produce, are read in event-time order. Stream-stream rows: pairs when the
 later event arrives, then unmatched events as the watermark passes them, by
 (time, position). State is bounded by the window (stream-stream) or the
 table size (plus --table-retention history).
+
+\b
+Follow mode (--follow, two logs): keeps running and writes rows as records
+arrive, merged in the input order among the records there (a partition with
+nothing new does not hold the others back). With --group G, both inputs'
+offsets and the join state (stream-stream buffers, the table and its
+versions, waiting as-of events, the watermark) are checkpointed together in
+one SQLite transaction in LEFT/groups/.G.join.db, after the rows they produced
+were written: after kill -9 a rerun loses no row and joins no event twice;
+rows written after the last checkpoint are written again, identical. The
+tables live on disk there (a bounded cache in memory), and a checkpoint
+writes only what changed. stat shows the group's lag on both inputs.
+--idle-timeout DUR exits after DUR without new records, without writing what
+only the end of input would (unmatched events that could still match stay
+pending in the checkpoint). SIGTERM/Ctrl-C checkpoint and exit (0/130).
 """
 
 

@@ -18,6 +18,8 @@ vs DuckDB (and a Python hash join and PySpark local[2]), in three shapes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from bench.datagen import lines, segments, size
 from bench.runner import Bench, Contestant
 
@@ -29,8 +31,47 @@ def run(b: Bench) -> None:
         b.skip("join", "`streamctl join` is not built yet")
         return
     _real(b)
+    _live(b)
     _iso(b)
     _fast(b)
+
+
+def _live(b: Bench) -> None:
+    """join --follow --group over a 1M-key table: events per second against the batch join of the same
+    logs and window --follow over the same events, in the same run. Each follow run starts a new group
+    (its checkpoint removed untimed), reads the whole backlog (the table loaded into its on-disk store,
+    then the events) and stops after 200 ms idle."""
+    import shutil
+
+    from bench.datagen import BIG_TABLE
+
+    n = b.records
+    events, table = b.data.big_table_logs(n)
+
+    def fresh(group: str) -> Callable[[], None]:
+        def clean() -> None:
+            for log in (events, table):
+                gdir = log / "groups"
+                if gdir.is_dir():
+                    for f in gdir.iterdir():
+                        if f.name.startswith((f".{group}.", f"{group}.")):
+                            f.unlink() if f.is_file() else shutil.rmtree(f)
+        return clean
+
+    group = f"join live enrichment {n // 1000}k events x {BIG_TABLE // 1000}k-key table (--table --how left, logs)"
+    flags = ["--table", "--how", "left"]  # both logs keyed by user
+    follow = ["--follow", "--group", "bench-live", "--idle-timeout", "200ms"]
+    cs = [Contestant("streamctl join --follow --group", b.sc("join", str(events), str(table), *flags, *follow),
+                     subject=True, setup=fresh("bench-live")),
+          Contestant("streamctl join (batch)", b.sc("join", str(events), str(table), *flags, "--engine", "local")),
+          Contestant("streamctl window --follow --group (tumbling 1m, count)",
+                     b.sc("window", str(events), "--tumbling", "1m", "--time-field", "time", "--follow", "--group",
+                          "bench-live-w", "--idle-timeout", "200ms"), setup=fresh("bench-live-w"))]
+    b.compare(group, cs, records=n, nbytes=size(segments(events)) + size(segments(table)))
+    r = b.ratio(group, "streamctl join --follow --group", "streamctl join (batch)")
+    if r is not None:
+        b.target("join --follow --group, 1M-key table: at least half the batch join's events per second",
+                 f"{r:.2f}x the batch join's events/s", r >= 0.5)
 
 
 def _real(b: Bench) -> None:

@@ -130,15 +130,17 @@ class TableFeed:
             self.join = TableAsOfTime(self.inner, emit, spec.retention, spec.lateness, table)
 
     def table_keys(self, items: Items) -> list[Any]:
-        """The normalized keys the records look up or change (a DiskTable reads them in one go)."""
+        """The normalized keys the records read from the table (a DiskTable reads them in one go): the
+        events'; with --as-of event-time also the changes' (a change adds to its key's versions)."""
         out = []
+        left_key, right_index = self.left_key, self.right_index
         for i, rec in items:
-            if i == self.right_index:
-                out += [nk for nk, _k in change_keys(rec, self.right_key, self.by_value_path)]
-            else:
-                k = self.left_key(rec)
+            if i != right_index:
+                k = left_key(rec)
                 if k is not None:
-                    out.append(norm_key(k))
+                    out.append(k if k.__class__ is str else norm_key(k))
+            elif not self.at_position:
+                out += [nk for nk, _k in change_keys(rec, self.right_key, self.by_value_path)]
         return out
 
     def feed(self, items: Items) -> None:

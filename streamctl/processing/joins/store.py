@@ -97,7 +97,8 @@ class DiskTable(MutableMapping[Any, Any]):
         want: dict[str, Any] = {}
         for nk in nkeys:
             if nk not in dirty and nk not in cache:
-                want[sql_key(nk)] = nk
+                # sql_key, inlined for the common key: a string without a leading NUL is itself
+                want[nk if nk.__class__ is str and not nk.startswith("\x00") else sql_key(nk)] = nk
         if not want:
             return
         if len(want) + len(cache) > CACHE_ENTRIES:
@@ -142,6 +143,7 @@ class DiskTable(MutableMapping[Any, Any]):
             return 0
         encode = self.encode
         puts = [(sql_key(k), encode(v)) for k, v in dirty.items() if v is not _DELETED]
+        puts.sort()  # B-tree inserts in key order touch each page once
         dels = [(sql_key(k),) for k, v in dirty.items() if v is _DELETED]
         if puts:
             self.db.executemany(f"INSERT OR REPLACE INTO {self.name} (k, v) VALUES (?, ?)", puts)
