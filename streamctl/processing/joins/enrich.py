@@ -140,7 +140,8 @@ def _enrich(ev: _Side, tb: _Side, inner: bool, write_jsonl: Callable[[bytes], No
             if value is None:
                 table.pop(nk, None)
             else:
-                table[nk] = fragment(dumps(value))
+                # a copy of the text: orjson's result keeps its whole write buffer (4 KiB) alive with it
+                table[nk] = fragment(b"%b" % dumps(value))
         n_changes += j - tb.i
         tb.i = j
 

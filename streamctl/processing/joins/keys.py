@@ -95,7 +95,8 @@ def norm_key(k: Any) -> Any:
     """A hashable stand-in that is equal exactly when the JSON of two keys is equal."""
     if k.__class__ is str or k is None:
         return k
-    return ("\x00json", orjson.dumps(k, option=_SORT))
+    # a copy of the text: orjson's result keeps its whole write buffer (4 KiB) alive with it
+    return ("\x00json", b"%b" % orjson.dumps(k, option=_SORT))
 
 
 _MS_LOW, _MS_HIGH = 100_000_000_000, 100_000_000_000_000  # epoch milliseconds, by magnitude

@@ -58,7 +58,8 @@ def file_blocks(path: str, times_of: Column, keys_of: Column, norm: Callable[[An
         keys = keys_of(values)
         code, nks = key_codes(keys, norm)
         if payloads is values or {*map(type, payloads)} != {bytes}:
-            payloads = [p if p.__class__ is bytes else dumps(p) for p in payloads]
+            # (a copy of the text: orjson's result keeps its 4 KiB write buffer, and the join keeps payloads)
+            payloads = [p if p.__class__ is bytes else b"%b" % dumps(p) for p in payloads]
         yield n, t.tobytes(), timed, mk.tobytes(), code.tobytes(), keys, payloads, nks
 
 

@@ -37,9 +37,10 @@ def key_json_cached(cache: dict[str, bytes] | None = None) -> Callable[[Any], by
             if j is None:
                 if len(cache) >= 200_000:
                     cache.clear()  # bounded: memory must not grow with the number of distinct keys
-                j = cache[k] = dumps(k)
+                # a copy of the text: orjson's result keeps its whole write buffer (4 KiB) alive with it
+                j = cache[k] = b"%b" % dumps(k)
             return j
-        return b"null" if k is None else dumps(k)
+        return b"null" if k is None else b"%b" % dumps(k)
     return key_json
 
 
@@ -53,7 +54,7 @@ def key_getter(by: list[str]) -> Callable[[dict], bytes]:
         g = getters[0]
         return lambda r: key_json(g(r))
     dumps = orjson.dumps
-    return lambda r: dumps([g(r) for g in getters])
+    return lambda r: b"%b" % dumps([g(r) for g in getters])  # a copy, as in key_json
 
 
 def time_range(cfg: WindowConfig) -> tuple[int, int]:
@@ -239,7 +240,7 @@ class EventColumns:
 
     def keys(self, recs: Any) -> list[bytes]:
         if len(self.key_paths) > 1:
-            return [orjson.dumps(list(t)) for t in zip(*(column(recs, p) for p in self.key_paths), strict=True)]
+            return [b"%b" % orjson.dumps(list(t)) for t in zip(*(column(recs, p) for p in self.key_paths), strict=True)]
         kv = column(recs, self.key_paths[0])
         # The keys' JSON texts from one orjson call for the column, cut at its commas: each element
         # is written as dumps() writes it alone, and when no key holds a comma there is one piece
