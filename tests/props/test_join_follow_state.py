@@ -15,7 +15,7 @@ from streamctl.processing.joins.driver import JoinSpec, JoinStats
 from streamctl.processing.joins.feeders import StreamFeed, TableFeed, TablesFeed
 from streamctl.processing.joins.stream_table import _History
 
-keys = st.one_of(st.sampled_from(["a", "b", "\x00s", ""]), st.integers(-3, 3), st.sampled_from([None, [1], {"x": 1}]))
+keys = st.one_of(st.sampled_from(["a", "b", "\x00s", "\x01j1", "x\x00y", ""]), st.integers(-3, 3), st.sampled_from([None, [1], {"x": 1}]))
 values = st.one_of(st.none(), st.integers(0, 5), st.sampled_from(["p", {"plan": "pro"}, [1, 2]]))
 
 

@@ -13,7 +13,9 @@ changed since the last one.
   (joins/follow.py): a kill -9 leaves the tables exactly as of the last
   checkpoint, never ahead of its offsets.
 - Reads look in `dirty`, then the cache (which also remembers keys that are not
-  there), then SQLite. `prefetch` reads the keys a round needs in one statement.
+  there), then SQLite. `prefetch` reads the keys a round needs in one statement
+  per few thousand keys (a key holding a NUL is read on its own when asked: the
+  key list goes through json_each, whose strings end at a NUL).
 - A table of mutable values (a key's versions, stream_table._History) writes back
   every value read since the last flush, since the operator changes it in place.
 """
@@ -35,10 +37,11 @@ _CHUNK = 4096  # keys per prefetch statement
 
 
 def sql_key(nkey: Any) -> str:
-    """The TEXT key of a normalized key: a string as is (a leading NUL escaped), another key's JSON after a NUL."""
+    """The TEXT key of a normalized key: a string as is (one starting with \\x01 escaped), another
+    key's JSON text after \\x01j."""
     if nkey.__class__ is str:
-        return "\x00s" + nkey if nkey.startswith("\x00") else nkey
-    return "\x00j" + nkey[1].decode()
+        return "\x01s" + nkey if nkey.startswith("\x01") else nkey
+    return "\x01j" + nkey[1].decode()
 
 
 def open_db(path: str) -> sqlite3.Connection:
@@ -97,8 +100,10 @@ class DiskTable(MutableMapping[Any, Any]):
         want: dict[str, Any] = {}
         for nk in nkeys:
             if nk not in dirty and nk not in cache:
-                # sql_key, inlined for the common key: a string without a leading NUL is itself
-                want[nk if nk.__class__ is str and not nk.startswith("\x00") else sql_key(nk)] = nk
+                # sql_key, inlined for the common key: a string without a leading \x01 is itself
+                sk = nk if nk.__class__ is str and not nk.startswith("\x01") else sql_key(nk)
+                if "\x00" not in sk:  # json_each's text ends at a NUL: such a key is read on its own
+                    want[sk] = nk
         if not want:
             return
         if len(want) + len(cache) > CACHE_ENTRIES:
