@@ -140,10 +140,19 @@ def _td(secs: int):
     return timedelta(seconds=secs)
 
 
+# The epoch-number rule, by magnitude: |n| below EPOCH_S_BELOW is epoch seconds, below
+# EPOCH_MS_BELOW epoch milliseconds, anything larger microseconds. event_time_ms is its one
+# definition; event_times (a column), timecolumns.iso_column_ms (numpy) and the shortcut
+# `is_epoch_ms` / `epoch_ms_column` that hot loops take for the common case (epoch ms, read as it
+# is: windows/events.py, joins/keys.py, the Spark window job) follow it.
+EPOCH_S_BELOW = 100_000_000_000  # 1e11: 5138-11-16 in seconds, 1973-03-03 in milliseconds
+EPOCH_MS_BELOW = 100_000_000_000_000  # 1e14: 5138 in milliseconds, 1973 in microseconds
+
+
 def event_time_ms(value: object) -> int | None:
     """An event-time field value -> epoch ms, or None when it is not a time.
 
-    Numbers are read by magnitude: below 1e11 seconds, below 1e14 milliseconds,
+    Numbers are read by magnitude: below 1e11 seconds, below 1e14 milliseconds (EPOCH_S_BELOW, EPOCH_MS_BELOW),
     otherwise microseconds (so 1763719200, 1763719200123 and 1763719200123456
     are the same instant). Strings are ISO-8601 (naive = UTC) or digits.
     An instant outside years 1..9999 (MIN_MS..MAX_MS) is not a time.
@@ -154,13 +163,12 @@ def event_time_ms(value: object) -> int | None:
         if value != value or value in (float("inf"), float("-inf")):
             return None
         a = abs(value)
-        if a < 1e11:
+        if a < EPOCH_S_BELOW:
             return int(round(value * 1000))
-        if a < 1e14:
+        if a < EPOCH_MS_BELOW:
             return int(value)
         ms = int(value // 1000)
-        # MIN_MS..MAX_MS written out: the Spark jobs paste this function without the module
-        return ms if -62_135_596_800_000 <= ms <= 253_402_300_799_999 else None
+        return ms if MIN_MS <= ms <= MAX_MS else None
     if isinstance(value, str):
         s = value.strip()
         if s.lstrip("-").isdecimal():
@@ -170,8 +178,23 @@ def event_time_ms(value: object) -> int | None:
         except (ValueError, OverflowError):
             return None
         # an offset can move year 1 or 9999 out of range (`0001-01-01T00:00:00+01:00`)
-        return ms if -62_135_596_800_000 <= ms <= 253_402_300_799_999 else None
+        return ms if MIN_MS <= ms <= MAX_MS else None
     return None
+
+
+def is_epoch_ms(v: Any) -> bool:
+    """Whether event_time_ms(v) is v itself for the common reason: an int in the milliseconds range.
+    (Hot per-record loops write this test inline, with the two constants.)"""
+    return v.__class__ is int and EPOCH_S_BELOW <= v < EPOCH_MS_BELOW
+
+
+def epoch_ms_column(col: list[Any]) -> bool:
+    """Whether every value of a non-empty column passes is_epoch_ms: the column is its own event
+    times (checked in C: one pass for the types, one for min and max)."""
+    return bool(col) and {*map(type, col)} == _INT_ONLY and EPOCH_S_BELOW <= min(col) and max(col) < EPOCH_MS_BELOW
+
+
+_INT_ONLY = {int}
 
 
 def usable_range(kind: str, size: int, hop: int = 0) -> tuple[int, int]:
@@ -282,6 +305,7 @@ def event_times(values: Iterable[Any]) -> list[int | None]:  # Any: the hot loop
     """
     second, tail = _seconds.get, _tails.get
     slow = event_time_ms
+    lo, hi, s_below, ms_below = MIN_MS, MAX_MS, EPOCH_S_BELOW, EPOCH_MS_BELOW  # locals: read per value
     out: list[int | None] = []
     append = out.append
     for v in values:
@@ -295,13 +319,13 @@ def event_times(values: Iterable[Any]) -> list[int | None]:  # Any: the hot loop
                 b = _tail_of(v[19:])
             if a is None or b is None:
                 append(slow(v))
-            elif -62_135_596_800_000 <= a + b <= 253_402_300_799_999:  # MIN_MS..MAX_MS
+            elif lo <= a + b <= hi:
                 append(a + b)
             else:  # an offset moved year 1 or 9999 out of the range
                 append(None)
-        elif cls is int and -100_000_000_000_000 < v < 100_000_000_000_000:
-            # below 1e11 seconds, else milliseconds (event_time_ms reads numbers by magnitude)
-            append(v * 1000 if -100_000_000_000 < v < 100_000_000_000 else v)
+        elif cls is int and -ms_below < v < ms_below:
+            # seconds, else milliseconds (event_time_ms reads numbers by magnitude)
+            append(v * 1000 if -s_below < v < s_below else v)
         else:
             append(slow(v))
     return out

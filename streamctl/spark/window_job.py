@@ -54,7 +54,7 @@ from streamctl.processing.mergeorder import NO_TIME, merge_keys
 from streamctl.processing.watermark import Watermark
 from streamctl.processing.windows.kinds import make_operator
 from streamctl.spark.replay_job import replay_frame
-from streamctl.timeparse import event_time_ms, format_iso
+from streamctl.timeparse import event_time_ms, format_iso, is_epoch_ms
 
 try:
     import orjson  # the same JSON text as the local engine
@@ -80,7 +80,7 @@ def _time_getter(params):
 
     def event_time(r):
         v = get(r)
-        if type(v) is not int or not 100_000_000_000 <= v < 100_000_000_000_000:
+        if not is_epoch_ms(v):
             v = event_time_ms(v)
             if v is None:
                 return None

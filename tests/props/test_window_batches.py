@@ -140,6 +140,25 @@ def test_session_kernel_takes_batches_with_stragglers():
     assert run.declined() == (0, 0)
 
 
+def test_session_kernel_cuts_a_batch_at_an_event_it_cannot_take():
+    """An event that bridges two open sessions of its group: the kernel takes the events around it,
+    only it (and the event that found the gap) go alone through add(), counted; rows and state are add()'s."""
+    evs = [{"ts": T0 + i * 10_000, "k": "bcd"[i % 3], "v": i} for i in range(300)]
+    evs.insert(10, {"ts": T0, "k": "a", "v": 1})
+    evs.insert(250, {"ts": T0 + 40 * M, "k": "a", "v": 2})
+    evs.insert(280, {"ts": T0 + 20 * M, "k": "a", "v": 3})  # within 30m of both: the two merge
+    cfg = WindowConfig(kind="session", size=30 * M, by=["k"], aggs=["count", "avg:v"], lateness=30 * M)
+    a, b = both(cfg, records(evs), [len(evs)])
+    assert a == b
+    run = WindowRun(cfg, is_log=False)
+    rows: list = []
+    run.feed_batches([records(evs)], rows.extend)
+    batches, alone = run.declined()
+    assert batches == 1 and 1 <= alone <= 2
+    run.finish(rows.extend)
+    assert [r[3]["count"] for r in rows if r[2] == b'"a"'] == [3]
+
+
 @pytest.mark.parametrize("on_bad_time", ["skip", "fail"])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(evs=events_strategy(bad=True), sizes=st.lists(st.integers(1, 9), max_size=12),
@@ -435,12 +454,12 @@ def test_sessions_in_order_batches_keep_the_rows_and_state_of_one_by_one(aggs, e
     """Sessions folded a batch in time order at a time (arrays, with slot or Plan states), mixed with
     batches out of order: the rows and the checkpoint of one event at a time, after every batch; with
     the index made again from the open sessions after every batch too."""
-    from streamctl.processing.windows import session
+    from streamctl.processing.windows import session_kernel
 
     evs = sorted(evs, key=lambda e: e["ts"]) if order == "sorted" else sorted_runs(evs)
-    for slack in (session.INDEX_SLACK, -(1 << 62)):  # the second: made again after every batch
+    for slack in (session_kernel.INDEX_SLACK, -(1 << 62)):  # the second: made again after every batch
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(session, "INDEX_SLACK", slack)
+            mp.setattr(session_kernel, "INDEX_SLACK", slack)
             _sessions_batch_by_batch(evs, sizes, WindowConfig(kind="session", size=gap, by=["k"], aggs=aggs,
                                                                 lateness=lateness))
 
@@ -464,12 +483,12 @@ def _sessions_batch_by_batch(evs: list[dict], sizes: list[int], cfg: WindowConfi
 @pytest.mark.parametrize("aggs", [["count", "avg:v"], ["count", "first:v", "max:v"]])
 def test_sessions_in_order_batches_really_use_arrays(monkeypatch, aggs):
     """A batch in time order is assigned by the OpenIndex, never one event at a time."""
-    from streamctl.processing.windows import session
+    from streamctl.processing.windows import session_kernel
 
     def one_by_one(*_args):
         raise AssertionError("a batch in time order went one event at a time")
 
-    monkeypatch.setattr(session, "fold_events", one_by_one)
+    monkeypatch.setattr(session_kernel, "fold_events", one_by_one)
     evs = [{"ts": T0 + i * 7_000, "k": "abcd"[i % 4], "v": i} for i in range(200)]
     evs += [{"ts": T0 + 200 * 7_000 + 5 * M + i * 61_000, "k": "a", "v": i} for i in range(20)]
     cfg = WindowConfig(kind="session", size=M, by=["k"], aggs=aggs)
@@ -477,5 +496,6 @@ def test_sessions_in_order_batches_really_use_arrays(monkeypatch, aggs):
     rows: list = []
     run.feed_batches(cut(records(evs), [9] * 30), rows.extend)
     assert run.op.index is not None and len(run.op.index.gid) == 4
+    assert run.op.declined_events == 0  # no event went alone through add() either
     run.finish(rows.extend)
     assert [r[3]["count"] for r in rows] == [50, 50, 50, 50] + [1] * 20

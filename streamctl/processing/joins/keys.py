@@ -14,7 +14,7 @@ except ImportError:  # the Spark join job on a cluster without orjson: the stand
     from streamctl import orjson_fallback as orjson  # type: ignore[no-redef]
 
 from streamctl.storage import fieldpaths
-from streamctl.timeparse import event_time_ms
+from streamctl.timeparse import EPOCH_MS_BELOW, EPOCH_S_BELOW, event_time_ms
 
 Record = dict[str, Any]
 
@@ -42,7 +42,7 @@ def time_getter(parts: tuple[str, ...]) -> Callable[[Record], int | None]:
         else:
             v = get(rec)
         # epoch milliseconds, the common case, without event_time_ms's checks
-        if v.__class__ is int and 100_000_000_000 <= v < 100_000_000_000_000:
+        if v.__class__ is int and _MS_LOW <= v < _MS_HIGH:
             return v
         return event_time_ms(v)
 
@@ -99,7 +99,7 @@ def norm_key(k: Any) -> Any:
     return ("\x00json", b"%b" % orjson.dumps(k, option=_SORT))
 
 
-_MS_LOW, _MS_HIGH = 100_000_000_000, 100_000_000_000_000  # epoch milliseconds, by magnitude
+_MS_LOW, _MS_HIGH = EPOCH_S_BELOW, EPOCH_MS_BELOW  # epoch milliseconds, by magnitude (timeparse's rule)
 _INT = {int}
 
 

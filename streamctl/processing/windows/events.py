@@ -18,7 +18,15 @@ from streamctl.processing import aggregations, inputorder
 from streamctl.processing import columns as fieldcolumns
 from streamctl.processing.windows.config import WindowConfig, make_plan
 from streamctl.storage import fieldpaths
-from streamctl.timeparse import event_time_ms, event_times, now_ms, usable_range
+from streamctl.timeparse import (
+    EPOCH_MS_BELOW,
+    EPOCH_S_BELOW,
+    epoch_ms_column,
+    event_time_ms,
+    event_times,
+    now_ms,
+    usable_range,
+)
 
 
 def _path_getter(parts: tuple[str, ...]) -> Callable[[dict], Any]:
@@ -91,9 +99,11 @@ def time_getter(cfg: WindowConfig, is_log: bool) -> Callable[[dict], int | None]
             return t if type(t) is int and lo <= t <= hi else None
         return append_time
 
+    s_below, ms_below = EPOCH_S_BELOW, EPOCH_MS_BELOW
+
     def event_time(r: dict) -> int | None:
         v = get(r)
-        if type(v) is not int or not 100_000_000_000 <= v < 100_000_000_000_000:
+        if type(v) is not int or not s_below <= v < ms_below:  # timeparse.is_epoch_ms, inline
             v = event_time_ms(v)  # (epoch ms, the common case, skips the general parse)
             if v is None:
                 return None
@@ -134,7 +144,6 @@ def make_prepare(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan) -> Ca
 
 _INT_NONE = {int, type(None)}
 _NUMBERS = {int, float, type(None)}
-_FAST_EPOCH_MS = (100_000_000_000, 100_000_000_000_000 - 1)  # epoch ms the general parse would read as ms
 
 
 def _numeric_column(col: list) -> tuple[list, int]:
@@ -228,9 +237,8 @@ class EventColumns:
 
     def times(self, x: list) -> list:
         lo, hi = self.lo, self.hi
-        if {*map(type, x)} == _INT_TYPE:
-            a, b = min(x), max(x)
-            if a >= lo and b <= hi and (self.append_time or (a >= _FAST_EPOCH_MS[0] and b <= _FAST_EPOCH_MS[1])):
+        if self.append_time and {*map(type, x)} == _INT_TYPE or not self.append_time and epoch_ms_column(x):
+            if min(x) >= lo and max(x) <= hi:
                 return x  # all epoch ms, the common case: no parse
         if self.append_time:
             return [t if type(t) is int and lo <= t <= hi else None for t in x]

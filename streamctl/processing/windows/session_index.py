@@ -128,10 +128,11 @@ class OpenIndex:
         self.newest[g[was_newest]] = NO_HANDLE
 
     def cluster(self, t: np.ndarray, g: np.ndarray, pos: np.ndarray, wm: np.ndarray, pre: Pre,
-                gap: int) -> Clusters | None:
+                gap: int) -> Clusters | int:
         """Assign a batch's events that are not late (times `t`, group ids `g`, input positions `pos`
         ascending, the watermark before each `wm`) to sessions the way Session.add does one event at a
-        time, or None when that cannot be done without the one-event path.
+        time, or when that cannot be done without the one-event path the input position of the first
+        event it stopped at (the events before it may be taken again; -1: no event in particular).
 
         The sessions of a group are the runs of its events and open sessions (`pre`) sorted by time
         that are at most GAP apart (what Session.add's merging leaves, whatever the arrival order), as
@@ -150,7 +151,7 @@ class OpenIndex:
         lo = int(i_start.min())
         span = int(i_last.max()) - lo + 2 * gap + 2
         if span <= 0 or span * (len(ig) + 1) >= 1 << 62:
-            return None  # times too far apart for the offsets the running maxima below use
+            return -1  # times too far apart for the offsets the running maxima below use
         order = np.lexsort((i_pos, i_start, ig))  # by group, then time
         gs, ss, ls = ig[order], i_start[order] - lo, i_last[order] - lo
         m = len(gs)
@@ -165,8 +166,11 @@ class OpenIndex:
         cid = np.empty(m, dtype=np.int64)
         cid[order] = cid_sorted
         k = int(cid_sorted[-1]) + 1
-        if n_pre and np.bincount(cid[n_ev:], minlength=k).max() > 1:
-            return None  # an event merges two open sessions
+        if n_pre:
+            merged = np.bincount(cid[n_ev:], minlength=k) > 1
+            if merged.any():  # events merge two open sessions: the first of their runs' events
+                at = pos[merged[cid[:n_ev]]]
+                return int(at.min()) if len(at) else -1
         # each run in input order: what it holds before each item (its open session first)
         arr = np.lexsort((i_pos, cid))
         ca, sa, la = cid[arr], i_start[arr] - lo, i_last[arr] - lo
@@ -182,7 +186,7 @@ class OpenIndex:
         w = wm[arr[later]] - lo  # only events come after a run's first item
         ok = (ta >= held_start[prev] - gap) & (np.maximum(ta, w) <= held_last[prev] + gap)
         if not ok.all():
-            return None
+            return int(pos[arr[later[~ok]]].min())  # (only events come after a run's first item)
         has_events = np.bincount(cid[:n_ev], minlength=k) > 0
         pre_of = np.full(k, -1, dtype=np.int64)
         pre_of[cid[n_ev:]] = np.arange(n_pre)
