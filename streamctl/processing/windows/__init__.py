@@ -262,9 +262,9 @@ class GridWindows:
             pos = kept.tolist()
             end_array = end_array[kept]
             ks = [ks[i] for i in pos]
-        return self._fold_columns(end_array.tolist(), ks, pos, cols, ts, maxt, lateness, lates, out)
+        return self._fold_columns(end_array, ks, pos, cols, ts, maxt, lateness, lates, out)
 
-    def _fold_columns(self, ends: list[int], ks: list[bytes], pos: Sequence[int], cols: list[list | None],
+    def _fold_columns(self, ends: Any, ks: list[bytes], pos: Sequence[int], cols: list[list | None],
                       ts: list[int], maxt: int, lateness: int, lates: list[int], out: list) -> tuple[int, list[int]]:
         """fold() for columns: the events at `pos` (into the windows `ends`, groups `ks`) go into the
         open windows' cells, then the windows the watermark passed close."""
@@ -274,7 +274,10 @@ class GridWindows:
             self.close(maxt - lateness, out)
         return maxt, lates
 
-    def _fold_cells(self, ends: list[int], ks: list[bytes], pos: Sequence[int], cols: list[list | None]) -> None:
+    def _fold_cells(self, ends: Any, ks: list[bytes], pos: Sequence[int], cols: list[list | None]) -> None:
+        """The events at `pos` (their windows' `ends`, a list or an int64 array; their groups `ks`) into
+        the open windows' cells: the batch sorted by window once (stable: each window's events stay in
+        input order, so its totals are the same left-to-right sums), each window's run folded at once."""
         import numpy as np
 
         from streamctl.processing.windows import cells
@@ -282,24 +285,40 @@ class GridWindows:
         # the events kept (and repeated, for hopping windows)
         kept = cols if isinstance(pos, range) else [None if col is None else [col[i] for i in pos] for col in cols]
         numbers = cells.number_columns(self.plan.funcs, kept)
+        end_array = np.asarray(ends, dtype=np.int64)
         if numbers is None:  # an int too large for a float64 total to stay exact
             self.to_states()
-            groups = _group(list(zip(ends, ks, strict=True)), pos)
+            groups = _group(list(zip(end_array.tolist(), ks, strict=True)), pos)
             self._fold_states(groups, cols, 0)
             return
-        distinct = dict.fromkeys(ends)
-        end_array = np.array(ends, dtype=np.int64) if len(distinct) > 1 else None
-        for end in distinct:
+        n = len(end_array)
+        if not n:
+            return
+        if end_array[0] == end_array[-1] and (end_array == end_array[0]).all():
+            runs = {int(end_array[0]): (ks, numbers)}
+        else:
+            order = np.argsort(end_array, kind="stable")
+            by_end = end_array[order]
+            cuts = (np.flatnonzero(by_end[1:] != by_end[:-1]) + 1).tolist()
+            bounds = [0, *cuts, n]
+            heads = by_end[bounds[:-1]]
+            sorted_ks = list(map(ks.__getitem__, order.tolist()))
+            sorted_nums = [None if x is None else x.take(order) for x in numbers]
+            span = {e: slice(a, b) for e, a, b in zip(heads.tolist(), bounds, bounds[1:], strict=False)}
+            first = order[bounds[:-1]]  # each window's first event (the sort is stable): first-seen order
+            runs = {}
+            for e in heads[np.argsort(first, kind="stable")].tolist():
+                sl = span[e]
+                runs[e] = (sorted_ks[sl], [None if x is None else x.take(sl) for x in sorted_nums])
+        touched = []
+        for end, (run_ks, run_nums) in runs.items():
             table = self.open.get(end)
             if table is None:
                 table = self.open[end] = cells.Cells(self.plan.funcs)
                 heapq.heappush(self.ends, end)
-            if end_array is None:
-                table.fold(ks, numbers)
-            else:
-                sel = end_array == end
-                table.fold(list(compress(ks, sel.tolist())), [n if n is None else n.take(sel) for n in numbers])
-        if not all(map(cells.Cells.fits, self.open.values())):
+            table.fold(run_ks, run_nums)
+            touched.append(table)
+        if not all(map(cells.Cells.fits, touched)):  # (the windows not touched were checked before)
             self.to_states()
 
     def to_states(self) -> None:

@@ -20,6 +20,7 @@ nothing here goes by a function's name.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from itertools import filterfalse
 from typing import Any
 
 import numpy as np
@@ -117,6 +118,9 @@ class Slots:
         self.funcs = list(funcs)
         self.aggs: list[Agg] = [agg_class(f)(f) for f in funcs]
         self.size = 0
+        # every value ever counted into a slot (folds, adds, loaded states): no count is above it, so
+        # while it is below COUNT_LIMIT every total is exact without looking (fits)
+        self.folded = 0
         self._alloc(16)
 
     def _alloc(self, cap: int) -> None:
@@ -141,6 +145,7 @@ class Slots:
     def fold_at(self, idx: np.ndarray, cols: Sequence[NumberColumn | None]) -> None:
         """Fold events into the slots `idx` (one per event; one input column per aggregation, None
         for a bare count)."""
+        self.folded += len(idx)
         for i, col in enumerate(cols):
             if col is None:
                 np.add.at(self.count[i], idx, 1)
@@ -157,6 +162,8 @@ class Slots:
 
     def fits(self) -> bool:
         """Whether every slot's total is still exact (fewer than COUNT_LIMIT numbers in each)."""
+        if self.folded < COUNT_LIMIT:
+            return True
         return all(int(c[:self.size].max(initial=0)) < COUNT_LIMIT for c in self.count)
 
     def results_at(self, names: Sequence[str], idx: np.ndarray) -> list[dict]:
@@ -192,6 +199,8 @@ class Slots:
         """Put Plan's state `st` into slot s; False when a total is beyond what a slot keeps exactly."""
         for i, a in enumerate(self.aggs):
             got = a.slot_values(st[i])
+            if got is not None:
+                self.folded += got[1]
             total, floaty = self.total[i], self.floaty[i]
             if total is None or floaty is None:
                 if got is None:
@@ -216,9 +225,12 @@ class Cells(Slots):
     def slots(self, keys: list[bytes]) -> np.ndarray:
         """Each key's slot, made for keys not seen before."""
         slot = self.slot
-        add = slot.setdefault
-        # a new key's slot is the number of keys before it (self.size == len(slot))
-        got = np.fromiter([add(k, len(slot)) for k in keys], dtype=np.intp, count=len(keys))
+        # a new key's slot is the number of keys before it (self.size == len(slot)), in first-seen
+        # order; each step a C loop (map, filterfalse, update), no Python frame per event
+        new = list(filterfalse(slot.__contains__, dict.fromkeys(keys)))
+        if new:
+            slot.update(zip(new, range(len(slot), len(slot) + len(new)), strict=True))
+        got = np.fromiter(map(slot.__getitem__, keys), dtype=np.intp, count=len(keys))
         self.size = len(slot)
         if self.size > self.cap:
             self._grow(self.size)
@@ -297,6 +309,7 @@ class SlotStates(Slots):
             if v is not None and ((type(v) is int and not -INT_LIMIT <= v <= INT_LIMIT)
                                   or self.count[i][s] + 1 >= COUNT_LIMIT):
                 return False
+        self.folded += 1
         for i, v in enumerate(vals):
             if v is None:
                 continue

@@ -19,6 +19,7 @@ A session's last event time is the larger of its list's LAST and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import filterfalse
 
 import numpy as np
 
@@ -41,6 +42,7 @@ class OpenIndex:
     gid: dict[bytes, int] = field(default_factory=dict)  # group key -> group id
     newest: np.ndarray = field(default_factory=lambda: np.full(16, NO_HANDLE, dtype=np.int64))  # by group id
     last: np.ndarray = field(default_factory=lambda: np.zeros(16, dtype=np.int64))  # by handle
+    start: np.ndarray = field(default_factory=lambda: np.zeros(16, dtype=np.int64))  # by handle: its START
     slot: np.ndarray = field(default_factory=lambda: np.zeros(16, dtype=np.intp))  # by handle: its SlotStates slot
     sessions: list = field(default_factory=list)  # by handle: the session list, None when free
     keys: list = field(default_factory=list)  # by handle: its group key
@@ -54,14 +56,13 @@ class OpenIndex:
 
     def group_ids(self, ks: list[bytes]) -> np.ndarray:
         gid = self.gid
-        try:
-            return np.fromiter(map(gid.__getitem__, ks), dtype=np.int64, count=len(ks))
-        except KeyError:  # keys not seen before: ids for them, then the lookup again
-            for k in dict.fromkeys(ks).keys() - gid.keys():
-                gid[k] = len(gid)
+        # keys not seen before get the next ids in first-seen order; each step a C loop
+        new = list(filterfalse(gid.__contains__, dict.fromkeys(ks)))
+        if new:
+            gid.update(zip(new, range(len(gid), len(gid) + len(new)), strict=True))
             self.newest = _grown(self.newest, len(gid), NO_HANDLE)
             self.nopen = _grown(self.nopen, len(gid), 0)
-            return np.fromiter(map(gid.__getitem__, ks), dtype=np.int64, count=len(ks))
+        return np.fromiter(map(gid.__getitem__, ks), dtype=np.int64, count=len(ks))
 
     def group_id(self, k: bytes) -> int:
         g = self.gid.get(k)
@@ -83,6 +84,7 @@ class OpenIndex:
         self.keys.extend([None] * fresh)
         need = base + fresh
         self.last = _grown(self.last, need, 0)
+        self.start = _grown(self.start, need, 0)
         self.slot = _grown(self.slot, need, 0)
         self.group = _grown(self.group, need, 0)
         self.alive = _grown(self.alive, need, False)
@@ -90,13 +92,14 @@ class OpenIndex:
         self.alive[handles] = True
         return handles
 
-    def bind(self, s: list, key: bytes, last: int, slot: int | None) -> int:
+    def bind(self, s: list, key: bytes, start: int, last: int, slot: int | None) -> int:
         """A handle for a session made by the one-event path."""
         h = int(self.alloc(1)[0])
         self.sessions[h] = s
         self.keys[h] = key
         self.group[h] = self.group_id(key)
         self.last[h] = last
+        self.start[h] = start
         if slot is not None:
             self.slot[h] = slot
         return h

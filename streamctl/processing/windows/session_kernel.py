@@ -224,7 +224,7 @@ class SessionKernel:
         ph = newest[simple]
         pg = ug[simple]
         sessions = index.sessions
-        ps = [sessions[h][START] for h in ph.tolist()]
+        ps = index.start[ph].tolist()
         pl = index.last[ph].tolist()
         gather = np.flatnonzero((nopen > 0) & ~simple)
         if len(gather):
@@ -233,7 +233,7 @@ class SessionKernel:
                 k = ks[int(pos[at[j]])]
                 for s in self.open.get(k, ()):
                     if s[HANDLE] == NO_HANDLE:
-                        s[HANDLE] = index.bind(s, k, s[LAST], s[STATE] if self.columnar else None)
+                        s[HANDLE] = index.bind(s, k, s[START], s[LAST], s[STATE] if self.columnar else None)
                     pg.append(int(ug[j]))
                     ph.append(s[HANDLE])
                     ps.append(s[START])
@@ -277,6 +277,8 @@ class SessionKernel:
         moved = moved[runs.start[moved] < pre.start[runs.pre[moved]]]
         for c in moved.tolist():
             sessions[int(handle_of[c])][START] = starts[c]
+        index.start[handle_of[moved]] = runs.start[moved]
+        index.start[new_h] = runs.start[fresh]
         live_h = handle_of[live]
         index.last[live_h] = runs.last[live]
         index.group[new_h] = runs.group[fresh]
@@ -320,7 +322,7 @@ class SessionKernel:
         if len(hs):
             at = np.searchsorted(high, ends[hs] + lateness, side="right")  # the event that closes each
             sessions, keys = index.sessions, index.keys
-            starts = np.array([sessions[h][START] for h in hs.tolist()], dtype=np.int64)
+            starts = index.start[hs]
             order = np.lexsort((starts, at))
             hs, at, starts = hs[order], at[order], starts[order]
             same = (at[1:] == at[:-1]) & (starts[1:] == starts[:-1])
@@ -383,9 +385,10 @@ class SessionKernel:
                 best, best_last = NO_HANDLE, None
                 for s in self.open.get(k, ()):
                     if s[HANDLE] == NO_HANDLE:
-                        s[HANDLE] = index.bind(s, k, s[LAST], s[STATE] if columnar else None)
+                        s[HANDLE] = index.bind(s, k, s[START], s[LAST], s[STATE] if columnar else None)
                     else:
                         index.last[s[HANDLE]] = self._last(s)
+                        index.start[s[HANDLE]] = s[START]
                     if best_last is None or s[LAST] > best_last:
                         best, best_last = s[HANDLE], s[LAST]
                 newest[g] = best
