@@ -19,7 +19,8 @@ A session's last event time is the larger of its list's LAST and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import filterfalse
+from itertools import compress, repeat
+from operator import is_
 
 import numpy as np
 
@@ -56,13 +57,19 @@ class OpenIndex:
 
     def group_ids(self, ks: list[bytes]) -> np.ndarray:
         gid = self.gid
-        # keys not seen before get the next ids in first-seen order; each step a C loop
-        new = list(filterfalse(gid.__contains__, dict.fromkeys(ks)))
-        if new:
-            gid.update(zip(new, range(len(gid), len(gid) + len(new)), strict=True))
+        # One pass over the batch in C (a lookup is a memory access into a large dict, so passes
+        # count); keys not seen before get the next ids in first-seen order.
+        got = list(map(gid.get, ks))
+        if None in got:
+            miss = list(compress(range(len(ks)), map(is_, got, repeat(None))))
+            for i in miss:
+                g = gid.get(ks[i])
+                if g is None:
+                    g = gid[ks[i]] = len(gid)
+                got[i] = g
             self.newest = _grown(self.newest, len(gid), NO_HANDLE)
             self.nopen = _grown(self.nopen, len(gid), 0)
-        return np.fromiter(map(gid.__getitem__, ks), dtype=np.int64, count=len(ks))
+        return np.array(got, dtype=np.int64)
 
     def group_id(self, k: bytes) -> int:
         g = self.gid.get(k)
@@ -131,7 +138,7 @@ class OpenIndex:
         self.newest[g[was_newest]] = NO_HANDLE
 
     def cluster(self, t: np.ndarray, g: np.ndarray, pos: np.ndarray, wm: np.ndarray, pre: Pre,
-                gap: int) -> Clusters | int:
+                gap: int, in_order: bool = False) -> Clusters | int:
         """Assign a batch's events that are not late (times `t`, group ids `g`, input positions `pos`
         ascending, the watermark before each `wm`) to sessions the way Session.add does one event at a
         time, or when that cannot be done without the one-event path the input position of the first
@@ -145,7 +152,14 @@ class OpenIndex:
         that last + GAP (the session is still open when it arrives), and a run holds at most one open
         session. Then each run is one session, and its events are folded into it in input order, as
         Session.add folds them: the same states, bit for bit. A run without an open session is a new
-        session, made at its first event in input order."""
+        session, made at its first event in input order.
+
+        `in_order`: the batch has no straggler (its times never go down, the first at or above the
+        largest time before it) and no group has more than one open session. Then a group's items
+        sorted by time are its open session and its events in input order (one stable sort by
+        group), and every check holds: an event within GAP of its group's latest item is within
+        GAP of its run's last time, which the watermark before it cannot pass (that is at most the
+        event's own time), and a run cannot hold two open sessions."""
         n_ev, n_pre = len(t), len(pre.g)
         ig = np.concatenate((g, pre.g))
         i_start = np.concatenate((t, pre.start))
@@ -155,41 +169,47 @@ class OpenIndex:
         span = int(i_last.max()) - lo + 2 * gap + 2
         if span <= 0 or span * (len(ig) + 1) >= 1 << 62:
             return -1  # times too far apart for the offsets the running maxima below use
-        order = np.lexsort((i_pos, i_start, ig))  # by group, then time
+        if in_order:  # by group, its open session first (pos -1), then its events as they came
+            order = np.argsort(ig * 2 + (i_pos >= 0), kind="stable")
+        else:
+            order = np.lexsort((i_pos, i_start, ig))  # by group, then time
         gs, ss, ls = ig[order], i_start[order] - lo, i_last[order] - lo
         m = len(gs)
         head = np.empty(m, dtype=bool)  # a group's first item
         head[0] = True
         np.not_equal(gs[1:], gs[:-1], out=head[1:])
-        off = np.cumsum(head) * span  # each group's own range of values: one accumulate for all
-        run_last = np.maximum.accumulate(ls + off) - off  # the largest last so far in the group
+        if in_order:
+            run_last = ls  # times never go down within a group
+        else:
+            off = np.cumsum(head) * span  # each group's own range of values: one accumulate for all
+            run_last = np.maximum.accumulate(ls + off) - off  # the largest last so far in the group
         new = head.copy()
-        np.greater(ss[1:], run_last[:-1] + gap, out=new[1:], where=~head[1:])
+        new[1:] |= ss[1:] > run_last[:-1] + gap
         cid_sorted = np.cumsum(new) - 1
         cid = np.empty(m, dtype=np.int64)
         cid[order] = cid_sorted
         k = int(cid_sorted[-1]) + 1
-        if n_pre:
+        if n_pre and not in_order:
             merged = np.bincount(cid[n_ev:], minlength=k) > 1
             if merged.any():  # events merge two open sessions: the first of their runs' events
                 at = pos[merged[cid[:n_ev]]]
                 return int(at.min()) if len(at) else -1
-        # each run in input order: what it holds before each item (its open session first)
-        arr = np.lexsort((i_pos, cid))
-        ca, sa, la = cid[arr], i_start[arr] - lo, i_last[arr] - lo
-        first = np.empty(m, dtype=bool)
-        first[0] = True
-        np.not_equal(ca[1:], ca[:-1], out=first[1:])
-        off = np.cumsum(first) * span
-        held_last = np.maximum.accumulate(la + off) - off
-        held_start = -(np.maximum.accumulate(off - sa) - off)
-        later = np.flatnonzero(~first)
-        prev = later - 1
-        ta = sa[later]
-        w = wm[arr[later]] - lo  # only events come after a run's first item
-        ok = (ta >= held_start[prev] - gap) & (np.maximum(ta, w) <= held_last[prev] + gap)
-        if not ok.all():
-            return int(pos[arr[later[~ok]]].min())  # (only events come after a run's first item)
+        if not in_order:  # each run in input order: what it holds before each item (its open session first)
+            arr = np.lexsort((i_pos, cid))
+            ca, sa, la = cid[arr], i_start[arr] - lo, i_last[arr] - lo
+            first = np.empty(m, dtype=bool)
+            first[0] = True
+            np.not_equal(ca[1:], ca[:-1], out=first[1:])
+            off = np.cumsum(first) * span
+            held_last = np.maximum.accumulate(la + off) - off
+            held_start = -(np.maximum.accumulate(off - sa) - off)
+            later = np.flatnonzero(~first)
+            prev = later - 1
+            ta = sa[later]
+            w = wm[arr[later]] - lo  # only events come after a run's first item
+            ok = (ta >= held_start[prev] - gap) & (np.maximum(ta, w) <= held_last[prev] + gap)
+            if not ok.all():
+                return int(pos[arr[later[~ok]]].min())  # (only events come after a run's first item)
         has_events = np.bincount(cid[:n_ev], minlength=k) > 0
         pre_of = np.full(k, -1, dtype=np.int64)
         pre_of[cid[n_ev:]] = np.arange(n_pre)

@@ -241,7 +241,8 @@ class SessionKernel:
         i64 = np.int64
         pre = Pre(np.array(pg, dtype=i64), np.array(ps, dtype=i64), np.array(pl, dtype=i64),
                   np.array(ph, dtype=i64))
-        runs = index.cluster(t[pos], g, pos, wm[pos], pre, gap)
+        in_order = keep is None and not len(straggler) and not len(gather)
+        runs = index.cluster(t[pos], g, pos, wm[pos], pre, gap, in_order)
         if isinstance(runs, int):
             return runs
         # the runs that got events: their sessions (an open one, or a new one made at its first event)
