@@ -360,11 +360,14 @@ class Datasets:
         self.profiles_log(n)  # first: the join's table side must be older than the events
         return self._once(n, "events.log", lambda p: self._produce(p, src, "--key-field", "user"))
 
+    def big_table_events_jsonl(self, n: int) -> Path:
+        return self._once(n, "big-table-events.jsonl", lambda p: write_big_table_events(p, n, self.b.args.seed))
+
     def big_table_logs(self, n: int) -> tuple[Path, Path]:
         """(events log of n events, 3 partitions; profiles log of BIG_TABLE keys), the table produced first."""
         tsrc = self._once(n, "big-table.jsonl", lambda p: write_big_table(p, self.b.args.seed))
         table = self._once(n, "big-table.log", lambda p: self._produce(p, tsrc, "--key-field", "id"))
-        esrc = self._once(n, "big-table-events.jsonl", lambda p: write_big_table_events(p, n, self.b.args.seed))
+        esrc = self.big_table_events_jsonl(n)
         events = self._once(n, "big-table-events.log",
                             lambda p: self._produce(p, esrc, "--key-field", "user", "--partitions", "3"))
         return events, table

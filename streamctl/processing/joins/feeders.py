@@ -118,6 +118,7 @@ class TableFeed:
         self.right_index = right_index
         self.left_key, self.right_key = key_getter(spec.on[0]), key_getter(spec.on[1])
         self.by_value_path = spec.on[1] != ("key",)
+        self.right_key_is_record_key = spec.on[1] == ("key",)
         self.inner = spec.how == "inner"
         self.at_position = spec.as_of == "position"
         self.times = (time_getter(spec.time_field[0]), time_getter(spec.time_field[1]))
@@ -152,18 +153,29 @@ class TableFeed:
     def _feed_position(self, items: Items) -> None:
         counts = self.stats.records
         j = self.join
+        change, event = j.change, j.event
         right_index, right_key, left_key, by_value_path = self.right_index, self.right_key, self.left_key, \
             self.by_value_path
+        by_record_key = self.right_key_is_record_key
+        n_left = n_right = 0
         for i, rec in items:
             if i == right_index:
-                counts[1] += 1
+                n_right += 1
+                if by_record_key:
+                    # change_keys of a table keyed by its record key: that key (a string), or none
+                    k = rec.get("key")
+                    if k is not None:
+                        change(k, rec["value"])  # type: ignore[call-arg]
+                    continue
                 value = rec["value"]
                 for nk, _k in change_keys(rec, right_key, by_value_path):
-                    j.change(nk, value)  # type: ignore[call-arg]
+                    change(nk, value)  # type: ignore[call-arg]
             else:
-                counts[0] += 1
+                n_left += 1
                 k = left_key(rec)
-                j.event(norm_key(k), k, rec["value"])  # type: ignore[call-arg]
+                event(k if k.__class__ is str else norm_key(k), k, rec["value"])  # type: ignore[call-arg]
+        counts[0] += n_left
+        counts[1] += n_right
 
     def _feed_as_of(self, items: Items) -> None:
         from streamctl.processing.joins.stream_table import TableAsOfTime
