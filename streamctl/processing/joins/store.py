@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -148,12 +149,14 @@ class DiskTable(MutableMapping[Any, Any]):
         if not dirty:
             return 0
         encode = self.encode
-        puts = [(k if k.__class__ is str and not k.startswith("\x01") else sql_key(k), encode(v))
+        puts = [(k if k.__class__ is str and not k.startswith("\x01") else sql_key(k), v)
                 for k, v in dirty.items() if v is not _DELETED]
-        puts.sort()  # B-tree inserts in key order touch each page once
         dels = [(sql_key(k),) for k, v in dirty.items() if v is _DELETED]
         if puts:
-            self.db.executemany(f"INSERT OR REPLACE INTO {self.name} (k, v) VALUES (?, ?)", puts)
+            puts.sort(key=itemgetter(0))  # B-tree inserts in key order touch each page once
+            # encoded as SQLite takes them: orjson's results keep 4 KiB each until freed
+            self.db.executemany(f"INSERT OR REPLACE INTO {self.name} (k, v) VALUES (?, ?)",
+                                ((k, encode(v)) for k, v in puts))
         if dels:
             self.db.executemany(f"DELETE FROM {self.name} WHERE k = ?", dels)
         cache = self.cache
