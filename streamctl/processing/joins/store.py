@@ -14,8 +14,7 @@ changed since the last one.
   checkpoint, never ahead of its offsets.
 - Reads look in `dirty`, then the cache (which also remembers keys that are not
   there), then SQLite. `prefetch` reads the keys a round needs in one statement
-  per few thousand keys (a key holding a NUL is read on its own when asked: the
-  key list goes through json_each, whose strings end at a NUL).
+  per few thousand keys.
 - A table of mutable values (a key's versions, stream_table._History) writes back
   every value read since the last flush, since the operator changes it in place.
 """
@@ -34,7 +33,7 @@ CACHE_KIB = 8192  # SQLite's page cache per connection
 _ABSENT = object()  # in the cache: the key has no row
 _DELETED = object()  # in dirty: the row is deleted at the next flush
 _MISS = object()  # not in the cache
-_CHUNK = 4096  # keys per prefetch statement
+_CHUNK = 4000  # keys per prefetch statement (1M keys: 6.3 us a key; 500 a statement: 8.2)
 
 
 def sql_key(nkey: Any) -> str:
@@ -68,7 +67,8 @@ class DiskTable(MutableMapping[Any, Any]):
         self.dirty: dict[Any, Any] = {}
         db.execute(f"CREATE TABLE IF NOT EXISTS {name} (k TEXT PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID")
         self._select = f"SELECT v FROM {name} WHERE k = ?"
-        self._select_many = f"SELECT k, v FROM {name} WHERE k IN (SELECT value FROM json_each(?))"
+        # keys per prefetch statement: as many as SQLite binds (32766 since 3.32, 999 before)
+        self.chunk = min(_CHUNK, db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))
 
     # -- reads --
     def get(self, nkey: Any, default: Any = None) -> Any:
@@ -97,24 +97,24 @@ class DiskTable(MutableMapping[Any, Any]):
         cache[nkey] = v
 
     def prefetch(self, nkeys: Iterable[Any]) -> None:
-        """Read the rows of these keys that are neither dirty nor cached, a statement per _CHUNK keys."""
+        """Read the rows of these keys that are neither dirty nor cached, a statement per few thousand."""
         dirty, cache = self.dirty, self.cache
         want: dict[str, Any] = {}
         for nk in nkeys:
             if nk not in dirty and nk not in cache:
                 # sql_key, inlined for the common key: a string without a leading \x01 is itself
-                sk = nk if nk.__class__ is str and not nk.startswith("\x01") else sql_key(nk)
-                if "\x00" not in sk:  # json_each's text ends at a NUL: such a key is read on its own
-                    want[sk] = nk
+                want[nk if nk.__class__ is str and not nk.startswith("\x01") else sql_key(nk)] = nk
         if not want:
             return
         if len(want) + len(cache) > CACHE_ENTRIES:
             cache.clear()
         names = list(want)
         decode = self.decode
-        for i in range(0, len(names), _CHUNK):
-            part = names[i:i + _CHUNK]
-            found = dict(self.db.execute(self._select_many, (orjson.dumps(part),)).fetchall())
+        step = self.chunk
+        for i in range(0, len(names), step):
+            part = names[i:i + step]
+            q = f"SELECT k, v FROM {self.name} WHERE k IN ({','.join('?' * len(part))})"
+            found = dict(self.db.execute(q, part).fetchall())
             for sk in part:
                 raw = found.get(sk)
                 cache[want[sk]] = _ABSENT if raw is None else decode(raw)
