@@ -121,6 +121,8 @@ class JoinFollower:
         try:
             self.db = open_db(path)
             self.db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID")
+            if group is None:
+                self.db.execute("PRAGMA synchronous=OFF")  # a scratch file, removed at exit: nothing to make durable
             self.tables = _tables(spec, self.db)
         except sqlite3.DatabaseError as e:
             self.close()
