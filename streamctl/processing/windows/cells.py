@@ -242,7 +242,7 @@ class Cells(Slots):
 
     def results(self, names: Sequence[str], keys: list[bytes]) -> list[dict]:
         """Plan.result of each key's state, in the order of `keys`."""
-        return self.results_at(names, np.array(list(map(self.slot.__getitem__, keys)), dtype=np.intp))
+        return self.results_at(names, np.fromiter(map(self.slot.__getitem__, keys), dtype=np.intp, count=len(keys)))
 
     def states(self) -> dict[bytes, list]:
         """Plan's state of each key ({key: [slot per aggregation]}), exact."""

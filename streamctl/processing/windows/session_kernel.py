@@ -340,16 +340,16 @@ class SessionKernel:
             lasts = index.last[hs].tolist()
             out += zip(starts.tolist(), (ends[hs]).tolist(), ks, results, repeat(None))
             opened, last_of, closed_order = self.open, self.closed_last, self.closed_order
-            forget = self._forget
-            wms = (high[at] - lateness).tolist()
+            forget, gap2 = self._forget, 2 * gap
             befores = (before[at] - lateness).tolist()
-            prev_at, prev_wm = -1, NO_WATERMARK
-            for h, k, last, a, wm, wb in zip(hl, ks, lasts, at.tolist(), wms, befores, strict=True):
-                if a != prev_at:  # a new close(): the watermark moves before it forget as add() would
-                    if prev_at >= 0:
-                        forget(prev_wm)
-                    forget(wb)
-                    prev_at, prev_wm = a, wm
+            prev_at = -1
+            for h, k, last, a, wb in zip(hl, ks, lasts, at.tolist(), befores, strict=True):
+                if a != prev_at:
+                    # a new close(): the watermark moved up to it, forgetting as each close() did (the
+                    # one after the previous close's is the larger: only it matters, forget being monotone)
+                    prev_at = a
+                    if closed_order and closed_order[0][0] + gap2 <= wb:
+                        forget(wb)
                 group = opened[k]
                 if len(group) == 1:
                     del opened[k]
@@ -358,7 +358,6 @@ class SessionKernel:
                 if last_of.get(k, NO_WATERMARK) < last:
                     last_of[k] = last
                     closed_order.append((last, k))
-            forget(prev_wm)
             index.release_many(hs)
         self._forget(maxt - lateness)
         return maxt
