@@ -283,6 +283,19 @@ class SlotStates(Slots):
             self._grow(self.size)
         return s
 
+    def new_many(self, m: int) -> list[int]:
+        """m new slots: new() m times."""
+        free = self.free
+        take = min(m, len(free))
+        got = free[len(free) - take:][::-1]  # as pop() would hand them out
+        del free[len(free) - take:]
+        if take < m:
+            got += range(self.size, self.size + m - take)
+            self.size += m - take
+            if self.size > self.cap:
+                self._grow(self.size)
+        return got
+
     def release(self, s: int) -> None:
         for i in range(len(self.funcs)):
             self.count[i][s] = 0

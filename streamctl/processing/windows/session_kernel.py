@@ -256,18 +256,18 @@ class SessionKernel:
         new_h = index.alloc(len(fresh))
         handle_of[fresh] = new_h
         ids, opened, states = self._ids, self.open, self.states
-        slots = []
         keys = index.keys
         if not self.heap_stale:  # the kernel closes from the index's arrays; the heap is made again when needed
             self.heap_stale = True
             self.heap.clear()
-        starts, lasts = runs.start.tolist(), runs.last.tolist()
-        for c, h, i in zip(fresh.tolist(), new_h.tolist(), runs.first[fresh].tolist(), strict=True):
-            k = ks[int(pos[i])]
-            s = [starts[c], lasts[c], states.new(), 0, next(ids), None, h]
+        m = len(fresh)
+        slots = states.new_many(m) if self.columnar else [states.new() for _ in range(m)]
+        fresh_keys = list(map(ks.__getitem__, pos[runs.first[fresh]].tolist()))
+        for h, k, a, b, st in zip(new_h.tolist(), fresh_keys, runs.start[fresh].tolist(), runs.last[fresh].tolist(),
+                                  slots, strict=True):
+            s = [a, b, st, 0, next(ids), None, h]
             sessions[h] = s
             keys[h] = k
-            slots.append(s[STATE])
             group = opened.get(k)
             if group is None:
                 opened[k] = [s]
@@ -276,8 +276,8 @@ class SessionKernel:
         # an open session that a straggler moved the start of
         moved = live[old]
         moved = moved[runs.start[moved] < pre.start[runs.pre[moved]]]
-        for c in moved.tolist():
-            sessions[int(handle_of[c])][START] = starts[c]
+        for h, a in zip(handle_of[moved].tolist(), runs.start[moved].tolist(), strict=True):
+            sessions[h][START] = a
         index.start[handle_of[moved]] = runs.start[moved]
         index.start[new_h] = runs.start[fresh]
         live_h = handle_of[live]
