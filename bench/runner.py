@@ -469,7 +469,7 @@ def machine() -> dict[str, str]:
     }
 
 
-WORKLOADS = ["startup", "produce", "consume", "group", "tail", "compact", "replay", "window", "join", "sqlite", "capture",
+WORKLOADS = ["startup", "produce", "consume", "group", "tail", "compact", "replay", "window", "join", "sqlite", "capture", "follow",
              "memory"]
 
 

@@ -29,8 +29,9 @@ def capture(
     tables: list[str] | None = typer.Option(None, "--table", "-t", metavar="[SCHEMA.]TABLE",
                                             help="A table to capture (repeatable; schema public by default)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming changes (a committed change is in "
-                                                                "the log within a second); SIGTERM/SIGINT end it "
-                                                                "after a commit."),
+                                                                "the log within a second), reconnecting after a "
+                                                                "lost connection; SIGTERM/SIGINT end it after a "
+                                                                "commit."),
     slot: str | None = typer.Option(None, "--slot", metavar="NAME", help="Replication slot (and publication) name "
                                                                          "(default derived from LOG)."),
     snapshot: str = typer.Option("initial", "--snapshot", metavar="initial|never",
@@ -53,6 +54,15 @@ def capture(
     is confirmed only up to changes durable in the log, and a rerun skips what the log
     already holds. Without --follow it reads what was committed before it started, then
     exits (for cron).
+
+    Lost connections: with --follow, a connection lost to a server restart or a network
+    cut is opened again by itself, as Debezium's connector does: after 0.5s, the wait
+    doubled after each failed try up to 30s, each loss and reconnect one line on stderr.
+    The stream starts again at the slot and the log skips what it already holds: no
+    change lost, none twice. What reconnecting finds misconfigured (a refused login,
+    the REPLICATION privilege or wal_level gone, the slot dropped) ends capture with its
+    one line, exit 1. Without --follow a lost connection ends the run (exit 1) and the
+    next run continues.
 
     Values: integers and floats are JSON numbers (NaN and the infinities the strings
     PostgreSQL prints), numeric its exact digits as a JSON number, boolean true/false,

@@ -78,36 +78,54 @@ def _string(buf: bytes, pos: int) -> tuple[str, int]:
 
 
 def _tuple(buf: bytes, pos: int) -> tuple[list, int]:
-    (n,) = _I16.unpack_from(buf, pos)
+    # runs per change: bound methods in locals, the column count (an Int16 below 1600) read directly
+    n = (buf[pos] << 8) | buf[pos + 1]
     pos += 2
     cols: list = []
+    add = cols.append
+    i32 = _I32.unpack_from
     for _ in range(n):
         kind = buf[pos]
-        pos += 1
         if kind == 0x74:  # 't'
-            (ln,) = _I32.unpack_from(buf, pos)
-            pos += 4
-            cols.append(buf[pos:pos + ln].decode())
+            ln = i32(buf, pos + 1)[0]
+            pos += 5
+            add(buf[pos:pos + ln].decode())
             pos += ln
         elif kind == 0x6E:  # 'n'
-            cols.append(None)
+            add(None)
+            pos += 1
         elif kind == 0x75:  # 'u'
-            cols.append(UNCHANGED)
+            add(UNCHANGED)
+            pos += 1
         else:
             raise StreamctlError(f"pgoutput: unexpected tuple column kind {chr(kind)!r}")
     return cols, pos
 
 
+# The three messages of a small transaction, read without building a message object (the
+# stream's loop calls these by the kind byte; decode() below gives the same as objects).
+
+def begin(buf: bytes) -> tuple[int, int]:
+    """'B' -> (final LSN, xid)."""
+    return _U64.unpack_from(buf, 1)[0], _U32.unpack_from(buf, 17)[0]
+
+
+def commit(buf: bytes) -> tuple[int, int]:
+    """'C' -> (commit LSN, end LSN)."""
+    return _U64.unpack_from(buf, 2)[0], _U64.unpack_from(buf, 10)[0]
+
+
+def insert(buf: bytes) -> tuple[int, list]:
+    """'I' -> (relation id, the new row's column texts)."""
+    return _U32.unpack_from(buf, 1)[0], _tuple(buf, 6)[0]  # after the 'N'
+
+
 def decode(buf: bytes) -> Message:
     kind = buf[0]
     if kind == 0x42:  # B
-        (final_lsn,) = _U64.unpack_from(buf, 1)
-        (xid,) = _U32.unpack_from(buf, 17)
-        return Begin(final_lsn, xid)
+        return Begin(*begin(buf))
     if kind == 0x43:  # C
-        (commit_lsn,) = _U64.unpack_from(buf, 2)
-        (end_lsn,) = _U64.unpack_from(buf, 10)
-        return Commit(commit_lsn, end_lsn)
+        return Commit(*commit(buf))
     if kind == 0x52:  # R
         (relid,) = _U32.unpack_from(buf, 1)
         schema, pos = _string(buf, 5)
@@ -124,8 +142,7 @@ def decode(buf: bytes) -> Message:
             cols.append(Column(cname, typ, bool(flags & 1)))
         return Relation(relid, schema, name, cols)
     if kind == 0x49:  # I
-        (relid,) = _U32.unpack_from(buf, 1)
-        new, _ = _tuple(buf, 6)  # after the 'N'
+        relid, new = insert(buf)
         return Change("c", relid, new, None)
     if kind == 0x55:  # U
         (relid,) = _U32.unpack_from(buf, 1)

@@ -41,6 +41,8 @@ from streamctl.timeparse import now_ms
 STATE_KEY = "capture"
 FLUSH_RECORDS = 20_000  # records queued before a write even inside a commit (memory stays bounded)
 FLUSH_SECONDS = 0.25  # the longest a committed change waits before it is written, under a steady stream
+RECONNECT_FIRST = 0.5  # seconds before the first reconnect after a lost connection (--follow)
+RECONNECT_MAX = 30.0  # the longest wait between two tries
 _SLOT_RE = re.compile(r"^[a-z0-9_]{1,63}$")
 
 
@@ -159,9 +161,26 @@ def run(opts: CaptureOptions, say: Callable[[str], None]) -> CaptureStats:
             stopflag.install()
             rconn = new_slot.conn if new_slot is not None else server.connect_replication()
             try:
-                _stream(server, conn, rconn, slot, logs, opts.follow, stats)
+                while True:
+                    try:
+                        _stream(server, conn, rconn, slot, logs, opts.follow, stats)
+                        break
+                    except srv.ConnectionLost as lost:
+                        # without --follow the next (cron) run continues; a misconfiguration ends either
+                        if not opts.follow or not lost.transient:
+                            raise
+                        _close_quietly(rconn)
+                        got = _reconnect(server, slot, lost.reason, say)
+                        if got is None:  # stopped while waiting: every change received is in the log
+                            stopflag.end()
+                            break
+                        _close_quietly(conn)
+                        conn, rconn = got
+                        for tl in logs:
+                            tl.load_resume()  # the stream starts again at the slot: skip what the log holds
+                            tl.fetch = _fetcher(conn, tl)
             finally:
-                rconn.close()
+                _close_quietly(rconn)
         finally:
             for tl in logs:
                 tl.appender.close()
@@ -170,6 +189,57 @@ def run(opts: CaptureOptions, say: Callable[[str], None]) -> CaptureStats:
         return stats
     finally:
         conn.close()
+
+
+def _close_quietly(conn: Any) -> None:
+    try:
+        conn.close()
+    except Exception:  # a connection the server already dropped
+        pass
+
+
+def _reconnect(server: srv.Server, slot: str, reason: str, say: Callable[[str], None]) -> tuple[Any, Any] | None:
+    """Connect again after a transient loss, waiting RECONNECT_FIRST, doubled after each failed try up
+    to RECONNECT_MAX (as Debezium's connector retries): (connection, replication connection), or None
+    when a stop signal came first. Each try is reported on stderr. The checks of a first run are made
+    again, so a server that comes back misconfigured (wal_level, the privilege, the slot dropped)
+    ends capture with that one line."""
+    delay = RECONNECT_FIRST
+    tries = 0
+    say(f"lost the connection to {server.shown}: {reason}; every change before it is in the log; "
+        f"reconnecting in {delay:g}s")
+    while True:
+        if stopflag.wait(delay):
+            return None
+        tries += 1
+        conn = rconn = None
+        try:
+            conn = server.connect(timeout=10)
+            srv.check_server(conn, server.shown)
+            info = srv.slot_exists(conn, slot)
+            if info is None:
+                raise StreamctlError(f"{server.shown}: replication slot {slot} is gone (dropped while capture was "
+                                     "away): rerun capture to read the tables again")
+            if info["active_pid"] is not None:
+                # the server side of a cut connection holds the slot until it notices (wal_sender_timeout)
+                raise srv.ConnectionLost("", f"slot {slot} still held by server process {info['active_pid']}",
+                                         True)
+            rconn = server.connect_replication()
+        except srv.ConnectionLost as e:
+            for c in (conn, rconn):
+                if c is not None:
+                    _close_quietly(c)
+            if not e.transient:
+                raise
+            delay = min(delay * 2, RECONNECT_MAX)
+            say(f"reconnect {tries} to {server.shown} failed: {e.reason}; next try in {delay:g}s")
+            continue
+        except Exception:
+            if conn is not None:
+                _close_quietly(conn)
+            raise
+        say(f"reconnected to {server.shown} (try {tries}); streaming from slot {slot} again")
+        return conn, rconn
 
 
 def _fetcher(conn: Any, tl: TableLog) -> Callable[[list, list[str]], dict | None]:
@@ -238,10 +308,13 @@ def _stream(server: srv.Server, conn: Any, rconn: Any, slot: str, logs: list[Tab
         cur.start_replication(slot_name=slot, decode=False, status_interval=5,
                               options={"proto_version": "1", "publication_names": slot})
     except pg.Error as e:
-        raise StreamctlError(f"{server.shown}: cannot start streaming from slot {slot}: {srv._reason(e)}") from None
+        raise srv.ConnectionLost(f"{server.shown}: cannot start streaming from slot {slot}: {srv._reason(e)}",
+                                 srv._reason(e), srv.is_transient(e)) from None
     in_txn = False
     lsn = 0
     txid = 0
+    hc: bytes | None = None  # the open commit's headers for an insert, made at its first
+    changes, commits, commit_lsn = stats.changes, stats.commits, stats.lsn  # a reconnected stream adds to them
     done_lsn = 0  # end of the last commit whose records are all queued
     confirmed = 0
     last_ask = 0.0
@@ -251,6 +324,7 @@ def _stream(server: srv.Server, conn: Any, rconn: Any, slot: str, logs: list[Tab
         nonlocal last_flush
         for tl in logs:
             stats.records += tl.flush()
+        stats.changes, stats.commits, stats.lsn = changes, commits, commit_lsn
         last_flush = time.monotonic()
 
     def confirm() -> None:
@@ -280,33 +354,51 @@ def _stream(server: srv.Server, conn: Any, rconn: Any, slot: str, logs: list[Tab
                     last_ask = now
                 select.select([rconn], [], [], 0.1)
                 continue
-            m = pgoutput.decode(msg.payload)
+            buf = msg.payload
+            kind = buf[0]
+            # the messages of small transactions (B, I..., C) are read by their kind byte, without a
+            # message object; every other kind goes through pgoutput.decode below
+            if kind == 0x49:  # Insert
+                relid, new = pgoutput.insert(buf)
+                tl = by_relid.get(relid)
+                if tl is None:
+                    continue
+                if hc is None:
+                    hc = _headers("c", lsn, txid)
+                tl.insert(new, lsn, hc)
+                changes += 1
+                if tl.queued >= FLUSH_RECORDS:
+                    tl.flush()
+                continue
+            if kind == 0x42:  # Begin
+                lsn, txid = pgoutput.begin(buf)
+                in_txn, hc = True, None
+                for tl in logs:
+                    tl.txn_keys.clear()
+                continue
+            if kind == 0x43:  # Commit
+                commit_lsn, done_lsn = pgoutput.commit(buf)
+                in_txn = False
+                commits += 1
+                ending = stopflag.is_set() or (target is not None and commit_lsn >= target)
+                # under a steady stream the idle path above never runs: write (and confirm) at least
+                # every FLUSH_SECONDS, so a change is in the log within a second
+                if ending or time.monotonic() - last_flush >= FLUSH_SECONDS or \
+                        sum(tl.queued for tl in logs) >= FLUSH_RECORDS:
+                    flush_all()
+                    confirm()
+                if ending:
+                    break
+                continue
+            m = pgoutput.decode(buf)
             if isinstance(m, pgoutput.Change):
                 tl = by_relid.get(m.relid)
                 if tl is None:
                     continue
                 tl.change(m.op, m.new, m.old, lsn, txid, flush_all)
-                stats.changes += 1
+                changes += 1
                 if tl.pending_count() >= FLUSH_RECORDS:
                     tl.flush()
-            elif isinstance(m, pgoutput.Begin):
-                in_txn, lsn, txid = True, m.final_lsn, m.xid
-                for tl in logs:
-                    tl.txn_keys.clear()
-            elif isinstance(m, pgoutput.Commit):
-                in_txn = False
-                done_lsn = m.end_lsn
-                stats.commits += 1
-                stats.lsn = m.commit_lsn
-                ending = stopflag.is_set() or (target is not None and m.commit_lsn >= target)
-                # under a steady stream the idle path above never runs: write (and confirm) at least
-                # every FLUSH_SECONDS, so a change is in the log within a second
-                if ending or sum(tl.queued for tl in logs) >= FLUSH_RECORDS or \
-                        time.monotonic() - last_flush >= FLUSH_SECONDS:
-                    flush_all()
-                    confirm()
-                if ending:
-                    break
             elif isinstance(m, pgoutput.Relation):
                 tl = by_name.get(f"{m.schema}.{m.name}")
                 if tl is None:
@@ -324,8 +416,12 @@ def _stream(server: srv.Server, conn: Any, rconn: Any, slot: str, logs: list[Tab
                         tl.truncate(lsn, txid, flush_all)
     except pg.Error as e:
         flush_all()  # a commit cut short is completed by the rerun (the log counts what it holds of it)
-        raise StreamctlError(f"{server.shown}: lost the replication connection: {srv._reason(e)} "
-                             "(the log holds every change up to the last commit; rerun capture to continue)") from None
+        reason = srv._reason(e)
+        if "no COPY in progress" in reason:  # libpq's word for a stream whose connection the server closed
+            reason = "the server closed the connection"
+        raise srv.ConnectionLost(f"{server.shown}: lost the replication connection: {reason} (the log holds "
+                                 "every change up to the last commit; rerun capture to continue)",
+                                 reason, srv.is_transient(e)) from None
     flush_all()
     confirm()
     _confirmed(conn, slot, confirmed)

@@ -43,6 +43,38 @@ def _import_psycopg2() -> Any:
     return psycopg2
 
 
+class ConnectionLost(StreamctlError):
+    """The server could not be reached, or a connection to it ended: `transient` when another try may
+    work (the server restarting, a network cut), False for a misconfiguration (a refused login, a
+    missing slot or database), which no retry mends."""
+
+    def __init__(self, message: str, reason: str, transient: bool) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.transient = transient
+
+
+# SQLSTATE classes and codes that a retry can outlast: 08 connection exception, 57 operator
+# intervention (admin shutdown, crash shutdown, "the database system is starting up"), 53
+# insufficient resources (too many connections), 55006 object in use (the slot still held by the
+# server side of a connection that was cut: it ends at wal_sender_timeout)
+_TRANSIENT_CLASSES = ("08", "57", "53")
+_TRANSIENT_CODES = ("55006",)
+# a connection refused for one of these reasons stays refused: the login, pg_hba.conf, a name
+_FATAL_WORDS = ("authentication", "password", "pg_hba.conf", "does not exist", "permission denied",
+                "must be superuser", "replication slot", "wal_level", "invalid connection option")
+
+
+def is_transient(e: Exception) -> bool:
+    """Whether a psycopg2 error is a lost connection or a server restarting (reconnect), not a
+    misconfiguration (exit with its one line)."""
+    code = getattr(e, "pgcode", None)
+    if code:
+        return code[:2] in _TRANSIENT_CLASSES or code in _TRANSIENT_CODES
+    text = str(e).lower()
+    return not any(w in text for w in _FATAL_WORDS)
+
+
 def _reason(e: Exception) -> str:
     text = str(e).strip() or type(e).__name__
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
@@ -70,7 +102,7 @@ class Server:
         try:
             conn = self.pg.connect(**kw)
         except self.pg.Error as e:
-            raise StreamctlError(f"cannot connect to {self.shown}: {_reason(e)}") from None
+            raise ConnectionLost(f"cannot connect to {self.shown}: {_reason(e)}", _reason(e), is_transient(e)) from None
         conn.autocommit = True
         return conn
 
@@ -83,7 +115,8 @@ class Server:
             msg = _reason(e)
             if "replication" in msg and ("pg_hba" in msg or "permission" in msg or "privilege" in msg):
                 raise SetupError(f"{self.shown}: the server refused a replication connection: {msg}") from None
-            raise StreamctlError(f"cannot open a replication connection to {self.shown}: {msg}") from None
+            raise ConnectionLost(f"cannot open a replication connection to {self.shown}: {msg}", msg,
+                                 is_transient(e)) from None
 
 
 def ident(name: str) -> str:

@@ -12,16 +12,16 @@ built the same way on every run (the same changes in the same order), so the cou
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import orjson
 
-from streamctl.capture.pgoutput import UNCHANGED, lsn_text, parse_lsn
+from streamctl.capture.pgoutput import UNCHANGED, parse_lsn
 from streamctl.capture.server import TableInfo
-from streamctl.capture.values import key_text, unescape_copy
+from streamctl.capture.values import key_text, to_float, to_int, to_text, unescape_copy
 from streamctl.storage import record
 from streamctl.storage.appender import Appender, Item
 from streamctl.storage.log import Log
@@ -32,10 +32,10 @@ CACHE_ROWS = 2000  # latest rows kept per table to fill in unchanged TOASTed col
 
 
 def _headers(op: str, lsn: int, txid: int | None) -> bytes:
-    # every part is ASCII letters, digits and a slash: nothing to escape
+    # every part is ASCII letters, digits and a slash: nothing to escape; the LSN as lsn_text() prints it
     if txid is None:
-        return b'{"op":"%s","lsn":"%s"}' % (op.encode(), lsn_text(lsn).encode())
-    return b'{"op":"%s","lsn":"%s","txid":"%d"}' % (op.encode(), lsn_text(lsn).encode(), txid)
+        return b'{"op":"%s","lsn":"%X/%X"}' % (op.encode(), lsn >> 32, lsn & 0xFFFFFFFF)
+    return b'{"op":"%s","lsn":"%X/%X","txid":"%d"}' % (op.encode(), lsn >> 32, lsn & 0xFFFFFFFF, txid)
 
 
 def _lines_backwards(log: Log, p: int) -> Iterator[bytes]:
@@ -105,11 +105,12 @@ class TableLog:
     part: Partitioner = field(init=False)
     pending: dict[int, list[Item]] = field(default_factory=dict)
     resume: dict[int, _Resume] = field(default_factory=dict)
-    cache: OrderedDict = field(default_factory=OrderedDict)  # key text -> latest row (None: deleted)
+    cache: dict = field(default_factory=dict)  # key text -> latest row (None: deleted), oldest first
     appended: int = 0
     skipped: int = 0
     columns: list[str] = field(default_factory=list)
     key_idx: list[int] = field(default_factory=list)
+    key_is_text: bool = False
     txn_keys: list[tuple[str, bool]] = field(default_factory=list)  # the open commit's (key, alive), in order
     # (key column texts, column names) -> those columns' current values in the database: the last
     # resort for an unchanged TOASTed column of a row neither this run nor the log has seen
@@ -122,6 +123,16 @@ class TableLog:
         self.part = Partitioner(self.log.partitions)
         self.single = self.log.partitions == 1
         self.set_columns(self.table.columns, self.table.key)
+        self.load_resume()
+
+    def load_resume(self) -> None:
+        """Per partition, the last commit the log holds and how many of its records: what a stream
+        (started again from the slot) skips. The rows remembered for TOASTed columns are dropped
+        with the state of the commit the stream was in: they are read again from the log."""
+        self.resume.clear()
+        self.cache.clear()
+        self.txn_keys.clear()
+        self._hcache.clear()
         for p in range(self.log.partitions):
             last: int | None = None
             held = 0
@@ -140,6 +151,9 @@ class TableLog:
     def set_columns(self, columns: list[str], key: list[str]) -> None:
         self.columns = columns
         self.key_idx = [columns.index(k) for k in key]
+        # a one-column key whose record key is the text the server sends (an integer, numeric or text
+        # column: _key gives that same text), so an insert's key needs no conversion
+        self.key_is_text = len(key) == 1 and self.table.convs[self.key_idx[0]] in (to_int, to_float, to_text)
 
     # -- building records
 
@@ -149,8 +163,10 @@ class TableLog:
         if lsn is not None:
             self.txn_keys.append((key, value != b"null"))
             r = self.resume.get(p)
-            if r is not None and lsn <= r.lsn:
-                if lsn < r.lsn or r.seen < r.held:
+            if r is not None:
+                if lsn > r.lsn:  # past what the log held: commits only grow from here
+                    del self.resume[p]
+                elif lsn < r.lsn or r.seen < r.held:
                     r.seen += lsn == r.lsn
                     self.skipped += 1
                     return
@@ -159,11 +175,14 @@ class TableLog:
         self.queued += 1
 
     def _remember(self, key: str, row: dict | None) -> None:
+        # a plain dict in order of last change (a key changed again moves to the end), cut back to
+        # the newest CACHE_ROWS when twice that: one dict operation per change, the cut amortized
         c = self.cache
+        if key in c:
+            del c[key]
         c[key] = row
-        c.move_to_end(key)
-        if len(c) > CACHE_ROWS:
-            c.popitem(last=False)
+        if len(c) > 2 * CACHE_ROWS:
+            self.cache = dict(islice(c.items(), len(c) - CACHE_ROWS, None))
 
     def snapshot_rows(self, lines: list[bytes], headers: bytes, convs: list, names: list[str],
                       known: dict[str, bytes] | None) -> None:
@@ -235,6 +254,29 @@ class TableLog:
             if type(v) is orjson.Fragment and texts is not None and type(texts[i]) is str:
                 return texts[i]  # a number: its JSON is the text the server sent
         return key_text([row[self.columns[i]] for i in self.key_idx])
+
+    def insert(self, new: list, lsn: int, headers: bytes) -> None:
+        """An insert -> its record: change("c", ...) and _add() for the stream's most common message,
+        with the commit's headers given (built once per commit) and the key taken from the column's
+        text when it is the record key."""
+        row = {name: None if v is None else conv(v) for name, v, conv in zip(self.columns, new, self.table.convs,
+                                                                             strict=True)}
+        key = new[self.key_idx[0]] if self.key_is_text else self._key(row, new)
+        if self.resume or not self.single:
+            self._add(key, orjson.dumps(row), headers, lsn)
+        else:
+            self.txn_keys.append((key, True))
+            items = self.pending.get(0)
+            if items is None:
+                items = self.pending[0] = []
+            items.append((orjson.dumps(key), orjson.dumps(row), headers))
+            self.queued += 1
+        c = self.cache  # _remember(key, row)
+        if key in c:
+            del c[key]
+        c[key] = row
+        if len(c) > 2 * CACHE_ROWS:
+            self.cache = dict(islice(c.items(), len(c) - CACHE_ROWS, None))
 
     def change(self, op: str, new: list | None, old: list | None, lsn: int, txid: int,
                fill: Any) -> None:

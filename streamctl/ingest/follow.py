@@ -42,7 +42,7 @@ from streamctl.errors import DataError, UsageError
 from streamctl.ingest.files import Followed, Read, expand, find_in_folder, fingerprint, matches
 from streamctl.ingest.positions import MARK, FileEntry, Positions
 from streamctl.storage import reader
-from streamctl.storage.appender import Appender, AppendResult, Item
+from streamctl.storage.appender import Appender, AppendResult, Item, Stamped
 from streamctl.storage.log import Log
 from streamctl.storage.partitioner import Partitioner, partition_for_key
 
@@ -204,19 +204,19 @@ class Follower:
         if self.opts.echo is not None and res.lines:
             self.opts.echo(res.lines)
 
-    def _headers(self, fid: str, starts: list[int], user: list[bytes | None] | None) -> list[bytes]:
-        mark = b'"streamctl.file":"' + fid.encode() + b':%d"}'
+    def _headers(self, fid: str, starts: list[int], user: list[bytes | None] | None) -> list[bytes] | Stamped:
         if user is None or not any(user):
-            return list(map((b"{" + mark).__mod__, starts))
+            # the marks alone: formatted inside the appender's own line format
+            return Stamped(b'{"streamctl.file":"' + fid.encode().replace(b"%", b"%%") + b':%d"}', starts)
         return [_with_mark(h, fid, s) for h, s in zip(user, starts, strict=True)]
 
     def _append_spliced(self, f: Followed, s: Spliced, starts: list[int]) -> None:
         n = len(s.values)
         if not n:
             return
-        headers: list[Any] = self._headers(f.entry.id, starts, s.headers)
+        headers: Any = self._headers(f.entry.id, starts, s.headers)
         fixed = self._fixed()
-        shares: list[tuple[int, Any, list, list | None]]
+        shares: list[tuple[int, Any, list, Any]]
         if fixed is not None:
             shares = [(fixed, s.key_texts, s.values, headers)]
         elif s.keys is None and s.key is not None:
@@ -230,6 +230,8 @@ class Follower:
             else:
                 texts = list(map(bytes, s.key_texts))
                 ps = [nullp if t == b"null" else p for t, p in zip(texts, self.part.many_texts(texts), strict=True)]
+            if isinstance(headers, Stamped):
+                headers = headers.texts()
             shares = _split_spliced(ps, Spliced(s.values, s.key_texts, s.keys, headers, s.key), self.log.partitions)
         want = self.opts.echo is not None
         for p, kt, vs, hs in shares:
@@ -244,7 +246,9 @@ class Follower:
             spliced = self.lane(batch, self.opts.decoder)
             if spliced is not None:
                 self.stats.produced.lane_batches += 1
-                starts = list(compress(rd.starts, self.record_lines(batch.lines)))
+                # a batch without blank lines (the usual case) has a record for every line start
+                starts = rd.starts if len(spliced.values) == len(rd.starts) else \
+                    list(compress(rd.starts, self.record_lines(batch.lines)))
                 if len(starts) != len(spliced.values):  # a lane must give one record per record line
                     raise AssertionError("lane records do not match the batch's lines")
                 self._append_spliced(f, spliced, starts)
