@@ -126,6 +126,65 @@ def test_session_kernel_with_stragglers_equals_records(steps, sizes, aggs, gap, 
     assert a == b
 
 
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=arrivals, sizes=st.lists(st.integers(1, 40), max_size=12), gap=st.sampled_from([M, 3 * M, 30 * M]),
+       lateness=st.sampled_from([0, M, 15 * M]), splits=st.sampled_from([0, 1, 16]),
+       restore=st.lists(st.booleans(), max_size=12))
+def test_session_kernel_cuts_and_restores_equal_records(steps, sizes, gap, lateness, splits, restore):
+    """Batches cut where the kernel stops, the rest of a batch one event at a time after few cuts
+    (MAX_SPLITS), and runs restored from their checkpoint between batches (the close heap made
+    from the checkpoint): the rows of one event at a time."""
+    from streamctl.processing.windows import session_kernel
+
+    cfg = WindowConfig(kind="session", size=gap, by=["k"], aggs=["count", "avg:v"], lateness=lateness)
+    recs = records(straggling(steps))
+    one: list = []
+    ref = WindowRun(cfg, is_log=False)
+    ref.feed_records(iter(recs), one.extend)
+    ref.finish(one.extend)
+    rows: list = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(session_kernel, "MAX_SPLITS", splits)
+        run = WindowRun(cfg, is_log=False)
+        for i, part in enumerate(cut(recs, sizes)):
+            if i < len(restore) and restore[i]:
+                data = orjson.loads(orjson.dumps(run.dump()))
+                run = WindowRun(cfg, is_log=False)
+                run.load(data)
+            run.feed_batches([part], rows.extend)
+        run.finish(rows.extend)
+    assert rows == one
+
+
+def test_session_kernel_after_a_restore_cuts_then_goes_one_by_one():
+    """Restored from a checkpoint (the close heap made from it), a batch whose first event bridges two
+    sessions (alone through add()), then a cut, another event alone, and the rest one event at a time
+    (MAX_SPLITS 1): the closes the watermark makes, rows and state, are those of one event at a time."""
+    from streamctl.processing.windows import session_kernel
+
+    first = [{"ts": T0 + d * M, "k": k, "v": 1} for d in (0, 40) for k in "abd"]
+    # a, b and d each bridge their two sessions: a alone at once, b after a cut, d in the rest
+    second = [{"ts": T0 + 20 * M, "k": "a", "v": 2}, {"ts": T0 + 41 * M, "k": "c", "v": 3},
+              {"ts": T0 + 20 * M, "k": "b", "v": 4}, {"ts": T0 + 42 * M, "k": "c", "v": 3},
+              {"ts": T0 + 20 * M, "k": "d", "v": 4}, {"ts": T0 + 200 * M, "k": "c", "v": 5},
+              {"ts": T0 + 201 * M, "k": "a", "v": 6}]
+    cfg = WindowConfig(kind="session", size=30 * M, by=["k"], aggs=["count", "avg:v"], lateness=30 * M)
+    recs = records(first + second)
+    one, ref = [], WindowRun(cfg, is_log=False)
+    ref.feed_records(iter(recs[:6]), one.extend)
+    data = orjson.loads(orjson.dumps(ref.dump()))
+    ref.feed_records(iter(recs[6:]), one.extend)
+    rows: list = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(session_kernel, "MAX_SPLITS", 1)
+        run = WindowRun(cfg, is_log=False)
+        run.load(data)
+        run.feed_batches([recs[6:]], rows.extend)
+        assert run.declined()[1] > 0
+        assert rows == one
+        assert orjson.dumps(run.dump()) == orjson.dumps(ref.dump())
+
+
 def test_session_kernel_takes_batches_with_stragglers():
     """Stragglers within the lateness that join their group's session, start one, or are late: the
     kernel folds every batch (none goes to the one-event path) and the rows are add()'s."""

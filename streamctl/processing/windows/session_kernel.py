@@ -157,7 +157,9 @@ class SessionKernel:
         self._open_index()
         self._sync_keys([k])
         late = self.add(k, t, seq + i, vals, NO_WATERMARK if maxt == NO_WATERMARK else maxt - lateness, out)
-        self.heap.clear()  # add() pushed its new session: the heap is made again when it is needed
+        # closes here are made from the index (add() pushed onto the heap): the heap is made again when needed
+        self.heap_stale = True
+        self.heap.clear()
         self._open_index()  # the sessions add() made or merged, in the index
         if t > maxt:
             self._close_batch(np.array([t], dtype=np.int64), np.array([maxt], dtype=np.int64), lateness, out)
