@@ -160,6 +160,7 @@ def run(opts: CaptureOptions, say: Callable[[str], None]) -> CaptureStats:
                 _snapshot(server, new_slot, logs, stats, say)
             stopflag.install()
             rconn = new_slot.conn if new_slot is not None else server.connect_replication()
+            delay, since = RECONNECT_FIRST, float("-inf")
             try:
                 while True:
                     try:
@@ -170,12 +171,16 @@ def run(opts: CaptureOptions, say: Callable[[str], None]) -> CaptureStats:
                         if not opts.follow or not lost.transient:
                             raise
                         _close_quietly(rconn)
-                        got = _reconnect(server, slot, lost.reason, say)
+                        # lost again soon after reconnecting (a server that keeps failing): keep backing off
+                        delay = min(delay * 2, RECONNECT_MAX) if time.monotonic() - since < RECONNECT_MAX \
+                            else RECONNECT_FIRST
+                        got = _reconnect(server, slot, lost.reason, say, delay)
                         if got is None:  # stopped while waiting: every change received is in the log
                             stopflag.end()
                             break
                         _close_quietly(conn)
-                        conn, rconn = got
+                        conn, rconn, delay = got
+                        since = time.monotonic()
                         for tl in logs:
                             tl.load_resume()  # the stream starts again at the slot: skip what the log holds
                             tl.fetch = _fetcher(conn, tl)
@@ -198,13 +203,13 @@ def _close_quietly(conn: Any) -> None:
         pass
 
 
-def _reconnect(server: srv.Server, slot: str, reason: str, say: Callable[[str], None]) -> tuple[Any, Any] | None:
+def _reconnect(server: srv.Server, slot: str, reason: str, say: Callable[[str], None],
+               delay: float = RECONNECT_FIRST) -> tuple[Any, Any, float] | None:
     """Connect again after a transient loss, waiting RECONNECT_FIRST, doubled after each failed try up
     to RECONNECT_MAX (as Debezium's connector retries): (connection, replication connection), or None
-    when a stop signal came first. Each try is reported on stderr. The checks of a first run are made
+    when a stop signal came first; with the wait last used. Each try is reported on stderr. The checks of a first run are made
     again, so a server that comes back misconfigured (wal_level, the privilege, the slot dropped)
     ends capture with that one line."""
-    delay = RECONNECT_FIRST
     tries = 0
     say(f"lost the connection to {server.shown}: {reason}; every change before it is in the log; "
         f"reconnecting in {delay:g}s")
@@ -215,15 +220,19 @@ def _reconnect(server: srv.Server, slot: str, reason: str, say: Callable[[str], 
         conn = rconn = None
         try:
             conn = server.connect(timeout=10)
-            srv.check_server(conn, server.shown)
-            info = srv.slot_exists(conn, slot)
+            try:
+                srv.check_server(conn, server.shown)
+                info = srv.slot_exists(conn, slot)
+            except server.pg.Error as e:  # the server went away again between two queries
+                raise srv.ConnectionLost(f"{server.shown}: {srv._reason(e)}", srv._reason(e),
+                                         srv.is_transient(e)) from None
             if info is None:
                 raise StreamctlError(f"{server.shown}: replication slot {slot} is gone (dropped while capture was "
                                      "away): rerun capture to read the tables again")
             if info["active_pid"] is not None:
                 # the server side of a cut connection holds the slot until it notices (wal_sender_timeout)
-                raise srv.ConnectionLost("", f"slot {slot} still held by server process {info['active_pid']}",
-                                         True)
+                held = f"slot {slot} still held by server process {info['active_pid']}"
+                raise srv.ConnectionLost(f"{server.shown}: {held}", held, True)
             rconn = server.connect_replication()
         except srv.ConnectionLost as e:
             for c in (conn, rconn):
@@ -239,7 +248,7 @@ def _reconnect(server: srv.Server, slot: str, reason: str, say: Callable[[str], 
                 _close_quietly(conn)
             raise
         say(f"reconnected to {server.shown} (try {tries}); streaming from slot {slot} again")
-        return conn, rconn
+        return conn, rconn, delay
 
 
 def _fetcher(conn: Any, tl: TableLog) -> Callable[[list, list[str]], dict | None]:
@@ -423,8 +432,12 @@ def _stream(server: srv.Server, conn: Any, rconn: Any, slot: str, logs: list[Tab
                                  "every change up to the last commit; rerun capture to continue)",
                                  reason, srv.is_transient(e)) from None
     flush_all()
-    confirm()
-    _confirmed(conn, slot, confirmed)
+    try:
+        confirm()
+        _confirmed(conn, slot, confirmed)
+    except pg.Error as e:  # every change received is in the log; the next stream confirms it
+        raise srv.ConnectionLost(f"{server.shown}: lost the connection while confirming the slot: {srv._reason(e)} "
+                                 "(the log holds every change received)", srv._reason(e), srv.is_transient(e)) from None
     stopflag.end()
 
 

@@ -82,6 +82,12 @@ def _wait_streaming(pg: PgServer, db: str, timeout: float = 30) -> None:
         time.sleep(0.05)
 
 
+def _walsender(pg: PgServer, db: str) -> int | None:
+    """The server process streaming the database's slot now (None: no one is)."""
+    rows = pg.sql("select active_pid from pg_replication_slots where database = %s", args=(db,))
+    return rows[0][0] if rows else None
+
+
 def _wait_for_ids(log: str, n: int, proc: subprocess.Popen, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -144,10 +150,12 @@ def test_follow_reconnects_after_its_connection_is_ended_then_stops_on_a_misconf
         _wait_streaming(pg, db)
         pg.sql("insert into r values (1)", db)
         # the server ends the streaming connection (an administrator, a failover proxy): a transient loss
-        pg.sql("select pg_terminate_backend(active_pid) from pg_replication_slots where database = %s",
-               args=(db,))
-        time.sleep(0.2)
-        _wait_streaming(pg, db)
+        old = _walsender(pg, db)
+        pg.sql("select pg_terminate_backend(%s)", args=(old,))
+        deadline = time.monotonic() + 30
+        while _walsender(pg, db) in (None, old):  # streaming again, through a new connection
+            assert time.monotonic() < deadline, "capture did not reconnect"
+            time.sleep(0.05)
         pg.sql("insert into r values (2)", db)
         _wait_for_ids(log, 2, proc)
         # now the role loses REPLICATION and its connection is ended again: reconnecting finds the
