@@ -119,6 +119,7 @@ class TableLog:
     columns: list[str] = field(default_factory=list)
     key_idx: list[int] = field(default_factory=list)
     key_is_text: bool = False
+    insert_convs: list = field(default_factory=list)
     txn_keys: list[tuple[str, bool]] = field(default_factory=list)  # the open commit's (key, alive), in order
     # (key column texts, column names) -> those columns' current values in the database: the last
     # resort for an unchanged TOASTed column of a row neither this run nor the log has seen
@@ -162,6 +163,9 @@ class TableLog:
         # a one-column key whose record key is the text the server sends (an integer, numeric or text
         # column: _key gives that same text), so an insert's key needs no conversion
         self.key_is_text = len(key) == 1 and self.table.convs[self.key_idx[0]] in (to_int, to_float, to_text)
+        # the converters as insert() calls them: a text column's text is its value (no call), an
+        # integer's is orjson.Fragment itself (what to_int returns, without the Python frame)
+        self.insert_convs = [None if c is to_text else orjson.Fragment if c is to_int else c for c in self.table.convs]
 
     # -- building records
 
@@ -267,8 +271,8 @@ class TableLog:
         """An insert -> its record: change("c", ...) and _add() for the stream's most common message,
         with the commit's headers given (built once per commit) and the key taken from the column's
         text when it is the record key."""
-        row = {name: None if v is None else conv(v) for name, v, conv in zip(self.columns, new, self.table.convs,
-                                                                             strict=True)}
+        row = {name: v if v is None or conv is None else conv(v)
+               for name, v, conv in zip(self.columns, new, self.insert_convs, strict=True)}
         key = new[self.key_idx[0]] if self.key_is_text else self._key(row, new)
         if self.resume or not self.single:
             self._add(key, _json(row), headers, lsn)

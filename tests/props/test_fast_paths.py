@@ -72,3 +72,18 @@ def test_insert_is_change_c(data: st.DataObject, key_type: int, nulls: bool) -> 
             finally:
                 tl.appender.close()
     assert pending[0] == pending[1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 99), st.one_of(st.none(), st.integers(0, 9))), min_size=1, max_size=12))
+def test_append_writes_record_encode_lines(rows: list[tuple[int, int | None]]) -> None:
+    """Appender.append's inlined line format is record.encode's, with headers and without."""
+    from streamctl.storage import record
+
+    items = [(b'"k%d"' % k, b'{"n":%d}' % k, None if h is None else b'{"h":"%d"}' % h) for k, h in rows]
+    with tempfile.TemporaryDirectory() as tmp:
+        lg = logmod.open_or_create(os.path.join(tmp, "l"), 1, None, 0)
+        with Appender(lg, fsync="never", clock=lambda: 7) as app:
+            app.append(0, items)
+        got = b"".join(open(seg.path, "rb").read() for seg in list_segments(lg.partition_dir(0)))
+    assert got == b"".join(record.encode(i, 0, 7, k, v, h) for i, (k, v, h) in enumerate(items))
