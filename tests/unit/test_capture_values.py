@@ -66,8 +66,8 @@ def _tuple(*cols: str | None) -> bytes:
 
 
 def test_pgoutput_messages() -> None:
-    assert pgoutput.decode(b"B" + struct.pack("!QQI", 0x1_0000_0010, 0, 77)) == pgoutput.Begin(0x1_0000_0010, 77)
-    assert pgoutput.decode(b"C\0" + struct.pack("!QQQ", 5, 9, 0)) == pgoutput.Commit(5, 9)
+    assert pgoutput.begin(b"B" + struct.pack("!QQI", 0x1_0000_0010, 0, 77)) == (0x1_0000_0010, 77)
+    assert pgoutput.commit(b"C\0" + struct.pack("!QQQ", 5, 9, 0)) == (5, 9)
     rel = (b"R" + struct.pack("!I", 16384) + b"public\0orders\0d" + struct.pack("!h", 2)
            + b"\x01id\0" + struct.pack("!Ii", 23, -1) + b"\x00note\0" + struct.pack("!Ii", 25, -1))
     r = pgoutput.decode(rel)
