@@ -1,11 +1,50 @@
-"""What every follower of a log shares (`window --follow`, `join --follow`): where a group resumes,
-and what to do when retention deleted the records a follower was about to read."""
+"""What every follower of a log shares (`window --follow`, `join --follow`): the rounds and their
+checkpoint cadence, where a group resumes, and what to do when retention deleted the records a
+follower was about to read."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 from streamctl.storage.log import Log
+
+FOLLOW_BATCH = 50_000  # records per round between checkpoints on a large backlog
+CHECKPOINT_INTERVAL = 1.0  # seconds; at most this much output is repeated after a kill -9
+
+
+class Waits(Protocol):
+    def wait(self, timeout: float | None = None) -> None: ...
+
+
+def run_rounds(round_: Callable[[], int], checkpoint: Callable[[], None], waiter: Waits,
+               idle_timeout: float | None) -> None:
+    """Rounds of at most about FOLLOW_BATCH records until a stop signal or `idle_timeout` seconds
+    without new records. `round_` reads and feeds what is there and returns how many records it
+    read; `checkpoint` flushes the rows and saves the state. A checkpoint follows new records at
+    most once a CHECKPOINT_INTERVAL (and after every full round of a backlog), and once at the end."""
+    import time
+
+    from streamctl import stopflag
+
+    last_new = time.monotonic()
+    last_save = 0.0
+    dirty = False
+    while not stopflag.is_set():
+        got = round_()
+        now = time.monotonic()
+        if got:
+            dirty = True
+            last_new = now
+        if dirty and (now - last_save >= CHECKPOINT_INTERVAL or got >= FOLLOW_BATCH):
+            checkpoint()
+            last_save, dirty = now, False
+        if got >= FOLLOW_BATCH:
+            continue
+        if idle_timeout is not None and now - last_new >= idle_timeout:
+            break
+        waiter.wait(0.2)
+    checkpoint()
 
 
 def resume_positions(lg: Log, group: str, positions: dict[int, int], ckpt: str | None,

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,8 +42,6 @@ from streamctl.processing.mergeorder import NO_TIME, Lane, merge_lanes, record_l
 from streamctl.storage import log as logmod
 
 CHECKPOINT_FORMAT = 1
-FOLLOW_BATCH = 50_000  # records per round between checkpoints on a large backlog
-CHECKPOINT_INTERVAL = 1.0  # seconds; at most this much output is repeated after a kill -9
 HINT = "move it away to start over"
 Notice = Callable[[str], None]
 
@@ -299,26 +296,9 @@ def follow(spec: JoinSpec, group: str | None, emit: Emit, emit_op: EmitOp, flush
             f.save()
 
     waiter = Waiter(_watched(spec))
-    last_new = time.monotonic()
-    last_save = 0.0
-    dirty = False
     try:
         with feeders.gc_frozen():
-            while not stopflag.is_set():
-                got = f.round(FOLLOW_BATCH)
-                now = time.monotonic()
-                if got:
-                    dirty = True
-                    last_new = now
-                if dirty and (now - last_save >= CHECKPOINT_INTERVAL or got >= FOLLOW_BATCH):
-                    checkpoint()
-                    last_save, dirty = now, False
-                if got >= FOLLOW_BATCH:
-                    continue
-                if idle_timeout is not None and now - last_new >= idle_timeout:
-                    break
-                waiter.wait(0.2)
-            checkpoint()
+            following.run_rounds(lambda: f.round(following.FOLLOW_BATCH), checkpoint, waiter, idle_timeout)
     finally:
         waiter.close()
         f.close()

@@ -8,15 +8,13 @@ from operator import itemgetter
 import orjson
 
 from streamctl.processing import inputorder
-from streamctl.processing.following import resume_positions, skip_deleted
+from streamctl.processing.following import FOLLOW_BATCH, resume_positions, run_rounds, skip_deleted
 from streamctl.processing.windows.config import WindowConfig
 from streamctl.processing.windows.driver import WindowRun
 from streamctl.processing.windows.events import time_getter
 
 CHECKPOINT_FORMAT = 1
 _partition_offset = itemgetter("partition", "offset")
-FOLLOW_BATCH = 50_000  # records per round between checkpoints on a large backlog
-CHECKPOINT_INTERVAL = 1.0  # seconds; at most this much output is repeated after a kill -9
 
 
 def checkpoint_path(log, group: str) -> str:
@@ -43,7 +41,6 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
     offset past the end of its partition is refused (StorageError).
     """
     import os
-    import time
 
     from streamctl import stopflag
     from streamctl.errors import StorageError, UsageError
@@ -123,34 +120,23 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
             if n >= FOLLOW_BATCH:
                 return
 
-    waiter = Waiter(path)
-    last_new = time.monotonic()
-    last_save = 0.0
-    dirty = False
-    try:
-        while not stopflag.is_set():
-            before = run.seq + run.stats.bad_time
-            skip_deleted(lg, positions, notice)
-            batches = inputorder.log_batches(path, starts=dict(positions), time_of=time_of, highs=highs)
-            run.feed_batches(round_of(batches), emit, source=path, done=done)
-            batches.close()
-            got = run.seq + run.stats.bad_time - before
-            run.tick(emit)
-            now = time.monotonic()
-            if got:
-                dirty = True
-                last_new = now
-            if dirty and (now - last_save >= CHECKPOINT_INTERVAL or got >= FOLLOW_BATCH):
-                flush_out()
-                save()
-                last_save, dirty = now, False
-            if got >= FOLLOW_BATCH:
-                continue
-            if idle_timeout is not None and now - last_new >= idle_timeout:
-                break
-            waiter.wait(0.2)
+    def one_round() -> int:
+        before = run.seq + run.stats.bad_time
+        skip_deleted(lg, positions, notice)
+        batches = inputorder.log_batches(path, starts=dict(positions), time_of=time_of, highs=highs)
+        run.feed_batches(round_of(batches), emit, source=path, done=done)
+        batches.close()
+        got = run.seq + run.stats.bad_time - before
+        run.tick(emit)
+        return got
+
+    def checkpoint() -> None:
         flush_out()
         save()
+
+    waiter = Waiter(path)
+    try:
+        run_rounds(one_round, checkpoint, waiter, idle_timeout)
         if not stopflag.is_set():
             # idle timeout: like the end of a file, flush what is open; the checkpoint
             # (saved just before) keeps those windows open, so a later run completes them
