@@ -184,6 +184,17 @@ def _runs(log: Log, p: int, pos: Position, per_line: bool) -> Iterator[tuple[int
             raise reader.corrupt(path, at, e) from None
 
 
+def then_sync(flush: Callable[[], None], sync: Callable[[], None] | None) -> Callable[[], None]:
+    """`flush`, then `sync` (a file_syncer) when there is one: what a follower runs before a checkpoint."""
+    if sync is None:
+        return flush
+
+    def both() -> None:
+        flush()
+        sync()
+    return both
+
+
 def file_syncer(fd: int, name: str = "stdout") -> Callable[[], None] | None:
     """An fsync of `fd` when it is a regular file, else None. A pipe or a terminal hands the
     records to a reader that owns their durability (kcat and kafka-console-consumer commit the

@@ -174,13 +174,13 @@ def run_follow(spec: joining.JoinSpec, output: str, group: str | None, idle_time
         # A checkpoint says its rows were delivered: rows in a regular file (and late records in
         # --late-out) are fsynced before it, as consume --group syncs its output file; a pipe's
         # reader owns their durability.
-        from streamctl.clients.consumer import file_syncer
+        from streamctl.clients.consumer import file_syncer, then_sync
 
         sync_rows = file_syncer(1)
         sync_late = file_syncer(late_file.fileno(), late_out or "--late-out") if late_file is not None else None
-        flush_rows = _then(out.flush, sync_rows)
+        flush_rows = then_sync(out.flush, sync_rows)
         if flush_late is not None:
-            flush_late = _then(flush_late, sync_late)
+            flush_late = then_sync(flush_late, sync_late)
     stopflag.install()
     try:
         stats = follow(spec, group, rows.emit, rows.emit_op, flush_rows, idle, late_sink, flush_late, say)
@@ -190,16 +190,6 @@ def run_follow(spec: joining.JoinSpec, output: str, group: str | None, idle_time
     rows.finish()
     report(spec, stats, late_out, say)
     stopflag.end("interrupted; join state and offsets were checkpointed" if group else "interrupted")
-
-
-def _then(first: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:
-    if then is None:
-        return first
-
-    def both() -> None:
-        first()
-        then()
-    return both
 
 
 def late_writer(late_out: str | None, append: bool = False) -> tuple[IO[bytes] | None, Any]:

@@ -213,12 +213,12 @@ def run_follow(path: str, cfg: WindowConfig, group: str | None, idle_timeout: st
         # A checkpoint says its rows were delivered: rows in a regular file (and late events in
         # --late-out) are fsynced before it, as consume --group syncs its output file; a pipe's
         # reader owns their durability.
-        from streamctl.clients.consumer import file_syncer
+        from streamctl.clients.consumer import file_syncer, then_sync
 
         sync_rows = file_syncer(1)
         sync_late = file_syncer(f.fileno(), late_out or "--late-out") if f is not None else None
-        flush_rows = _then(rows.finish, sync_rows)
-        flush_late = _then(flush_late, sync_late) if flush_late is not None else None
+        flush_rows = then_sync(rows.finish, sync_rows)
+        flush_late = then_sync(flush_late, sync_late) if flush_late is not None else None
     stopflag.install()
     try:
         run = follow(path, group, cfg, rows, flush_rows, idle, sink, flush_late=flush_late, notice=say)
@@ -228,16 +228,6 @@ def run_follow(path: str, cfg: WindowConfig, group: str | None, idle_timeout: st
     rows.finish()
     report(cfg, run, late_out, say)
     stopflag.end("interrupted; window state and offsets were checkpointed")
-
-
-def _then(first: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:
-    if then is None:
-        return first
-
-    def both() -> None:
-        first()
-        then()
-    return both
 
 
 def job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool = False, snapshot: bool = True) -> str:

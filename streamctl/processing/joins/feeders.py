@@ -265,7 +265,7 @@ class TablesFeed:
             self.stats.max_state = self.join.state_size()
 
     def dump(self) -> dict:
-        return {}
+        return {}  # a table-table join's whole state is its two tables (on disk when following)
 
     def load(self, data: dict) -> None:
-        pass
+        """Nothing beyond the tables to restore (dump writes nothing else)."""
