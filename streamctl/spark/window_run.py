@@ -177,7 +177,7 @@ def run_local(path: str, cfg: WindowConfig, late_out: str | None, output: str, s
     is_log, recs = records_of(path, cfg)
     f, sink = late_writer(late_out, is_log, append=False)
     rows = Rows(output, cfg)
-    run = WindowRun(cfg, is_log, sink)
+    run = WindowRun(cfg, is_log, sink, text_rows=output == "jsonl")
     try:
         run.feed(recs, rows, source=path if path != "-" else "<stdin>")
         run.finish(rows)

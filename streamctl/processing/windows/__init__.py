@@ -117,6 +117,9 @@ class GridWindows:
         self.closed: dict[tuple[int, bytes], list] = {}  # (end, key) -> [state, revision]
         # rows only at close, and only count/sum/avg: open windows as columns (cells.py), folded with numpy
         self.columnar = not update and not correct and columnar(plan.funcs)
+        # a closed window kept as columns written as its JSON lines (output.window_text), not a row
+        # tuple each: set where the rows go to JSON lines (WindowRun's text_rows)
+        self.text_rows = False
 
     def _add_one(self, end: int, key: bytes, seq: int, vals: tuple, wm: int, out: list) -> bool:
         plan = self.plan
@@ -163,7 +166,12 @@ class GridWindows:
         start = end - self.size
         keys = sorted(d)
         if not isinstance(d, dict):  # cells.Cells
-            out += zip(repeat(start), repeat(end), keys, d.results(self.plan.names, keys), repeat(None))
+            if self.text_rows:
+                from streamctl.processing.windows.output import window_text
+
+                out.append(window_text(start, end, keys, self.plan.names, d.result_columns(d.slots_of(keys))))
+            else:
+                out += zip(repeat(start), repeat(end), keys, d.results(self.plan.names, keys), repeat(None))
             return
         if not self.update:
             out += zip(repeat(start), repeat(end), keys, self.plan.results(map(d.__getitem__, keys)), repeat(None))

@@ -43,7 +43,10 @@ from streamctl.timeparse import bad_time_reason, now_ms
 class WindowRun:
     """One window computation: feed it records in input order, take rows out."""
 
-    def __init__(self, cfg: WindowConfig, is_log: bool, late_sink: Callable[[dict], None] | None = None) -> None:
+    def __init__(self, cfg: WindowConfig, is_log: bool, late_sink: Callable[[dict], None] | None = None,
+                 text_rows: bool = False) -> None:
+        """`text_rows`: the rows go to JSON lines (rows_jsonl), so an operator may hand a closed window's
+        rows as their text (output.RowsText) instead of row tuples."""
         if cfg.on_bad_time not in BAD_TIME_POLICIES:
             raise UsageError(f"--on-bad-time must be skip or fail, not {cfg.on_bad_time!r}")
         if cfg.late not in LATE_POLICIES:
@@ -55,6 +58,8 @@ class WindowRun:
         self.cfg = cfg
         self.plan = make_plan(cfg)
         self.op = make_operator(cfg, self.plan)
+        if text_rows and hasattr(self.op, "text_rows"):
+            self.op.text_rows = True
         self.prepare = make_prepare(cfg, is_log, self.plan)
         self.columns = None if cfg.processing_time else EventColumns(cfg, is_log, self.plan)
         self.watermark = Watermark(cfg.lateness)

@@ -39,6 +39,8 @@ def _iso(ms: int) -> str:
 
 def row_json(row: tuple) -> bytes:
     """The JSON line of a row (row_dict's object), with the key's JSON text spliced in as is."""
+    if type(row) is RowsText:
+        return row
     start, end, key, values, revision = row
     out = {"window": {"start": _iso(start), "end": _iso(end)}, "key": orjson.Fragment(key)}
     if values is None:
@@ -64,6 +66,9 @@ def rows_jsonl(rows: list[tuple]) -> bytes:
     """
     if not rows:
         return b""
+    if any(type(r) is RowsText for r in rows):  # windows written already, between rows that are not
+        return b"".join([b"".join(grp) if text else rows_jsonl(list(grp))
+                         for text, grp in groupby(rows, lambda r: type(r) is RowsText)])
     dumps = orjson.dumps
     starts, ends = list(map(_row_start, rows)), list(map(_row_end, rows))
     bounds = dict.fromkeys(starts + ends)
@@ -94,6 +99,32 @@ def rows_jsonl(rows: list[tuple]) -> bytes:
                 continue
         parts += map(row_json, grp)
     return b"".join(parts)
+
+
+class RowsText(bytes):
+    """The JSON lines of a closed window's rows, written by window_text (an operator may put one in
+    its rows where the output is JSON lines: WindowRun's text_rows)."""
+
+
+def window_text(start: int, end: int, keys: list[bytes], names: list[str], columns: list[list]) -> RowsText:
+    """row_json() of the rows (start, end, keys[i], {names[j]: columns[j][i]}, None), joined: a closed
+    grid window's rows without an object a row. Each column's values are numbers or null (a window
+    kept as cells.Cells), written by one orjson call and cut at its commas; the lines are then one
+    join of the pieces, interleaved by slice assignment."""
+    n = len(keys)
+    if not n:
+        return RowsText()
+    m = 3 + 2 * len(names)
+    parts: list = [None] * (n * m)
+    parts[0::m] = [b'{"window":{"start":"%s","end":"%s"},"key":' % (_iso(start).encode(), _iso(end).encode())] * n
+    parts[1::m] = keys
+    for j, (name, col) in enumerate(zip(names, columns, strict=True)):
+        parts[2 + 2 * j::m] = [b",%b:" % orjson.dumps(name)] * n
+        texts = orjson.dumps(col)[1:-1].split(b",")
+        assert len(texts) == n  # numbers and nulls: no comma inside one
+        parts[3 + 2 * j::m] = texts
+    parts[m - 1::m] = [b"}\n"] * n
+    return RowsText(b"".join(parts))
 
 
 def iso_many(ms: list[int]) -> list[bytes]:
