@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from itertools import chain, groupby, repeat
 from operator import itemgetter
+from typing import Any
 
 import orjson
 
@@ -106,38 +107,65 @@ class RowsText(bytes):
     its rows where the output is JSON lines: WindowRun's text_rows)."""
 
 
-def window_text(start: int, end: int, keys: list[bytes], names: list[str], columns: list[list]) -> RowsText:
-    """row_json() of the rows (start, end, keys[i], {names[j]: columns[j][i]}, None), joined: a closed
-    grid window's rows without an object a row. Each column's values are numbers or null (a window
-    kept as cells.Cells), written by one orjson call and cut at its commas; the lines are then one
-    join of the pieces, interleaved by slice assignment."""
+def window_text(start: int | list[int], end: int | list[int], keys: list[bytes], names: list[str],
+                columns: list[list]) -> RowsText:
+    """row_json() of the rows (start, end, keys[i], {names[j]: columns[j][i]}, None), joined, without
+    an object a row: a closed grid window's rows (one start and end), or closed sessions' (a start
+    and an end a row). Each column's values are numbers or null (states kept as cells.Slots),
+    written by one orjson call and cut at its commas; the lines are then one join of the pieces,
+    interleaved by slice assignment."""
     n = len(keys)
     if not n:
         return RowsText()
-    m = 3 + 2 * len(names)
-    parts: list = [None] * (n * m)
-    parts[0::m] = [b'{"window":{"start":"%s","end":"%s"},"key":' % (_iso(start).encode(), _iso(end).encode())] * n
-    parts[1::m] = keys
-    for j, (name, col) in enumerate(zip(names, columns, strict=True)):
-        parts[2 + 2 * j::m] = [b",%b:" % orjson.dumps(name)] * n
+    if isinstance(start, int) and isinstance(end, int):
+        items: list = [b'{"window":{"start":"%s","end":"%s"},"key":' % (_iso(start).encode(), _iso(end).encode())]
+    else:
+        bounds = iso_many([*start, *end])
+        items = [b'{"window":{"start":"', bounds[:n], b'","end":"', bounds[n:], b'"},"key":']
+    items.append(keys)
+    for name, col in zip(names, columns, strict=True):
         texts = orjson.dumps(col)[1:-1].split(b",")
         assert len(texts) == n  # numbers and nulls: no comma inside one
-        parts[3 + 2 * j::m] = texts
-    parts[m - 1::m] = [b"}\n"] * n
+        items += [b",%b:" % orjson.dumps(name), texts]
+    items.append(b"}\n")
+    m = len(items)
+    parts: list = [None] * (n * m)
+    for j, item in enumerate(items):
+        parts[j::m] = item if type(item) is list else [item] * n
     return RowsText(b"".join(parts))
 
 
 def iso_many(ms: list[int]) -> list[bytes]:
-    """format_iso of each time, as ASCII bytes, in one numpy call (numpy writes years 1..9999 as
-    format_iso does, proleptic Gregorian, 4 digits); a time outside them raises as format_iso does."""
+    """format_iso of each time, as ASCII bytes, a batch at once: each distinct day's date written by
+    format_iso (a batch spans few days), the time of day (HH:MM:SS.mmmZ) by digit arithmetic in a
+    byte matrix; a time outside years 1..9999 raises as format_iso does."""
     if not ms:
         return []
     if min(ms) < MIN_MS or max(ms) > MAX_MS:
         return [format_iso(t).encode() for t in ms]
     import numpy as np
 
-    text = np.datetime_as_string(np.array(ms, dtype="datetime64[ms]"), unit="ms")  # YYYY-MM-DDTHH:MM:SS.mmm
-    return np.char.add(text.astype("S23"), b"Z").tolist()
+    day, tod = np.divmod(np.array(ms, dtype=np.int64), 86_400_000)  # floored: times before 1970 too
+    days, which = np.unique(day, return_inverse=True)
+    global _TWO, _THREE
+    if _TWO is None:
+        _TWO = np.array([b"%02d" % i for i in range(100)], dtype="S2")
+        _THREE = np.array([b"%03d" % i for i in range(1000)], dtype="S3")
+    hour, rest = np.divmod(tod, 3_600_000)
+    minute, rest = np.divmod(rest, 60_000)
+    second, milli = np.divmod(rest, 1000)
+    text = np.empty(len(ms), dtype=_ISO)
+    text["date"] = np.array([format_iso(d * 86_400_000)[:11].encode() for d in days.tolist()], dtype="S11")[which]
+    text["h"], text["m"], text["s"], text["ms"] = _TWO[hour], _TWO[minute], _TWO[second], _THREE[milli]
+    text["c1"], text["c2"], text["dot"], text["z"] = b":", b":", b".", b"Z"
+    return text.view("S24").tolist()
+
+
+# YYYY-MM-DDT (from format_iso, once a day) HH:MM:SS.mmmZ (from these tables of digits)
+_ISO = [("date", "S11"), ("h", "S2"), ("c1", "S1"), ("m", "S2"), ("c2", "S1"), ("s", "S2"), ("dot", "S1"),
+        ("ms", "S3"), ("z", "S1")]
+_TWO: Any = None
+_THREE: Any = None
 
 
 _row_window = itemgetter(0, 1)

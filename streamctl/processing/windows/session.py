@@ -97,6 +97,7 @@ class Session(SessionKernel):
         self.states: Any = plan
         self.columnar = False
         self.slots_ok = not update and not correct and columnar(plan.funcs)
+        self.text_rows = False  # closed sessions' rows as their JSON lines (GridWindows.text_rows)
         # the open sessions as arrays, for the batch kernel (made by the first batch)
         self.index: Any = None
         # batches the kernel declined (folded one event at a time instead), and their events

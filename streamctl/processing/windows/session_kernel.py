@@ -332,15 +332,23 @@ class SessionKernel:
             if same.any():  # one close, one start, several groups: by key, as close() sorts them
                 fix = sorted(range(len(hs)), key=lambda i: (int(at[i]), int(starts[i]), keys[int(hs[i])]))
                 hs, at, starts = hs[fix], at[fix], starts[fix]
+            hl = hs.tolist()
+            ks = list(map(keys.__getitem__, hl))
             if self.columnar:
                 slot_idx = index.slot[hs]
-                results = self.states.results_at(self.plan.names, slot_idx)
+                if self.text_rows:
+                    from streamctl.processing.windows.output import window_text
+
+                    out.append(window_text(starts.tolist(), ends[hs].tolist(), ks, self.plan.names,
+                                           self.states.result_columns(slot_idx)))
+                else:
+                    out += zip(starts.tolist(), ends[hs].tolist(), ks,
+                               self.states.results_at(self.plan.names, slot_idx), repeat(None))
                 self.states.release_at(slot_idx)
             else:
-                results = [self.plan.result(sessions[h][STATE]) for h in hs.tolist()]
-            hl, ks = hs.tolist(), [keys[h] for h in hs.tolist()]
+                results = [self.plan.result(sessions[h][STATE]) for h in hl]
+                out += zip(starts.tolist(), ends[hs].tolist(), ks, results, repeat(None))
             lasts = index.last[hs].tolist()
-            out += zip(starts.tolist(), (ends[hs]).tolist(), ks, results, repeat(None))
             opened, last_of, closed_order = self.open, self.closed_last, self.closed_order
             forget, gap2 = self._forget, 2 * gap
             befores = (before[at] - lateness).tolist()
