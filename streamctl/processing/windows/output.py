@@ -53,7 +53,7 @@ def row_json(row: tuple) -> bytes:
     return orjson.dumps(out) + b"\n"
 
 
-def rows_jsonl(rows: list[tuple]) -> bytes:
+def rows_jsonl(rows: list) -> bytes:
     """row_json() of each row, joined: the same bytes, made a batch of rows at a time.
 
     Every bound is written by one numpy call for the batch (`iso_many`), and the
@@ -107,11 +107,11 @@ class RowsText(bytes):
     its rows where the output is JSON lines: WindowRun's text_rows)."""
 
 
-def window_text(start: int | list[int], end: int | list[int], keys: list[bytes], names: list[str],
+def window_text(start: Any, end: Any, keys: list[bytes], names: list[str],
                 columns: list[list]) -> RowsText:
     """row_json() of the rows (start, end, keys[i], {names[j]: columns[j][i]}, None), joined, without
-    an object a row: a closed grid window's rows (one start and end), or closed sessions' (a start
-    and an end a row). Each column's values are numbers or null (states kept as cells.Slots),
+    an object a row: a closed grid window's rows (`start` and `end` ints), or closed sessions' (lists:
+    a start and an end a row). Each column's values are numbers or null (states kept as cells.Slots),
     written by one orjson call and cut at its commas; the lines are then one join of the pieces,
     interleaved by slice assignment."""
     n = len(keys)

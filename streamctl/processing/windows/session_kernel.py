@@ -72,6 +72,7 @@ class SessionKernel:
     declined: int
     declined_events: int
     heap_stale: bool
+    text_rows: bool
 
     def add(self, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool:
         raise NotImplementedError
