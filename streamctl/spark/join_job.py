@@ -30,7 +30,7 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from streamctl.processing.joins.keys import key_getter, time_getter, tombstone_keys
+from streamctl.processing.joins.keys import change_keys, key_getter, norm_text, time_getter
 from streamctl.spark.replay_job import replay_frame
 
 try:  # the same encoder as streamctl itself: byte-identical rows
@@ -43,8 +43,8 @@ def _loads(text):
     return orjson.loads(text)
 
 
-def _dumps(obj, sort=False):
-    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS if sort else 0).decode()
+def _dumps(obj):
+    return orjson.dumps(obj).decode()
 
 
 MIN_TIME = -(1 << 62)
@@ -58,36 +58,24 @@ ROW_SCHEMA = StructType([StructField(n, t) for n, t in (
 
 # ---- reading one record: streamctl.processing.joins.keys, the local engine's rules ----
 
-def _norm(k):
-    if k is None:
-        return None
-    if isinstance(k, str):
-        return "s" + k
-    return "j" + _dumps(k, sort=True)
-
-
 def _extractor(params, side):
     """A function (record dict, order fields) -> rows of ROW_SCHEMA for one input."""
     kind = params["kind"]
     on = tuple(params["on"][side])
     tf = tuple(params["time_field"][side])
     is_table = kind == "tables" or (kind == "table" and side == 1)
-    by_record_key = on != ("key",)
+    by_value_path = is_table and on != ("key",)
     rank = (1 - side) if kind == "table" else side  # the table side wins ties in a stream-table join
 
     time_of, key_of = time_getter(tf), key_getter(on)
 
     def rows(rec, part, off):
-        value = rec.get("value")
-        t = time_of(rec)
-        base = (side, rank, part, off)
-        if is_table and value is None and by_record_key:
-            found = [k for _nk, k in tombstone_keys(rec.get("key"))]
-            if not found:
-                return [(*base, 0, None, "null", t, None)]
-            return [(*base, i, _norm(k), _dumps(k), t, None) for i, k in enumerate(found)]
-        k = key_of(rec)
-        return [(*base, 0, _norm(k), _dumps(k), t, None if value is None else _dumps(value))]
+        # the rows a table record changes (a tombstone's may be two, or none), else the record's key;
+        # a record without one still takes its place in the input order, with a null key
+        found = change_keys(rec, key_of, by_value_path) or [(None, None)]
+        value = rec["value"]
+        t, value_j = time_of(rec), None if value is None else _dumps(value)
+        return [(side, rank, part, off, i, norm_text(k), _dumps(k), t, value_j) for i, (_nk, k) in enumerate(found)]
 
     return rows
 

@@ -1,4 +1,4 @@
-"""The batched enrichment of two logs (streamctl/processing/joins/enrich.py) against the record-at-a-time
+"""The batched enrichment (streamctl/processing/joins/stream_table.py's enrich) against the record-at-a-time
 stream-table join it stands in for: the same rows, bytes and order, the same counts."""
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def test_cli_enrichment_on_an_event_time_field_follows_that_order(tmp_path):
     assert p.stdout == reference(spec)[0]
 
 
-# -- two plain files (joins/enrich.py run_plain) ------------------------------------------------
+# -- two plain files (joins/stream_table.py's enrich) -------------------------------------
 
 plain_keys = st.sampled_from(["a", "b", "7", 7, 7.0, None, [1], {"x": 1}])
 plain_times = st.one_of(st.integers(0, 30).map(lambda d: T0 + d), st.integers(0, 30).map(
@@ -146,7 +146,7 @@ def test_plain_enrich_equals_record_path(tmp_path_factory, data, nested, sort, t
 def test_plain_enrich_reads_event_times_only_while_the_table_lasts(tmp_path, monkeypatch):
     """Once the table file is read to its end, the events go in file order: their times are not read
     (a later event with an unparsable time costs nothing), and the rows are the record path's."""
-    from streamctl.processing.joins import enrich
+    from streamctl.processing.joins import stream_table
 
     right = tmp_path / "tb.jsonl"
     right.write_bytes(b"".join(orjson.dumps({"u": f"u{i}", "at": T0 + i}) + b"\n" for i in range(50)))
@@ -154,7 +154,7 @@ def test_plain_enrich_reads_event_times_only_while_the_table_lasts(tmp_path, mon
     left.write_bytes(b"".join(orjson.dumps({"u": f"u{i % 60}", "at": T0 + 20 + i}) + b"\n" for i in range(3000)))
     spec = joining.make_spec(str(left), str(right), table=True, how="left", on="u", time_field="at")
     timed_blocks = []
-    real = enrich._Side.next_block
+    real = stream_table._Side.next_block
 
     def spy(self, timed):
         got = real(self, timed)
@@ -162,7 +162,7 @@ def test_plain_enrich_reads_event_times_only_while_the_table_lasts(tmp_path, mon
             timed_blocks.append(len(self.values))
         return got
 
-    monkeypatch.setattr(enrich._Side, "next_block", spy)
+    monkeypatch.setattr(stream_table._Side, "next_block", spy)
     out: list[bytes] = []
     joining.run(spec, write_jsonl=out.append, block_bytes=4096)
     assert b"".join(out) == reference(spec)[0]

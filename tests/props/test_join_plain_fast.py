@@ -1,7 +1,7 @@
 """The block-at-a-time stream-stream join of two plain files against the record-at-a-time path.
 
 `joining.run(spec, write_jsonl=...)` takes the fast path (joins/plain_inputs.py's
-merge + joins/interval.py); `joining.run(spec, emit)` the generic one (inputorder.merged +
+merge + joins/stream_stream.py's IntervalJoin); `joining.run(spec, emit)` the generic one (inputorder.merged +
 StreamStreamJoin). Both must give the same bytes: the rows emit makes, dumped with orjson.
 """
 
@@ -122,7 +122,7 @@ def test_merged_chunks_equal_merged(tmp_path, ta, tb, block):
     def at(vs: list) -> list:
         return [v["at"] for v in vs]
 
-    streams = [file_blocks(p, at, at, joining.norm_key, block) for p in paths]
+    streams = [file_blocks(p, at, at, block) for p in paths]
     got = [(int(side), orjson.loads(pay)) for cols in merged_chunks(streams[0], streams[1], 7)
            for side, pay in zip(cols[0], cols[5], strict=True)]
     assert got == want
@@ -192,11 +192,11 @@ def test_read_ahead_gives_the_same_rows_and_error(tmp_path, monkeypatch, cores):
 @given(st.data(), st.integers(0, 12), st.sampled_from(["inner", "left", "right", "outer"]), st.integers(0, 6),
        st.integers(1, 9), st.booleans())
 def test_chunked_numpy_join_equals_generic(tmp_path, data, within, how, lateness, chunk, collide):
-    """joins/interval.py matched a few records at a time (the state carried across many chunks, events
+    """joins/stream_stream.py's IntervalJoin matched a few records at a time (the state carried across many chunks, events
     leaving it mid-chunk), with every key hashed alike when `collide` (codes collide, keys decide):
     the rows, their order and the counts of the record-at-a-time join; and the fast path ran
     (the emit of the record path is never called)."""
-    from streamctl.processing.joins import interval
+    from streamctl.processing.joins import plain_inputs, stream_stream
 
     left = data.draw(st.lists(line("id", "at"), max_size=30))
     right = data.draw(st.lists(line("id", "at"), max_size=30))
@@ -204,9 +204,9 @@ def test_chunked_numpy_join_equals_generic(tmp_path, data, within, how, lateness
                              within=f"{within}ms", how=how, on="id", time_field="at", lateness=f"{lateness}ms")
     want, want_stats = generic_bytes(spec)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(interval, "CHUNK", chunk)
+        mp.setattr(stream_stream, "CHUNK", chunk)
         if collide:
-            mp.setattr(interval, "_hash", lambda k: 42)
+            mp.setattr(plain_inputs, "_hash", lambda k: 42)
         out: list[bytes] = []
         got_stats = joining.run(spec, lambda *a: pytest.fail("the batched path must not emit row by row"),
                                 write_jsonl=out.append, block_bytes=64)

@@ -10,8 +10,8 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streamctl.processing.joins import JoinStats, plain_inputs, stream_stream
 from streamctl.processing.joins import driver as joining
-from streamctl.processing.joins import interval
 
 L, R = 0, 1
 MIN_TIME = -(1 << 62)
@@ -93,26 +93,26 @@ def test_stream_stream_matches_reference(evs, within, how, lateness):
     assert (rows, stats.late) == ref_stream(evs, within, how, lateness)
 
 
-def join_batches(batches: Iterable[tuple[list[bool], list[Any], list[Any], list[Any]]],
-                 norm: Callable[[Any], Any], within: int, how: str, write: Callable[[bytes], None],
+def join_batches(batches: Iterable[tuple[list[bool], list[Any], list[Any], list[Any]]], within: int, how: str, write: Callable[[bytes], None],
                  counts: list[int], no_time: list[int], lateness: int = 0, late_counts: list[int] | None = None,
                  late: Callable[[int, bytes], None] | None = None, chunk: int = 16384) -> int:
-    """The plain-file batch kernel (joins/interval.py) fed as the join driver feeds it: StreamStreamJoin's
+    """The plain-file batch kernel (stream_stream.py's IntervalJoin) fed as the join driver feeds it: StreamStreamJoin's
     rows (the bytes of orjson.dumps({"key", "left", "right"}) + newline per row, in its order) for (sides, times, keys, payloads) batches in input order, matched `chunk`
     records at a time. Counts go to `counts`, `no_time` and `late_counts` per side; returns the
     largest number of events held."""
-    j = interval.IntervalJoin(within, how, write, lateness, late)
+    stats = JoinStats()
+    j = stream_stream.IntervalJoin(within, how, write, lateness, late, stats)
     buf: list[list[Any]] = [[], [], [], []]
 
     def flush() -> None:
         sides, times, keys, payloads = buf
         dumps = orjson.dumps
-        code, nks = interval.key_codes(keys, norm)
-        key_a = interval._objects(keys)
+        code, nks = plain_inputs.key_codes(keys)
+        key_a = plain_inputs.objects(keys)
         j.chunk(np.array(sides, dtype=bool), np.array([0 if t is None else t for t in times], dtype=np.int64),
                 np.array([t is not None for t in times], dtype=bool), code, key_a,
-                interval._objects([p if p.__class__ is bytes else dumps(p) for p in payloads]),
-                key_a if nks is None else interval._objects(nks))
+                plain_inputs.objects([p if p.__class__ is bytes else dumps(p) for p in payloads]),
+                key_a if nks is None else plain_inputs.objects(nks))
 
     for batch in batches:
         for col, part in zip(buf, batch, strict=True):
@@ -123,18 +123,18 @@ def join_batches(batches: Iterable[tuple[list[bool], list[Any], list[Any], list[
     flush()
     j.finish()
     for i in (0, 1):
-        counts[i] += j.records[i]
-        no_time[i] += j.no_time[i]
+        counts[i] += stats.records[i]
+        no_time[i] += stats.no_time[i]
         if late_counts is not None:
-            late_counts[i] += j.late[i]
-    return j.max_state
+            late_counts[i] += stats.late[i]
+    return stats.max_state
 
 
 @settings(max_examples=200, deadline=None)
 @given(events, st.integers(0, 10), st.sampled_from(["inner", "left", "right", "outer"]), st.integers(0, 12),
        st.integers(1, 7))
 def test_stream_stream_plain_batches_match_reference(tmp_path_factory, evs, within, how, lateness, block):
-    """The plain-file batch path (joins/interval.py, chunks of `block` records) gives the reference
+    """The plain-file batch path (stream_stream.py's IntervalJoin, chunks of `block` records) gives the reference
     rows and late counts, for inputs whose own order the merge keeps."""
     sides = [s for s, _, _ in evs]
     times = [t for _, _, t in evs]
@@ -145,7 +145,7 @@ def test_stream_stream_plain_batches_match_reference(tmp_path_factory, evs, with
     out: list[bytes] = []
     late_lines: list[tuple[int, Any]] = []
     late = [0, 0]
-    join_batches(batches, joining.norm_key, within, how, out.append, [0, 0], [0, 0], lateness, late,
+    join_batches(batches, within, how, out.append, [0, 0], [0, 0], lateness, late,
                  lambda side, v: late_lines.append((side, v)), chunk=block)
 
     rows = [(r["key"], r["left"], r["right"]) for chunk in out for r in map(orjson.loads, chunk.splitlines())]

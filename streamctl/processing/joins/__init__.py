@@ -10,6 +10,7 @@ depends on how fast input arrives, so the same input order gives the same rows.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 # emit(key, left_value, right_value) for stream joins; the table-table join adds op first.
@@ -18,6 +19,18 @@ EmitOp = Callable[[str, Any, Any, Any], None]
 
 HOWS_STREAM = ("inner", "left", "right", "outer")
 HOWS_TABLE = ("inner", "left")
+
+
+@dataclass
+class JoinStats:
+    """A run's counts, kept by whichever operator or kernel runs it."""
+
+    records: list[int] = field(default_factory=lambda: [0, 0])
+    no_time: list[int] = field(default_factory=lambda: [0, 0])  # stream events skipped: no usable time
+    late: list[int] = field(default_factory=lambda: [0, 0])  # late records per side (joins/driver.py says which)
+    rows: int = 0
+    max_state: int = 0
+
 
 # A time no record can have: the "beginning of time" of a table row without a time.
 MIN_TIME = -(1 << 62)

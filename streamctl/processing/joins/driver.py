@@ -31,22 +31,15 @@ Decisions (also in `streamctl join --help` and docs/guide/joins.md):
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from streamctl.errors import UsageError
 from streamctl.processing import inputorder
-from streamctl.processing.joins import HOWS_STREAM, HOWS_TABLE, Emit, EmitOp, feeders, keep_heap
-from streamctl.processing.joins.keys import (
-    RememberedTime,
-    block_column,
-    block_times,
-    norm_key,
-    time_getter,
-    tombstone_keys,
-)
+from streamctl.processing.joins import HOWS_STREAM, HOWS_TABLE, Emit, EmitOp, JoinStats, feeders, keep_heap
+from streamctl.processing.joins.keys import RememberedTime, block_column, block_times, time_getter
 from streamctl.storage import fieldpaths
 
 AS_OF = ("position", "event-time")
@@ -69,15 +62,6 @@ class JoinSpec:
     @property
     def has_watermark(self) -> bool:
         return self.kind == "stream" or (self.kind == "table" and self.as_of == "event-time")
-
-
-@dataclass
-class JoinStats:
-    records: list[int] = field(default_factory=lambda: [0, 0])
-    no_time: list[int] = field(default_factory=lambda: [0, 0])  # stream events skipped: no usable time
-    late: list[int] = field(default_factory=lambda: [0, 0])  # late records per side (see the module docstring)
-    rows: int = 0
-    max_state: int = 0
 
 
 def split_pair(text: str | None, default: str, what: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -182,35 +166,24 @@ def run(spec: JoinSpec, emit: Emit | None = None, emit_op: EmitOp | None = None,
     """Run the join; rows go to emit(key, left, right) (or emit_op(op, key, left, right) for --tables).
 
     `items` replaces reading the files (tests feed (input index, record) pairs in input order).
-    `write_jsonl`, when given, takes the rows of a stream-stream join of two plain files as
-    JSON lines (a batch of rows per call; the bytes emit's rows make with orjson.dumps and
-    a newline) instead of emit; other joins still go to emit. `block_bytes` sets how
+    `write_jsonl`, when given, takes the rows as JSON lines (a batch of rows per call; the bytes
+    emit's rows make with orjson.dumps and a newline) instead of emit where a batch kernel
+    computes the join (_kernel); other joins still go to emit. `block_bytes` sets how
     much of a plain file is read at a time (tests use small blocks). `late(side, line)`
     gets each late record as late_line writes it (records fed through `items` count as
     log records).
     """
     keep_heap()
-    if write_jsonl is not None and items is None and spec.kind == "stream" and _plain_values_only(spec):
-        specs = check_inputs(spec)
-        if not specs[0].is_log and not specs[1].is_log:
-            return _run_stream_plain(spec, write_jsonl, block_bytes, late)
-    if (write_jsonl is not None and items is None and spec.kind == "table" and spec.as_of == "position"
-            and spec.time_field == (("ts",), ("ts",))):
-        specs = check_inputs(spec)
-        simple = all(parts == ("key",) or parts[0] == "value" for parts in spec.on)
-        if specs[0].is_log and specs[1].is_log and simple:
-            return _run_enrich(spec, write_jsonl)
-    if (write_jsonl is not None and items is None and spec.kind == "table" and spec.as_of == "position"
-            and all(parts[0] == "value" or parts == ("ts",) for parts in spec.time_field)):
-        specs = check_inputs(spec)  # a plain file's key path is under value (checked here)
-        if not specs[0].is_log and not specs[1].is_log:
-            return _run_enrich_plain(spec, write_jsonl, block_bytes)
     right_index = 1
     remembered = (RememberedTime(time_getter(spec.time_field[0])),
                   RememberedTime(time_getter(spec.time_field[1])))
     logs = (True, True)
     if items is None:
         specs = check_inputs(spec)
+        kernel = None if write_jsonl is None else _kernel(spec, specs)
+        if kernel is not None:
+            assert write_jsonl is not None
+            return kernel(spec, write_jsonl, block_bytes, late)
         logs = (specs[0].is_log, specs[1].is_log)
         if spec.kind == "table":
             items, right_index = read_table_inputs(spec, specs), 0
@@ -234,68 +207,65 @@ def run(spec: JoinSpec, emit: Emit | None = None, emit_op: EmitOp | None = None,
     return stats
 
 
-def _run_enrich(spec: JoinSpec, write_jsonl: Callable[[bytes], None]) -> JoinStats:
-    """--table --as-of position of two logs, joined on record keys or value fields: joins/enrich.py."""
-    from streamctl.processing.joins import enrich
+Kernel = Callable[[JoinSpec, Callable[[bytes], None], int | None, "LateSink | None"], JoinStats]
+
+
+def _kernel(spec: JoinSpec, specs: list[inputorder.InputSpec]) -> Kernel | None:
+    """The batch kernel that computes this join's rows, when there is one for its inputs and paths:
+    a stream-stream join of two plain files (every path under value), or an enrichment as of
+    position of two logs (on record keys or value fields, with their append times) or of two
+    plain files."""
+    logs = {s.is_log for s in specs}
+    if spec.kind == "stream" and logs == {False}:
+        under_value = all(parts[0] == "value" for parts in (*spec.on, *spec.time_field))
+        return _run_stream_plain if under_value else None
+    if spec.kind != "table" or spec.as_of != "position" or len(logs) != 1:
+        return None
+    if logs == {True}:
+        simple = spec.time_field == (("ts",), ("ts",)) and all(p == ("key",) or p[0] == "value" for p in spec.on)
+        return _run_enrich if simple else None
+    return _run_enrich if all(parts[0] == "value" or parts == ("ts",) for parts in spec.time_field) else None
+
+
+def _run_enrich(spec: JoinSpec, write_jsonl: Callable[[bytes], None], block_bytes: int | None,
+                _late: LateSink | None = None) -> JoinStats:
+    """--table --as-of position: stream_table.py's enrich (no record is late without a watermark)."""
+    from streamctl.processing.joins.stream_table import enrich
 
     stats = JoinStats()
     with feeders.gc_frozen():
-        left_key, right_key = (None if parts == ("key",) else block_column(parts) for parts in spec.on)
-        n_left, n_right, size = enrich.run(spec.left, spec.right, left_key, right_key, spec.how == "inner",
-                                           write_jsonl, norm_key, tombstone_keys)
+        n_left, n_right, size = enrich(spec.left, spec.right, spec.on, spec.time_field, spec.how == "inner",
+                                       write_jsonl, inputorder.classify(spec.left).is_log,
+                                       block_bytes or inputorder.PIECE)
     stats.records = [n_left, n_right]
     stats.max_state = size
     return stats
-
-
-def _run_enrich_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], block_bytes: int | None) -> JoinStats:
-    """--table --as-of position of two plain files: joins/enrich.py's run_plain (a plain record's
-    `ts` is always missing, so with the default time field neither file has times)."""
-    from streamctl.processing.joins import enrich
-
-    def no_times(values: list[Any]) -> list[int | None]:
-        return [None] * len(values)
-
-    times = [no_times if parts == ("ts",) else block_times(parts) for parts in spec.time_field]
-    stats = JoinStats()
-    with feeders.gc_frozen():
-        n_left, n_right, size = enrich.run_plain(
-            spec.left, spec.right, block_column(spec.on[0]), block_column(spec.on[1]), times[0], times[1],
-            spec.how == "inner", write_jsonl, norm_key, block_bytes or inputorder.PIECE)
-    stats.records = [n_left, n_right]
-    stats.max_state = size
-    return stats
-
-
-def _plain_values_only(spec: JoinSpec) -> bool:
-    """Every key and time path is under value (what a plain file has)."""
-    return all(parts[0] == "value" for parts in (*spec.on, *spec.time_field))
 
 
 def _run_stream_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], block_bytes: int | None,
                       late: LateSink | None = None) -> JoinStats:
     """A stream-stream join of two plain files: each read as columns (joins/plain_inputs.py), merged
-    in input order and joined a chunk at a time with numpy (joins/interval.py), values that are
-    already in orjson's form pasted into the rows as the file has them (the same rows in the
-    same order as the record-at-a-time path)."""
+    in input order and joined a chunk at a time with numpy (stream_stream.py's IntervalJoin),
+    values that are already in orjson's form pasted into the rows as the file has them."""
     from streamctl.processing import decoder
-    from streamctl.processing.joins.interval import CHUNK, IntervalJoin
     from streamctl.processing.joins.plain_inputs import file_blocks, merged_chunks
+    from streamctl.processing.joins.stream_stream import CHUNK, IntervalJoin
 
     assert spec.within is not None
-    stats = JoinStats()
     size = block_bytes or PLAIN_JOIN_BLOCK
 
     def reader(i: int) -> Callable[[], Generator[Any, None, None]]:
         path, times, keys = (spec.left, spec.right)[i], block_times(spec.time_field[i]), block_column(spec.on[i])
-        return lambda: file_blocks(path, times, keys, norm_key, size)
+        return lambda: file_blocks(path, times, keys, size)
 
     # each file read in a process of its own while this one merges and joins (not for stdin: a
     # terminal on stdin would be read by a process Ctrl-C does not stop)
     ahead = decoder.can_fork() and "-" not in (spec.left, spec.right)
     streams = [decoder.items(reader(i), path) if ahead else reader(i)()
                for i, path in enumerate((spec.left, spec.right))]
-    j = IntervalJoin(spec.within, spec.how, write_jsonl, spec.lateness, None if late is None else _payload_sink(late))
+    stats = JoinStats()
+    j = IntervalJoin(spec.within, spec.how, write_jsonl, spec.lateness, None if late is None else _payload_sink(late),
+                     stats)
     try:
         with feeders.gc_frozen():
             for cols in merged_chunks(streams[0], streams[1], CHUNK):
@@ -304,7 +274,6 @@ def _run_stream_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], bloc
     finally:
         for s in streams:
             s.close()  # stops and reaps the reading processes now, whatever a traceback keeps alive
-    stats.records, stats.no_time, stats.late, stats.max_state = j.records, j.no_time, j.late, j.max_state
     return stats
 
 

@@ -130,12 +130,26 @@ def block_column(parts: tuple[str, ...]) -> Callable[[list[Any]], list[Any]]:
 
 
 def change_keys(rec: Record, key_of: Callable[[Record], Any], by_value_path: bool) -> list[tuple[Any, Any]]:
+    """changed_rows of a table record, its join key read by `key_of`."""
+    return changed_rows(rec["value"], rec.get("key"), key_of(rec), by_value_path)
+
+
+def changed_rows(value: Any, record_key: str | None, key: Any, by_value_path: bool) -> list[tuple[Any, Any]]:
     """(normalized key, key) of each row a table record changes: its join key's; for a tombstone
     (null value) of a table keyed by a value path, the rows its record key names
-    (tombstone_keys). Empty: the record has no key and changes nothing."""
-    if by_value_path and rec["value"] is None:
-        return tombstone_keys(rec.get("key"))
-    k = key_of(rec)
-    if k is None:
+    (tombstone_keys; a plain file's line has no record key). Empty: the record has no key and
+    changes nothing. The reference operators (feeders.py), the enrichment kernel
+    (stream_table.py) and the Spark join job read a table record's rows here."""
+    if by_value_path and value is None:
+        return tombstone_keys(record_key)
+    if key is None:
         return []
-    return [(k if k.__class__ is str else norm_key(k), k)]
+    return [(key if key.__class__ is str else norm_key(key), key)]
+
+
+def norm_text(k: Any) -> str | None:
+    """norm_key as text, for an engine that compares keys as a string column (the Spark join job):
+    two keys' texts are equal exactly when their norm_key are."""
+    if k is None:
+        return None
+    return "s" + k if k.__class__ is str else "j" + norm_key(k)[1].decode()

@@ -5,7 +5,7 @@ the time and key columns, hashing the keys) is most of a join's work, and it doe
 on the other file. So each file can be read by a process of its own (joins/driver.py forks one
 per file), which sends `FileBlock`s: numbers as the bytes of numpy arrays, and the keys and
 payloads as lists. The joining process merges the two streams of blocks with numpy and joins
-(joins/interval.py). Three processes on two cores: whichever side is the slower one, the cores
+(joins/stream_stream.py's IntervalJoin). Three processes on two cores: whichever side is the slower one, the cores
 stay busy.
 
 The merge is the input order's (mergeorder.merge), on arrays: a record's merge key is the largest time in
@@ -19,6 +19,8 @@ process read it.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator
+from itertools import repeat
+from operator import is_
 from typing import Any
 
 import numpy as np
@@ -26,9 +28,12 @@ import orjson
 
 from streamctl.errors import StreamctlError
 from streamctl.processing import inputorder, mergeorder
-from streamctl.processing.joins.interval import key_codes
+from streamctl.processing.joins.keys import norm_key
 
 _I8 = np.int64
+
+_hash = hash  # (tests give every key one hash, to check that keys, not codes, decide a pair)
+_CODE_BITS = (1 << 63) - 2  # a key's hash without its sign bit and lowest bit (the side goes there)
 
 # One block of a file, as the pipe carries it (marshal: tuples, lists, ints, bytes and None):
 # (number of records, times, which have a time (None: all), merge keys, key codes -- int64 or bool
@@ -37,8 +42,23 @@ FileBlock = tuple[int, bytes, bytes | None, bytes, bytes, list[Any], list[bytes]
 Column = Callable[[list[Any]], list[Any]]
 
 
-def file_blocks(path: str, times_of: Column, keys_of: Column, norm: Callable[[Any], Any],
-                block_bytes: int) -> Generator[FileBlock, None, None]:
+def key_codes(keys: list[Any]) -> tuple[np.ndarray, list[Any] | None]:
+    """The keys' codes for IntervalJoin, without the side bit: a key's hash with its sign and lowest
+    bits cleared, -2 for a null key (never a probe, never a target); and their normalized forms
+    (keys.norm_key) when some key is not a string, else None."""
+    n = len(keys)
+    if {*map(type, keys)} == {str}:
+        nks: list[Any] = keys
+        out = None
+    else:
+        nks = out = list(map(norm_key, keys))
+    code = np.fromiter(map(_hash, nks), dtype=_I8, count=n) & _CODE_BITS
+    if None in nks:
+        code[np.fromiter(map(is_, nks, repeat(None)), dtype=bool, count=n)] = -2
+    return code, out
+
+
+def file_blocks(path: str, times_of: Column, keys_of: Column, block_bytes: int) -> Generator[FileBlock, None, None]:
     """The blocks of one plain file (plain_blocks_raw's), as columns."""
     high = mergeorder.NO_TIME
     dumps = orjson.dumps
@@ -56,14 +76,15 @@ def file_blocks(path: str, times_of: Column, keys_of: Column, norm: Callable[[An
         mk = mergeorder.merge_key_array(ordering, high)
         high = int(mk[-1])
         keys = keys_of(values)
-        code, nks = key_codes(keys, norm)
+        code, nks = key_codes(keys)
         if payloads is values or {*map(type, payloads)} != {bytes}:
             # (a copy of the text: orjson's result keeps its 4 KiB write buffer, and the join keeps payloads)
             payloads = [p if p.__class__ is bytes else b"%b" % dumps(p) for p in payloads]
         yield n, t.tobytes(), timed, mk.tobytes(), code.tobytes(), keys, payloads, nks
 
 
-def _objects(items: list[Any]) -> np.ndarray:
+def objects(items: list[Any]) -> np.ndarray:
+    """A 1-d object array of the items (tuples stay elements, not rows)."""
     return np.fromiter(items, dtype=object, count=len(items))
 
 
@@ -82,8 +103,8 @@ class _Lane:
         for n, tb, timed, mk, code, keys, pays, nks in blocks:
             self.t, self.code = frombuffer(tb, _I8), frombuffer(code, _I8)
             self.timed = np.ones(n, dtype=bool) if timed is None else frombuffer(timed, bool)
-            self.keys, self.pays = _objects(keys), _objects(pays)
-            self.nks = self.keys if nks is None else _objects(nks)
+            self.keys, self.pays = objects(keys), objects(pays)
+            self.nks = self.keys if nks is None else objects(nks)
             yield frombuffer(mk, _I8), self
 
     def part(self, start: int, end: int) -> list[np.ndarray]:
