@@ -341,10 +341,14 @@ REAL_PROFILE = ("\"offset\": 'BIGINT', \"key\": 'VARCHAR', \"value\": 'STRUCT(ts
 
 def join_real_duckdb(shape: str, out: str, profiles: str, *events: str) -> None:
     """join EVENTS PROFILES --table --how left --on value.key --time-field value.ts, events as a `plain`
-    file or a `log`'s segments, PROFILES a changelog log's segments (':'-joined; a null value deletes
-    the record key). Each event gets its key's latest profile as of its position in the input order:
-    every lane (the file, each partition) sorts by its running maximum time, the table first on ties,
-    so an ASOF join on those running maxima; a tombstone (no time) sorts with its lane's maximum."""
+    file or a `log`'s segments, PROFILES a one-partition changelog log's segments (':'-joined; a null
+    value deletes the record key). Each event gets its key's latest profile as of its position in the
+    input order: every lane (the file, each partition) runs by its running maximum time (a tombstone,
+    without a time, keeps its lane's maximum), and the input order is (that maximum, lane, stored
+    order) with the table's lane first. So the profile an event sees is the last change of its key
+    before it in that order: a window over each key's changes and events (as the Spark engine
+    computes it), not an ASOF join, which leaves ties between equal running maxima undecided and
+    took minutes on this data."""
     con = _iso_duck()
     if shape == "plain":
         # one lane: the file's order is DuckDB's scan order (insertion order is preserved)
@@ -358,13 +362,19 @@ def join_real_duckdb(shape: str, out: str, profiles: str, *events: str) -> None:
     q = f"""
       WITH e AS (SELECT *, max(epoch_ms(ts)) OVER (PARTITION BY lane ORDER BY rn ROWS UNBOUNDED PRECEDING) AS mk
                  FROM {e0}),
-           p AS (SELECT "key" AS pkey, "value" AS v,
+           p AS (SELECT "offset", "key" AS pkey, "value" AS v,
                         max(epoch_ms("value".ts)) OVER (ORDER BY "offset" ROWS UNBOUNDED PRECEDING) AS mk
-                 FROM {_json(profiles.split(':'), REAL_PROFILE)})
+                 FROM {_json(profiles.split(':'), REAL_PROFILE)}),
+           u AS (SELECT pkey AS k, mk, 0 AS lane, "offset" AS rn FROM p
+                 UNION ALL
+                 SELECT "key", mk, 1 + lane, rn FROM e),
+           -- the offset of the key's last change before each event in the input order
+           r AS (SELECT lane, rn, last_value(CASE WHEN lane = 0 THEN rn END IGNORE NULLS)
+                   OVER (PARTITION BY k ORDER BY mk, lane, rn ROWS UNBOUNDED PRECEDING) AS at FROM u)
       SELECT e."key" AS "key",
              {{'ts': e.ts, 'key': e."key", 'type': e."type", 'value': e."value", 'device': e.device}} AS "left",
              p.v AS "right"
-      FROM e ASOF LEFT JOIN p ON e."key" = p.pkey AND e.mk >= p.mk
+      FROM e JOIN r ON r.lane = 1 + e.lane AND r.rn = e.rn LEFT JOIN p ON p."offset" = r.at
       ORDER BY e.mk, e.lane, e.rn"""
     con.execute(f"COPY ({q}) TO '{out}' (FORMAT json)")
 
