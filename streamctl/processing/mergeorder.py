@@ -19,7 +19,7 @@ partition) this is the (ts, partition, offset) order.
   records (window's and join's record paths, the follow rounds).
 
 Window (streamctl.processing.inputorder, decoder), every join kind
-(joins/driver.py, joins/enrich.py, joins/plain_inputs.py) and the follow path
+(joins/driver.py, joins/stream_table.py, joins/plain_inputs.py) and the follow path
 read through these; the Spark window job runs `merge_keys` over each
 partition's records (spark/window_job.py), and the Spark join job writes the
 same running maximum as a window function over (input, partition) ordered by

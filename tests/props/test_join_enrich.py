@@ -1,5 +1,5 @@
-"""The batched enrichment (streamctl/processing/joins/stream_table.py's enrich) against the record-at-a-time
-stream-table join it stands in for: the same rows, bytes and order, the same counts."""
+"""The batched enrichment (streamctl/processing/joins/stream_table.py's enrich) against the
+record-at-a-time stream-table join it stands in for: the same rows, bytes and order, the same counts."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The block-at-a-time stream-stream join of two plain files against the record-at-a-time path.
 
-`joining.run(spec, write_jsonl=...)` takes the fast path (joins/plain_inputs.py's
-merge + joins/stream_stream.py's IntervalJoin); `joining.run(spec, emit)` the generic one (inputorder.merged +
-StreamStreamJoin). Both must give the same bytes: the rows emit makes, dumped with orjson.
+`joining.run(spec, write_jsonl=...)` takes the fast path (joins/plain_inputs.py's merge +
+joins/stream_stream.py's IntervalJoin); `joining.run(spec, emit)` the generic one
+(inputorder.merged + StreamStreamJoin). Both must give the same bytes: the rows emit makes, dumped with orjson.
 """
 
 from __future__ import annotations
@@ -192,9 +192,9 @@ def test_read_ahead_gives_the_same_rows_and_error(tmp_path, monkeypatch, cores):
 @given(st.data(), st.integers(0, 12), st.sampled_from(["inner", "left", "right", "outer"]), st.integers(0, 6),
        st.integers(1, 9), st.booleans())
 def test_chunked_numpy_join_equals_generic(tmp_path, data, within, how, lateness, chunk, collide):
-    """joins/stream_stream.py's IntervalJoin matched a few records at a time (the state carried across many chunks, events
-    leaving it mid-chunk), with every key hashed alike when `collide` (codes collide, keys decide):
-    the rows, their order and the counts of the record-at-a-time join; and the fast path ran
+    """joins/stream_stream.py's IntervalJoin matched a few records at a time (the state carried
+    across many chunks, events leaving it mid-chunk), with every key hashed alike when `collide`
+    (codes collide, keys decide): the rows, their order and the counts of the record-at-a-time join; and the fast path ran
     (the emit of the record path is never called)."""
     from streamctl.processing.joins import plain_inputs, stream_stream
 

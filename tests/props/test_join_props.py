@@ -96,8 +96,8 @@ def test_stream_stream_matches_reference(evs, within, how, lateness):
 def join_batches(batches: Iterable[tuple[list[bool], list[Any], list[Any], list[Any]]], within: int, how: str, write: Callable[[bytes], None],
                  counts: list[int], no_time: list[int], lateness: int = 0, late_counts: list[int] | None = None,
                  late: Callable[[int, bytes], None] | None = None, chunk: int = 16384) -> int:
-    """The plain-file batch kernel (stream_stream.py's IntervalJoin) fed as the join driver feeds it: StreamStreamJoin's
-    rows (the bytes of orjson.dumps({"key", "left", "right"}) + newline per row, in its order) for (sides, times, keys, payloads) batches in input order, matched `chunk`
+    """The plain-file batch kernel (stream_stream.py's IntervalJoin) fed as the join driver feeds
+    it: StreamStreamJoin's rows (the bytes of orjson.dumps({"key", "left", "right"}) + newline per row, in its order) for (sides, times, keys, payloads) batches in input order, matched `chunk`
     records at a time. Counts go to `counts`, `no_time` and `late_counts` per side; returns the
     largest number of events held."""
     stats = JoinStats()
@@ -134,8 +134,8 @@ def join_batches(batches: Iterable[tuple[list[bool], list[Any], list[Any], list[
 @given(events, st.integers(0, 10), st.sampled_from(["inner", "left", "right", "outer"]), st.integers(0, 12),
        st.integers(1, 7))
 def test_stream_stream_plain_batches_match_reference(tmp_path_factory, evs, within, how, lateness, block):
-    """The plain-file batch path (stream_stream.py's IntervalJoin, chunks of `block` records) gives the reference
-    rows and late counts, for inputs whose own order the merge keeps."""
+    """The plain-file batch path (stream_stream.py's IntervalJoin, chunks of `block` records) gives
+    the reference rows and late counts, for inputs whose own order the merge keeps."""
     sides = [s for s, _, _ in evs]
     times = [t for _, _, t in evs]
     keys = [k for _, k, _ in evs]
