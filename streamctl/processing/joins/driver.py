@@ -89,13 +89,7 @@ def make_spec(left: str, right: str, *, within: str | None = None, table: bool =
     kind = "stream" if within is not None else "table" if table else "tables"
     if left == "-" and right == "-":
         raise UsageError("only one input can be stdin (-)")
-    hows: tuple[str, ...]
-    if kind == "stream":
-        hows = HOWS_STREAM
-    elif kind == "table":
-        hows = HOWS_TABLE
-    else:
-        hows = ("inner",)
+    hows = {"stream": HOWS_STREAM, "table": HOWS_TABLE, "tables": ("inner",)}[kind]
     how_ = how or "inner"
     if how_ not in hows:
         kinds = {"stream": "a stream-stream join", "table": "a stream-table join", "tables": "a table-table join"}
@@ -112,16 +106,14 @@ def make_spec(left: str, right: str, *, within: str | None = None, table: bool =
     within_ms = parse_duration(within) if within is not None else None
     retention = parse_duration(table_retention) if table_retention is not None else None
     lateness_ms = parse_duration(lateness) if lateness is not None else 0
-    spec = JoinSpec(left, right, kind, split_pair(on, "key", "--on"), split_pair(time_field, "ts", "--time-field"),
+    return JoinSpec(left, right, kind, split_pair(on, "key", "--on"), split_pair(time_field, "ts", "--time-field"),
                     within_ms, how_, as_of_, retention, lateness_ms)
-    return spec
 
 
 def check_inputs(spec: JoinSpec) -> list[inputorder.InputSpec]:
     specs = [inputorder.classify(spec.left), inputorder.classify(spec.right)]
     # A table record without a time is valid from the beginning, so only events need one.
-    needs_time = (spec.kind == "stream" or (spec.kind == "table" and spec.as_of == "event-time"),
-                  spec.kind == "stream")
+    needs_time = (spec.has_watermark, spec.kind == "stream")
     for i, s in enumerate(specs):
         side = ("LEFT", "RIGHT")[i]
         if not s.is_log and spec.on[i][0] in ("key", "offset", "partition", "ts", "headers"):
@@ -135,20 +127,15 @@ def check_inputs(spec: JoinSpec) -> list[inputorder.InputSpec]:
 
 def read_inputs(spec: JoinSpec, specs: list[inputorder.InputSpec],
                 times: list[Callable[[Record], int | None]] | None = None) -> Iterator[tuple[int, Record]]:
-    """(side, record) in the input order (ties to LEFT)."""
+    """(input index, record) in the input order, ties to LEFT; for --table the table side is read
+    first, so it wins ties (a table change at the same time as an event applies before it, as
+    --as-of event-time's "at or before", and a table file without times is loaded before a
+    stream file without times), and its records carry index 0, the events' 1."""
     if times is None:
         times = [time_getter(spec.time_field[0]), time_getter(spec.time_field[1])]
-    if spec.kind != "table":
-        return inputorder.merged(specs, times)
-    return ((1 - i, rec) for i, rec in read_table_inputs(spec, specs))
-
-
-def read_table_inputs(spec: JoinSpec, specs: list[inputorder.InputSpec]) -> Iterator[tuple[int, Record]]:
-    """For --table: (0 for RIGHT / 1 for LEFT, record). The table side wins ties: a table change
-    at the same time as an event applies before it (as --as-of event-time's "at or before"),
-    and a table file without times is loaded before a stream file without times."""
-    times = [time_getter(spec.time_field[0]), time_getter(spec.time_field[1])]
-    return inputorder.merged([specs[1], specs[0]], [times[1], times[0]])
+    if spec.kind == "table":
+        return inputorder.merged([specs[1], specs[0]], [times[1], times[0]])
+    return inputorder.merged(specs, times)
 
 
 LateSink = Callable[[int, bytes], None]
@@ -186,7 +173,7 @@ def run(spec: JoinSpec, emit: Emit | None = None, emit_op: EmitOp | None = None,
             return kernel(spec, write_jsonl, block_bytes, late)
         logs = (specs[0].is_log, specs[1].is_log)
         if spec.kind == "table":
-            items, right_index = read_table_inputs(spec, specs), 0
+            items, right_index = read_inputs(spec, specs), 0
         else:
             items = read_inputs(spec, specs, [remembered[0].remember, remembered[1].remember])
     sink = None if late is None else (lambda side, rec: late(side, late_line(rec, logs[side])))

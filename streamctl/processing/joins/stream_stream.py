@@ -26,8 +26,9 @@ one position come out after that position's pairs, ordered by (time, position).
 State holds only events inside the window behind the watermark.
 
 Two evaluations of this rule sit side by side here: `StreamStreamJoin`, the reference, an event at
-a time (the record path: logs, stdin, `--follow`), and `IntervalJoin`, its batch kernel, a chunk of
-records at a time with numpy (two plain files, read as columns by joins/plain_inputs.py).
+a time (the record path: logs, `--follow`, output other than JSON lines), and `IntervalJoin`, its
+batch kernel, a chunk of records at a time with numpy (two plain files written as JSON lines, read
+as columns by joins/plain_inputs.py).
 tests/props/test_join_props.py and tests/props/test_join_plain_fast.py hold the kernel to the
 reference: the same rows, bytes, order and counts.
 """
