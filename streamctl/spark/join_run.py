@@ -183,7 +183,8 @@ def run_follow(spec: joining.JoinSpec, output: str, group: str | None, idle_time
             flush_late = then_sync(flush_late, sync_late)
     stopflag.install()
     try:
-        stats = follow(spec, group, rows.emit, rows.emit_op, flush_rows, idle, late_sink, flush_late, say)
+        stats = follow(spec, group, rows.emit, rows.emit_op, flush_rows, idle, late_sink, flush_late, say,
+                       rows.write_jsonl)
     finally:
         if late_file is not None:
             late_file.close()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 
 import orjson
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from streamctl.processing.joins import store
@@ -133,3 +133,80 @@ def test_rounds_with_checkpoints_write_the_rows_of_one_feed(raw, cuts, which):
         f.load(orjson.loads(state))
     f.finish()
     assert live == whole
+
+
+KERNEL_SPECS = [
+    JoinSpec("l", "r", "table", (("key",), ("key",)), how="left"),
+    JoinSpec("l", "r", "table", (("value", "k"), ("key",)), how="inner"),
+    JoinSpec("l", "r", "table", (("value", "k"), ("value", "k")), how="left"),
+    JoinSpec("l", "r", "table", (("value", "n", "0"), ("value", "k")), how="inner"),
+]
+kernel_record = st.tuples(st.integers(0, 1), st.sampled_from(["a", "\x01j1", "7", None]),
+                          st.sampled_from(["a", "\x01j1", 7, "7", None, [1]]),
+                          st.one_of(st.sampled_from([None, 1, "é\n\"", {"deep": [1.5, None, {"a": "b"}]}]),
+                                    st.floats(allow_nan=False, allow_infinity=False)))
+
+
+def _kernel_records(raw: list) -> list[tuple[int, dict]]:
+    out = []
+    for i, (side, rkey, k, v) in enumerate(raw):
+        value = None if (v is None and side == 1) else {"k": k, "n": [k], "v": v}
+        out.append((side, {"offset": i, "partition": 0, "ts": T0 + i, "key": rkey, "value": value}))
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@example(raw=[(1, "7", 7, 1), (0, "7", "7", 1), (1, "7", 7, None), (0, "7", "7", 1)], cuts=[], runs=[1], which=1,
+         cache=1, kernel_first=True)
+@example(raw=[(1, "a", 7, 1), (0, "a", 7, 1), (1, "7", 7, None), (0, "a", 7, 1)], cuts=[], runs=[1], which=3,
+         cache=1, kernel_first=True)
+@given(raw=st.lists(kernel_record, max_size=40), cuts=st.lists(st.integers(0, 60), max_size=4),
+       runs=st.lists(st.integers(1, 7), min_size=1, max_size=5), which=st.integers(0, len(KERNEL_SPECS) - 1),
+       cache=st.integers(1, 5), kernel_first=st.booleans())
+def test_table_rows_kernel_writes_the_record_paths_bytes(raw, cuts, runs, which, cache, kernel_first):
+    """TableRowsFeed (the follower's kernel of --table --as-of position with JSON-lines rows), fed in
+    rounds of runs of any length with a checkpoint between rounds, writes byte for byte the rows of
+    TableFeed fed record by record; and a checkpoint of either one resumes in the other (a run with
+    --output table, which takes the record path, after one with JSON lines)."""
+    from streamctl.processing.joins.feeders import TableRowsFeed
+
+    spec = KERNEL_SPECS[which]
+    items = _kernel_records(raw)
+    nl = orjson.OPT_APPEND_NEWLINE
+    whole: list[bytes] = []
+    ref = TableFeed(spec, lambda k, lv, rv: whole.append(orjson.dumps({"key": k, "left": lv, "right": rv}, option=nl)),
+                    JoinStats())
+    ref.feed(items)
+    ref.finish()
+
+    live: list[bytes] = []
+    db = store.open_db(":memory:")
+    old = store.CACHE_ENTRIES
+    store.CACHE_ENTRIES = cache
+    try:
+        bounds = sorted({0, len(items), *[c for c in cuts if c <= len(items)]})
+        for n, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
+            stats = JoinStats()
+            if (n % 2 == 0) == kernel_first:
+                t = store.DiskTable(db, "table_rows", raw=True)
+                f = TableRowsFeed(spec, live.append, stats, t)
+                i = a
+                while i < b:  # runs of any length, as rounds of merged batches give them
+                    step = runs[i % len(runs)]
+                    part = items[i:min(b, i + step)]
+                    f.feed_runs([rec for _s, rec in part], [s for s, _rec in part])
+                    i += step
+            else:
+                t = store.DiskTable(db, "table_rows")
+                f = TableFeed(spec, lambda k, lv, rv: live.append(
+                    orjson.dumps({"key": k, "left": lv, "right": rv}, option=nl)), stats, table=t)
+                t.prefetch(f.table_keys(items[a:b]))
+                f.feed(items[a:b])
+            assert stats.records == [sum(1 for s, _r in items[a:b] if s == 0), sum(1 for s, _r in items[a:b] if s == 1)]
+            db.execute("BEGIN")
+            t.flush()
+            db.execute("COMMIT")
+            f.load(orjson.loads(orjson.dumps(f.dump())))
+    finally:
+        store.CACHE_ENTRIES = old
+    assert b"".join(live) == b"".join(whole)

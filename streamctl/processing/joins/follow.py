@@ -42,6 +42,8 @@ from streamctl.processing.mergeorder import NO_TIME, Lane, merge_lanes, record_l
 from streamctl.storage import log as logmod
 
 CHECKPOINT_FORMAT = 1
+RUN = 16_384  # records the enrichment kernel takes at a time (their events' keys read in one prefetch)
+Record = dict[str, Any]
 HINT = "move it away to start over"
 Notice = Callable[[str], None]
 
@@ -82,9 +84,11 @@ class Inputs:
         return out
 
 
-def _tables(spec: JoinSpec, db: sqlite3.Connection) -> list[DiskTable]:
+def _tables(spec: JoinSpec, db: sqlite3.Connection, raw: bool) -> list[DiskTable]:
     from streamctl.processing.joins.stream_table import _History
 
+    if raw:
+        return [DiskTable(db, "table_rows", raw=True)]  # the same rows a table of values stores
     if spec.kind == "tables":
         return [DiskTable(db, "left_table"), DiskTable(db, "right_table")]
     if spec.kind == "table" and spec.as_of == "event-time":
@@ -97,7 +101,8 @@ def _tables(spec: JoinSpec, db: sqlite3.Connection) -> list[DiskTable]:
 
 class JoinFollower:
     def __init__(self, spec: JoinSpec, group: str | None, emit: Emit, emit_op: EmitOp,
-                 late: Callable[[int, bytes], None] | None, notice: Notice | None) -> None:
+                 late: Callable[[int, bytes], None] | None, notice: Notice | None,
+                 write_jsonl: Callable[[bytes], None] | None = None) -> None:
         self.spec = spec
         self.group = group
         self.notice = notice
@@ -120,14 +125,19 @@ class JoinFollower:
             self.db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID")
             if group is None:
                 self.db.execute("PRAGMA synchronous=OFF")  # a scratch file, removed at exit: nothing to make durable
-            self.tables = _tables(spec, self.db)
+            # --table --as-of position with JSON-lines rows: the kernel of TableFeed (feeders.TableRowsFeed)
+            self.kernel = write_jsonl is not None and spec.kind == "table" and spec.as_of == "position"
+            self.tables = _tables(spec, self.db, self.kernel)
         except sqlite3.DatabaseError as e:
             self.close()
             raise StorageError(f"{path}: not a join checkpoint ({e}); {HINT}") from None
         sink = None if late is None else (lambda side, rec: late(side, late_line(rec, True)))
         self.times = (RememberedTime(time_getter(spec.time_field[0])), RememberedTime(time_getter(spec.time_field[1])))
         self.feeder: feeders.StreamFeed | feeders.TableFeed | feeders.TablesFeed
-        if spec.kind == "stream":
+        if self.kernel:
+            assert write_jsonl is not None
+            self.feeder = feeders.TableRowsFeed(spec, write_jsonl, self.stats, self.tables[0])
+        elif spec.kind == "stream":
             self.feeder = feeders.StreamFeed(spec, emit, self.stats, sink, self.times)
         elif spec.kind == "table":
             self.feeder = feeders.TableFeed(spec, emit, self.stats, sink, 1, self.tables[0])
@@ -240,22 +250,39 @@ class JoinFollower:
             return 0
         got = 0
         batches = merge_lanes(lanes)
-        prefetch = self.tables and isinstance(self.feeder, (feeders.TableFeed, feeders.TablesFeed))
+        feeder = self.feeder
+        kernel = isinstance(feeder, feeders.TableRowsFeed)
+        prefetch = not kernel and self.tables and isinstance(feeder, (feeders.TableFeed, feeders.TablesFeed))
+        # the kernel takes merged batches together, up to RUN records: its prefetch of their events' keys
+        # is one sorted statement where a batch (a few hundred records) would be one statement each
+        run_recs: list[Record] = []
+        run_inputs: list[int] = []
         try:
             for batch in batches:
-                items = list(zip(map(sides.__getitem__, batch.lanes), batch, strict=True))
-                if prefetch:
-                    keys = self.feeder.table_keys(items)  # type: ignore[union-attr]
-                    for t in self.tables:
-                        t.prefetch(keys)
-                self.feeder.feed(items)
-                for side, rec in items:
-                    inputs.positions[side][rec["partition"]] = rec["offset"] + 1
+                lane_sides = list(map(sides.__getitem__, batch.lanes))
+                if kernel:
+                    run_recs += batch
+                    run_inputs += lane_sides
+                    if len(run_recs) >= RUN:
+                        feeder.feed_runs(run_recs, run_inputs)  # type: ignore[union-attr]
+                        run_recs, run_inputs = [], []
+                else:
+                    items = list(zip(lane_sides, batch, strict=True))
+                    if prefetch:
+                        keys = feeder.table_keys(items)  # type: ignore[union-attr]
+                        for t in self.tables:
+                            t.prefetch(keys)
+                    feeder.feed(items)
+                # each lane's next offset: that of its last record in the batch (a lane's records are in offset order)
+                for k, rec in dict(zip(batch.lanes, batch, strict=True)).items():
+                    inputs.positions[sides[k]][rec["partition"]] = rec["offset"] + 1
                 for (side, p), h in batch.highs.items():
                     inputs.highs[side][p] = h
-                got += len(items)
+                got += len(batch)
                 if got >= limit or stopflag.is_set():
                     break
+            if run_recs:
+                feeder.feed_runs(run_recs, run_inputs)  # type: ignore[union-attr]
         finally:
             batches.close()
         if self.group is None:
@@ -277,11 +304,13 @@ class JoinFollower:
 
 def follow(spec: JoinSpec, group: str | None, emit: Emit, emit_op: EmitOp, flush_out: Callable[[], None],
            idle_timeout: float | None, late: Callable[[int, bytes], None] | None = None,
-           flush_late: Callable[[], None] | None = None, notice: Notice | None = None) -> JoinStats:
-    """Run the join on two logs until a stop signal or `idle_timeout` seconds without new records."""
+           flush_late: Callable[[], None] | None = None, notice: Notice | None = None,
+           write_jsonl: Callable[[bytes], None] | None = None) -> JoinStats:
+    """Run the join on two logs until a stop signal or `idle_timeout` seconds without new records.
+    With `write_jsonl` (rows as JSON lines), --table --as-of position runs feeders.TableRowsFeed."""
     from streamctl.live.wait import Waiter
 
-    f = JoinFollower(spec, group, emit, emit_op, late, notice)
+    f = JoinFollower(spec, group, emit, emit_op, late, notice, write_jsonl)
     try:
         f.resume()
     except BaseException:

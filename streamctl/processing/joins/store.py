@@ -13,8 +13,12 @@ changed since the last one.
   (joins/follow.py): a kill -9 leaves the tables exactly as of the last
   checkpoint, never ahead of its offsets.
 - Reads look in `dirty`, then the cache (which also remembers keys that are not
-  there), then SQLite. `prefetch` reads the keys a round needs in one statement
-  per few thousand keys.
+  there), then SQLite. `prefetch` reads the keys a run of records needs, sorted, in
+  statements of up to _CHUNK keys (SQLite walks the B-tree in key order, reading each
+  page once for all the keys on it).
+- A raw table (`raw=True`) keeps each value as the JSON text it is stored as: the
+  follower's enrichment kernel (joins/feeders.py:TableRowsFeed) pastes that text into
+  its rows and changes it with `apply`, and reads it with `rows`.
 - A table of mutable values (a key's versions, stream_table._History) writes back
   every value read since the last flush, since the operator changes it in place.
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from itertools import chain
 from operator import itemgetter
 from typing import Any
 
@@ -33,7 +38,16 @@ CACHE_KIB = 8192  # SQLite's page cache per connection
 _ABSENT = object()  # in the cache: the key has no row
 _DELETED = object()  # in dirty: the row is deleted at the next flush
 _MISS = object()  # not in the cache
-_CHUNK = 4000  # keys per prefetch statement (1M keys: 6.3 us a key; 500 a statement: 8.2)
+# keys per prefetch statement, sorted (random keys of a 1M-row table: 2.6-3.2 us a key in
+# statements of 30,000 keys, 5.8 in statements of 4,000, 7.4 in statements of 500)
+_CHUNK = 1 << 15
+# A statement's IN list is padded with NULLs (which match nothing) to a power of two from this up:
+# the sqlite3 module caches 128 prepared statements by their text, a large one at about 1.5 MB
+# (one per length of list held 190 MB)
+_LEAST_LIST = 64
+# rows per INSERT statement at a flush (1M rows: 2.2-2.4 s of CPU at 100 or 500 a statement, 3.0-3.4
+# through executemany, whose binding and stepping per row is most of the cost)
+_ROWS_PER_INSERT = 100
 
 
 def sql_key(nkey: Any) -> str:
@@ -55,20 +69,25 @@ def open_db(path: str) -> sqlite3.Connection:
     return db
 
 
+def _same(raw: bytes) -> bytes:
+    return raw
+
+
 class DiskTable(MutableMapping[Any, Any]):
     def __init__(self, db: sqlite3.Connection, name: str, encode: Callable[[Any], bytes] = orjson.dumps,
-                 decode: Callable[[bytes], Any] = orjson.loads, mutable: bool = False) -> None:
+                 decode: Callable[[bytes], Any] = orjson.loads, mutable: bool = False, raw: bool = False) -> None:
         self.db = db
         self.name = name
+        self.raw = raw  # values are their stored JSON text (bytes), neither encoded nor decoded
         self.encode = encode
-        self.decode = decode
+        self.decode: Callable[[bytes], Any] = _same if raw else decode
         self.mutable = mutable
         self.cache: dict[Any, Any] = {}
         self.dirty: dict[Any, Any] = {}
         db.execute(f"CREATE TABLE IF NOT EXISTS {name} (k TEXT PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID")
         self._select = f"SELECT v FROM {name} WHERE k = ?"
-        # keys per prefetch statement: as many as SQLite binds (32766 since 3.32, 999 before)
-        self.chunk = min(_CHUNK, db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))
+        # keys per prefetch statement: a power of two SQLite binds (32766 since 3.32, 999 before)
+        self.chunk = min(_CHUNK, 1 << (db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER).bit_length() - 1))
 
     # -- reads --
     def get(self, nkey: Any, default: Any = None) -> Any:
@@ -100,21 +119,30 @@ class DiskTable(MutableMapping[Any, Any]):
         """Read the rows of these keys that are neither dirty nor cached, a statement per few thousand."""
         dirty, cache = self.dirty, self.cache
         want: dict[str, Any] = {}
+        hits = []
         for nk in nkeys:
-            if nk not in dirty and nk not in cache:
-                # sql_key, inlined for the common key: a string without a leading \x01 is itself
-                want[nk if nk.__class__ is str and not nk.startswith("\x01") else sql_key(nk)] = nk
+            if nk in dirty:
+                continue
+            if nk in cache:
+                hits.append(nk)
+                continue
+            # sql_key, inlined for the common key: a string without a leading \x01 is itself
+            want[nk if nk.__class__ is str and not nk.startswith("\x01") else sql_key(nk)] = nk
         if not want:
             return
         if len(want) + len(cache) > CACHE_ENTRIES:
+            hits = []
+            keep = {nk: cache[nk] for nk in hits}  # what these keys read from the cache stays
             cache.clear()
-        names = list(want)
+            cache.update(keep)
+        names = sorted(want)
         decode = self.decode
         step = self.chunk
         for i in range(0, len(names), step):
             part = names[i:i + step]
-            q = f"SELECT k, v FROM {self.name} WHERE k IN ({','.join('?' * len(part))})"
-            found = dict(self.db.execute(q, part).fetchall())
+            size = max(_LEAST_LIST, 1 << (len(part) - 1).bit_length())
+            q = f"SELECT k, v FROM {self.name} WHERE k IN ({','.join('?' * size)})"
+            found = dict(self.db.execute(q, part + [None] * (size - len(part))).fetchall())
             for sk in part:
                 raw = found.get(sk)
                 cache[want[sk]] = _ABSENT if raw is None else decode(raw)
@@ -128,7 +156,32 @@ class DiskTable(MutableMapping[Any, Any]):
     def __contains__(self, nkey: object) -> bool:
         return self.get(nkey, _ABSENT) is not _ABSENT
 
+    def rows(self, nkeys: list[Any]) -> list[Any]:
+        """The value of each key, None where it has no row (a stored value is never None: a null
+        deletes); the keys are read from SQLite first where neither dirty nor cached."""
+        self.prefetch([nk for nk in nkeys if nk is not None])
+        dirty_get, cache_get, load = self.dirty.get, self.cache.get, self._load
+        out = []
+        for nk in nkeys:
+            if nk is None:
+                out.append(None)
+                continue
+            v = dirty_get(nk, _MISS)
+            if v is _MISS:
+                v = cache_get(nk, _MISS)
+                if v is _MISS:
+                    v = load(nk)  # evicted since the prefetch (a run with more keys than the cache)
+            out.append(None if v is _ABSENT or v is _DELETED else v)
+        return out
+
     # -- writes --
+    def apply(self, changes: dict[Any, Any]) -> None:
+        """Set each key's value, or delete its row where the value is None (a delete of a key with no
+        row deletes nothing)."""
+        dirty = self.dirty
+        for nk, v in changes.items():
+            dirty[nk] = _DELETED if v is None else v
+
     def __setitem__(self, nkey: Any, value: Any) -> None:
         self.dirty[nkey] = value
 
@@ -148,25 +201,38 @@ class DiskTable(MutableMapping[Any, Any]):
         dirty = self.dirty
         if not dirty:
             return 0
-        encode = self.encode
         puts = [(k if k.__class__ is str and not k.startswith("\x01") else sql_key(k), v)
                 for k, v in dirty.items() if v is not _DELETED]
         dels = [(sql_key(k),) for k, v in dirty.items() if v is _DELETED]
         if puts:
             puts.sort(key=itemgetter(0))  # B-tree inserts in key order touch each page once
-            # encoded as SQLite takes them: orjson's results keep 4 KiB each until freed
-            self.db.executemany(f"INSERT OR REPLACE INTO {self.name} (k, v) VALUES (?, ?)",
-                                ((k, encode(v)) for k, v in puts))
+            self._insert(puts)
         if dels:
             self.db.executemany(f"DELETE FROM {self.name} WHERE k = ?", dels)
         cache = self.cache
-        for k, v in dirty.items():
-            if len(cache) >= CACHE_ENTRIES:
-                cache.clear()
-            cache[k] = _ABSENT if v is _DELETED else v
+        if len(cache) + len(dirty) > CACHE_ENTRIES:
+            cache.clear()
+        if len(dirty) <= CACHE_ENTRIES:
+            cache.update({k: _ABSENT if v is _DELETED else v for k, v in dirty.items()} if dels else dirty)
         n = len(dirty)
         dirty.clear()
         return n
+
+    def _insert(self, puts: list[tuple[str, Any]]) -> None:
+        """INSERT OR REPLACE these (TEXT key, value) rows, _ROWS_PER_INSERT to a statement."""
+        n = _ROWS_PER_INSERT
+        full = len(puts) - len(puts) % n
+        encode, raw, execute = self.encode, self.raw, self.db.execute
+        if full:
+            many = f"INSERT OR REPLACE INTO {self.name} (k, v) VALUES " + ",".join(["(?, ?)"] * n)
+            for i in range(0, full, n):
+                part = puts[i:i + n]
+                # encoded a statement at a time: orjson's results keep 4 KiB each until freed
+                execute(many, list(chain.from_iterable(part)) if raw else [x for k, v in part for x in (k, encode(v))])
+        if full < len(puts):
+            rest = puts[full:]
+            self.db.executemany(f"INSERT OR REPLACE INTO {self.name} (k, v) VALUES (?, ?)",
+                                rest if raw else ((k, encode(v)) for k, v in rest))
 
     # -- the rest of the mapping protocol (tests only: a count over the whole table) --
     def __len__(self) -> int:
