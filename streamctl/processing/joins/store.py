@@ -161,7 +161,7 @@ class DiskTable(MutableMapping[Any, Any]):
         deletes); the keys are read from SQLite first where neither dirty nor cached."""
         self.prefetch([nk for nk in nkeys if nk is not None])
         dirty_get, cache_get, load = self.dirty.get, self.cache.get, self._load
-        out = []
+        out: list[Any] = []
         for nk in nkeys:
             if nk is None:
                 out.append(None)
