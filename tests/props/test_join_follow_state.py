@@ -47,9 +47,28 @@ def test_disk_table_is_a_dict(ops, cache):
                 t.flush()
                 db.execute("COMMIT")
                 t.prefetch(list(ref))
+                assert all(nk in t.cache for nk in ref)  # what a prefetch read (or kept) is cached
         assert len(t) == len(ref)
         for nk, v in ref.items():
             assert t[nk] == v
+    finally:
+        store.CACHE_ENTRIES = old
+
+
+def test_a_prefetch_that_clears_the_cache_keeps_the_keys_it_was_asked_for():
+    db = store.open_db(":memory:")
+    old = store.CACHE_ENTRIES
+    store.CACHE_ENTRIES = 4
+    try:
+        t = store.DiskTable(db, "t", raw=True)
+        t.apply({"a": b"1", "b": b"2", "c": b"3"})
+        db.execute("BEGIN")
+        t.flush()
+        db.execute("COMMIT")
+        assert set(t.cache) == {"a", "b", "c"}
+        t.prefetch(["a", "x", "y"])  # 2 to read + 3 cached > 4: the cache is cleared, but for "a"
+        assert set(t.cache) == {"a", "x", "y"}
+        assert t.rows(["a", "x", None, "c"]) == [b"1", None, None, b"3"]
     finally:
         store.CACHE_ENTRIES = old
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
-from itertools import chain
+from itertools import chain, repeat
 from operator import itemgetter
 from typing import Any
 
@@ -67,6 +67,10 @@ def open_db(path: str) -> sqlite3.Connection:
     db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
     db.execute("PRAGMA mmap_size=0")  # mapped pages would count in memory as the table grows
     return db
+
+
+_STR = {str}
+_SOH = repeat("\x01")
 
 
 def _same(raw: bytes) -> bytes:
@@ -131,7 +135,6 @@ class DiskTable(MutableMapping[Any, Any]):
         if not want:
             return
         if len(want) + len(cache) > CACHE_ENTRIES:
-            hits = []
             keep = {nk: cache[nk] for nk in hits}  # what these keys read from the cache stays
             cache.clear()
             cache.update(keep)
@@ -179,6 +182,9 @@ class DiskTable(MutableMapping[Any, Any]):
         """Set each key's value, or delete its row where the value is None (a delete of a key with no
         row deletes nothing)."""
         dirty = self.dirty
+        if None not in changes.values():
+            dirty.update(changes)  # a table's backlog: no deletes, and a C-level copy
+            return
         for nk, v in changes.items():
             dirty[nk] = _DELETED if v is None else v
 
@@ -201,11 +207,17 @@ class DiskTable(MutableMapping[Any, Any]):
         dirty = self.dirty
         if not dirty:
             return 0
-        puts = [(k if k.__class__ is str and not k.startswith("\x01") else sql_key(k), v)
-                for k, v in dirty.items() if v is not _DELETED]
-        dels = [(sql_key(k),) for k, v in dirty.items() if v is _DELETED]
+        values = dirty.values()
+        if _DELETED not in values and {*map(type, dirty)} == _STR and not any(map(str.startswith, dirty, _SOH)):
+            # the common case checked at C speed: no deletes, every key a string that is its own TEXT key
+            puts = sorted(dirty.items())  # B-tree inserts in key order touch each page once (keys are unique)
+            dels = []
+        else:
+            puts = [(k if k.__class__ is str and not k.startswith("\x01") else sql_key(k), v)
+                    for k, v in dirty.items() if v is not _DELETED]
+            puts.sort(key=itemgetter(0))
+            dels = [(sql_key(k),) for k, v in dirty.items() if v is _DELETED]
         if puts:
-            puts.sort(key=itemgetter(0))  # B-tree inserts in key order touch each page once
             self._insert(puts)
         if dels:
             self.db.executemany(f"DELETE FROM {self.name} WHERE k = ?", dels)
