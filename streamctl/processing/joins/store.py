@@ -120,35 +120,39 @@ class DiskTable(MutableMapping[Any, Any]):
         cache[nkey] = v
 
     def prefetch(self, nkeys: Iterable[Any]) -> None:
-        """Read the rows of these keys that are neither dirty nor cached, a statement per few thousand."""
+        """Read the rows of these keys that are neither dirty nor cached, in sorted statements."""
         dirty, cache = self.dirty, self.cache
-        want: dict[str, Any] = {}
-        hits = []
-        for nk in nkeys:
-            if nk in dirty:
-                continue
-            if nk in cache:
-                hits.append(nk)
-                continue
-            # sql_key, inlined for the common key: a string without a leading \x01 is itself
-            want[nk if nk.__class__ is str and not nk.startswith("\x01") else sql_key(nk)] = nk
-        if not want:
+        asked = set(nkeys)
+        asked -= dirty.keys()
+        hits = asked & cache.keys()
+        asked -= hits
+        if not asked:
             return
-        if len(want) + len(cache) > CACHE_ENTRIES:
+        if {*map(type, asked)} == _STR and not any(map(str.startswith, asked, _SOH)):
+            want = None  # the common keys, checked at C speed: each string is its own TEXT key
+            names = sorted(asked)
+        else:
+            want = {sql_key(nk): nk for nk in asked}
+            names = sorted(want)
+        if len(asked) + len(cache) > CACHE_ENTRIES:
             keep = {nk: cache[nk] for nk in hits}  # what these keys read from the cache stays
             cache.clear()
             cache.update(keep)
-        names = sorted(want)
-        decode = self.decode
+        decode = None if self.raw else self.decode
         step = self.chunk
         for i in range(0, len(names), step):
             part = names[i:i + step]
             size = max(_LEAST_LIST, 1 << (len(part) - 1).bit_length())
             q = f"SELECT k, v FROM {self.name} WHERE k IN ({','.join('?' * size)})"
             found = dict(self.db.execute(q, part + [None] * (size - len(part))).fetchall())
+            if want is None and decode is None:
+                cache.update(dict.fromkeys(part, _ABSENT))
+                cache.update(found)
+                continue
             for sk in part:
                 raw = found.get(sk)
-                cache[want[sk]] = _ABSENT if raw is None else decode(raw)
+                cache[sk if want is None else want[sk]] = (
+                    _ABSENT if raw is None else raw if decode is None else decode(raw))
 
     def __getitem__(self, nkey: Any) -> Any:
         v = self.get(nkey, _ABSENT)
@@ -164,6 +168,10 @@ class DiskTable(MutableMapping[Any, Any]):
         deletes); the keys are read from SQLite first where neither dirty nor cached."""
         self.prefetch([nk for nk in nkeys if nk is not None])
         dirty_get, cache_get, load = self.dirty.get, self.cache.get, self._load
+        if not self.dirty:  # a run of events after a checkpoint: every key is cached now
+            got = list(map(cache_get, nkeys))
+            if None not in got:
+                return [None if v is _ABSENT else v for v in got]
         out: list[Any] = []
         for nk in nkeys:
             if nk is None:
