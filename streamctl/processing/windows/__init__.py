@@ -39,8 +39,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import compress, repeat
-from operator import le, not_
+from itertools import repeat
 from typing import Any, NamedTuple
 
 from streamctl.processing.aggregations import columnar
@@ -184,51 +183,62 @@ class GridWindows:
         return sum(len(d) for d in self.open.values())
 
     def fold(self, batch: Batch, out: list) -> tuple[int, list[int]]:
-        """Fold a batch: with --emit final and --late drop the events are grouped by (window, key)
-        and each group is folded at once (Plan.fold), then the windows the watermark passed close;
-        otherwise (rows per event) one event at a time."""
+        """Fold a batch. Two routes: with rows per event (--emit update, --late correct) the
+        reference, fold_events; otherwise the batch kernel: each event's windows (the late ones
+        left out), the events grouped by (window, key) and each group folded at once, into the
+        open windows' cells (numpy) or Plan's states, then the windows the watermark passed close."""
         if self.update or self.correct:
             return fold_events(self, batch, out)
         ts, ks, cols, seq, maxt, lateness = batch
-        size, hop = self.size, self.hop
-        lates: list[int] = []
-        if size == hop and self.columnar:
-            return self._fold_tumbling_cells(ts, ks, cols, maxt, lateness, out)
-        wms = before(ts, maxt, lateness)
-        if size == hop:  # tumbling: one window per event
-            ends = [t - t % size + size for t in ts]  # % floors: pre-1970 times land in the right window too
-            late = list(map(le, ends, wms))
-            pos: Sequence[int] = range(len(ts))
-            if any(late):
-                lates = list(compress(pos, late))
-                pos = list(compress(pos, map(not_, late)))
-                ends = [ends[i] for i in pos]
-                ks = [ks[i] for i in pos]
-            if self.columnar:
-                return self._fold_columns(ends, ks, pos, cols, ts, maxt, lateness, lates, out)
-            groups = _group(list(zip(ends, ks, strict=True)), pos)
+        ends, ks, pos, lates = (self._tumbling(ts, ks, maxt, lateness) if self.size == self.hop
+                                else self._hopping(ts, ks, maxt, lateness))
+        if self.columnar:
+            self._fold_cells(ends, ks, pos, cols)
         else:
-            cells: list[tuple[int, bytes]] = []
-            where: list[int] = []
-            for i, (t, k, wm) in enumerate(zip(ts, ks, wms, strict=True)):
-                dropped = False
-                for end in self.ends_of(t):
-                    if end <= wm:
-                        dropped = True
-                    else:
-                        cells.append((end, k))
-                        where.append(i)
-                if dropped:
-                    lates.append(i)
-            if self.columnar:
-                return self._fold_columns([c[0] for c in cells], [c[1] for c in cells], where, cols, ts, maxt,
-                                          lateness, lates, out)
-            groups = _group(cells, where)
-        self._fold_states(groups, cols, seq)
+            self._fold_states(_group(list(zip(ends, ks, strict=True)), pos), cols, seq)
         if ts:
             maxt = max(maxt, max(ts))
             self.close(maxt - lateness, out)
         return maxt, lates
+
+    def _tumbling(self, ts: list[int], ks: list[bytes], maxt: int, lateness: int) -> tuple[Any, list, Any, list]:
+        """(each kept event's window end, its key, its position, the late events' positions) with
+        numpy: an event's window, the watermark before it (watermark.before_array), late or not."""
+        import numpy as np
+
+        n = len(ts)
+        t = np.fromiter(ts, dtype=np.int64, count=n)
+        size = self.size
+        end_array = t - t % size + size  # numpy's % floors as Python's does: pre-1970 times too
+        # before the first time (NO_WATERMARK) nothing is late: every end is far above it
+        late = end_array <= before_array(t, maxt, lateness)
+        if not late.any():
+            return (end_array if self.columnar else end_array.tolist()), ks, range(n), []
+        kept = np.flatnonzero(~late)
+        pos = kept.tolist()
+        end_array = end_array[kept]
+        return ((end_array if self.columnar else end_array.tolist()), [ks[i] for i in pos], pos,
+                np.flatnonzero(late).tolist())
+
+    def _hopping(self, ts: list[int], ks: list[bytes], maxt: int, lateness: int) -> tuple[list, list, list, list]:
+        """_tumbling for hopping windows: an event in each window holding it (a cell each), late
+        when one of them had closed."""
+        ends: list[int] = []
+        keys: list[bytes] = []
+        where: list[int] = []
+        lates: list[int] = []
+        for i, (t, k, wm) in enumerate(zip(ts, ks, before(ts, maxt, lateness), strict=True)):
+            dropped = False
+            for end in self.ends_of(t):
+                if end <= wm:
+                    dropped = True
+                else:
+                    ends.append(end)
+                    keys.append(k)
+                    where.append(i)
+            if dropped:
+                lates.append(i)
+        return ends, keys, where, lates
 
     def _fold_states(self, groups: Iterable[tuple[tuple[int, bytes], list[int]]], cols: list[list | None],
                      seq: int) -> None:
@@ -249,38 +259,6 @@ class GridWindows:
                 st = d[k] = new()
             folds.append((st, idx))
         self.plan.fold_groups(folds, cols, seq)
-
-    def _fold_tumbling_cells(self, ts: list[int], ks: list[bytes], cols: list[list | None], maxt: int, lateness: int,
-                             out: list) -> tuple[int, list[int]]:
-        """fold() of tumbling windows kept as columns: each event's window, the watermark before it
-        (watermark.before_array) and whether it is late, computed with numpy, then _fold_columns."""
-        import numpy as np
-
-        n = len(ts)
-        t = np.fromiter(ts, dtype=np.int64, count=n)
-        size = self.size
-        end_array = t - t % size + size  # numpy's % floors as Python's does
-        # before the first time (NO_WATERMARK) nothing is late: every end is far above it
-        late = end_array <= before_array(t, maxt, lateness)
-        lates: list[int] = []
-        pos: Sequence[int] = range(n)
-        if late.any():
-            lates = np.flatnonzero(late).tolist()
-            kept = np.flatnonzero(~late)
-            pos = kept.tolist()
-            end_array = end_array[kept]
-            ks = [ks[i] for i in pos]
-        return self._fold_columns(end_array, ks, pos, cols, ts, maxt, lateness, lates, out)
-
-    def _fold_columns(self, ends: Any, ks: list[bytes], pos: Sequence[int], cols: list[list | None],
-                      ts: list[int], maxt: int, lateness: int, lates: list[int], out: list) -> tuple[int, list[int]]:
-        """fold() for columns: the events at `pos` (into the windows `ends`, groups `ks`) go into the
-        open windows' cells, then the windows the watermark passed close."""
-        self._fold_cells(ends, ks, pos, cols)
-        if ts:
-            maxt = max(maxt, max(ts))
-            self.close(maxt - lateness, out)
-        return maxt, lates
 
     def _fold_cells(self, ends: Any, ks: list[bytes], pos: Sequence[int], cols: list[list | None]) -> None:
         """The events at `pos` (their windows' `ends`, a list or an int64 array; their groups `ks`) into
