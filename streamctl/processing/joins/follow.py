@@ -42,7 +42,10 @@ from streamctl.processing.mergeorder import NO_TIME, Lane, merge_lanes, record_l
 from streamctl.storage import log as logmod
 
 CHECKPOINT_FORMAT = 1
-RUN = 16_384  # records the enrichment kernel takes at a time (their events' keys read in one prefetch)
+# Records the enrichment kernel takes at a time, their events' keys read in one sorted prefetch (1M
+# events over a 1M-key table, cold: 16k at a time 21-23 s of CPU and 84 MB, 32k 20.7 s and 99 MB,
+# 48k 20.2-20.5 s and 118 MB)
+RUN = 32_768
 Record = dict[str, Any]
 HINT = "move it away to start over"
 Notice = Callable[[str], None]
