@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import orjson
@@ -19,13 +19,6 @@ def csv_cell(v: Any) -> Any:
     if isinstance(v, (dict, list, bool)):
         return orjson.dumps(v).decode()
     return v
-
-
-def csv_line(cells: list) -> bytes:
-    """One CSV line of cells (csv_cell each)."""
-    buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerow([csv_cell(c) for c in cells])
-    return buf.getvalue().encode()
 
 
 def flatten(row: dict, prefix: str = "") -> dict:
@@ -57,21 +50,10 @@ def _columns(rows: Iterable[dict]) -> list[str]:
     return list(cols)
 
 
-class CsvWriter:
-    """CSV with a header from the first row's (flattened) fields."""
-
-    def __init__(self) -> None:
-        self.columns: list[str] | None = None
-
-    def rows(self, rows: Iterable[dict]) -> bytes:
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        for r in rows:
-            flat = flatten(r)
-            if self.columns is None:
-                self.columns = list(flat)
-                w.writerow(self.columns)
-            w.writerow([csv_cell(flat.get(c)) for c in self.columns])
-        return buf.getvalue().encode()
-
-
+def csv_rows(rows: Iterable[dict], cells: Callable[[dict], list]) -> bytes:
+    """CSV lines of rows, `cells(row)` giving each row's cells in the columns' order (csv_cell each)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    for r in rows:
+        w.writerow([csv_cell(c) for c in cells(r)])
+    return buf.getvalue().encode()

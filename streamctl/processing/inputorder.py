@@ -13,7 +13,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import itemgetter
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -64,17 +64,6 @@ def _lanes(path: str, lg: logmod.Log, ranges: list[tuple[int, int, int | None]],
             for p, start, end in ranges]
 
 
-def _partition_blocks(path: str, lg: logmod.Log, p: int, start: int, end: int | None) -> Iterator[list[Record]]:
-    for piece in partition_pieces(lg, p, start, end):
-        yield piece_records(path, p, piece)
-
-
-def log_records(path: str, partitions: list[int] | None = None, starts: dict[int, int] | None = None,
-                time_of: TimeOf | None = None) -> Iterator[Record]:
-    """A log's records in the input order (event time from `time_of`, default ts), to the end as of now."""
-    return chain.from_iterable(log_batches(path, partitions, starts, time_of=time_of))
-
-
 def log_batches(path: str, partitions: list[int] | None = None,
                 starts: dict[int, int] | None = None,
                 fields: Sequence[FieldPath] | None = None, time_of: TimeOf | None = None,
@@ -94,6 +83,11 @@ def log_batches(path: str, partitions: list[int] | None = None,
     if not ranges:
         return
     yield from merge_lanes(_lanes(path, lg, ranges, time_of, highs))
+
+
+def _partition_blocks(path: str, lg: logmod.Log, p: int, start: int, end: int | None) -> Iterator[list[Record]]:
+    """A partition's records in lists (_partition_batches without columns: lists of records only)."""
+    return cast("Iterator[list[Record]]", _partition_batches(path, lg, p, start, end))
 
 
 def read_plan(path: str, partitions: list[int] | None,
@@ -182,11 +176,11 @@ def partition_pieces(lg: logmod.Log, p: int, start: int, end: int | None, piece_
 
 
 def piece_records(path: str, p: int, piece: bytes) -> list[Record]:
-    """A piece's records, read in full and checked as log_records checks them (a corrupt line is a
-    UsageError naming it)."""
+    """A piece's records, read in full and each line checked (a corrupt line is a StorageError
+    naming it)."""
     recs = _block_records(piece)
     if recs is None:
-        # something unusual in the piece: line by line, exactly as log_records reads it
+        # something unusual in the piece: line by line, each checked on its own
         return [obj for _ts, _p, _off, obj in _line_records(path, p, piece)]
     return recs
 
@@ -261,38 +255,43 @@ def plain_blocks_raw(path: str, block_bytes: int = PLAIN_BLOCK,
     own bytes when they are exactly what orjson.dumps makes of its value (so they can be
     pasted into output as they are), else the value itself (JSON values are never bytes).
     With raw=False the payloads are the values."""
+    n = 0  # values handed out so far: the next one's record number
+    for block in _line_blocks(path, block_bytes):
+        text = block[:-1] if block.endswith(b"\n") else block
+        values, payloads, error = _plain_values(text, raw)
+        if values:
+            n += len(values)
+            yield values, payloads
+        if error is not None:
+            from streamctl.errors import DataError
+
+            raise DataError(f"{path}: record {n}: invalid JSON: {error}") from None
+
+
+def _line_blocks(path: str, block_bytes: int) -> Iterator[bytes]:
+    """A plain file's bytes a read of `block_bytes` at a time, cut after the last newline of each
+    (the rest goes with the next read); the last block may lack its newline."""
     import os
 
     _name, fd = plainfile.open_plain(path)
-    n = 0  # values handed out so far: the next one's record number
-    rest: list[bytes] = []  # the line the last read ended in
+    rest: list[bytes] = []  # the line the last read ended in (joined once: a long line is not copied per read)
     try:
         while True:
             data = os.read(fd, block_bytes)
             if not data:
-                text = b"".join(rest)
-            else:
-                cut = data.rfind(b"\n")
-                if cut < 0:
-                    rest.append(data)
-                    continue
                 if rest:
-                    rest.append(data[:cut])
-                    text = b"".join(rest)
-                else:
-                    text = data[:cut]
-                rest = [data[cut + 1:]] if cut + 1 < len(data) else []
-            if text:
-                values, payloads, error = _plain_values(text, raw)
-                if values:
-                    n += len(values)
-                    yield values, payloads
-                if error is not None:
-                    from streamctl.errors import DataError
-
-                    raise DataError(f"{path}: record {n}: invalid JSON: {error}") from None
-            if not data:
+                    yield b"".join(rest)
                 return
+            cut = data.rfind(b"\n") + 1
+            if not cut:
+                rest.append(data)
+                continue
+            if rest:
+                rest.append(data[:cut])
+                yield b"".join(rest)
+            else:
+                yield data[:cut] if cut < len(data) else data
+            rest = [data[cut:]] if cut < len(data) else []
     finally:
         if path != "-":
             os.close(fd)
@@ -352,30 +351,14 @@ def _payloads(values: list[Any], text: bytes, array: bytes, raw: bool,
 def plain_pieces(path: str, block_bytes: int = PLAIN_BLOCK, piece_bytes: int = PIECE) -> Iterator[bytes]:
     """A plain file's bytes in pieces of whole lines of about `piece_bytes` (the last one may lack
     its newline), for a column reader (columns.PlainFieldReader)."""
-    import os
-
-    _name, fd = plainfile.open_plain(path)
-    rest = b""
-    try:
-        while True:
-            data = os.read(fd, block_bytes)
-            if not data:
-                if rest:
-                    yield rest
-                return
-            block = rest + data if rest else data
-            cut = block.rfind(b"\n") + 1
-            rest = block[cut:]
-            i = 0
-            while i < cut:
-                j = block.rfind(b"\n", i, i + piece_bytes) + 1 if i + piece_bytes < cut else cut
-                if j <= i:
-                    j = block.find(b"\n", i + piece_bytes) + 1
-                yield block[i:j]
-                i = j
-    finally:
-        if path != "-":
-            os.close(fd)
+    for block in _line_blocks(path, block_bytes):
+        cut, i = len(block), 0
+        while i < cut:
+            j = block.rfind(b"\n", i, i + piece_bytes) + 1 if i + piece_bytes < cut else cut
+            if j <= i:
+                j = block.find(b"\n", i + piece_bytes) + 1 or cut
+            yield block[i:j]
+            i = j
 
 
 def plain_piece_records(path: str, piece: bytes, base: int) -> tuple[list[Record], Exception | None]:
@@ -385,7 +368,7 @@ def plain_piece_records(path: str, piece: bytes, base: int) -> tuple[list[Record
 
     text = piece[:-1] if piece.endswith(b"\n") else piece
     values, _payloads, error = _plain_values(text, False)
-    recs = [{"offset": o, "partition": 0, "key": None, "value": v} for o, v in enumerate(values, base)]
+    recs = _plain_records_of(values, base)
     if error is None:
         return recs, None
     return recs, DataError(f"{path}: record {base + len(values)}: invalid JSON: {error}")
@@ -399,13 +382,18 @@ def plain_records(path: str) -> Iterator[Record]:
 def _plain_record_blocks(path: str) -> Iterator[list[Record]]:
     off = 0
     for values in plain_blocks(path):
-        yield [{"offset": o, "partition": 0, "key": None, "value": v} for o, v in enumerate(values, off)]
+        yield _plain_records_of(values, off)
         off += len(values)
+
+
+def _plain_records_of(values: list[Any], base: int) -> list[Record]:
+    """A plain file's values as records: offset = record number (from `base`), partition 0, no key."""
+    return [{"offset": o, "partition": 0, "key": None, "value": v} for o, v in enumerate(values, base)]
 
 
 def records(spec: InputSpec) -> Iterator[Record]:
     """One input's records in its own order (a log's partitions merged by ts)."""
-    return log_records(spec.path) if spec.is_log else plain_records(spec.path)
+    return chain.from_iterable(log_batches(spec.path)) if spec.is_log else plain_records(spec.path)
 
 
 def merged(specs: Sequence[InputSpec], event_time: TimeOf | Sequence[TimeOf]) -> Iterator[tuple[int, Record]]:

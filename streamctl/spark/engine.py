@@ -88,3 +88,54 @@ def choose_engine(requested: str, input_bytes: int, threshold: int | None,
     say(f"engine: spark (input {_size(input_bytes)} is at least --spark-threshold {_size(threshold)}, "
         "and pyspark and Java are available)")
     return "spark"
+
+
+def is_uri(path: str) -> bool:
+    """hdfs://, s3a://, file://...: only a Spark job reads those."""
+    return "://" in path
+
+
+def input_bytes(paths: list[str]) -> int:
+    """Bytes of input, for the engine choice: a log's segments, a file's size (stdin and a URI count
+    as nothing: stdin cannot be handed to Spark, and a URI is Spark's anyway)."""
+    from streamctl.storage import log as logmod
+
+    total = 0
+    for path in paths:
+        if path == "-" or is_uri(path):
+            continue
+        try:
+            total += logmod.open_log(path).total_bytes() if logmod.is_log(path) else os.path.getsize(path)
+        except OSError:
+            pass
+    return total
+
+
+def job_input(path: str) -> str:
+    """A job's input path: a local one made absolute, so the job runs from any folder."""
+    return path if is_uri(path) else os.path.abspath(path)
+
+
+def snapshot_ends(path: str) -> dict[str, int]:
+    """Each partition's end offset as of now, so that a job run now reads what the local engine
+    would (an emitted job, run later, reads to the end as it is then)."""
+    from streamctl.storage import log as logmod
+    from streamctl.storage import reader
+
+    lg = logmod.open_log(path)
+    return {str(p): reader.partition_info(lg, p).next_offset for p in range(lg.partitions)}
+
+
+def follow_options(follow: bool, group: str | None, idle_timeout: str | None) -> float | None:
+    """Checks --group and --idle-timeout (window and join); the idle timeout in seconds."""
+    if group is not None:
+        from streamctl.storage.names import check_group
+
+        check_group(group)
+    if (group or idle_timeout) and not follow:
+        raise UsageError("--group and --idle-timeout need --follow (a finite run has nothing to resume)")
+    if idle_timeout is None:
+        return None
+    from streamctl.timeparse import parse_duration
+
+    return parse_duration(idle_timeout) / 1000

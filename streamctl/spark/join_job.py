@@ -1,12 +1,12 @@
 """Join two inputs with PySpark: the job module of `streamctl join --engine spark`.
 
 A generated job file (streamctl.spark.jobgen) carries this module whole, with
-what it imports: the replay job's replay_frame() (a log's visible records) and
+what it imports: the replay job's input_records() (a log's visible records, a plain file's lines) and
 streamctl's own readers of a field path and an event time. It computes the
 same rows in the same order as the local engine, by the rules written in
 streamctl/processing/joins/*.py, as DataFrame operations:
 
-1. Each input's records: a log through replay_frame, a plain file line by
+1. Each input's records (replay_job.input_records): a log through replay_frame, a plain file line by
    line (blank lines skipped; partition 0, offset = line number). Every
    record's key, event time and value are read in Python with the same rules
    as streamctl (JSON keys compared as JSON, ISO or epoch s/ms/us times).
@@ -31,16 +31,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from streamctl.processing.joins.keys import change_keys, key_getter, norm_text, time_getter
-from streamctl.spark.replay_job import replay_frame
+from streamctl.spark.replay_job import input_records
 
 try:  # the same encoder as streamctl itself: byte-identical rows
     import orjson
 except ImportError:  # a cluster without orjson: the standard library, the same text for common values
     from streamctl import orjson_fallback as orjson  # type: ignore[no-redef]
-
-
-def _loads(text):
-    return orjson.loads(text)
 
 
 def _dumps(obj):
@@ -83,23 +79,8 @@ def _extractor(params, side):
 def _read_side(spark, params, side):
     inp = params["inputs"][side]
     extract = _extractor(params, side)
-    if inp["is_log"]:
-        frame = replay_frame(spark, {"log": inp["path"], "end_offsets": inp.get("end_offsets")})
-
-        def from_log(row):
-            rec = _loads(row["line"])
-            return extract(rec, row["partition"], row["offset"])
-
-        return frame.rdd.flatMap(from_log)
-
-    lines = spark.sparkContext.textFile(inp["path"]).map(lambda s: s.strip(" \t\r\n")).filter(bool)
-
-    def from_plain(pair):
-        text, n = pair
-        value = _loads(text)
-        return extract({"offset": n, "partition": 0, "key": None, "value": value}, 0, n)
-
-    return lines.zipWithIndex().flatMap(from_plain)
+    recs = input_records(spark, inp["path"], inp["is_log"], inp.get("end_offsets"))
+    return recs.flatMap(lambda r: extract(r[2], r[0], r[1]))
 
 
 def records(spark, params):

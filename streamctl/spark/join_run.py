@@ -9,24 +9,22 @@ the one writer (formats.writer) as JSON lines, CSV or a table; late records to
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
 from streamctl.errors import UsageError
+from streamctl.formats.rows import Rows
 from streamctl.processing import inputorder
 from streamctl.processing.joins import driver as joining
-from streamctl.spark.engine import choose_engine
+from streamctl.spark.engine import choose_engine, follow_options, input_bytes, job_input, snapshot_ends
 
 if TYPE_CHECKING:
     from streamctl.formats.writer import Output
 
 Say = Callable[[str], None]
 
-STATS_PREFIX = b"#streamctl-stats "  # the Spark job's last line: its counts
 LATE_OUT_LOCAL = "--late-out writes a local file"
 
 
@@ -36,12 +34,7 @@ def run(spec: joining.JoinSpec, output: str, late_out: str | None, engine: str, 
     """The whole command once its flags are parsed into `spec` (make_spec)."""
     if late_out is not None and not spec.has_watermark:
         raise UsageError("--late-out needs a watermark: --within DUR, or --table --as-of event-time")
-    if group is not None:
-        from streamctl.storage.names import check_group
-
-        check_group(group)
-    if (group or idle_timeout) and not follow:
-        raise UsageError("--group and --idle-timeout need --follow (a finite run has nothing to resume)")
+    idle = follow_options(follow, group, idle_timeout)
     stdin = "-" in (spec.left, spec.right)
     if follow:
         if engine == "spark" or emit_job is not None:
@@ -52,7 +45,7 @@ def run(spec: joining.JoinSpec, output: str, late_out: str | None, engine: str, 
         for side, s in zip(("LEFT", "RIGHT"), specs, strict=True):
             if not s.is_log:
                 raise UsageError(f"--follow needs two logs: {side} {s.path} is a plain file")
-        return run_follow(spec, output, group, idle_timeout, late_out, unbuffered, say)
+        return run_follow(spec, output, group, idle, late_out, unbuffered, say)
     specs = joining.check_inputs(spec)
 
     if emit_job is not None:
@@ -86,18 +79,20 @@ def run(spec: joining.JoinSpec, output: str, late_out: str | None, engine: str, 
     report(spec, run_local(spec, output, late_out, out), late_out, say)
 
 
-class Rows:
+class JoinRows(Rows):
     """Where the local engine's rows go: emit(key, left, right), emit_op(op, key, left, right) and,
     for JSON lines, write_jsonl(batch of rows as bytes); `finish` writes a table (buffered) and flushes."""
 
     def __init__(self, spec: joining.JoinSpec, output: str, out: Output) -> None:
-        self.out = out
-        self.rows_buffer: list[dict] | None = [] if output == "table" else None
+        # CSV streams, so its columns are fixed: key, left, right (and op), objects as JSON text
+        with_op = spec.kind == "tables"
+        cols = ["key", "left", "right", *(["op"] if with_op else [])]
+        super().__init__(output, out, cols, lambda row: [row.get(c) for c in cols], side_table)
         self.write_jsonl: Callable[[bytes], None] | None = None
-        write = out.write
         self.emit: joining.Emit
         self.emit_op: joining.EmitOp
         if output == "jsonl":
+            write = out.write
             dumps = orjson.dumps
             nl = orjson.OPT_APPEND_NEWLINE
 
@@ -107,106 +102,61 @@ class Rows:
             def emit_op(op: str, key: object, lv: object, rv: object) -> None:
                 write(dumps({"key": key, "left": lv, "right": rv, "op": op}, option=nl))
 
-            def write_jsonl(data: bytes) -> None:
-                # a batch of rows; a terminal still gets them row by row
-                if out.limit:
-                    write(data)
-                else:
-                    for line in data[:-1].split(b"\n"):
-                        write(line + b"\n")
-
-            self.emit, self.emit_op, self.write_jsonl = emit, emit_op, write_jsonl
+            self.emit, self.emit_op, self.write_jsonl = emit, emit_op, self.json_lines
             return
-        with_op = spec.kind == "tables"
-        rows_buffer = self.rows_buffer
-        if rows_buffer is None:
-            write(csv_header(with_op))
-
-        def sink(row: dict) -> None:
-            if rows_buffer is not None:
-                rows_buffer.append(row)
-            else:
-                write(csv_row(row, with_op))
+        sink = self.dicts
 
         def emit_row(key: object, lv: object, rv: object) -> None:
-            sink({"key": key, "left": lv, "right": rv})
+            sink(({"key": key, "left": lv, "right": rv},))
 
         def emit_op_row(op: str, key: object, lv: object, rv: object) -> None:
-            sink({"key": key, "left": lv, "right": rv, "op": op})
+            sink(({"key": key, "left": lv, "right": rv, "op": op},))
 
         self.emit, self.emit_op = emit_row, emit_op_row
-
-    def finish(self) -> None:
-        if self.rows_buffer:
-            self.out.write(table_text(self.rows_buffer))
-            self.rows_buffer.clear()
-        self.out.flush()
 
 
 def run_local(spec: joining.JoinSpec, output: str, late_out: str | None, out: Output) -> joining.JoinStats:
     """The local engine: rows to `out` as they come (a table at the end), late records to --late-out."""
-    rows = Rows(spec, output, out)
-    late_file, late_sink = late_writer(late_out)
+    from streamctl.formats.sinks import late_file
+
+    rows = JoinRows(spec, output, out)
+    f = late_file(late_out)
     try:
-        stats = joining.run(spec, rows.emit, rows.emit_op, write_jsonl=rows.write_jsonl, late=late_sink)
+        stats = joining.run(spec, rows.emit, rows.emit_op, write_jsonl=rows.write_jsonl, late=late_sink(f))
     finally:
-        if late_file is not None:
-            late_file.close()
+        if f is not None:
+            f.close()
     rows.finish()
     return stats
 
 
-def run_follow(spec: joining.JoinSpec, output: str, group: str | None, idle_timeout: str | None,
+def run_follow(spec: joining.JoinSpec, output: str, group: str | None, idle: float | None,
                late_out: str | None, unbuffered: bool, say: Say) -> None:
     """`join --follow`: rows as records arrive; with a group, checkpoints after the rows are written."""
     from streamctl import stopflag
+    from streamctl.formats.sinks import follow_flushes, late_file
     from streamctl.formats.writer import Output
     from streamctl.processing.joins.follow import follow
-    from streamctl.timeparse import parse_duration
 
-    idle = parse_duration(idle_timeout) / 1000 if idle_timeout is not None else None
     out = Output(unbuffered=True if unbuffered else None)
-    rows = Rows(spec, output, out)
-    late_file, late_sink = late_writer(late_out, append=True)
-    flush_rows: Callable[[], None] = out.flush
-    flush_late: Callable[[], None] | None = late_file.flush if late_file is not None else None
-    if group is not None:
-        # A checkpoint says its rows were delivered: rows in a regular file (and late records in
-        # --late-out) are fsynced before it, as consume --group syncs its output file; a pipe's
-        # reader owns their durability.
-        from streamctl.clients.consumer import file_syncer, then_sync
-
-        sync_rows = file_syncer(1)
-        sync_late = file_syncer(late_file.fileno(), late_out or "--late-out") if late_file is not None else None
-        flush_rows = then_sync(out.flush, sync_rows)
-        if flush_late is not None:
-            flush_late = then_sync(flush_late, sync_late)
+    rows = JoinRows(spec, output, out)
+    f = late_file(late_out, append=True)
+    flush_rows, flush_late = follow_flushes(group, out.flush, f, late_out)
     stopflag.install()
     try:
-        stats = follow(spec, group, rows.emit, rows.emit_op, flush_rows, idle, late_sink, flush_late, say,
+        stats = follow(spec, group, rows.emit, rows.emit_op, flush_rows, idle, late_sink(f), flush_late, say,
                        rows.write_jsonl)
     finally:
-        if late_file is not None:
-            late_file.close()
+        if f is not None:
+            f.close()
     rows.finish()
     report(spec, stats, late_out, say)
     stopflag.end("interrupted; join state and offsets were checkpointed" if group else "interrupted")
 
 
-def late_writer(late_out: str | None, append: bool = False) -> tuple[IO[bytes] | None, Any]:
-    """The --late-out file and a sink writing late records' lines to it (None, None without it);
-    a follower appends (its earlier runs' late records stay)."""
-    if late_out is None:
-        return None, None
-    from streamctl.storage.fsutil import NOFOLLOW
-
-    mode = os.O_APPEND if append else os.O_TRUNC
-    try:
-        fd = os.open(late_out, os.O_WRONLY | os.O_CREAT | mode | NOFOLLOW, 0o644)
-    except OSError as e:
-        raise UsageError(f"--late-out {late_out}: cannot open: {e.strerror}") from None
-    f = os.fdopen(fd, "wb")
-    return f, (lambda _side, line: f.write(line))
+def late_sink(f: IO[bytes] | None) -> Any:
+    """Writes a late record's line (either side's) to the --late-out file `f` (None without one)."""
+    return None if f is None else (lambda _side, line: f.write(line))
 
 
 def report(spec: joining.JoinSpec, stats: joining.JoinStats, late_out: str | None, say: Say) -> None:
@@ -229,18 +179,6 @@ def report(spec: joining.JoinSpec, stats: joining.JoinStats, late_out: str | Non
             f"(wait longer with --lateness DUR)")
 
 
-def input_bytes(paths: list[str]) -> int:
-    """Bytes of input, for the engine choice: a log's segments, a file's size."""
-    total = 0
-    for p in paths:
-        if os.path.isdir(p):
-            for root, _dirs, files in os.walk(p):
-                total += sum(os.path.getsize(os.path.join(root, f)) for f in files if f.endswith(".jsonl"))
-        else:
-            total += os.path.getsize(p)
-    return total
-
-
 def run_spark(spec: joining.JoinSpec, specs: list[inputorder.InputSpec], master: str | None, output: str,
               out: Output, say: Say) -> joining.JoinStats:
     """Run the join as a Spark job; rows to `out`, and the job's counts back as JoinStats."""
@@ -248,52 +186,16 @@ def run_spark(spec: joining.JoinSpec, specs: list[inputorder.InputSpec], master:
 
     params = job_params(spec, specs, master or "local[*]")
     params["stats_line"] = True
-    text = job_text(params)
-    if sys.stderr.isatty():
-        say(f"starting the Spark job on {params['master']} (the JVM takes a few seconds to start)")
-    counts: dict = {}
-    blocks: list[bytes] = []
-
-    def take(block: bytes) -> None:
-        # the job's last line carries its counts, after every row
-        cut = block.rfind(b"\n", 0, len(block) - 1) + 1
-        if block.startswith(STATS_PREFIX, cut):
-            counts.update(orjson.loads(block[cut + len(STATS_PREFIX):]))
-            block = block[:cut]
-        if not block:
-            return
-        if output == "jsonl":
-            out.write(block)
-        else:
-            blocks.append(block)
-
-    run_job(text, take, master=master, what="Spark join job")
-    if output != "jsonl":
-        rows = [orjson.loads(ln) for block in blocks for ln in block.splitlines() if ln]
-        if output == "csv":
-            with_op = spec.kind == "tables"
-            out.write(csv_header(with_op) + b"".join(csv_row(r, with_op) for r in rows))
-        elif rows:
-            out.write(table_text(rows))
-    out.flush()
+    rows = JoinRows(spec, output, out)
+    counts = run_job(job_text(params), rows.json_lines, say, master=master, what="Spark join job")
+    rows.finish()
     stats = joining.JoinStats()
     stats.no_time = list(counts.get("no_time", [0, 0]))
     stats.late = list(counts.get("late", [0, 0]))
     return stats
 
 
-# CSV streams, so its columns are fixed: key, left, right (and op), objects as JSON text.
-def csv_header(with_op: bool) -> bytes:
-    return b"key,left,right,op\n" if with_op else b"key,left,right\n"
-
-
-def csv_row(row: dict, with_op: bool) -> bytes:
-    from streamctl.formats.table import csv_line
-
-    return csv_line([row["key"], row["left"], row["right"], *([row["op"]] if with_op else [])])
-
-
-def table_text(rows: list[dict]) -> bytes:
+def side_table(rows: list[dict]) -> bytes:
     """An aligned table for people: left and right flattened (left.user, right.plan), columns from all rows."""
     from streamctl.formats.table import flatten, table
 
@@ -313,18 +215,11 @@ def job_params(spec: joining.JoinSpec, specs: list[inputorder.InputSpec], master
                snapshot: bool = True) -> dict:
     """PARAMS of the generated Spark job. `snapshot` pins each log's end offsets as of now,
     as the local engine reads them (left out for --emit-job: the job reads what is there when it runs)."""
-    import os
-
-    from streamctl.storage import log as logmod
-    from streamctl.storage import reader
-
     inputs = []
     for s in specs:
-        path = s.path if "://" in s.path else os.path.abspath(s.path)
-        entry: dict[str, Any] = {"path": path, "is_log": s.is_log}
+        entry: dict[str, Any] = {"path": job_input(s.path), "is_log": s.is_log}
         if s.is_log and snapshot:
-            lg = logmod.open_log(s.path)
-            entry["end_offsets"] = {str(p): reader.partition_info(lg, p).next_offset for p in range(lg.partitions)}
+            entry["end_offsets"] = snapshot_ends(s.path)
         inputs.append(entry)
     return {
         "kind": spec.kind,

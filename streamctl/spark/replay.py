@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Iterator
 
 from streamctl.clients.replay import Range, ReplaySpec
+from streamctl.spark.engine import job_input
 from streamctl.storage.log import Log
 
 Say = Callable[[str], None]
@@ -56,7 +57,7 @@ def emit(log: str, spec: ReplaySpec, master: str | None, target: str, say: Say) 
     """--emit-job: the standalone job, relative times kept relative (resolved when it runs)."""
     from streamctl.spark.runner import write_job
 
-    params = job_params(log if "://" in log else os.path.abspath(log), spec, relative=True)
+    params = job_params(job_input(log), spec, relative=True)
     params["master"] = master
     write_job(_job(spec, EMIT_HOW, params), target, say)
 
@@ -65,7 +66,6 @@ def run_log(lg: Log, spec: ReplaySpec, ranges: dict[int, Range], master: str | N
             into: int | None = None) -> Iterator[bytes]:
     """Run the generated job on this machine; yields blocks of result lines (none with `into`)."""
     import shutil
-    import sys
     import tempfile
 
     from streamctl.clients import replay as core
@@ -84,8 +84,7 @@ def run_log(lg: Log, spec: ReplaySpec, ranges: dict[int, Range], master: str | N
         params["segment_copies"] = core.copy_active_segments(lg, {p: r.end for p, r in ranges.items()}, copies)
     try:
         job = _job(spec, RUN_HOW, params)
-        if sys.stderr.isatty():
-            say(f"starting the Spark job on {params['master']} (the JVM takes a few seconds to start)")
+        runner.starting(params["master"], say)
         yield from runner.stream_job(job, master=params["master"], what="Spark replay job", into=into)
     finally:
         if copies is not None:

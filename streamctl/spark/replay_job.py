@@ -1,8 +1,9 @@
 """Replay (and --compact) a streamctl log with PySpark: the job module of `streamctl replay --engine spark`.
 
 A generated job file (streamctl.spark.jobgen) carries this module whole and
-runs its main(spark, params, out); the window and join jobs read their logs
-with its replay_frame(). It imports only pyspark and the standard library. It
+runs its main(spark, params, out); the window and join jobs read their inputs
+with its input_records(). It imports only pyspark and the standard library
+(orjson when present, for the records those jobs parse). It
 gives the same lines in the same order as `streamctl replay --engine local`:
 
 1. List the log's segment files (LOG/pN/<20-digit base>.jsonl) through Hadoop's
@@ -45,6 +46,11 @@ import uuid
 
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+try:
+    import orjson  # records parsed as streamctl parses them
+except ImportError:  # a cluster without orjson: the standard library, the same values
+    from streamctl import orjson_fallback as orjson  # type: ignore[no-redef]
 
 SEGMENT_FILE = re.compile(r"^(\d{20})\.jsonl$")
 PARTITION_DIR = re.compile(r"^p(\d+)$")
@@ -288,6 +294,19 @@ def replay_frame(spark, params, via_files=False):
         df = df.groupBy("key").agg(latest).select("r.*")
         df = df.where(~F.col("nokey") & ~_tombstone(F.col("line")))
     return df.select("line", "offset", "partition", "ts")
+
+
+def input_records(spark, path, is_log, end_offsets=None):
+    """An input of window or join as an RDD of (partition, offset, record dict), unordered: a log's
+    records up to `end_offsets`, or a plain file's values as records the way streamctl reads them
+    (partition 0, offset = the line number with blank lines not counted, no key)."""
+    loads = orjson.loads
+    if is_log:
+        frame = replay_frame(spark, {"log": path, "end_offsets": end_offsets})
+        return frame.rdd.map(lambda row: (row.partition, row.offset, loads(row.line)))
+    lines = spark.sparkContext.textFile(path).map(lambda s: s.strip(" \t\r\n")).filter(bool)
+    return lines.zipWithIndex().map(
+        lambda li: (0, li[1], {"offset": li[1], "partition": 0, "key": None, "value": loads(li[0])}))
 
 
 def _scratch_folder(spark, params):

@@ -252,22 +252,37 @@ def _stop(proc: subprocess.Popen) -> None:
             continue
 
 
-def run_job(job_text: str, write: Callable[[bytes], object], *, env: dict[str, str] | None = None,
-            master: str | None = None, what: str = "Spark job") -> int:
-    """Run the job and pass each block of whole result lines to `write` (e.g. Output.write).
+STATS_PREFIX = b"#streamctl-stats "  # a window or join job's last line: its counts (stats_line)
 
-    Returns the number of result lines.
-    """
-    n = 0
-    gen = stream_job(job_text, env=env, master=master, what=what)
+
+def run_job(job_text: str, write: Callable[[bytes], object], say: Callable[[str], None], *,
+            master: str | None = None, what: str = "Spark job") -> dict:
+    """Run a job whose PARAMS ask for a stats line; pass each block of whole result lines to
+    `write` (e.g. Rows.json_lines), and return the counts of the stats line."""
+    counts: dict = {}
+    starting(master, say)
+    gen = stream_job(job_text, master=master, what=what)
     assert isinstance(gen, Generator)  # closed below: stops the job now, not at garbage collection
     try:
         for block in gen:
-            n += block.count(b"\n")
-            write(block)
+            # the job's last line carries its counts, after every row
+            cut = block.rfind(b"\n", 0, len(block) - 1) + 1
+            if block.startswith(STATS_PREFIX, cut):
+                import orjson
+
+                counts.update(orjson.loads(block[cut + len(STATS_PREFIX):]))
+                block = block[:cut]
+            if block:
+                write(block)
     finally:
         gen.close()
-    return n
+    return counts
+
+
+def starting(master: str | None, say: Callable[[str], None]) -> None:
+    """On a terminal, why nothing happens for a while."""
+    if sys.stderr.isatty():
+        say(f"starting the Spark job on {master or 'local[*]'} (the JVM takes a few seconds to start)")
 
 
 def write_job(text: str, target: str, say: Callable[[str], None]) -> None:

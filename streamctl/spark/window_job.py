@@ -1,7 +1,7 @@
 """`streamctl window` with PySpark: the job module of `streamctl window --engine spark`.
 
 A generated job file (streamctl.spark.jobgen) carries this module whole, with
-what it imports: the log reader of the replay job (`replay_frame`) and
+what it imports: the input reader of the replay job (`input_records`) and
 streamctl's window operators (windows.kinds.make_operator), aggregations
 (`Plan`), merge keys (mergeorder.merge_keys) and watermark (watermark.Watermark),
 so executors run exactly the code the local engine runs and the rows agree. Besides those, only pyspark and the standard library
@@ -53,7 +53,7 @@ from streamctl.processing.aggregations import AggSpec, Plan, getter
 from streamctl.processing.mergeorder import NO_TIME, merge_keys
 from streamctl.processing.watermark import Watermark
 from streamctl.processing.windows.kinds import make_operator
-from streamctl.spark.replay_job import replay_frame
+from streamctl.spark.replay_job import input_records
 from streamctl.timeparse import event_time_ms, format_iso, is_epoch_ms
 
 try:
@@ -103,12 +103,10 @@ def _key_getter(params):
 def _records(spark, params):
     """RDD of (place, record dict) in no particular order: place = (partition, offset) in a log,
     (line number,) in a plain file."""
+    recs = input_records(spark, params["input"], params["is_log"], params.get("end_offsets"))
     if params["is_log"]:
-        frame = replay_frame(spark, {"log": params["input"], "end_offsets": params.get("end_offsets")})
-        return frame.rdd.map(lambda row: ((row.partition, row.offset), _json.loads(row.line)))
-    lines = spark.sparkContext.textFile(params["input"]).map(lambda s: s.strip(" \t\r\n")).filter(bool)
-    return lines.zipWithIndex().map(
-        lambda li: ((li[1],), {"offset": li[1], "partition": 0, "key": None, "value": _json.loads(li[0])}))
+        return recs.map(lambda r: ((r[0], r[1]), r[2]))
+    return recs.map(lambda r: ((r[1],), r[2]))
 
 
 def _prepare(params):

@@ -9,24 +9,19 @@ Diagnostics go to the `say` callback.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from typing import IO, TYPE_CHECKING, Any
+from typing import Any
 
 from streamctl.errors import UsageError
+from streamctl.formats.rows import Rows, flat_table
 from streamctl.processing.windows.config import WindowConfig, make_plan
 from streamctl.processing.windows.driver import WindowRun
 from streamctl.processing.windows.events import records_of, time_range
 from streamctl.processing.windows.follow import follow
-from streamctl.spark.engine import choose_engine
+from streamctl.spark.engine import choose_engine, follow_options, input_bytes, is_uri, job_input, snapshot_ends
 from streamctl.storage import fieldpaths
 
-if TYPE_CHECKING:
-    from streamctl.formats.table import CsvWriter
-
 Say = Callable[[str], None]
-
-STATS_PREFIX = b"#streamctl-stats "  # the Spark job's last line: its counts
 
 
 def run(path: str, cfg: WindowConfig, output: str, follow: bool, group: str | None, idle_timeout: str | None,
@@ -34,16 +29,11 @@ def run(path: str, cfg: WindowConfig, output: str, follow: bool, group: str | No
         say: Say) -> None:
     """The whole command once its flags are parsed into `cfg` (--idle-timeout as given, a duration)."""
     WindowRun(cfg, True)  # validates every option before any input is read
-    if group is not None:
-        from streamctl.storage.names import check_group
-
-        check_group(group)
-    if (group or idle_timeout) and not follow:
-        raise UsageError("--group and --idle-timeout need --follow (a finite run has nothing to resume)")
+    idle = follow_options(follow, group, idle_timeout)
     if follow:
         if engine == "spark" or emit_job:
             raise UsageError("--engine spark and --emit-job are for finite input, not --follow")
-        return run_follow(path, cfg, group, idle_timeout, late_out, output, say)
+        return run_follow(path, cfg, group, idle, late_out, output, say)
     chosen = choose(path, cfg, late_out, engine, threshold, emit_job is not None, say)
     if emit_job is not None:
         return write_job(path, cfg, master, emit_job, say)
@@ -68,34 +58,31 @@ def choose(path: str, cfg: WindowConfig, late_out: str | None, engine: str, thre
         return "spark"
     if engine == "auto":
         # below the threshold auto stays local quietly: a note on every small run is noise
-        return choose_engine("auto", input_bytes(path), threshold, say,
+        return choose_engine("auto", input_bytes([path]), threshold, say,
                              f"the Spark engine cannot run this: {blocker}" if blocker else None)
     if engine != "local":
         raise UsageError(f"--engine must be local, spark or auto, not {engine!r}")
     return "local"
 
 
-class Rows:
-    """Writes rows in the chosen format through the one stdout writer."""
+class WindowRows(Rows):
+    """A window's rows (operator rows, see windows.output) in the chosen format."""
 
     def __init__(self, output: str, cfg: WindowConfig, unbuffered: bool | None = None) -> None:
+        from streamctl.formats.table import flatten
         from streamctl.formats.writer import Output
 
-        self.output = output
-        self.out = Output(unbuffered=unbuffered)
-        self.table_rows: list[dict] = []
-        self.csv: CsvWriter | None = None
-        if output == "csv":
-            from streamctl.formats.table import CsvWriter
+        cols = ["window.start", "window.end", "key", *(s.name for s in make_plan(cfg).specs)]
+        if cfg.late == "correct":
+            cols.append("revision")
+        if cfg.kind == "session" and (cfg.late == "correct" or cfg.emit == "update"):
+            cols.append("op")  # "delete" on a row withdrawing a session's old window, else empty
 
-            self.csv = CsvWriter()
-            cols = ["window.start", "window.end", "key", *(s.name for s in make_plan(cfg).specs)]
-            if cfg.late == "correct":
-                cols.append("revision")
-            if cfg.kind == "session" and (cfg.late == "correct" or cfg.emit == "update"):
-                cols.append("op")  # "delete" on a row withdrawing a session's old window, else empty
-            self.csv.columns = cols
-            self.out.write(",".join(cols).encode() + b"\n")
+        def cells(row: dict) -> list:
+            flat = flatten(row)
+            return [flat.get(c) for c in cols]
+
+        super().__init__(output, Output(unbuffered=unbuffered), cols, cells, flat_table)
 
     def __call__(self, rows: list) -> None:
         from streamctl.processing.windows.output import row_dict, row_json, rows_jsonl
@@ -107,47 +94,17 @@ class Rows:
             except (TypeError, ValueError):
                 for r in rows:  # raises at the row orjson cannot write, after the rows before it
                     write(row_json(r))
-        elif self.csv is not None:
-            self.out.write(self.csv.rows(row_dict(r) for r in rows))
         else:
-            self.table_rows.extend(row_dict(r) for r in rows)
-
-    def json_lines(self, lines: list[bytes]) -> None:
-        """Rows already rendered as JSON lines (the Spark job's output)."""
-        import orjson
-
-        if self.output == "jsonl":
-            for line in lines:
-                self.out.write(line if line.endswith(b"\n") else line + b"\n")
-            return
-        rows = [orjson.loads(line) for line in lines if line.strip()]
-        if self.csv is not None:
-            self.out.write(self.csv.rows(rows))
-        else:
-            self.table_rows.extend(rows)
-
-    def finish(self) -> None:
-        if self.output == "table" and self.table_rows:
-            from streamctl.formats.table import table
-
-            self.out.write(table(self.table_rows).encode() + b"\n")
-            self.table_rows = []
-        self.out.flush()
+            self.dicts(map(row_dict, rows))
 
 
-def late_writer(late_out: str | None, is_log: bool, append: bool) -> tuple[IO[bytes] | None, Any]:
-    """The --late-out file and a sink writing late records' lines to it (None, None without it)."""
-    if late_out is None:
-        return None, None
+def late_sink(f: Any, is_log: bool) -> Any:
+    """Writes a late record's line to the --late-out file `f` (None without one)."""
+    if f is None:
+        return None
     from streamctl.processing.windows.output import late_line
-    from streamctl.storage.fsutil import NOFOLLOW
 
-    try:
-        fd = os.open(late_out, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC) | NOFOLLOW, 0o644)
-    except OSError as e:
-        raise UsageError(f"--late-out {late_out}: cannot open: {e.strerror}") from None
-    f = os.fdopen(fd, "ab" if append else "wb")
-    return f, (lambda rec: f.write(late_line(rec, is_log)))
+    return lambda rec: f.write(late_line(rec, is_log))
 
 
 def report(cfg: WindowConfig, run: WindowRun, late_out: str | None, say: Say) -> None:
@@ -173,11 +130,12 @@ def report(cfg: WindowConfig, run: WindowRun, late_out: str | None, say: Say) ->
 
 def run_local(path: str, cfg: WindowConfig, late_out: str | None, output: str, say: Say) -> None:
     from streamctl.errors import DataError, StreamctlError
+    from streamctl.formats.sinks import late_file
 
     is_log, recs = records_of(path, cfg)
-    f, sink = late_writer(late_out, is_log, append=False)
-    rows = Rows(output, cfg)
-    run = WindowRun(cfg, is_log, sink, text_rows=output == "jsonl")
+    f = late_file(late_out)
+    rows = WindowRows(output, cfg)
+    run = WindowRun(cfg, is_log, late_sink(f, is_log), text_rows=output == "jsonl")
     try:
         run.feed(recs, rows, source=path if path != "-" else "<stdin>")
         run.finish(rows)
@@ -196,32 +154,22 @@ def run_local(path: str, cfg: WindowConfig, late_out: str | None, output: str, s
     report(cfg, run, late_out, say)
 
 
-def run_follow(path: str, cfg: WindowConfig, group: str | None, idle_timeout: str | None, late_out: str | None,
+def run_follow(path: str, cfg: WindowConfig, group: str | None, idle: float | None, late_out: str | None,
                output: str, say: Say) -> None:
     from streamctl import stopflag
+    from streamctl.formats.sinks import follow_flushes, late_file
     from streamctl.processing import inputorder
-    from streamctl.timeparse import parse_duration
 
     spec = inputorder.classify(path)
     if not spec.is_log:
         raise UsageError("--follow needs a log, not a plain file")
-    idle = parse_duration(idle_timeout) / 1000 if idle_timeout is not None else None
-    f, sink = late_writer(late_out, True, append=True)
-    rows = Rows(output, cfg, unbuffered=None)
-    flush_rows, flush_late = rows.finish, (f.flush if f is not None else None)
-    if group is not None:
-        # A checkpoint says its rows were delivered: rows in a regular file (and late events in
-        # --late-out) are fsynced before it, as consume --group syncs its output file; a pipe's
-        # reader owns their durability.
-        from streamctl.clients.consumer import file_syncer, then_sync
-
-        sync_rows = file_syncer(1)
-        sync_late = file_syncer(f.fileno(), late_out or "--late-out") if f is not None else None
-        flush_rows = then_sync(rows.finish, sync_rows)
-        flush_late = then_sync(flush_late, sync_late) if flush_late is not None else None
+    f = late_file(late_out, append=True)
+    rows = WindowRows(output, cfg, unbuffered=None)
+    flush_rows, flush_late = follow_flushes(group, rows.finish, f, late_out)
     stopflag.install()
     try:
-        run = follow(path, group, cfg, rows, flush_rows, idle, sink, flush_late=flush_late, notice=say)
+        run = follow(path, group, cfg, rows, flush_rows, idle, late_sink(f, True), flush_late=flush_late,
+                     notice=say)
     finally:
         if f is not None:
             f.close()
@@ -232,8 +180,7 @@ def run_follow(path: str, cfg: WindowConfig, group: str | None, idle_timeout: st
 
 def job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool = False, snapshot: bool = True) -> str:
     """The PySpark job's text; a local path made absolute, so the job runs from any folder."""
-    return spark_job(path if is_uri(path) else os.path.abspath(path), cfg, master, stats_line,
-                            snapshot)
+    return spark_job(job_input(path), cfg, master, stats_line, snapshot)
 
 
 def write_job(path: str, cfg: WindowConfig, master: str | None, target: str, say: Say) -> None:
@@ -245,25 +192,12 @@ def write_job(path: str, cfg: WindowConfig, master: str | None, target: str, say
 
 def run_spark(path: str, cfg: WindowConfig, master: str | None, output: str, say: Say) -> None:
     """Run the window as a Spark job: rows to stdout, the counts of its stats line reported like a local run's."""
+    from streamctl.processing.windows.config import WindowStats
     from streamctl.spark.runner import run_job
 
-    rows = Rows(output, cfg)
-    text = job(path, cfg, master, stats_line=True)
-    counts: dict = {}
-
-    def take(block: bytes) -> None:
-        lines = block.splitlines()
-        if lines and lines[-1].startswith(STATS_PREFIX):
-            import orjson
-
-            counts.update(orjson.loads(lines.pop()[len(STATS_PREFIX):]))
-        rows.json_lines(lines)
-
-    run_job(text, take, master=master)
+    rows = WindowRows(output, cfg)
+    counts = run_job(job(path, cfg, master, stats_line=True), rows.json_lines, say, master=master)
     rows.finish()
-
-    from streamctl.processing.windows.config import WindowStats
-
     run = WindowRun(cfg, True)
     run.stats = WindowStats(counts.get("events", 0), counts.get("late", 0), counts.get("bad_time", 0),
                             counts.get("bad_time_example"))
@@ -272,30 +206,6 @@ def run_spark(path: str, cfg: WindowConfig, master: str | None, output: str, say
 
 
 # -- the Spark job of a window ------------------------------------------------------
-
-def input_bytes(path: str) -> int:
-    """Bytes of input, for the engine choice (stdin counts as small: it cannot be handed to Spark)."""
-    import os
-
-    from streamctl.storage import log as logmod
-
-    if path == "-" or is_uri(path):
-        return 0
-    if logmod.is_log(path):
-        lg = logmod.open_log(path)
-        total = 0
-        for p in range(lg.partitions):
-            for seg in lg.segments(p):
-                try:
-                    total += os.path.getsize(seg.path)
-                except OSError:
-                    pass
-        return total
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
-
 
 def spark_blocker(cfg: WindowConfig, path: str, late_out: str | None) -> str | None:
     """Why the Spark engine cannot run this window (None when it can)."""
@@ -314,11 +224,6 @@ def spark_blocker(cfg: WindowConfig, path: str, late_out: str | None) -> str | N
     return None
 
 
-def is_uri(path: str) -> bool:
-    """hdfs://, s3a://, file://...: only a Spark job reads those."""
-    return "://" in path
-
-
 def spark_job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool = False,
               snapshot: bool = True) -> str:
     """The standalone PySpark script for this window (see streamctl/spark/window_job.py).
@@ -329,7 +234,6 @@ def spark_job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool
     """
     from streamctl.spark import jobgen
     from streamctl.storage import log as logmod
-    from streamctl.storage import reader
 
     plan = make_plan(cfg)
     if is_uri(path):
@@ -348,9 +252,7 @@ def spark_job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool
         ["value", "ts"] if tparts == ("ts",) else list(tparts))
     params["time_range"] = list(time_range(cfg))  # the job's time getter applies the same rule
     if is_log and snapshot and not is_uri(path):
-        lg = logmod.open_log(path)
-        # the end of the input is the end as of now, like the local engine's snapshot
-        params["end_offsets"] = {str(p): reader.partition_info(lg, p).next_offset for p in range(lg.partitions)}
+        params["end_offsets"] = snapshot_ends(path)
     if master:
         params["master"] = master
     what = {"tumbling": f"tumbling windows of {cfg.size} ms", "hopping": f"hopping windows {cfg.size}/{cfg.hop} ms",

@@ -193,9 +193,11 @@ def test_copy_range_falls_back_where_sendfile_cannot_write(tmp_path):
 
 
 def test_csv_cells_are_json_scalars_for_every_writer():
-    from streamctl.formats.table import CsvWriter, csv_line
-    from streamctl.spark.join_run import csv_row
+    from streamctl.formats.table import csv_rows, flatten
 
-    assert CsvWriter().rows([{"a": True, "b": None, "c": {"x": 1}, "d": 1.5}]) == b'a,b,c.x,d\ntrue,,1,1.5\n'
-    assert csv_line([False, None, [1, 2]]) == b'false,,"[1,2]"\n'
-    assert csv_row({"key": "k", "left": True, "right": None}, False) == b"k,true,\n"
+    def flat(r: dict) -> list:
+        return list(flatten(r).values())
+
+    assert csv_rows([{"a": True, "b": None, "c": {"x": 1}, "d": 1.5}], flat) == b'true,,1,1.5\n'
+    assert csv_rows([[False, None, [1, 2]]], list) == b'false,,"[1,2]"\n'
+    assert csv_rows([{"key": "k", "left": True, "right": None}], lambda r: list(r.values())) == b"k,true,\n"
