@@ -14,13 +14,6 @@ def info(msg: str) -> None:
         pass
 
 
-def write_job(text: str, target: str) -> None:
-    """--emit-job: the generated PySpark job to stdout (`-`) or to an executable file (spark.runner.write_job)."""
-    from streamctl.spark.runner import write_job as write
-
-    write(text, target, info)
-
-
 def example(*lines: str) -> str:
     """An epilog block that click prints verbatim (\\b stops re-wrapping)."""
     return "\b\nExamples:\n" + "\n".join(f"  {ln}" for ln in lines)

@@ -23,9 +23,9 @@ import msgspec
 import orjson
 
 from streamctl.errors import StorageError, StreamctlError
+from streamctl.timeparse import MAX_MS, MIN_MS  # every window bound lies in it
 
 FORMAT = 1  # windows.follow.CHECKPOINT_FORMAT
-MIN_MS, MAX_MS = -62_135_596_800_000, 253_402_300_799_999  # timeparse: every window bound lies in it
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
 Time = Annotated[int, msgspec.Meta(ge=MIN_MS, le=MAX_MS)]  # an event time or a window bound (epoch ms)

@@ -64,6 +64,12 @@ def _lanes(path: str, lg: logmod.Log, ranges: list[tuple[int, int, int | None]],
             for p, start, end in ranges]
 
 
+def log_records(path: str, partitions: list[int] | None = None, starts: dict[int, int] | None = None,
+                time_of: TimeOf | None = None) -> Iterator[Record]:
+    """A log's records in the input order (event time from `time_of`, default ts), to the end as of now."""
+    return chain.from_iterable(log_batches(path, partitions, starts, time_of=time_of))
+
+
 def log_batches(path: str, partitions: list[int] | None = None,
                 starts: dict[int, int] | None = None,
                 fields: Sequence[FieldPath] | None = None, time_of: TimeOf | None = None,
@@ -393,7 +399,7 @@ def _plain_records_of(values: list[Any], base: int) -> list[Record]:
 
 def records(spec: InputSpec) -> Iterator[Record]:
     """One input's records in its own order (a log's partitions merged by ts)."""
-    return chain.from_iterable(log_batches(spec.path)) if spec.is_log else plain_records(spec.path)
+    return log_records(spec.path) if spec.is_log else plain_records(spec.path)
 
 
 def merged(specs: Sequence[InputSpec], event_time: TimeOf | Sequence[TimeOf]) -> Iterator[tuple[int, Record]]:

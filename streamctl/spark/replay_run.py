@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from streamctl.clients import replay as core
 from streamctl.errors import UsageError
 from streamctl.spark import replay as spark
-from streamctl.spark.engine import ENGINES, choose_engine
+from streamctl.spark.engine import ENGINES, choose_engine, is_uri
 from streamctl.storage.log import Log
 
 if TYPE_CHECKING:
@@ -54,8 +54,8 @@ def run(log: str, spec: core.ReplaySpec, out: str | None, engine: str, threshold
         emit_job: str | None, unbuffered: bool, now: int, say: Say) -> None:
     flt = spec.filter
     local_only = flt is not None and spec.key is None
-    if local_only and (engine == "spark" or emit_job is not None or "://" in log):
-        what = "--emit-job" if emit_job is not None else ("a Spark URI" if "://" in log else "--engine spark")
+    if local_only and (engine == "spark" or emit_job is not None or is_uri(log)):
+        what = "--emit-job" if emit_job is not None else ("a Spark URI" if is_uri(log) else "--engine spark")
         assert flt is not None
         raise UsageError(f"{what}: the Spark engine applies one --key only; {flt.describe()} runs on the "
                          "local engine (--engine local or auto)")
@@ -67,7 +67,7 @@ def run(log: str, spec: core.ReplaySpec, out: str | None, engine: str, threshold
 
     from streamctl.storage import log as logmod
 
-    if "://" in log:
+    if is_uri(log):
         if engine == "local":
             raise UsageError(f"{log} is a URI: only the Spark engine reads it (--engine spark, or --emit-job)")
         choose_engine("spark", 0, None, say)  # raises with the install hint when Spark is missing

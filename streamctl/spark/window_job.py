@@ -186,15 +186,6 @@ def _in_input_order(sc, params, places, bad_count):
     return by_place.mapPartitionsWithIndex(with_merge_keys), by_place
 
 
-def _prefix_max(maxima):
-    before, run = [], None
-    for m in maxima:
-        before.append(run)
-        if m is not None and (run is None or m > run):
-            run = m
-    return before
-
-
 def _replay(params):
     """Per partition of groups: run the window operator over each group's events in input order."""
     # sliding rows and sessions close only once the watermark is strictly past their end
@@ -250,7 +241,7 @@ def main(spark, params, out):
     maxima = ordered.mapPartitions(lambda it: [max((e[0][0] for e in it), default=None)]).collect()
     if by_place is not None:
         by_place.unpersist()  # read to the end for ordered, which is cached
-    before = sc.broadcast(_prefix_max(maxima))
+    before = sc.broadcast(_carried_maxima([[[0, m]] for m in maxima]))  # one lane: prefix maxima
 
     def with_watermark(i, it):
         clock = Watermark(lateness)  # the local engine's watermark, continued from the partitions before
