@@ -5,8 +5,8 @@ vs DuckDB (and a Python hash join and PySpark local[2]), in three shapes.
   0-2 h after them, both with 2% stragglers up to 10 minutes older (`--lateness 15m`, so none is
   late and DuckDB's pairs are the same pairs); events with skewed keys and stragglers (a plain file
   and a 3-partition log) enriched from a profiles changelog with changes all along the events' hours
-  and 5% tombstones, against a DuckDB ASOF join on the input order's merge keys
-  (bench/refs.py join_real_duckdb). Targets: stream-stream within 3x, enrichment within 2x.
+  and 5% tombstones, against DuckDB taking each key's last change before each event in the input
+  order (bench/refs.py join_real_duckdb). Targets: stream-stream within 3x, enrichment within 2x.
 - the realistic shape: plain .jsonl files, one object a line, ISO-8601 times in `ts`, the search id
   nested (`value.session`); `join searches.jsonl clicks.jsonl --within 1h --on value.value.session
   --time-field value.ts` and `join events.jsonl profiles.jsonl --table --how left --on value.key
