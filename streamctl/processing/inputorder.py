@@ -91,6 +91,13 @@ def log_batches(path: str, partitions: list[int] | None = None,
     yield from merge_lanes(_lanes(path, lg, ranges, time_of, highs))
 
 
+def log_partitions(path: str) -> list[tuple[int, Iterator[list[Record]]]]:
+    """Each partition of a log with something to read, and its records in lists in stored order
+    (its lane's source, for a reader that merges them itself with mergeorder.merge)."""
+    lg, ranges = read_plan(path, None, None)
+    return [(p, _partition_blocks(path, lg, p, start, end)) for p, start, end in ranges]
+
+
 def _partition_blocks(path: str, lg: logmod.Log, p: int, start: int, end: int | None) -> Iterator[list[Record]]:
     """A partition's records in lists (_partition_batches without columns: lists of records only)."""
     return cast("Iterator[list[Record]]", _partition_batches(path, lg, p, start, end))
@@ -374,7 +381,7 @@ def plain_piece_records(path: str, piece: bytes, base: int) -> tuple[list[Record
 
     text = piece[:-1] if piece.endswith(b"\n") else piece
     values, _payloads, error = _plain_values(text, False)
-    recs = _plain_records_of(values, base)
+    recs = plain_records_of(values, base)
     if error is None:
         return recs, None
     return recs, DataError(f"{path}: record {base + len(values)}: invalid JSON: {error}")
@@ -388,11 +395,11 @@ def plain_records(path: str) -> Iterator[Record]:
 def _plain_record_blocks(path: str) -> Iterator[list[Record]]:
     off = 0
     for values in plain_blocks(path):
-        yield _plain_records_of(values, off)
+        yield plain_records_of(values, off)
         off += len(values)
 
 
-def _plain_records_of(values: list[Any], base: int) -> list[Record]:
+def plain_records_of(values: list[Any], base: int) -> list[Record]:
     """A plain file's values as records: offset = record number (from `base`), partition 0, no key."""
     return [{"offset": o, "partition": 0, "key": None, "value": v} for o, v in enumerate(values, base)]
 

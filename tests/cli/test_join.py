@@ -475,3 +475,25 @@ def test_cli_engine_choice_and_emit_job_to_stdout(tmp_path):
     p = run_cli("join", str(f), str(f), "--tables", "--on", "id", "--emit-job", "-")
     assert p.returncode == 0 and p.stdout.startswith(b"#!/usr/bin/env python3") and b"def main(spark" in p.stdout
     compile(p.stdout, "job.py", "exec")
+
+
+def test_cli_enrichment_of_a_plain_file_with_a_partitioned_log_table(tmp_path):
+    """A mixed run: plain events (a file, then stdin) against a 3-partition log changelog, both timed
+    by a value field. The table's partitions merge by that time, a tombstone (no time of its own)
+    applies at its partition's running maximum, and a straggler event sees the table as of its
+    file's running maximum."""
+    t0 = 1_763_719_200_000
+    tb = str(tmp_path / "tb")
+    changes = [("u1", {"id": "u1", "tier": "free", "at": t0}, t0), ("u2", {"id": "u2", "tier": "gold", "at": t0}, t0),
+               ("u1", {"id": "u1", "tier": "gold", "at": t0 + 5000}, t0), ("u2", None, t0)]
+    write_log(tb, 3, changes, place=lambda i, _k: (0, 1, 2, 2)[i])
+    ev = tmp_path / "ev.jsonl"
+    ev.write_bytes(b"".join(orjson.dumps({"user": u, "n": n, "at": t0 + s * 1000}) + b"\n"
+                            for u, n, s in (("u1", 1, 1), ("u2", 2, 2), ("u1", 3, 6), ("u1", 4, 4), ("u2", 5, 7))))
+    want = [(1, "free"), (2, "gold"), (3, "gold"), (4, "gold"), (5, None)]
+    flags = ["--table", "--on", "user=id", "--time-field", "at", "--engine", "local"]
+    for src, stdin in ((str(ev), None), ("-", ev.read_bytes())):
+        rows = jl(run_cli("join", src, tb, *flags, "--how", "left", input=stdin))
+        assert [(r["left"]["n"], r["right"] and r["right"]["tier"]) for r in rows] == want
+        rows = jl(run_cli("join", src, tb, *flags, input=stdin))
+        assert [r["left"]["n"] for r in rows] == [1, 2, 3, 4]

@@ -3,6 +3,8 @@ record-at-a-time stream-table join it stands in for: the same rows, bytes and or
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -167,3 +169,86 @@ def test_plain_enrich_reads_event_times_only_while_the_table_lasts(tmp_path, mon
     joining.run(spec, write_jsonl=out.append, block_bytes=4096)
     assert b"".join(out) == reference(spec)[0]
     assert sum(timed_blocks) < 1000  # the table's 50 lines and the first events' blocks only
+
+
+# -- any mix of inputs and time fields (one kernel for every --table --as-of position run) --------
+
+mixed_times = st.one_of(st.integers(0, 30).map(lambda d: T0 + d), st.integers(0, 30).map(
+    lambda d: f"2025-11-21T10:00:{d:02d}.5Z"), st.sampled_from([None, "soon", True, 1.5e12, -1e19]),
+    st.integers(0, 30).map(lambda d: (T0 + d) // 1000))
+# mostly two keys, so that table changes and events meet often; the other kinds of key now and then
+mixed_ids = st.sampled_from(["a"] * 6 + ["b"] * 3 + ["7", 7, 7.0, None, [1]])
+mixed_keys = st.sampled_from(["a"] * 4 + ["b"] * 2 + ["7", None])
+
+
+@st.composite
+def mixed_record(draw) -> tuple[Any, Any, int]:
+    """(record key, value, append time): the value an object with a join key `id` and an event time
+    `at` (epoch ms, ISO, unusable, missing), a tombstone, or a scalar; append times out of order."""
+    form = draw(st.sampled_from(["object"] * 10 + ["null", "scalar"]))
+    value: Any
+    if form == "null":
+        value = None
+    elif form == "scalar":
+        value = draw(st.integers(0, 9))
+    else:
+        value = {"n": draw(st.integers(0, 99))}
+        if draw(st.integers(0, 5)):
+            value["id"] = draw(mixed_ids)
+        if draw(st.integers(0, 5)):
+            value["at"] = draw(mixed_times)
+    return draw(mixed_keys), value, T0 + draw(st.integers(0, 30))
+
+
+def write_input(path: Any, form: str, records: list[tuple[Any, Any, int]], sort: bool) -> str:
+    """A log of 1 or 3 partitions (ts sorted in each, or not) or a plain file of the values (a tombstone
+    is the line `null`, which a plain file's reader skips as having no key)."""
+    if sort:
+        records = sorted(records, key=lambda r: r[2])
+    if form == "plain":
+        path.write_bytes(b"".join(orjson.dumps(v) + b"\n" for _k, v, _t in records))
+    else:
+        write_log(str(path), int(form[-1]), records)
+    return str(path)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), forms=st.tuples(*[st.sampled_from(["log1", "log3", "plain"])] * 2),
+       sort=st.booleans(), how=st.sampled_from(["inner", "left"]), piece=st.sampled_from([60, 300, 1 << 16]))
+def test_mixed_enrich_equals_record_path(tmp_path_factory, monkeypatch, data, forms, sort, how, piece):
+    """Each side a plain file or a log of one or three partitions; each side's time the append time,
+    a value field (stragglers, ISO and epoch times, missing and unusable ones) or another record
+    path (`offset`); joined on the record key or a value field; tombstones by record key and by
+    value path: the kernel's bytes and counts are the record path's on every example."""
+    d = tmp_path_factory.mktemp("mixed")
+    ev = data.draw(st.lists(mixed_record(), min_size=1, max_size=50), label="events")
+    tb = data.draw(st.lists(mixed_record(), min_size=1, max_size=30), label="table")
+    left = write_input(d / ("ev.jsonl" if forms[0] == "plain" else "ev"), forms[0], ev, sort)
+    right = write_input(d / ("tb.jsonl" if forms[1] == "plain" else "tb"), forms[1], tb, sort)
+    on = [data.draw(st.sampled_from(["id"] if form == "plain" else ["id", "key"])) for form in forms]
+    times = [data.draw(st.sampled_from(["ts", "at", "offset"])) for _form in forms]
+    monkeypatch.setattr(inputorder, "PIECE", piece)
+    spec = joining.make_spec(left, right, table=True, how=how, on="=".join(on), time_field="=".join(times))
+    assert joining._kernel(spec, joining.check_inputs(spec)) is not None  # every such run takes the kernel
+    want, wstats = reference(spec)
+    out: list[bytes] = []
+    gstats = joining.run(spec, lambda *a: pytest.fail("the batched path must not emit row by row"),
+                         write_jsonl=out.append, block_bytes=piece)
+    assert b"".join(out) == want
+    assert gstats == wstats
+
+
+@pytest.mark.parametrize("table_form", ["log1", "plain"])
+def test_offset_times_of_a_plain_file_count_records_across_blocks(tmp_path, table_form):
+    """`--time-field offset` on a plain file is its record number, read block after block (blank
+    lines do not count): the kernel's rows are the record path's, with changes between events."""
+    ev = tmp_path / "ev.jsonl"
+    ev.write_bytes(b"".join(orjson.dumps({"id": "a", "n": i}) + (b"\n\n" if i % 4 == 0 else b"\n") for i in range(30)))
+    tb = write_input(tmp_path / ("tb.jsonl" if table_form == "plain" else "tb"), table_form,
+                     [("a", {"id": "a", "v": i}, T0) for i in range(20)], False)
+    spec = joining.make_spec(str(ev), tb, table=True, how="left", on="id", time_field="offset")
+    want, _stats = reference(spec)
+    out: list[bytes] = []
+    joining.run(spec, write_jsonl=out.append, block_bytes=60)
+    assert b"".join(out) == want
+    assert [orjson.loads(x)["right"]["v"] for x in want.splitlines()][:22] == [*range(20), 19, 19]

@@ -199,19 +199,15 @@ Kernel = Callable[[JoinSpec, Callable[[bytes], None], int | None, "LateSink | No
 
 def _kernel(spec: JoinSpec, specs: list[inputorder.InputSpec]) -> Kernel | None:
     """The batch kernel that computes this join's rows, when there is one for its inputs and paths:
-    a stream-stream join of two plain files (every path under value), or an enrichment as of
-    position of two logs (on record keys or value fields, with their append times) or of two
-    plain files."""
-    logs = {s.is_log for s in specs}
-    if spec.kind == "stream" and logs == {False}:
+    a stream-stream join of two plain files (every path under value), or any enrichment as of
+    position -- each side a log of any number of partitions or a plain file (or stdin), joined
+    on any path and timed by any time field the record path takes."""
+    if spec.kind == "stream":
         under_value = all(parts[0] == "value" for parts in (*spec.on, *spec.time_field))
-        return _run_stream_plain if under_value else None
-    if spec.kind != "table" or spec.as_of != "position" or len(logs) != 1:
-        return None
-    if logs == {True}:
-        simple = spec.time_field == (("ts",), ("ts",)) and all(p == ("key",) or p[0] == "value" for p in spec.on)
-        return _run_enrich if simple else None
-    return _run_enrich if all(parts[0] == "value" or parts == ("ts",) for parts in spec.time_field) else None
+        return _run_stream_plain if under_value and not any(s.is_log for s in specs) else None
+    if spec.kind == "table" and spec.as_of == "position":
+        return _run_enrich
+    return None
 
 
 def _run_enrich(spec: JoinSpec, write_jsonl: Callable[[bytes], None], block_bytes: int | None,
@@ -222,7 +218,8 @@ def _run_enrich(spec: JoinSpec, write_jsonl: Callable[[bytes], None], block_byte
     stats = JoinStats()
     with feeders.gc_frozen():
         n_left, n_right, size = enrich(spec.left, spec.right, spec.on, spec.time_field, spec.how == "inner",
-                                       write_jsonl, inputorder.classify(spec.left).is_log,
+                                       write_jsonl, (inputorder.classify(spec.left).is_log,
+                                                     inputorder.classify(spec.right).is_log),
                                        block_bytes or inputorder.PIECE)
     stats.records = [n_left, n_right]
     stats.max_state = size

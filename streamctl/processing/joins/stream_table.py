@@ -28,8 +28,9 @@ The table is a changelog folded into the latest value per key; a null value
   changed between its time and W - retention (Kafka Streams' versioned store
   answers null past its history retention too).
 
-`TableAtPosition` has a batch kernel beside it, `enrich` (two logs, or two plain files, rows
-written as JSON lines): the same rows, bytes and order, with the per-record layers taken out.
+`TableAtPosition` has a batch kernel beside it, `enrich` (rows written as JSON lines; any mix of
+logs and plain files, any join and time paths): the same rows, bytes and order, with the
+per-record layers taken out.
 Both inputs are read in blocks, and the input order (the table side first on equal merge keys)
 is kept by merging runs of records rather than single records: a run of events between two
 table changes all see the same table. Each table value is written to JSON once when it
@@ -51,8 +52,10 @@ import orjson
 
 from streamctl.processing import inputorder, mergeorder
 from streamctl.processing.joins import MIN_TIME, Emit
-from streamctl.processing.joins.keys import block_column, block_times, changed_rows, norm_key
+from streamctl.processing.joins.keys import block_column, block_times, changed_rows, key_getter, norm_key, time_getter
 from streamctl.processing.watermark import Watermark
+
+Record = dict[str, Any]
 
 
 class TableAtPosition:
@@ -198,25 +201,37 @@ class TableAsOfTime:
 
 # ---- the batch kernel of TableAtPosition ------------------------------------------------------
 #
-# A side is a log (its partitions merged by inputorder.log_batches, its times the append times)
-# or a plain file (its times read from a value path, or none). Either way a block gives values,
-# join keys, record keys (for tombstones) and merge keys: the running maximum of the side's
-# times (mergeorder.merge_keys). For a log read in input order, that running maximum is each
-# record's own merge key (the merged records come in merge-key order, and each key is a time
-# read before), so comparing the two sides' running maxima is the input order's rule.
+# A side is one input, a log (any number of partitions) or a plain file (or `-`), read a block at
+# a time into columns: values, join keys, record keys (for tombstones; a plain file has none) and,
+# when asked, merge keys: the running maximum of the side's times in the side's own order
+# (mergeorder.merge_keys, carried from block to block). A plain file and a one-partition log are
+# one lane each, so that running maximum is each record's merge key by definition. A log of
+# several partitions is merged by mergeorder.merge over its partitions' lanes, their times read
+# once by the side's time field (the append time or any other), and each record keeps its lane's
+# merge key: the merge hands records out in merge-key order, so the running maximum over the
+# merged records is those same keys (a record's key is a time of its own lane read at or before
+# it, and no record before it has a larger key). Either way, comparing the two sides' merge keys,
+# the table first on equal keys, is the input order's rule: (merge key, input, partition,
+# offset), the table's lanes first.
+#
+# Keys and times are read as the record path reads them (joins/keys.py): a value path a column at
+# a time (block_column, block_times); the record key and `ts` from the records; any other record
+# path (offset, partition, headers...) by key_getter / time_getter on each record -- for a plain
+# file, on the records inputorder.plain_records_of makes of its lines (offset = record number,
+# partition 0, no key, no ts), so `--time-field offset` means what it means on the record path.
 
-Column = Callable[[list[Any]], list[Any]]
-TimesOf = Callable[[list[Any]], Sequence[int | None]]
 Path = tuple[str, ...]
+# A side's block: values, join keys, record keys (None: a plain file), what its times_of reads
+Block = tuple[list[Any], list[Any], list[Any] | None, Any]
+TimesOf = Callable[[Any], Sequence[int | None]]
 
 
 class _Side:
     """One input a block at a time: values, join keys, record keys (None: a plain file), the
     merge keys when asked, and the position of the next record in the block."""
 
-    def __init__(self, blocks: Iterator[tuple[list[Any], list[Any], list[Any] | None, Any]],
-                 times_of: TimesOf) -> None:
-        self.blocks = blocks  # (values, join keys, record keys, what times_of reads)
+    def __init__(self, blocks: Iterator[Block], times_of: TimesOf) -> None:
+        self.blocks = blocks
         self.times_of = times_of
         self.high = mergeorder.NO_TIME
         self.values: list[Any] = []
@@ -240,49 +255,125 @@ class _Side:
         return False
 
 
-def _log_side(path: str, on: Path) -> _Side:
-    """A log's blocks in input order, joined on `on` (the record key, or a value path); its times
-    are the append times."""
-    key_of = None if on == ("key",) else block_column(on)
+def _log_side(path: str, on: Path, time_field: Path) -> _Side:
+    """A log's blocks in input order, joined on `on` (the record key, a value path or another record
+    path), its times read from `time_field` (the append time `ts` by default)."""
+    if on == ("key",):
+        key_of = None
+    elif on[0] == "value":
+        key_of = _on_values(block_column(on))
+    else:
+        key_of = _on_records(key_getter(on))
+    if time_field == ("ts",):
+        times_of: Callable[[list[Record], list[Any]], Sequence[int | None]] = _ts_column
+    elif time_field[0] == "value":
+        times_of = _on_values(block_times(time_field))
+    else:
+        times_of = _on_records(time_getter(time_field))
 
-    def blocks() -> Iterator[tuple[list[Any], list[Any], list[Any], Any]]:
-        for batch in inputorder.log_batches(path):
-            vals = getattr(batch, "values", None)
-            values = vals if vals is not None else [r["value"] for r in batch]
-            rk = getattr(batch, "keys", None)
-            rkeys = rk if rk is not None else [r.get("key") for r in batch]
-            yield values, (rkeys if key_of is None else key_of(values)), rkeys, batch
+    def columns(batch: list[Record]) -> Block:
+        vals = getattr(batch, "values", None)
+        values = vals if vals is not None else [r["value"] for r in batch]
+        rk = getattr(batch, "keys", None)
+        rkeys = rk if rk is not None else [r.get("key") for r in batch]
+        return values, (rkeys if key_of is None else key_of(batch, values)), rkeys, (batch, values)
 
-    return _Side(blocks(), lambda batch: list(map(_ts, batch)))
+    parts = inputorder.log_partitions(path)
+    if len(parts) <= 1:  # one lane: its stored order
+        blocks = (columns(b) for _p, part in parts for b in part if b)
+        return _Side(blocks, lambda source: times_of(*source))
+
+    def lane(part: Iterator[list[Record]]) -> Iterator[tuple[Sequence[int | None], Block]]:
+        for b in part:
+            if b:
+                block = columns(b)
+                yield times_of(*block[3]), block
+
+    lanes = [mergeorder.Lane(lane(part), name=p) for p, part in parts]
+    return _Side(_merged(lanes), _as_is)
+
+
+def _merged(lanes: list[mergeorder.Lane]) -> Iterator[Block]:
+    """The lanes' columns in input order (mergeorder.merge), each block's source its merge keys."""
+    for parts, order in mergeorder.merge(lanes):
+        if order is None:
+            k, s, e = parts[0]
+            lane = lanes[k]
+            values, keys, rkeys, _source = lane.payload
+            whole = not s and e == len(values)
+            yield ((values, keys, rkeys, lane.keys) if whole else
+                   (values[s:e], keys[s:e], rkeys[s:e], lane.keys[s:e]))
+            continue
+        cols: tuple[list[Any], list[Any], list[Any], list[Any]] = ([], [], [], [])
+        for k, s, e in parts:
+            values, keys, rkeys, _source = lanes[k].payload
+            cols[0].extend(values[s:e])
+            cols[1].extend(keys[s:e])
+            cols[2].extend(rkeys[s:e])
+            cols[3].extend(lanes[k].keys[s:e])
+        yield tuple(list(map(cols[c].__getitem__, order)) for c in range(4))  # type: ignore[misc]
 
 
 def _plain_side(path: str, on: Path, time_field: Path, piece: int) -> _Side:
-    """A plain file's blocks, joined on the value path `on`, its times read from `time_field` (a
-    plain record's `ts` is always missing: with the default time field the file has none)."""
+    """A plain file's blocks, joined on the value path `on`, its times read from `time_field`."""
     key_of = block_column(on)
-    blocks = ((values, key_of(values), None, values) for values in inputorder.plain_blocks(path, piece))
-    return _Side(blocks, _no_times if time_field == ("ts",) else block_times(time_field))
+    times_of: TimesOf
+    if time_field[0] == "value":
+        times_of = _first(block_times(time_field))
+    elif time_field == ("ts",):
+        times_of = _first(_no_times)  # a plain record has no ts: with the default time field the file has none
+    else:
+        get = time_getter(time_field)
+
+        def times_of(source: tuple[list[Any], int]) -> list[int | None]:
+            return list(map(get, inputorder.plain_records_of(*source)))
+
+    def blocks() -> Iterator[Block]:
+        base = 0  # the record number of the block's first value
+        for values in inputorder.plain_blocks(path, piece):
+            yield values, key_of(values), None, (values, base)
+            base += len(values)
+
+    return _Side(blocks(), times_of)
 
 
 _ts = itemgetter("ts")
+
+
+def _ts_column(batch: list[Record], _values: list[Any]) -> list[int | None]:
+    return list(map(_ts, batch))
 
 
 def _no_times(values: list[Any]) -> list[int | None]:
     return [None] * len(values)
 
 
+def _as_is(marks: list[int]) -> list[int]:
+    return marks
+
+
+def _first(f: Callable[[list[Any]], Sequence[int | None]]) -> TimesOf:
+    return lambda source: f(source[0])
+
+
+def _on_values(f: Callable[[list[Any]], list[Any]]) -> Callable[[list[Record], list[Any]], list[Any]]:
+    return lambda _batch, values: f(values)
+
+
+def _on_records(get: Callable[[Record], Any]) -> Callable[[list[Record], list[Any]], list[Any]]:
+    return lambda batch, _values: list(map(get, batch))
+
+
 def enrich(left: str, right: str, on: tuple[Path, Path], time_field: tuple[Path, Path], inner: bool,
-           write_jsonl: Callable[[bytes], None], logs: bool, piece: int = inputorder.PIECE) -> tuple[int, int, int]:
-    """TableAtPosition's rows of events LEFT enriched with table RIGHT, both logs (joined on the
-    record key or a value path, their times the append times) or both plain files (joined on
-    value paths, their times read from `time_field`), written to write_jsonl. Returns (events,
-    changes, table size at the end). A plain file is read in pieces of about `piece` bytes: a
-    piece's objects stay in the CPU cache while its rows are made (1 MiB blocks measured 2.5x
-    slower end to end)."""
-    if logs:
-        ev, tb = _log_side(left, on[0]), _log_side(right, on[1])
-    else:
-        ev, tb = _plain_side(left, on[0], time_field[0], piece), _plain_side(right, on[1], time_field[1], piece)
+           write_jsonl: Callable[[bytes], None], logs: tuple[bool, bool],
+           piece: int = inputorder.PIECE) -> tuple[int, int, int]:
+    """TableAtPosition's rows of events LEFT enriched with table RIGHT, written to write_jsonl: each
+    side a log (`logs`, any number of partitions) or a plain file, joined on `on`, its times read
+    from `time_field`. Returns (events, changes, table size at the end). A plain file is read in
+    pieces of about `piece` bytes: a piece's objects stay in the CPU cache while its rows are
+    made (1 MiB blocks measured 2.5x slower end to end)."""
+    ev, tb = (_log_side(path, on[i], time_field[i]) if logs[i] else _plain_side(path, on[i], time_field[i], piece)
+              for i, path in enumerate((left, right)))
     return _enrich(ev, tb, inner, write_jsonl, on[1] != ("key",))
 
 
