@@ -160,9 +160,9 @@ KERNEL_SPECS = [
     JoinSpec("l", "r", "table", (("value", "k"), ("value", "k")), how="left"),
     JoinSpec("l", "r", "table", (("value", "n", "0"), ("value", "k")), how="inner"),
 ]
-kernel_record = st.tuples(st.integers(0, 1), st.sampled_from(["a", "\x01j1", "7", None]),
-                          st.sampled_from(["a", "\x01j1", 7, "7", None, [1]]),
-                          st.one_of(st.sampled_from([None, 1, "é\n\"", {"deep": [1.5, None, {"a": "b"}]}]),
+kernel_record = st.tuples(st.integers(0, 1), st.sampled_from(["a", "\x01j1", "7", "x\x00y", "é", None]),
+                          st.sampled_from(["a", "\x01j1", 7, "7", "x\x00y", "é", None, [1]]),
+                          st.one_of(st.sampled_from([None, 1, "é\n\"", "\x00", {"deep": [1.5, None, {"a": "b"}]}]),
                                     st.floats(allow_nan=False, allow_infinity=False)))
 
 
@@ -176,17 +176,21 @@ def _kernel_records(raw: list) -> list[tuple[int, dict]]:
 
 @settings(max_examples=200, deadline=None)
 @example(raw=[(1, "7", 7, 1), (0, "7", "7", 1), (1, "7", 7, None), (0, "7", "7", 1)], cuts=[], runs=[1], which=1,
-         cache=1, kernel_first=True)
+         cache=1, kernel_first=True, bulk=4096, per_json=4096)
 @example(raw=[(1, "a", 7, 1), (0, "a", 7, 1), (1, "7", 7, None), (0, "a", 7, 1)], cuts=[], runs=[1], which=3,
-         cache=1, kernel_first=True)
+         cache=1, kernel_first=True, bulk=4096, per_json=4096)
 @given(raw=st.lists(kernel_record, max_size=40), cuts=st.lists(st.integers(0, 60), max_size=4),
        runs=st.lists(st.integers(1, 7), min_size=1, max_size=5), which=st.integers(0, len(KERNEL_SPECS) - 1),
-       cache=st.integers(1, 5), kernel_first=st.booleans())
-def test_table_rows_kernel_writes_the_record_paths_bytes(raw, cuts, runs, which, cache, kernel_first):
+       cache=st.integers(1, 5), kernel_first=st.booleans(), bulk=st.sampled_from([1, 2, 3, 4096]),
+       per_json=st.integers(1, 4))
+def test_table_rows_kernel_writes_the_record_paths_bytes(raw, cuts, runs, which, cache, kernel_first, bulk, per_json):
     """TableRowsFeed (the follower's kernel of --table --as-of position with JSON-lines rows), fed in
     rounds of runs of any length with a checkpoint between rounds, writes byte for byte the rows of
     TableFeed fed record by record; and a checkpoint of either one resumes in the other (a run with
-    --output table, which takes the record path, after one with JSON lines)."""
+    --output table, which takes the record path, after one with JSON lines). `bulk` (store._BULK)
+    sends runs of that many keys past the cache (DiskTable._bulk_rows), and `per_json`
+    (store._ROWS_PER_JSON) cuts a flush into that many rows a json_each statement, a batch with a
+    NUL going the bound way."""
     from streamctl.processing.joins.feeders import TableRowsFeed
 
     spec = KERNEL_SPECS[which]
@@ -200,8 +204,8 @@ def test_table_rows_kernel_writes_the_record_paths_bytes(raw, cuts, runs, which,
 
     live: list[bytes] = []
     db = store.open_db(":memory:")
-    old = store.CACHE_ENTRIES
-    store.CACHE_ENTRIES = cache
+    old = store.CACHE_ENTRIES, store._BULK, store._ROWS_PER_JSON
+    store.CACHE_ENTRIES, store._BULK, store._ROWS_PER_JSON = cache, bulk, per_json
     try:
         bounds = sorted({0, len(items), *[c for c in cuts if c <= len(items)]})
         for n, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
@@ -227,5 +231,37 @@ def test_table_rows_kernel_writes_the_record_paths_bytes(raw, cuts, runs, which,
             db.execute("COMMIT")
             f.load(orjson.loads(orjson.dumps(f.dump())))
     finally:
-        store.CACHE_ENTRIES = old
+        store.CACHE_ENTRIES, store._BULK, store._ROWS_PER_JSON = old
     assert b"".join(live) == b"".join(whole)
+
+
+text_key = st.text(st.characters(blacklist_categories=("Cs",)), max_size=6)
+
+
+@settings(max_examples=100, deadline=None)
+@given(rows=st.dictionaries(text_key, st.one_of(text_key, st.integers(-2**63, 2**63 - 1), st.floats(allow_nan=False),
+                                                st.lists(text_key, max_size=2)), max_size=30),
+       per_json=st.integers(1, 8))
+def test_a_raw_tables_flush_stores_each_value_as_bound(rows, per_json):
+    """A raw table's flush through json_each (DiskTable._insert_json) stores each key and each value's
+    text exactly as binding them does (a table of values whose encoding is the identity: a TEXT key, a
+    BLOB value), whatever the characters: a batch with a NUL goes the bound way."""
+    texts = {k: orjson.dumps(v) for k, v in rows.items()}
+    stored = []
+    old = store._ROWS_PER_JSON
+    store._ROWS_PER_JSON = per_json
+    try:
+        for t in (store.DiskTable(store.open_db(":memory:"), "t", bytes, bytes),
+                  store.DiskTable(store.open_db(":memory:"), "t", raw=True)):
+            t.apply(texts)
+            t.db.execute("BEGIN")
+            t.flush()
+            t.db.execute("COMMIT")
+            stored.append(t.db.execute("SELECT k, typeof(k), v, typeof(v) FROM t ORDER BY k").fetchall())
+            t.cache.clear()
+            assert t.rows(list(texts)) == list(texts.values())
+    finally:
+        store._ROWS_PER_JSON = old
+    assert stored[0] == stored[1]
+    assert sorted((k, v) for k, _tk, v, _tv in stored[1]) == sorted((store.sql_key(k), v) for k, v in texts.items())
+    assert {tk for _k, tk, _v, _tv in stored[1]} <= {"text"} and {tv for *_x, tv in stored[1]} <= {"blob"}

@@ -257,6 +257,7 @@ class TableRowsFeed(TableFeed):
         self.table = table
         self.write_jsonl = write_jsonl
         self.left_field = value_field(spec.on[0])
+        self.left_is_record_key = spec.on[0] == ("key",)
 
     def feed(self, items: Items) -> None:
         pairs = list(items)
@@ -310,6 +311,8 @@ class TableRowsFeed(TableFeed):
         if self.left_field is not None:
             f = self.left_field
             keys = [v.get(f) if v.__class__ is dict else None for v in values]
+        elif self.left_is_record_key:
+            keys = list(map(dict.get, run, repeat("key")))  # key_getter(("key",)) a column at a time
         else:
             keys = list(map(self.left_key, run))
         rows = self.table.rows([k if k.__class__ is str or k is None else norm_key(k) for k in keys])
