@@ -26,6 +26,7 @@ changed since the last one.
 from __future__ import annotations
 
 import sqlite3
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from itertools import chain, repeat
 from operator import itemgetter
@@ -77,6 +78,16 @@ def open_db(path: str) -> sqlite3.Connection:
 
 _STR = {str}
 _SOH = repeat("\x01")
+
+
+def _escaped(names: list[Any]) -> bool:
+    """Whether any of these sorted strings (or (string, value) pairs) starts with \\x01, which
+    sql_key escapes: such strings sort together, from "\\x01" on."""
+    i = bisect_left(names, ("\x01",) if names and names[0].__class__ is tuple else "\x01")
+    if i == len(names):
+        return False
+    first = names[i]
+    return (first[0] if first.__class__ is tuple else first).startswith("\x01")
 
 
 def _same(raw: bytes) -> bytes:
@@ -174,8 +185,10 @@ class DiskTable(MutableMapping[Any, Any]):
         deletes); the keys are read from SQLite first where neither dirty nor cached."""
         asked = set(nkeys)
         asked.discard(None)
-        if len(asked) >= _BULK and not self.mutable and {*map(type, asked)} == _STR and not any(map(str.startswith, asked, _SOH)):
-            return self._bulk_rows(nkeys, asked)
+        if len(asked) >= _BULK and not self.mutable and {*map(type, asked)} == _STR:
+            names = sorted(asked)
+            if not _escaped(names):
+                return self._bulk_rows(nkeys, asked, names)
         self.prefetch(asked)
         dirty_get, cache_get, load = self.dirty.get, self.cache.get, self._load
         if not self.dirty:  # a run of events after a checkpoint: every key is cached now
@@ -195,17 +208,18 @@ class DiskTable(MutableMapping[Any, Any]):
             out.append(None if v is _ABSENT or v is _DELETED else v)
         return out
 
-    def _bulk_rows(self, nkeys: list[Any], asked: set[str]) -> list[Any]:
-        """rows() of a large run of common keys (each string its own TEXT key): read past the
-        cache, which would only churn (a run of random keys over a large table finds few of
-        them there, and costs more to keep up to date than the reads it saves)."""
+    def _bulk_rows(self, nkeys: list[Any], asked: set[str], names: list[str]) -> list[Any]:
+        """rows() of a large run of common keys (each string its own TEXT key; `names` the distinct
+        ones, sorted): read past the cache, which would only churn (a run of random keys over a
+        large table finds few of them there, and costs more to keep up to date than the reads it
+        saves)."""
         dirty = self.dirty
         found: dict[Any, Any] = {}
-        if dirty:
-            mine = asked & dirty.keys()
+        mine = asked & dirty.keys() if dirty else None
+        if mine:
             asked -= mine
             found.update({nk: dirty[nk] for nk in mine if dirty[nk] is not _DELETED})
-        names = sorted(asked)
+            names = [nk for nk in names if nk in asked]
         step = self.chunk
         for i in range(0, len(names), step):
             part = names[i:i + step]
@@ -248,9 +262,11 @@ class DiskTable(MutableMapping[Any, Any]):
         if not dirty:
             return 0
         values = dirty.values()
-        if _DELETED not in values and {*map(type, dirty)} == _STR and not any(map(str.startswith, dirty, _SOH)):
-            # the common case checked at C speed: no deletes, every key a string that is its own TEXT key
+        puts: list[tuple[Any, Any]] = []
+        if _DELETED not in values and {*map(type, dirty)} == _STR:
             puts = sorted(dirty.items())  # B-tree inserts in key order touch each page once (keys are unique)
+        if puts and not _escaped(puts):
+            # the common case checked at C speed: no deletes, every key a string that is its own TEXT key
             dels = []
         else:
             puts = [(k if k.__class__ is str and not k.startswith("\x01") else sql_key(k), v)
