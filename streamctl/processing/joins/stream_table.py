@@ -230,9 +230,9 @@ class _Side:
     """One input a block at a time: values, join keys, record keys (None: a plain file), the
     merge keys when asked, and the position of the next record in the block."""
 
-    def __init__(self, blocks: Iterator[Block], times_of: TimesOf) -> None:
+    def __init__(self, blocks: Iterator[Block], times_of: TimesOf | None) -> None:
         self.blocks = blocks
-        self.times_of = times_of
+        self.times_of = times_of  # None: a block's source is its merge keys already (a merged log)
         self.high = mergeorder.NO_TIME
         self.values: list[Any] = []
         self.keys: list[Any] = []
@@ -246,7 +246,9 @@ class _Side:
             if not values:
                 continue
             self.values, self.keys, self.rkeys = values, keys, rkeys
-            if timed:
+            if self.times_of is None:
+                self.marks = source
+            elif timed:
                 self.marks = mergeorder.merge_keys(self.times_of(source), self.high)
                 self.high = self.marks[-1]
             self.i, self.n = 0, len(values)
@@ -255,9 +257,10 @@ class _Side:
         return False
 
 
-def _log_side(path: str, on: Path, time_field: Path) -> _Side:
+def _log_side(path: str, on: Path, time_field: Path, table: bool) -> _Side:
     """A log's blocks in input order, joined on `on` (the record key, a value path or another record
-    path), its times read from `time_field` (the append time `ts` by default)."""
+    path), its times read from `time_field` (the append time `ts` by default); its record keys
+    are kept for a table (tombstones), not for events."""
     if on == ("key",):
         key_of = None
     elif on[0] == "value":
@@ -276,7 +279,7 @@ def _log_side(path: str, on: Path, time_field: Path) -> _Side:
         values = vals if vals is not None else [r["value"] for r in batch]
         rk = getattr(batch, "keys", None)
         rkeys = rk if rk is not None else [r.get("key") for r in batch]
-        return values, (rkeys if key_of is None else key_of(batch, values)), rkeys, (batch, values)
+        return values, (rkeys if key_of is None else key_of(batch, values)), rkeys if table else None, (batch, values)
 
     parts = inputorder.log_partitions(path)
     if len(parts) <= 1:  # one lane: its stored order
@@ -290,7 +293,7 @@ def _log_side(path: str, on: Path, time_field: Path) -> _Side:
                 yield times_of(*block[3]), block
 
     lanes = [mergeorder.Lane(lane(part), name=p) for p, part in parts]
-    return _Side(_merged(lanes), _as_is)
+    return _Side(_merged(lanes), None)
 
 
 def _merged(lanes: list[mergeorder.Lane]) -> Iterator[Block]:
@@ -302,16 +305,22 @@ def _merged(lanes: list[mergeorder.Lane]) -> Iterator[Block]:
             values, keys, rkeys, _source = lane.payload
             whole = not s and e == len(values)
             yield ((values, keys, rkeys, lane.keys) if whole else
-                   (values[s:e], keys[s:e], rkeys[s:e], lane.keys[s:e]))
+                   (values[s:e], keys[s:e], None if rkeys is None else rkeys[s:e], lane.keys[s:e]))
             continue
-        cols: tuple[list[Any], list[Any], list[Any], list[Any]] = ([], [], [], [])
+        vals: list[Any] = []
+        ks: list[Any] = []
+        marks: list[int] = []
+        rks: list[Any] | None = None if lanes[parts[0][0]].payload[2] is None else []
         for k, s, e in parts:
             values, keys, rkeys, _source = lanes[k].payload
-            cols[0].extend(values[s:e])
-            cols[1].extend(keys[s:e])
-            cols[2].extend(rkeys[s:e])
-            cols[3].extend(lanes[k].keys[s:e])
-        yield tuple(list(map(cols[c].__getitem__, order)) for c in range(4))  # type: ignore[misc]
+            vals += values[s:e]
+            ks += keys[s:e]
+            marks += lanes[k].keys[s:e]
+            if rks is not None:
+                rks += rkeys[s:e]
+        marks.sort()  # the merge keys in the order's order: `order` is their stable sort
+        yield (list(map(vals.__getitem__, order)), list(map(ks.__getitem__, order)),
+               None if rks is None else list(map(rks.__getitem__, order)), marks)
 
 
 def _plain_side(path: str, on: Path, time_field: Path, piece: int) -> _Side:
@@ -348,10 +357,6 @@ def _no_times(values: list[Any]) -> list[int | None]:
     return [None] * len(values)
 
 
-def _as_is(marks: list[int]) -> list[int]:
-    return marks
-
-
 def _first(f: Callable[[list[Any]], Sequence[int | None]]) -> TimesOf:
     return lambda source: f(source[0])
 
@@ -372,9 +377,46 @@ def enrich(left: str, right: str, on: tuple[Path, Path], time_field: tuple[Path,
     from `time_field`. Returns (events, changes, table size at the end). A plain file is read in
     pieces of about `piece` bytes: a piece's objects stay in the CPU cache while its rows are
     made (1 MiB blocks measured 2.5x slower end to end)."""
-    ev, tb = (_log_side(path, on[i], time_field[i]) if logs[i] else _plain_side(path, on[i], time_field[i], piece)
-              for i, path in enumerate((left, right)))
-    return _enrich(ev, tb, inner, write_jsonl, on[1] != ("key",))
+    from streamctl.processing import decoder
+
+    ev, tb = (_log_side(path, on[i], time_field[i], i == 1) if logs[i]
+              else _plain_side(path, on[i], time_field[i], piece) for i, path in enumerate((left, right)))
+    if logs[0] and decoder.can_fork():
+        ev = _read_ahead(ev, left)
+    try:
+        return _enrich(ev, tb, inner, write_jsonl, on[1] != ("key",))
+    finally:
+        close = getattr(ev.blocks, "close", None)
+        if close is not None:
+            close()  # a reading process is stopped and reaped now, whatever a traceback keeps alive
+
+
+def _read_ahead(side: _Side, path: str) -> _Side:
+    """An events log side read on a second core: a forked process (decoder.items) decodes its
+    records, reads their keys and times, merges its partitions and writes each value to JSON;
+    this one gets (value texts, join keys, merge keys) a block at a time and pastes the texts
+    into the rows (orjson.Fragment: the bytes orjson.dumps writes for the value), so decoding,
+    the merge and most of the rows' encoding leave the joining process. The log's end was
+    fixed when the side was made, before the fork: the same records as reading here. Not for a
+    plain event file, whose times this process reads only while the table lasts."""
+    from streamctl.processing import decoder
+
+    def blocks() -> Iterator[tuple[list[bytes], list[Any], list[int]]]:
+        dumps = orjson.dumps
+        while side.next_block(True):
+            yield list(map(dumps, side.values)), side.keys, side.marks
+
+    fragment = orjson.Fragment
+    ahead = decoder.items(blocks, path)
+
+    def received() -> Iterator[Block]:
+        try:
+            for texts, keys, marks in ahead:
+                yield list(map(fragment, texts)), keys, None, marks
+        finally:
+            ahead.close()
+
+    return _Side(received(), None)
 
 
 def _enrich(ev: _Side, tb: _Side, inner: bool, write_jsonl: Callable[[bytes], None],
