@@ -11,8 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import run_cli
-from streamctl.processing import inputorder
+from streamctl.processing import decoder, inputorder
 from streamctl.processing.joins import driver as joining
+from streamctl.processing.joins import stream_table
 
 from test_join import write_log
 
@@ -148,7 +149,6 @@ def test_plain_enrich_equals_record_path(tmp_path_factory, data, nested, sort, t
 def test_plain_enrich_reads_event_times_only_while_the_table_lasts(tmp_path, monkeypatch):
     """Once the table file is read to its end, the events go in file order: their times are not read
     (a later event with an unparsable time costs nothing), and the rows are the record path's."""
-    from streamctl.processing.joins import stream_table
 
     right = tmp_path / "tb.jsonl"
     right.write_bytes(b"".join(orjson.dumps({"u": f"u{i}", "at": T0 + i}) + b"\n" for i in range(50)))
@@ -214,12 +214,14 @@ def write_input(path: Any, form: str, records: list[tuple[Any, Any, int]], sort:
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), forms=st.tuples(*[st.sampled_from(["log1", "log3", "plain"])] * 2),
-       sort=st.booleans(), how=st.sampled_from(["inner", "left"]), piece=st.sampled_from([60, 300, 1 << 16]))
-def test_mixed_enrich_equals_record_path(tmp_path_factory, monkeypatch, data, forms, sort, how, piece):
+       sort=st.booleans(), how=st.sampled_from(["inner", "left"]), piece=st.sampled_from([60, 300, 1 << 16]),
+       readers=st.sampled_from(["here", "one", "per partition"]))
+def test_mixed_enrich_equals_record_path(tmp_path_factory, monkeypatch, data, forms, sort, how, piece, readers):
     """Each side a plain file or a log of one or three partitions; each side's time the append time,
     a value field (stragglers, ISO and epoch times, missing and unusable ones) or another record
     path (`offset`); joined on the record key or a value field; tombstones by record key and by
-    value path: the kernel's bytes and counts are the record path's on every example."""
+    value path; a log of events read in this process, by one reading process, or by one per
+    partition: the kernel's bytes and counts are the record path's on every example."""
     d = tmp_path_factory.mktemp("mixed")
     ev = data.draw(st.lists(mixed_record(), min_size=1, max_size=50), label="events")
     tb = data.draw(st.lists(mixed_record(), min_size=1, max_size=30), label="table")
@@ -228,6 +230,8 @@ def test_mixed_enrich_equals_record_path(tmp_path_factory, monkeypatch, data, fo
     on = [data.draw(st.sampled_from(["id"] if form == "plain" else ["id", "key"])) for form in forms]
     times = [data.draw(st.sampled_from(["ts", "at", "offset"])) for _form in forms]
     monkeypatch.setattr(inputorder, "PIECE", piece)
+    monkeypatch.setattr(decoder, "can_fork", lambda: readers != "here")
+    monkeypatch.setattr(stream_table, "MAX_READERS", 8 if readers == "per partition" else 0)
     spec = joining.make_spec(left, right, table=True, how=how, on="=".join(on), time_field="=".join(times))
     assert joining._kernel(spec, joining.check_inputs(spec)) is not None  # every such run takes the kernel
     want, wstats = reference(spec)

@@ -230,8 +230,10 @@ class _Side:
     """One input a block at a time: values, join keys, record keys (None: a plain file), the
     merge keys when asked, and the position of the next record in the block."""
 
-    def __init__(self, blocks: Iterator[Block], times_of: TimesOf | None) -> None:
+    def __init__(self, blocks: Iterator[Block], times_of: TimesOf | None,
+                 closers: list[Callable[[], None]] | None = None) -> None:
         self.blocks = blocks
+        self.closers = closers or []  # what stops the side's reading processes
         self.times_of = times_of  # None: a block's source is its merge keys already (a merged log)
         self.high = mergeorder.NO_TIME
         self.values: list[Any] = []
@@ -257,10 +259,11 @@ class _Side:
         return False
 
 
-def _log_side(path: str, on: Path, time_field: Path, table: bool) -> _Side:
+def _log_side(path: str, on: Path, time_field: Path, table: bool, ahead: bool = False) -> _Side:
     """A log's blocks in input order, joined on `on` (the record key, a value path or another record
     path), its times read from `time_field` (the append time `ts` by default); its record keys
-    are kept for a table (tombstones), not for events."""
+    are kept for a table (tombstones), not for events. With `ahead`, read on other cores
+    (_read_ahead, _partition_readers)."""
     if on == ("key",):
         key_of = None
     elif on[0] == "value":
@@ -284,7 +287,8 @@ def _log_side(path: str, on: Path, time_field: Path, table: bool) -> _Side:
     parts = inputorder.log_partitions(path)
     if len(parts) <= 1:  # one lane: its stored order
         blocks = (columns(b) for _p, part in parts for b in part if b)
-        return _Side(blocks, lambda source: times_of(*source))
+        side = _Side(blocks, lambda source: times_of(*source))
+        return _read_ahead(side, path) if ahead else side
 
     def lane(part: Iterator[list[Record]]) -> Iterator[tuple[Sequence[int | None], Block]]:
         for b in part:
@@ -292,8 +296,41 @@ def _log_side(path: str, on: Path, time_field: Path, table: bool) -> _Side:
                 block = columns(b)
                 yield times_of(*block[3]), block
 
-    lanes = [mergeorder.Lane(lane(part), name=p) for p, part in parts]
-    return _Side(_merged(lanes), None)
+    if ahead and len(parts) <= MAX_READERS:
+        return _partition_readers([lane(part) for _p, part in parts], path)
+    side = _Side(_merged([mergeorder.Lane(lane(part)) for _p, part in parts]), None)
+    return _read_ahead(side, path) if ahead else side
+
+
+# A log of events of up to this many partitions is read by a process per partition
+# (_partition_readers); one of more partitions by one reading process that also merges them.
+MAX_READERS = 8
+
+
+def _partition_readers(lanes: list[Iterator[tuple[Sequence[int | None], Block]]], path: str) -> _Side:
+    """A partitioned events log, each partition decoded in a forked process of its own (its records'
+    join keys, times and values written to JSON there), merged here by mergeorder.merge: the
+    decoding is spread over the other cores, and the merge, the lookups and the rows stay in
+    this process, which pastes the value texts into the rows (orjson.Fragment: the bytes
+    orjson.dumps writes for the value). The log's end was fixed when the lanes were made,
+    before the forks: the same records as reading here."""
+    from streamctl.processing import decoder
+
+    fragment = orjson.Fragment
+    closers: list[Callable[[], None]] = []
+
+    def read(lane: Iterator[tuple[Sequence[int | None], Block]]) -> Iterator[tuple[Sequence[int | None], Block]]:
+        items = decoder.items(lambda: ((times, *_texts(block)) for times, block in lane), path)
+        closers.append(items.close)
+        for times, texts, keys in items:
+            yield times, (list(map(fragment, texts)), keys, None, None)
+
+    return _Side(_merged([mergeorder.Lane(read(lane)) for lane in lanes]), None, closers)
+
+
+def _texts(block: Block) -> tuple[list[bytes], list[Any]]:
+    """A block's values written to JSON, and its join keys (what a reading process sends)."""
+    return list(map(orjson.dumps, block[0])), block[1]
 
 
 def _merged(lanes: list[mergeorder.Lane]) -> Iterator[Block]:
@@ -379,16 +416,14 @@ def enrich(left: str, right: str, on: tuple[Path, Path], time_field: tuple[Path,
     made (1 MiB blocks measured 2.5x slower end to end)."""
     from streamctl.processing import decoder
 
-    ev, tb = (_log_side(path, on[i], time_field[i], i == 1) if logs[i]
+    ahead = decoder.can_fork()
+    ev, tb = (_log_side(path, on[i], time_field[i], i == 1, ahead and i == 0) if logs[i]
               else _plain_side(path, on[i], time_field[i], piece) for i, path in enumerate((left, right)))
-    if logs[0] and decoder.can_fork():
-        ev = _read_ahead(ev, left)
     try:
         return _enrich(ev, tb, inner, write_jsonl, on[1] != ("key",))
     finally:
-        close = getattr(ev.blocks, "close", None)
-        if close is not None:
-            close()  # a reading process is stopped and reaped now, whatever a traceback keeps alive
+        for close in ev.closers:
+            close()  # reading processes are stopped and reaped now, whatever a traceback keeps alive
 
 
 def _read_ahead(side: _Side, path: str) -> _Side:
@@ -402,21 +437,13 @@ def _read_ahead(side: _Side, path: str) -> _Side:
     from streamctl.processing import decoder
 
     def blocks() -> Iterator[tuple[list[bytes], list[Any], list[int]]]:
-        dumps = orjson.dumps
         while side.next_block(True):
-            yield list(map(dumps, side.values)), side.keys, side.marks
+            yield *_texts((side.values, side.keys, None, None)), side.marks
 
     fragment = orjson.Fragment
     ahead = decoder.items(blocks, path)
-
-    def received() -> Iterator[Block]:
-        try:
-            for texts, keys, marks in ahead:
-                yield list(map(fragment, texts)), keys, None, marks
-        finally:
-            ahead.close()
-
-    return _Side(received(), None)
+    received = ((list(map(fragment, texts)), keys, None, marks) for texts, keys, marks in ahead)
+    return _Side(received, None, [ahead.close])
 
 
 def _enrich(ev: _Side, tb: _Side, inner: bool, write_jsonl: Callable[[bytes], None],
