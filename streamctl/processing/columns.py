@@ -168,7 +168,9 @@ class PlainFieldReader:
             raise ValueError(f"not readable as plain columns: {paths}")
         self.paths = list(dict.fromkeys(paths))
         tree = _value_tree(self.paths)
-        self._decode_all = msgspec.json.Decoder(list[_struct("Line", tree)]).decode  # type: ignore[misc]
+        line = _struct("Line", tree)
+        self._decode_all = msgspec.json.Decoder(list[line]).decode  # type: ignore[valid-type]
+        self._decode_lines = msgspec.json.Decoder(line).decode_lines
         self._getters = {p: _nested_getter(tree, p[1:]) for p in self.paths}
         self._inner = _inner_paths(tree, self.paths)
 
@@ -183,9 +185,16 @@ class PlainFieldReader:
         text = piece[:-1] if piece.endswith(b"\n") else piece
         n = text.count(b"\n") + 1
         try:
-            # the lines as one JSON array, one decoder call (a quarter less time than one a line);
-            # a blank line makes it invalid, a line holding two values makes one element too many
-            objs = self._decode_all(b"[" + text.replace(b"\n", b",") + b"]")
+            if text.startswith(b"{") and text.endswith(b"}") and text.count(b"}\n{") == n - 1:
+                # Every line starts with { and ends with }: no value can run over a line's end (inside
+                # one value a } and a { are never separated by whitespace alone), so the values are
+                # one a line at least, and exactly one when there are n of them. decode_lines reads
+                # them in place (a third less time than the array below: no copy of the piece).
+                objs = self._decode_lines(text)
+            else:
+                # the lines as one JSON array, one decoder call (a quarter less time than one a line);
+                # a blank line makes it invalid, a line holding two values makes one element too many
+                objs = self._decode_all(b"[" + text.replace(b"\n", b",") + b"]")
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None
         if len(objs) != n:

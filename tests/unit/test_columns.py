@@ -198,6 +198,27 @@ def test_what_the_plain_read_leaves_to_the_full_read(line):
     assert reader.read_piece(good + b"\n" + line + b"\n", 0) is None
 
 
+@pytest.mark.parametrize("piece", [
+    b'{"time":1}\n\n{"time":2}\n',  # a blank line
+    b'{"time":1} {"time":2}\n{"time":3}\n',  # two values on a line
+    b'{"time":1}{"time":2}\n{"time":\n3}\n',  # two on a line, one over two lines: as many values as lines
+    b'{"junk":"a}\n{b"}\n{"time":1}{"time":2}\n',  # a line end inside a (skipped) string
+    b'{"time":1},\n{"time":2}\n',
+])
+def test_the_plain_read_keeps_one_value_a_line(piece):
+    """Whichever way a piece is decoded (in place, when every line starts with { and ends with }, or
+    as one array), a piece whose lines are not one JSON value each is left to the full read."""
+    reader = columns.PlainFieldReader([("value", "time")])
+    assert reader.read_piece(piece, 0) is None
+
+
+@pytest.mark.parametrize("piece", [b'{"time":1}\n{"time":2}\n', b'{"time":1}\r\n {"time":2} \n{"time":3}'])
+def test_the_plain_read_of_whole_lines(piece):
+    reader = columns.PlainFieldReader([("value", "time")])
+    got = reader.read_piece(piece, 0)
+    assert got is not None and got.cols == {("value", "time"): [orjson.loads(x)["time"] for x in piece.split(b"\n") if x]}
+
+
 def test_readable_paths():
     assert columns.readable([("ts",), ("key",), ("value", "x")])
     assert columns.readable([("value", "a", "b"), ("value", "a", "c", "d")])
