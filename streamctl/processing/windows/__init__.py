@@ -51,7 +51,7 @@ def fold_events(op, batch: Batch, out: list) -> tuple[int, list[int]]:
     close() when the event moves the watermark. Returns (largest time, positions of late events).
     This is the whole of an operator's fold where rows depend on each single event (sliding,
     sessions, `--emit update`, `--late correct`)."""
-    ts, ks, cols, seq, maxt, lateness = batch
+    ts, ks, cols, seq, maxt, lateness = batch[:6]
     add, close = op.add, op.close
     clock = Watermark(lateness)
     if maxt != NO_WATERMARK:
@@ -82,6 +82,8 @@ class Batch(NamedTuple):
     seq: int
     maxt: int
     lateness: int
+    # each key's id (events.KeyIds) as (id space, int64 array), when the keys were numbered where read
+    ids: tuple[int, Any] | None = None
 
 
 def _group(cells: list[tuple[int, bytes]], pos: Iterable[int]) -> Iterable[tuple[tuple[int, bytes], list[int]]]:
@@ -189,7 +191,7 @@ class GridWindows:
         open windows' cells (numpy) or Plan's states, then the windows the watermark passed close."""
         if self.update or self.correct:
             return fold_events(self, batch, out)
-        ts, ks, cols, seq, maxt, lateness = batch
+        ts, ks, cols, seq, maxt, lateness = batch[:6]
         ends, ks, pos, lates = (self._tumbling(ts, ks, maxt, lateness) if self.size == self.hop
                                 else self._hopping(ts, ks, maxt, lateness))
         if self.columnar:

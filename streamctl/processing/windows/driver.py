@@ -31,6 +31,7 @@ from streamctl.processing.windows.config import (
 )
 from streamctl.processing.windows.events import (
     EventColumns,
+    KeyNames,
     RecordBlocks,
     make_prepare,
     subset,
@@ -62,6 +63,8 @@ class WindowRun:
             self.op.text_rows = True
         self.prepare = make_prepare(cfg, is_log, self.plan)
         self.columns = None if cfg.processing_time else EventColumns(cfg, is_log, self.plan)
+        self.is_log = is_log
+        self.key_names = KeyNames()
         self.watermark = Watermark(cfg.lateness)
         self.stats = WindowStats()
         self.seq = 0
@@ -80,7 +83,14 @@ class WindowRun:
                 # before the reading process is forked: not again in the child (~70 ms each)
                 import streamctl.processing.timecolumns  # noqa: F401
 
-                records.hooks["transform"] = self.columns
+                # Sessions over a plain file: the group keys numbered in the reading process
+                # (events.KeyIds), so the session index finds each event's group by id, with array
+                # work (the folding process is the slower of the two there). Grid windows keep the
+                # texts: their cells are per window, where most keys are new (a dict insert
+                # either way), and the numbering would only load the reading process.
+                cfg = self.cfg
+                use_ids = not self.is_log and cfg.kind == "session" and cfg.emit == "final" and cfg.late == "drop"
+                records.hooks["transform"] = self.columns.with_ids if use_ids else self.columns
                 # without a late sink, a batch whose columns were made needs no records (nor its bytes)
                 records.hooks["records"] = self.late_sink is not None
             try:
@@ -151,6 +161,9 @@ class WindowRun:
                     continue
                 pre = batch.pre if isinstance(batch, fieldcolumns.FieldBatch) else None
                 ts, ks, cols, counts = pre or columns(batch)
+                ids = None
+                if type(ks) is tuple:  # KeyIds's (space, ids, new texts)
+                    ks, ids = self.key_names(*ks)
                 times = ts
                 keep = None  # positions of the events with a usable time, when some have none
                 if ks is None:
@@ -162,7 +175,8 @@ class WindowRun:
                     plan.count_non_numeric(plan.specs[i].name, n)
                 if ts:
                     maxt = wmark.max_time if wmark.max_time is not None else NO_WATERMARK
-                    maxt, lates = self.op.fold(Batch(ts, ks, cols, self.seq, maxt, wmark.lateness), out)
+                    maxt, lates = self.op.fold(Batch(ts, ks, cols, self.seq, maxt, wmark.lateness,
+                                                       None if ids is None else (self.key_names.space, ids)), out)
                     self.seq += len(ts)
                     stats.events += len(ts)
                     if maxt != NO_WATERMARK:

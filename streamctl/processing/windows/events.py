@@ -213,6 +213,7 @@ class EventColumns:
         self.numeric = plan.numeric
         self.key_cache: dict[str, bytes] = {}
         self.key_json = key_json_cached(self.key_cache)
+        self.key_ids: KeyIds | None = None  # made on the first with_ids call (in the reading process)
 
     def __call__(self, recs: Any) -> tuple[list, Any, Any, Any]:
         """(times, keys, columns, counts); (times, None, None, ()) when some time is not usable (the
@@ -221,6 +222,11 @@ class EventColumns:
         if None in ts:
             return ts, None, None, ()
         ks = self.keys(recs)
+        cols, counts = self.values(recs)
+        return ts, ks, cols, counts
+
+    def values(self, recs: Any) -> tuple[list[list | None], list[tuple[int, int]]]:
+        """(the aggregation columns, counts of values that were not numbers)."""
         cols: list[list | None] = []
         counts = []
         for i, (spec, numeric) in enumerate(zip(self.specs, self.numeric, strict=True)):
@@ -233,6 +239,20 @@ class EventColumns:
                 if n:
                     counts.append((i, n))
             cols.append(col)
+        return cols, counts
+
+    def with_ids(self, recs: Any) -> tuple[list, Any, Any, Any]:
+        """__call__ with the keys as KeyIds's (space, ids, new texts) instead of their texts; for a
+        plain file's pieces, in the reading process. One --by path only (else as __call__)."""
+        if len(self.key_paths) > 1:
+            return self(recs)
+        ts = self.times(column(recs, self.time_path))
+        if None in ts:
+            return ts, None, None, ()
+        if self.key_ids is None:
+            self.key_ids = KeyIds(self.key_json)
+        ks = self.key_ids(column(recs, self.key_paths[0]))
+        cols, counts = self.values(recs)
         return ts, ks, cols, counts
 
     def times(self, x: list) -> list:
@@ -263,6 +283,86 @@ class EventColumns:
 
 
 _INT_TYPE = {int}
+# The reading process numbers at most this many group keys in one id space; the next new key starts
+# a new space (KeyIds): its memory, the folding process's names and the operators' tables by id stay
+# bounded by it, whatever the number of distinct keys in the input.
+KEY_IDS = 1 << 16
+
+
+class KeyIds:
+    """Group keys -> small ints, where the key column is read (the reading process, decoder.py), so
+    the process that folds maps a batch's keys to its groups with array work, not a dict look-up a
+    event. A key's id is its number among the keys of its id space in first-seen order; the text of
+    each new key travels once, with the batch that first holds it. When a batch's new keys would
+    take the space past `bound`, a new space starts at that batch (its number goes up by one) and
+    numbers that batch's keys again: the receiving side (KeyNames, and the tables by id of the
+    operators: session_index.OpenIndex, cells.Cells) starts afresh on the new space's number."""
+
+    def __init__(self, key_json: Callable[[Any], bytes], bound: int = KEY_IDS) -> None:
+        self.key_json = key_json
+        self.bound = bound
+        self.space = 0
+        # a str key by itself, any other value by its JSON text: a str never equals a bytes, and
+        # values Python calls equal (1, 1.0, True) keep their own texts
+        self.ids: dict[Any, int] = {}
+
+    def __call__(self, kv: list) -> tuple[int, bytes, list[bytes]]:
+        """(id space, the keys' ids as int32 bytes, the texts of the keys new in the space in id order)."""
+        from array import array
+
+        try:
+            "".join(kv)  # all strs (a quick check in C; msgspec makes no str subclass)
+            look = kv
+        except TypeError:
+            look = [k if type(k) is str else self.key_json(k) for k in kv]
+        ids = self.ids
+        got: list[Any] = list(map(ids.get, look))
+        new: list = []
+        if None in got:
+            if len(ids) + got.count(None) > self.bound and len(ids):
+                ids.clear()  # a new space, started at this batch
+                self.space += 1
+                got = [None] * len(look)
+            for i, g in enumerate(got):
+                if g is None:
+                    k = look[i]
+                    g = ids.get(k)
+                    if g is None:
+                        g = ids[k] = len(ids)
+                        new.append(kv[i])
+                    got[i] = g
+        return self.space, array("i", got).tobytes(), self._texts(new)
+
+    def _texts(self, vals: list) -> list[bytes]:
+        """key_json of each value: one orjson call cut at its commas when no text holds one."""
+        try:
+            texts = orjson.dumps(vals)[1:-1].split(b",")
+        except TypeError:
+            texts = []
+        if len(texts) == len(vals) and vals:
+            return texts
+        return list(map(self.key_json, vals))
+
+
+class KeyNames:
+    """The folding side of KeyIds: each id's key text in the current space."""
+
+    def __init__(self) -> None:
+        self.space = -1
+        self.names: Any = None  # numpy object array, by id
+
+    def __call__(self, space: int, ids: bytes, new: list[bytes]) -> tuple[list[bytes], Any]:
+        """(the keys' texts, their ids as an int64 array)."""
+        import numpy as np
+
+        if space != self.space:
+            self.space, self.names = space, np.empty(0, dtype=object)
+        if new:
+            more = np.empty(len(new), dtype=object)
+            more[:] = new
+            self.names = np.concatenate((self.names, more))
+        a = np.frombuffer(ids, dtype=np.int32).astype(np.int64)
+        return self.names[a].tolist(), a
 
 
 def subset(recs: Any, keep: list[int]) -> Any:

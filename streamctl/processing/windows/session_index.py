@@ -54,8 +54,16 @@ class OpenIndex:
     # handles and their newest[] is found again before the next assign()
     stale: set[bytes] = field(default_factory=set)
     nopen: np.ndarray = field(default_factory=lambda: np.zeros(16, dtype=np.int64))  # by group id: open sessions
+    # by key id (events.KeyIds) of the space `id_space`: its group id, -1 when not known yet
+    by_id: np.ndarray = field(default_factory=lambda: np.full(0, -1, dtype=np.int64))
+    id_space: int = -1
 
-    def group_ids(self, ks: list[bytes]) -> np.ndarray:
+    def group_ids(self, ks: list[bytes], ids: tuple[int, np.ndarray] | None = None) -> np.ndarray:
+        """Each key's group id (keys not seen before get the next ids in first-seen order). With the
+        keys' ids (events.KeyIds: (id space, ids)), by the table `by_id` (id -> group id, -1: not
+        known yet) of the current space: a look-up in the dict only for an id the table lacks."""
+        if ids is not None:
+            return self._group_ids_by_id(ks, *ids)
         gid = self.gid
         # One pass over the batch in C (a lookup is a memory access into a large dict, so passes
         # count); keys not seen before get the next ids in first-seen order.
@@ -70,6 +78,23 @@ class OpenIndex:
             self.newest = _grown(self.newest, len(gid), NO_HANDLE)
             self.nopen = _grown(self.nopen, len(gid), 0)
         return np.array(got, dtype=np.int64)
+
+    def _group_ids_by_id(self, ks: list[bytes], space: int, a: np.ndarray) -> np.ndarray:
+        if space != self.id_space:  # a new space: its ids mean other keys
+            self.id_space, self.by_id = space, np.full(0, -1, dtype=np.int64)
+        if not len(a):
+            return a
+        self.by_id = by_id = _grown(self.by_id, int(a.max()) + 1, -1)
+        got = by_id[a]
+        miss = np.flatnonzero(got < 0)
+        if len(miss):
+            # in first-seen order, as the dict path numbers new keys
+            group_id = self.group_id
+            for i, r in zip(miss.tolist(), a[miss].tolist(), strict=True):
+                if by_id[r] < 0:
+                    by_id[r] = group_id(ks[i])
+            got = by_id[a]
+        return got
 
     def group_id(self, k: bytes) -> int:
         g = self.gid.get(k)

@@ -50,7 +50,7 @@ def _part(batch: Batch, lo: int, hi: int, maxt: int) -> Batch:
     if lo == 0 and hi == len(batch.ts):
         return batch
     return Batch(batch.ts[lo:hi], batch.ks[lo:hi], [None if c is None else c[lo:hi] for c in batch.cols],
-                 batch.seq + lo, maxt, batch.lateness)
+                 batch.seq + lo, maxt, batch.lateness, None if batch.ids is None else (batch.ids[0], batch.ids[1][lo:hi]))
 
 
 class SessionKernel:
@@ -149,7 +149,7 @@ class SessionKernel:
         (whether it was late, the largest time)."""
         import numpy as np
 
-        ts, ks, cols, seq, _maxt, lateness = batch
+        ts, ks, cols, seq, _maxt, lateness = batch[:6]
         t, k = ts[i], ks[i]
         vals = tuple(True if c is None else c[i] for c in cols)
         self._open_index()
@@ -181,7 +181,7 @@ class SessionKernel:
 
         from streamctl.processing.windows.session_index import Pre
 
-        ts, ks, cols, seq, maxt, lateness = batch
+        ts, ks, cols, seq, maxt, lateness = batch[:6]
         gap, n = self.gap, len(ts)
         t = np.array(ts, dtype=np.int64)
         high = np.maximum.accumulate(t)  # the largest time up to each event
@@ -213,7 +213,7 @@ class SessionKernel:
             if numbers is None:  # an int too large for a float64 total to stay exact
                 self.to_states()
         index = self._open_index()
-        g_all = index.group_ids(ks)
+        g_all = index.group_ids(ks, batch.ids)
         pos = np.arange(n) if keep is None else np.flatnonzero(keep)
         if not len(pos):
             return self._close_batch(high, before, lateness, out), lates
