@@ -404,6 +404,74 @@ def test_plain_file_columns_equal_records(tmp_path_factory, evs, seps, kind, agg
     assert _run_plain(cfg, str(path), True) == _run_plain(cfg, str(path), False)
 
 
+KEYS = ["a", "b", "c", "d", None, 7, 1, 1.0, True, "x,y", 'q"r', "é"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(evs=st.lists(st.fixed_dictionaries({"ts": ms, "k": st.sampled_from(KEYS), "v": values}), max_size=80),
+       bound=st.integers(1, 5), piece=st.sampled_from([64, 200, 1 << 20]), lateness=st.sampled_from([0, M, 5 * M]),
+       aggs=st.sampled_from(AGG_SETS))
+def test_sessions_by_key_ids_equal_records(tmp_path_factory, monkeypatch, evs, bound, piece, lateness, aggs):
+    """Sessions over a plain file, the group keys numbered where they are read (events.KeyIds) in id
+    spaces of at most `bound` keys, so that batches cross id-space resets: the rows, counts and late
+    records of the per-record reference. Keys Python calls equal (1, 1.0, True) stay apart."""
+    from streamctl.processing import decoder
+    from streamctl.processing.windows import events
+
+    monkeypatch.setattr(events, "KEY_IDS", bound)
+    monkeypatch.setattr(decoder, "PLAIN_PIECE", piece)
+    path = tmp_path_factory.mktemp("plain") / "in.jsonl"
+    path.write_bytes(b"".join(orjson.dumps({"ts": e["ts"], "g": {"k": e["k"]}, "v": e["v"]}) + b"\n" for e in evs))
+    cfg = WindowConfig(kind="session", size=M, by=["g.k"], aggs=aggs, lateness=lateness)
+    assert _run_plain(cfg, str(path), True) == _run_plain(cfg, str(path), False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches=st.lists(st.lists(st.sampled_from(KEYS), min_size=1, max_size=12), max_size=8),
+       bound=st.integers(1, 6))
+def test_key_ids_give_each_key_its_text(batches, bound):
+    """KeyIds (the reading side) and KeyNames (the folding side) give each event its key's text as
+    EventColumns.keys writes it; within a space an id is one key; a space passes `bound` keys only
+    in the batch that starts it (one batch alone may hold more)."""
+    from streamctl.processing.windows.events import KeyIds, KeyNames, key_json_cached
+
+    key_json = key_json_cached()
+    ids, names = KeyIds(key_json, bound), KeyNames()
+    seen: dict = {}
+    for kv in batches:
+        before = (names.space, 0 if names.names is None else len(names.names))
+        space, raw, new = ids(kv)
+        ks, a = names(space, raw, new)
+        assert ks == [key_json(k) for k in kv]
+        assert len(names.names) in (before[1], *range(bound + 1)) or space != before[0] or before[1] == 0
+        for i, text in zip(a.tolist(), ks, strict=True):
+            assert seen.setdefault((space, i), text) == text
+
+
+def test_session_key_ids_are_used_and_their_spaces_reset(tmp_path, monkeypatch):
+    """The id path really runs for sessions over a plain file, across id-space resets."""
+    from streamctl.processing import decoder
+    from streamctl.processing.windows import events, session_index
+
+    monkeypatch.setattr(events, "KEY_IDS", 50)
+    monkeypatch.setattr(decoder, "PLAIN_PIECE", 4096)
+    monkeypatch.setattr(decoder, "can_fork", lambda: False)  # the reading side in this process, to look at
+    spaces: list = []
+    by_id = session_index.OpenIndex._group_ids_by_id
+
+    def spy(self, ks, space, a):
+        spaces.append(space)
+        return by_id(self, ks, space, a)
+
+    monkeypatch.setattr(session_index.OpenIndex, "_group_ids_by_id", spy)
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"".join(b'{"ts":%d,"g":{"k":"u%d"},"v":%d}\n' % (T0 + i * 1000, i % 400, i)
+                              for i in range(20000)))
+    cfg = WindowConfig(kind="session", size=M, by=["g.k"], aggs=["count", "avg:v"])
+    assert _run_plain(cfg, str(path), True) == _run_plain(cfg, str(path), False)
+    assert len(spaces) >= 10 and spaces[-1] >= 5 and spaces == sorted(spaces)
+
+
 def test_plain_file_pieces_are_read_as_columns(tmp_path):
     """The column read really runs on an ordinary file (and not on a piece with a blank line)."""
     from streamctl.processing import columns, decoder

@@ -298,9 +298,9 @@ class KeyIds:
     numbers that batch's keys again: the receiving side (KeyNames, and the tables by id of the
     operators: session_index.OpenIndex, cells.Cells) starts afresh on the new space's number."""
 
-    def __init__(self, key_json: Callable[[Any], bytes], bound: int = KEY_IDS) -> None:
+    def __init__(self, key_json: Callable[[Any], bytes], bound: int | None = None) -> None:
         self.key_json = key_json
-        self.bound = bound
+        self.bound = KEY_IDS if bound is None else bound
         self.space = 0
         # a str key by itself, any other value by its JSON text: a str never equals a bytes, and
         # values Python calls equal (1, 1.0, True) keep their own texts
