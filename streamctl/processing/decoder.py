@@ -26,6 +26,7 @@ and reaps it when the consumer stops early.
 from __future__ import annotations
 
 import marshal
+import mmap
 import os
 import pickle
 import signal
@@ -51,6 +52,20 @@ _MARSHAL, _PICKLE = b"m", b"p"
 _MARSHAL_VERSION = 4
 
 
+# In the reading process: how many items it has sent, and a page shared with the consumer, where
+# the consumer counts the items it has finished with (asked for the next one after)
+_sent = 0
+_done: Any = None
+
+
+def backlog() -> int:
+    """In the reading process: how many of the items it sent the consumer has not finished yet (a
+    consumer slower than the reader keeps the pipe full: several); 0 in any other process."""
+    if _done is None:
+        return 0
+    return _sent - int.from_bytes(_done[:8], "little")
+
+
 def can_fork() -> bool:
     return parallel.cores() >= 2 and hasattr(os, "fork")
 
@@ -67,11 +82,13 @@ def items(make: Callable[[], Iterable[T]], what: str) -> Generator[T, None, None
         fcntl.fcntl(w, _F_SETPIPE_SZ, PIPE_BYTES)
     except (ImportError, OSError):
         pass  # a smaller pipe only costs more wake-ups
+    done = mmap.mmap(-1, 8)  # shared with the child: the items finished here (backlog())
     pid = os.fork()
     if pid == 0:
         os.close(r)
-        _child(w, make)
+        _child(w, make, done)
     os.close(w)
+    finished = 0
     try:
         with os.fdopen(r, "rb", buffering=PIPE_BYTES) as f:
             while True:
@@ -84,11 +101,14 @@ def items(make: Callable[[], Iterable[T]], what: str) -> Generator[T, None, None
                 kind = msg[0]
                 if kind == "i":
                     yield msg[1]
+                    finished += 1
+                    done[:8] = finished.to_bytes(8, "little")
                 elif kind == "end":
                     return
                 else:
                     raise parallel.rebuilt_error(msg[1], msg[2])
     finally:
+        done.close()
         try:
             os.kill(pid, signal.SIGKILL)  # done or stopped early: it has nothing left to do
         except OSError:
@@ -99,8 +119,10 @@ def items(make: Callable[[], Iterable[T]], what: str) -> Generator[T, None, None
             pass
 
 
-def _child(w: int, make: Callable[[], Iterable[Any]]) -> None:
+def _child(w: int, make: Callable[[], Iterable[Any]], done: Any) -> None:
+    global _sent, _done
     code = 0
+    _sent, _done = 0, done
     try:
         # Ctrl-C reaches the whole process group: the parent decides (it kills the child when it
         # stops; if it dies, the child's next write fails). Were the child to die first, the parent
@@ -111,6 +133,7 @@ def _child(w: int, make: Callable[[], Iterable[Any]]) -> None:
             try:
                 for item in make():
                     _send(f, ("i", item))
+                    _sent += 1
                 _send(f, ("end",))
             except StreamctlError as e:
                 _send(f, ("e", type(e).__name__, str(e)))

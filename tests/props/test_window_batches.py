@@ -410,16 +410,21 @@ KEYS = ["a", "b", "c", "d", None, 7, 1, 1.0, True, "x,y", 'q"r', "é"]
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(evs=st.lists(st.fixed_dictionaries({"ts": ms, "k": st.sampled_from(KEYS), "v": values}), max_size=80),
        bound=st.integers(1, 5), piece=st.sampled_from([64, 200, 1 << 20]), lateness=st.sampled_from([0, M, 5 * M]),
-       aggs=st.sampled_from(AGG_SETS))
-def test_sessions_by_key_ids_equal_records(tmp_path_factory, monkeypatch, evs, bound, piece, lateness, aggs):
+       aggs=st.sampled_from(AGG_SETS), behind=st.lists(st.booleans(), min_size=1, max_size=6))
+def test_sessions_by_key_ids_equal_records(tmp_path_factory, monkeypatch, evs, bound, piece, lateness, aggs, behind):
     """Sessions over a plain file, the group keys numbered where they are read (events.KeyIds) in id
-    spaces of at most `bound` keys, so that batches cross id-space resets: the rows, counts and late
-    records of the per-record reference. Keys Python calls equal (1, 1.0, True) stay apart."""
+    spaces of at most `bound` keys, so that batches cross id-space resets, and only for the batches
+    read while the folder is `behind` (the others carry their keys' texts): the rows, counts and
+    late records of the per-record reference. Keys Python calls equal (1, 1.0, True) stay apart."""
+    from itertools import cycle
+
     from streamctl.processing import decoder
     from streamctl.processing.windows import events
 
     monkeypatch.setattr(events, "KEY_IDS", bound)
     monkeypatch.setattr(decoder, "PLAIN_PIECE", piece)
+    pattern = cycle([events.BEHIND if b else 0 for b in behind])
+    monkeypatch.setattr(decoder, "backlog", lambda: next(pattern))
     path = tmp_path_factory.mktemp("plain") / "in.jsonl"
     path.write_bytes(b"".join(orjson.dumps({"ts": e["ts"], "g": {"k": e["k"]}, "v": e["v"]}) + b"\n" for e in evs))
     cfg = WindowConfig(kind="session", size=M, by=["g.k"], aggs=aggs, lateness=lateness)
@@ -456,6 +461,7 @@ def test_session_key_ids_are_used_and_their_spaces_reset(tmp_path, monkeypatch):
     monkeypatch.setattr(events, "KEY_IDS", 50)
     monkeypatch.setattr(decoder, "PLAIN_PIECE", 4096)
     monkeypatch.setattr(decoder, "can_fork", lambda: False)  # the reading side in this process, to look at
+    monkeypatch.setattr(decoder, "backlog", lambda: events.BEHIND)  # as when the folder is the slower
     spaces: list = []
     by_id = session_index.OpenIndex._group_ids_by_id
 

@@ -449,3 +449,18 @@ def test_cli_window_by_and_aggs_through_columns_equal_records(run, logdir, by, a
     ref.feed_records(inputorder.log_records(logdir), rows.extend)
     ref.finish(rows.extend)
     assert p.stdout == b"".join(map(row_json, rows)) and rows
+
+
+def test_the_reading_process_sees_how_far_behind_its_consumer_is():
+    """decoder.backlog(): 0 outside a reading process; in one, the items sent that the consumer has
+    not finished. Small items stay in the reader's buffer until its end, so the consumer finishes
+    none of them before the reader has made them all: item k sees k items behind."""
+    from streamctl.processing import decoder
+
+    assert decoder.backlog() == 0
+
+    def make():
+        for _ in range(6):
+            yield decoder.backlog()
+
+    assert list(decoder.items(make, "test")) == [0, 1, 2, 3, 4, 5]

@@ -84,6 +84,8 @@ class Batch(NamedTuple):
     lateness: int
     # each key's id (events.KeyIds) as (id space, int64 array), when the keys were numbered where read
     ids: tuple[int, Any] | None = None
+    # the times as an int64 array too, when they came as one (events.EventColumns.packed)
+    times: Any = None
 
 
 def _group(cells: list[tuple[int, bytes]], pos: Iterable[int]) -> Iterable[tuple[tuple[int, bytes], list[int]]]:
@@ -192,7 +194,7 @@ class GridWindows:
         if self.update or self.correct:
             return fold_events(self, batch, out)
         ts, ks, cols, seq, maxt, lateness = batch[:6]
-        ends, ks, pos, lates = (self._tumbling(ts, ks, maxt, lateness) if self.size == self.hop
+        ends, ks, pos, lates = (self._tumbling(ts, ks, maxt, lateness, batch.times) if self.size == self.hop
                                 else self._hopping(ts, ks, maxt, lateness))
         if self.columnar:
             self._fold_cells(ends, ks, pos, cols)
@@ -203,13 +205,14 @@ class GridWindows:
             self.close(maxt - lateness, out)
         return maxt, lates
 
-    def _tumbling(self, ts: list[int], ks: list[bytes], maxt: int, lateness: int) -> tuple[Any, list, Any, list]:
+    def _tumbling(self, ts: list[int], ks: list[bytes], maxt: int, lateness: int,
+                  times: Any = None) -> tuple[Any, list, Any, list]:
         """(each kept event's window end, its key, its position, the late events' positions) with
         numpy: an event's window, the watermark before it (watermark.before_array), late or not."""
         import numpy as np
 
         n = len(ts)
-        t = np.fromiter(ts, dtype=np.int64, count=n)
+        t = np.fromiter(ts, dtype=np.int64, count=n) if times is None else times
         size = self.size
         end_array = t - t % size + size  # numpy's % floors as Python's does: pre-1970 times too
         # before the first time (NO_WATERMARK) nothing is late: every end is far above it

@@ -37,6 +37,7 @@ from streamctl.processing.windows.events import (
     subset,
     time_field_getter,
     time_range,
+    unpacked_times,
 )
 from streamctl.timeparse import bad_time_reason, now_ms
 
@@ -83,14 +84,15 @@ class WindowRun:
                 # before the reading process is forked: not again in the child (~70 ms each)
                 import streamctl.processing.timecolumns  # noqa: F401
 
-                # Sessions over a plain file: the group keys numbered in the reading process
-                # (events.KeyIds), so the session index finds each event's group by id, with array
-                # work (the folding process is the slower of the two there). Grid windows keep the
-                # texts: their cells are per window, where most keys are new (a dict insert
-                # either way), and the numbering would only load the reading process.
+                # A plain file's times travel as int64 bytes (the kernels take them as an array).
+                # Sessions: the group keys numbered in the reading process (events.KeyIds) while
+                # the folding process is the slower one, so the session index finds those events'
+                # groups by id, with array work. Grid windows keep the texts: their cells are per
+                # window, where most keys are new (a dict insert either way).
                 cfg = self.cfg
-                use_ids = not self.is_log and cfg.kind == "session" and cfg.emit == "final" and cfg.late == "drop"
-                records.hooks["transform"] = self.columns.with_ids if use_ids else self.columns
+                use_ids = cfg.kind == "session" and cfg.emit == "final" and cfg.late == "drop"
+                records.hooks["transform"] = (self.columns if self.is_log else self.columns.packed_balanced
+                                              if use_ids else self.columns.packed)
                 # without a late sink, a batch whose columns were made needs no records (nor its bytes)
                 records.hooks["records"] = self.late_sink is not None
             try:
@@ -164,6 +166,7 @@ class WindowRun:
                 ids = None
                 if type(ks) is tuple:  # KeyIds's (space, ids, new texts)
                     ks, ids = self.key_names(*ks)
+                ts, tarr = unpacked_times(ts)
                 times = ts
                 keep = None  # positions of the events with a usable time, when some have none
                 if ks is None:
@@ -176,7 +179,7 @@ class WindowRun:
                 if ts:
                     maxt = wmark.max_time if wmark.max_time is not None else NO_WATERMARK
                     maxt, lates = self.op.fold(Batch(ts, ks, cols, self.seq, maxt, wmark.lateness,
-                                                       None if ids is None else (self.key_names.space, ids)), out)
+                                                       None if ids is None else (self.key_names.space, ids), tarr), out)
                     self.seq += len(ts)
                     stats.events += len(ts)
                     if maxt != NO_WATERMARK:

@@ -255,6 +255,26 @@ class EventColumns:
         cols, counts = self.values(recs)
         return ts, ks, cols, counts
 
+    def packed(self, recs: Any) -> tuple[Any, Any, Any, Any]:
+        """__call__ for a plain file's grid windows, the times as int64 bytes when all are usable
+        (the folding process takes them as an array, without a list to convert)."""
+        return _packed(self(recs))
+
+    def packed_with_ids(self, recs: Any) -> tuple[Any, Any, Any, Any]:
+        """with_ids, the times as in packed."""
+        return _packed(self.with_ids(recs))
+
+    def packed_balanced(self, recs: Any) -> tuple[Any, Any, Any, Any]:
+        """In the reading process of a plain file's session run: packed_with_ids while the folding
+        process is the slower one (BEHIND or more of the batches sent are not folded yet), else
+        packed (the keys' texts; the session index then finds their groups itself). Both give the
+        same rows and state (test_window_batches.py); the numbering goes where there is time for it."""
+        from streamctl.processing import decoder
+
+        if decoder.backlog() >= BEHIND:
+            return self.packed_with_ids(recs)
+        return self.packed(recs)
+
     def times(self, x: list) -> list:
         lo, hi = self.lo, self.hi
         if self.append_time and {*map(type, x)} == _INT_TYPE or not self.append_time and epoch_ms_column(x):
@@ -283,10 +303,29 @@ class EventColumns:
 
 
 _INT_TYPE = {int}
+
+
+def _packed(pre: tuple) -> tuple:
+    from array import array
+
+    ts, ks, cols, counts = pre
+    return (ts if ks is None else array("q", ts).tobytes()), ks, cols, counts
+
+
+def unpacked_times(ts: Any) -> tuple[list, Any]:
+    """(the times as a list, as an int64 array or None): the times of EventColumns.packed."""
+    if type(ts) is not bytes:
+        return ts, None
+    import numpy as np
+
+    t = np.frombuffer(ts, dtype=np.int64)
+    return t.tolist(), t
 # The reading process numbers at most this many group keys in one id space; the next new key starts
 # a new space (KeyIds): its memory, the folding process's names and the operators' tables by id stay
 # bounded by it, whatever the number of distinct keys in the input.
 KEY_IDS = 1 << 16
+# batches sent by the reading process and not yet folded from which the folder counts as the slower
+BEHIND = 2
 
 
 class KeyIds:

@@ -50,7 +50,8 @@ def _part(batch: Batch, lo: int, hi: int, maxt: int) -> Batch:
     if lo == 0 and hi == len(batch.ts):
         return batch
     return Batch(batch.ts[lo:hi], batch.ks[lo:hi], [None if c is None else c[lo:hi] for c in batch.cols],
-                 batch.seq + lo, maxt, batch.lateness, None if batch.ids is None else (batch.ids[0], batch.ids[1][lo:hi]))
+                 batch.seq + lo, maxt, batch.lateness, None if batch.ids is None else (batch.ids[0], batch.ids[1][lo:hi]),
+                 None if batch.times is None else batch.times[lo:hi])
 
 
 class SessionKernel:
@@ -183,7 +184,7 @@ class SessionKernel:
 
         ts, ks, cols, seq, maxt, lateness = batch[:6]
         gap, n = self.gap, len(ts)
-        t = np.array(ts, dtype=np.int64)
+        t = np.array(ts, dtype=np.int64) if batch.times is None else batch.times
         high = np.maximum.accumulate(t)  # the largest time up to each event
         np.maximum(high, maxt, out=high)
         before = np.empty(n, dtype=np.int64)
