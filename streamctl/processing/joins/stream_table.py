@@ -221,14 +221,15 @@ class TableAsOfTime:
 # partition 0, no key, no ts), so `--time-field offset` means what it means on the record path.
 
 Path = tuple[str, ...]
-# A side's block: values, join keys, record keys (None: a plain file), what its times_of reads
+# A side's block: values, join keys, record keys (None: a plain file, or events, which need none),
+# and what its times_of reads (the merge keys themselves when times_of is None)
 Block = tuple[list[Any], list[Any], list[Any] | None, Any]
 TimesOf = Callable[[Any], Sequence[int | None]]
 
 
 class _Side:
-    """One input a block at a time: values, join keys, record keys (None: a plain file), the
-    merge keys when asked, and the position of the next record in the block."""
+    """One input a block at a time: values, join keys, record keys (None: a plain file, or events),
+    the merge keys when asked, and the position of the next record in the block."""
 
     def __init__(self, blocks: Iterator[Block], times_of: TimesOf | None,
                  closers: list[Callable[[], None]] | None = None) -> None:
@@ -450,7 +451,8 @@ def _enrich(ev: _Side, tb: _Side, inner: bool, write_jsonl: Callable[[bytes], No
             by_value_path: bool) -> tuple[int, int, int]:
     """The rows of TableAtPosition over two sides; a table record changes the rows
     keys.changed_rows names. Events read their times only while the table has changes left:
-    once it is read to its end, the rest of the events are enriched in their own order."""
+    once it is read to its end, the rest of the events are enriched in their own order (a log
+    of events whose blocks come with their merge keys, merged or read ahead, has them anyway)."""
     table: dict[Any, Any] = {}
     dumps, fragment = orjson.dumps, orjson.Fragment
     nl = orjson.OPT_APPEND_NEWLINE
