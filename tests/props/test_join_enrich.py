@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from conftest import run_cli
 from streamctl.processing import decoder, inputorder
 from streamctl.processing.joins import driver as joining
-from streamctl.processing.joins import stream_table
+from streamctl.processing.joins import table_inputs
 
 from test_join import write_log
 
@@ -156,7 +156,7 @@ def test_plain_enrich_reads_event_times_only_while_the_table_lasts(tmp_path, mon
     left.write_bytes(b"".join(orjson.dumps({"u": f"u{i % 60}", "at": T0 + 20 + i}) + b"\n" for i in range(3000)))
     spec = joining.make_spec(str(left), str(right), table=True, how="left", on="u", time_field="at")
     timed_blocks = []
-    real = stream_table._Side.next_block
+    real = table_inputs.Side.next_block
 
     def spy(self, timed):
         got = real(self, timed)
@@ -164,7 +164,7 @@ def test_plain_enrich_reads_event_times_only_while_the_table_lasts(tmp_path, mon
             timed_blocks.append(len(self.values))
         return got
 
-    monkeypatch.setattr(stream_table._Side, "next_block", spy)
+    monkeypatch.setattr(table_inputs.Side, "next_block", spy)
     out: list[bytes] = []
     joining.run(spec, write_jsonl=out.append, block_bytes=4096)
     assert b"".join(out) == reference(spec)[0]
@@ -231,7 +231,7 @@ def test_mixed_enrich_equals_record_path(tmp_path_factory, monkeypatch, data, fo
     times = [data.draw(st.sampled_from(["ts", "at", "offset"])) for _form in forms]
     monkeypatch.setattr(inputorder, "PIECE", piece)
     monkeypatch.setattr(decoder, "can_fork", lambda: readers != "here")
-    monkeypatch.setattr(stream_table, "MAX_READERS", 8 if readers == "per partition" else 0)
+    monkeypatch.setattr(table_inputs, "MAX_READERS", 8 if readers == "per partition" else 0)
     spec = joining.make_spec(left, right, table=True, how=how, on="=".join(on), time_field="=".join(times))
     assert joining._kernel(spec, joining.check_inputs(spec)) is not None  # every such run takes the kernel
     want, wstats = reference(spec)

@@ -43,19 +43,16 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from collections.abc import Callable, MutableMapping
 from itertools import repeat
-from operator import itemgetter
 from typing import Any
 
 import orjson
 
-from streamctl.processing import inputorder, mergeorder
-from streamctl.processing.joins import MIN_TIME, Emit
-from streamctl.processing.joins.keys import block_column, block_times, changed_rows, key_getter, norm_key, time_getter
+from streamctl.processing import inputorder
+from streamctl.processing.joins import MIN_TIME, Emit, table_inputs
+from streamctl.processing.joins.keys import changed_rows, norm_key
 from streamctl.processing.watermark import Watermark
-
-Record = dict[str, Any]
 
 
 class TableAtPosition:
@@ -199,212 +196,9 @@ class TableAsOfTime:
         return sum(len(h.times) for h in self.history.values()) + len(self.waiting)
 
 
-# ---- the batch kernel of TableAtPosition ------------------------------------------------------
-#
-# A side is one input, a log (any number of partitions) or a plain file (or `-`), read a block at
-# a time into columns: values, join keys, record keys (for tombstones; a plain file has none) and,
-# when asked, merge keys: the running maximum of the side's times in the side's own order
-# (mergeorder.merge_keys, carried from block to block). A plain file and a one-partition log are
-# one lane each, so that running maximum is each record's merge key by definition. A log of
-# several partitions is merged by mergeorder.merge over its partitions' lanes, their times read
-# once by the side's time field (the append time or any other), and each record keeps its lane's
-# merge key: the merge hands records out in merge-key order, so the running maximum over the
-# merged records is those same keys (a record's key is a time of its own lane read at or before
-# it, and no record before it has a larger key). Either way, comparing the two sides' merge keys,
-# the table first on equal keys, is the input order's rule: (merge key, input, partition,
-# offset), the table's lanes first.
-#
-# Keys and times are read as the record path reads them (joins/keys.py): a value path a column at
-# a time (block_column, block_times); the record key and `ts` from the records; any other record
-# path (offset, partition, headers...) by key_getter / time_getter on each record -- for a plain
-# file, on the records inputorder.plain_records_of makes of its lines (offset = record number,
-# partition 0, no key, no ts), so `--time-field offset` means what it means on the record path.
+# ---- the batch kernel of TableAtPosition (its inputs: table_inputs.py) ---------------------------
 
 Path = tuple[str, ...]
-# A side's block: values, join keys, record keys (None: a plain file, or events, which need none),
-# and what its times_of reads (the merge keys themselves when times_of is None)
-Block = tuple[list[Any], list[Any], list[Any] | None, Any]
-TimesOf = Callable[[Any], Sequence[int | None]]
-
-
-class _Side:
-    """One input a block at a time: values, join keys, record keys (None: a plain file, or events),
-    the merge keys when asked, and the position of the next record in the block."""
-
-    def __init__(self, blocks: Iterator[Block], times_of: TimesOf | None,
-                 closers: list[Callable[[], None]] | None = None) -> None:
-        self.blocks = blocks
-        self.closers = closers or []  # what stops the side's reading processes
-        self.times_of = times_of  # None: a block's source is its merge keys already (a merged log)
-        self.high = mergeorder.NO_TIME
-        self.values: list[Any] = []
-        self.keys: list[Any] = []
-        self.rkeys: list[Any] | None = None
-        self.marks: list[int] = []
-        self.i = self.n = 0
-
-    def next_block(self, timed: bool) -> bool:
-        """The next block (its merge keys read when `timed`); False at the end of the input."""
-        for values, keys, rkeys, source in self.blocks:
-            if not values:
-                continue
-            self.values, self.keys, self.rkeys = values, keys, rkeys
-            if self.times_of is None:
-                self.marks = source
-            elif timed:
-                self.marks = mergeorder.merge_keys(self.times_of(source), self.high)
-                self.high = self.marks[-1]
-            self.i, self.n = 0, len(values)
-            return True
-        self.i = self.n = 0
-        return False
-
-
-def _log_side(path: str, on: Path, time_field: Path, table: bool, ahead: bool = False) -> _Side:
-    """A log's blocks in input order, joined on `on` (the record key, a value path or another record
-    path), its times read from `time_field` (the append time `ts` by default); its record keys
-    are kept for a table (tombstones), not for events. With `ahead`, read on other cores
-    (_read_ahead, _partition_readers)."""
-    if on == ("key",):
-        key_of = None
-    elif on[0] == "value":
-        key_of = _on_values(block_column(on))
-    else:
-        key_of = _on_records(key_getter(on))
-    if time_field == ("ts",):
-        times_of: Callable[[list[Record], list[Any]], Sequence[int | None]] = _ts_column
-    elif time_field[0] == "value":
-        times_of = _on_values(block_times(time_field))
-    else:
-        times_of = _on_records(time_getter(time_field))
-
-    def columns(batch: list[Record]) -> Block:
-        vals = getattr(batch, "values", None)
-        values = vals if vals is not None else [r["value"] for r in batch]
-        rk = getattr(batch, "keys", None)
-        rkeys = rk if rk is not None else [r.get("key") for r in batch]
-        return values, (rkeys if key_of is None else key_of(batch, values)), rkeys if table else None, (batch, values)
-
-    parts = inputorder.log_partitions(path)
-    if len(parts) <= 1:  # one lane: its stored order
-        blocks = (columns(b) for _p, part in parts for b in part if b)
-        side = _Side(blocks, lambda source: times_of(*source))
-        return _read_ahead(side, path) if ahead else side
-
-    def lane(part: Iterator[list[Record]]) -> Iterator[tuple[Sequence[int | None], Block]]:
-        for b in part:
-            if b:
-                block = columns(b)
-                yield times_of(*block[3]), block
-
-    if ahead and len(parts) <= MAX_READERS:
-        return _partition_readers([lane(part) for _p, part in parts], path)
-    side = _Side(_merged([mergeorder.Lane(lane(part)) for _p, part in parts]), None)
-    return _read_ahead(side, path) if ahead else side
-
-
-# A log of events of up to this many partitions is read by a process per partition
-# (_partition_readers); one of more partitions by one reading process that also merges them.
-MAX_READERS = 8
-
-
-def _partition_readers(lanes: list[Iterator[tuple[Sequence[int | None], Block]]], path: str) -> _Side:
-    """A partitioned events log, each partition decoded in a forked process of its own (its records'
-    join keys, times and values written to JSON there), merged here by mergeorder.merge: the
-    decoding is spread over the other cores, and the merge, the lookups and the rows stay in
-    this process, which pastes the value texts into the rows (orjson.Fragment: the bytes
-    orjson.dumps writes for the value). The log's end was fixed when the lanes were made,
-    before the forks: the same records as reading here."""
-    from streamctl.processing import decoder
-
-    fragment = orjson.Fragment
-    closers: list[Callable[[], None]] = []
-
-    def read(lane: Iterator[tuple[Sequence[int | None], Block]]) -> Iterator[tuple[Sequence[int | None], Block]]:
-        items = decoder.items(lambda: ((times, *_texts(block)) for times, block in lane), path)
-        closers.append(items.close)
-        for times, texts, keys in items:
-            yield times, (list(map(fragment, texts)), keys, None, None)
-
-    return _Side(_merged([mergeorder.Lane(read(lane)) for lane in lanes]), None, closers)
-
-
-def _texts(block: Block) -> tuple[list[bytes], list[Any]]:
-    """A block's values written to JSON, and its join keys (what a reading process sends)."""
-    return list(map(orjson.dumps, block[0])), block[1]
-
-
-def _merged(lanes: list[mergeorder.Lane]) -> Iterator[Block]:
-    """The lanes' columns in input order (mergeorder.merge), each block's source its merge keys."""
-    for parts, order in mergeorder.merge(lanes):
-        if order is None:
-            k, s, e = parts[0]
-            lane = lanes[k]
-            values, keys, rkeys, _source = lane.payload
-            whole = not s and e == len(values)
-            yield ((values, keys, rkeys, lane.keys) if whole else
-                   (values[s:e], keys[s:e], None if rkeys is None else rkeys[s:e], lane.keys[s:e]))
-            continue
-        vals: list[Any] = []
-        ks: list[Any] = []
-        marks: list[int] = []
-        rks: list[Any] | None = None if lanes[parts[0][0]].payload[2] is None else []
-        for k, s, e in parts:
-            values, keys, rkeys, _source = lanes[k].payload
-            vals += values[s:e]
-            ks += keys[s:e]
-            marks += lanes[k].keys[s:e]
-            if rks is not None:
-                rks += rkeys[s:e]
-        marks.sort()  # the merge keys in the order's order: `order` is their stable sort
-        yield (list(map(vals.__getitem__, order)), list(map(ks.__getitem__, order)),
-               None if rks is None else list(map(rks.__getitem__, order)), marks)
-
-
-def _plain_side(path: str, on: Path, time_field: Path, piece: int) -> _Side:
-    """A plain file's blocks, joined on the value path `on`, its times read from `time_field`."""
-    key_of = block_column(on)
-    times_of: TimesOf
-    if time_field[0] == "value":
-        times_of = _first(block_times(time_field))
-    elif time_field == ("ts",):
-        times_of = _first(_no_times)  # a plain record has no ts: with the default time field the file has none
-    else:
-        get = time_getter(time_field)
-
-        def times_of(source: tuple[list[Any], int]) -> list[int | None]:
-            return list(map(get, inputorder.plain_records_of(*source)))
-
-    def blocks() -> Iterator[Block]:
-        base = 0  # the record number of the block's first value
-        for values in inputorder.plain_blocks(path, piece):
-            yield values, key_of(values), None, (values, base)
-            base += len(values)
-
-    return _Side(blocks(), times_of)
-
-
-_ts = itemgetter("ts")
-
-
-def _ts_column(batch: list[Record], _values: list[Any]) -> list[int | None]:
-    return list(map(_ts, batch))
-
-
-def _no_times(values: list[Any]) -> list[int | None]:
-    return [None] * len(values)
-
-
-def _first(f: Callable[[list[Any]], Sequence[int | None]]) -> TimesOf:
-    return lambda source: f(source[0])
-
-
-def _on_values(f: Callable[[list[Any]], list[Any]]) -> Callable[[list[Record], list[Any]], list[Any]]:
-    return lambda _batch, values: f(values)
-
-
-def _on_records(get: Callable[[Record], Any]) -> Callable[[list[Record], list[Any]], list[Any]]:
-    return lambda batch, _values: list(map(get, batch))
 
 
 def enrich(left: str, right: str, on: tuple[Path, Path], time_field: tuple[Path, Path], inner: bool,
@@ -418,8 +212,8 @@ def enrich(left: str, right: str, on: tuple[Path, Path], time_field: tuple[Path,
     from streamctl.processing import decoder
 
     ahead = decoder.can_fork()
-    ev, tb = (_log_side(path, on[i], time_field[i], i == 1, ahead and i == 0) if logs[i]
-              else _plain_side(path, on[i], time_field[i], piece) for i, path in enumerate((left, right)))
+    ev, tb = (table_inputs.log_side(path, on[i], time_field[i], i == 1, ahead and i == 0) if logs[i]
+              else table_inputs.plain_side(path, on[i], time_field[i], piece) for i, path in enumerate((left, right)))
     try:
         return _enrich(ev, tb, inner, write_jsonl, on[1] != ("key",))
     finally:
@@ -427,27 +221,7 @@ def enrich(left: str, right: str, on: tuple[Path, Path], time_field: tuple[Path,
             close()  # reading processes are stopped and reaped now, whatever a traceback keeps alive
 
 
-def _read_ahead(side: _Side, path: str) -> _Side:
-    """An events log side read on a second core: a forked process (decoder.items) decodes its
-    records, reads their keys and times, merges its partitions and writes each value to JSON;
-    this one gets (value texts, join keys, merge keys) a block at a time and pastes the texts
-    into the rows (orjson.Fragment: the bytes orjson.dumps writes for the value), so decoding,
-    the merge and most of the rows' encoding leave the joining process. The log's end was
-    fixed when the side was made, before the fork: the same records as reading here. Not for a
-    plain event file, whose times this process reads only while the table lasts."""
-    from streamctl.processing import decoder
-
-    def blocks() -> Iterator[tuple[list[bytes], list[Any], list[int]]]:
-        while side.next_block(True):
-            yield *_texts((side.values, side.keys, None, None)), side.marks
-
-    fragment = orjson.Fragment
-    ahead = decoder.items(blocks, path)
-    received = ((list(map(fragment, texts)), keys, None, marks) for texts, keys, marks in ahead)
-    return _Side(received, None, [ahead.close])
-
-
-def _enrich(ev: _Side, tb: _Side, inner: bool, write_jsonl: Callable[[bytes], None],
+def _enrich(ev: table_inputs.Side, tb: table_inputs.Side, inner: bool, write_jsonl: Callable[[bytes], None],
             by_value_path: bool) -> tuple[int, int, int]:
     """The rows of TableAtPosition over two sides; a table record changes the rows
     keys.changed_rows names. Events read their times only while the table has changes left:
