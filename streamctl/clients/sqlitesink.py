@@ -595,6 +595,9 @@ class SqliteCommitter(Committer):
         todo = {p: o for p, o in nexts.items() if self.committed.get(p) != o}
         if todo or self.rows:
             if mirror and not self.table.in_flight():
+                # the writer thread's finished batches first: they are older than this one, and
+                # taken after it their offsets would set the mirror back behind the database
+                self.mirror.update(self.table.take_stored())
                 self.mirror.update(self.table.apply(self.rows, todo))
             else:
                 self.table.apply_async(self.rows, todo)

@@ -456,3 +456,29 @@ def test_ctrl_c_while_waiting_for_a_lock_exits_130_and_commits_nothing(tmp_path)
     assert proc.returncode == 130, err
     assert b"interrupted while waiting for a lock" in err and b"Traceback" not in err
     assert len(table_rows(db, "orders")) == 1
+
+
+def test_the_group_file_never_falls_behind_a_sync_commit_after_async_ones(tmp_path):
+    """A batch the writer thread finished (its offsets not yet taken) is older than a commit made
+    in this thread after it: the group file gets the newer offsets, as the database does."""
+    from streamctl.clients.sqlitesink import open_sink
+    from streamctl.groups import offsets
+    from streamctl.storage.log import open_log
+
+    log, db = str(tmp_path / "orders"), str(tmp_path / "r.db")
+    run_cli("produce", log, input="".join(f'{{"n": {i}}}\n' for i in range(20)), check=True)
+    lg = open_log(log)
+    sink = open_sink(lg, "g", [0], "earliest", db, None, "append", 5, None, lambda _m: None)
+    c = sink.committer
+    rows = [(None, json.dumps(r["value"]), None, r["ts"], 0, r["offset"]) for r in log_records(log)]
+    c.rows = rows[:10]
+    c.queued(0, 10)
+    c.commit(mirror=False)  # a full batch while catching up: the writer thread's
+    c.table.wait()  # done, its offsets not yet taken: nothing is in flight
+    assert not c.table.in_flight()
+    c.rows = rows[10:]
+    c.queued(0, 20)
+    c.commit(final=True)  # this thread's transaction, newer than the thread's
+    c.table.close()
+    assert db_offsets(db, "g") == {0: 20}
+    assert offsets.load(lg, "g") == {0: 20}
