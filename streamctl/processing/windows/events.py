@@ -289,17 +289,7 @@ class EventColumns:
     def keys(self, recs: Any) -> list[bytes]:
         if len(self.key_paths) > 1:
             return [b"%b" % orjson.dumps(list(t)) for t in zip(*(column(recs, p) for p in self.key_paths), strict=True)]
-        kv = column(recs, self.key_paths[0])
-        # The keys' JSON texts from one orjson call for the column, cut at its commas: each element
-        # is written as dumps() writes it alone, and when no key holds a comma there is one piece
-        # per key (the cut is kept only then).
-        try:
-            ks = orjson.dumps(kv)[1:-1].split(b",")
-        except TypeError:
-            ks = []
-        if len(ks) == len(kv) and kv:
-            return ks
-        return list(map(self.key_json, kv))
+        return key_texts(column(recs, self.key_paths[0]), self.key_json)
 
 
 _INT_TYPE = {int}
@@ -370,17 +360,8 @@ class KeyIds:
                         g = ids[k] = len(ids)
                         new.append(kv[i])
                     got[i] = g
-        return self.space, array("i", got).tobytes(), self._texts(new)
+        return self.space, array("i", got).tobytes(), key_texts(new, self.key_json)
 
-    def _texts(self, vals: list) -> list[bytes]:
-        """key_json of each value: one orjson call cut at its commas when no text holds one."""
-        try:
-            texts = orjson.dumps(vals)[1:-1].split(b",")
-        except TypeError:
-            texts = []
-        if len(texts) == len(vals) and vals:
-            return texts
-        return list(map(self.key_json, vals))
 
 
 class KeyNames:
@@ -470,3 +451,16 @@ def plain_fields(cfg: WindowConfig, plan: aggregations.Plan) -> list[tuple[str, 
     fields += [fieldpaths.record_path(p) for p in cfg.by]
     fields += [s.path for s in plan.specs if s.path is not None]
     return fields if fieldcolumns.plain_readable(fields) else None
+
+
+def key_texts(vals: list, key_json: Callable[[Any], bytes]) -> list[bytes]:
+    """key_json of each value, from one orjson call for the list cut at its commas: each element is
+    written as dumps() writes it alone, and when no text holds a comma there is one piece per
+    value (the cut is kept only then)."""
+    try:
+        texts = orjson.dumps(vals)[1:-1].split(b",")
+    except TypeError:
+        texts = []
+    if len(texts) == len(vals) and vals:
+        return texts
+    return list(map(key_json, vals))
