@@ -44,7 +44,7 @@ import msgspec
 import orjson
 
 from streamctl.errors import UsageError
-from streamctl.storage import fieldpaths, record
+from streamctl.storage import fieldpaths, plainfile, record
 
 OPS = ("==", "!=", "<=", ">=", "<", ">", "~")
 _WHERE = re.compile(r"^\s*(?P<path>[^\s=!<>~]+)\s*(?P<op>==|!=|<=|>=|<|>|~)\s*(?P<value>.*?)\s*$", re.S)
@@ -481,6 +481,8 @@ class Filter:
         try:
             obj = self.schema.decoder.decode(line)
         except (msgspec.DecodeError, msgspec.ValidationError):
+            if plainfile.is_envelope_line(line):  # a plain file's line: any JSON value, no ts
+                return self._test_full(orjson.loads(line))
             return self._test_full(record.parse(line))
         return self._test(obj)
 

@@ -59,5 +59,16 @@ def select(values: Iterator[tuple[int, bytes]], from_spec: str | None) -> Iterat
         raise UsageError(f"--from {from_spec!r}: a plain file has no timestamps; use earliest, latest, OFFSET or -N")
 
 
+_PLAIN_REST = b',"partition":0,"key":null,"value":'
+
+
 def envelope_line(offset: int, value: bytes) -> bytes:
+    """A plain line as the record a filter reads: offset = line number, partition 0, no key and
+    no `ts` (a plain file has no append time)."""
     return b'{"offset":%d,"partition":0,"key":null,"value":%s}\n' % (offset, value)
+
+
+def is_envelope_line(line: bytes) -> bool:
+    """Whether `line` was made by envelope_line (a stored record always has `ts` before `key`)."""
+    i = line.find(_PLAIN_REST, 0, 64)
+    return i > 10 and line.startswith(b'{"offset":') and line[10:i].isdigit()

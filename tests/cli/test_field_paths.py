@@ -125,3 +125,27 @@ def test_a_bad_path_is_a_usage_error(tmp_path):
     for args in (["consume", str(f), "--where", "a..b == 1"], ["window", str(f), "--tumbling", "1m", "--by", "a."]):
         p = run_cli(*args)
         assert p.returncode == 2 and b"invalid field path" in p.stderr and b"Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("command", ["consume", "tail", "replay"])
+@pytest.mark.parametrize("form", ["plain", "log"])
+def test_where_over_objects_and_arrays_mixed(tmp_path, command, form):
+    """A value of another JSON type (a top-level array among objects) is read by the same rule, on a
+    plain file as on a log, and never stops the command."""
+    mixed = [*VALUES[:2], ["A", 9], VALUES[3], ["B", 8]]
+    data = b"".join(orjson.dumps(v) + b"\n" for v in mixed)
+    src = str(tmp_path / "f.jsonl")
+    if form == "plain":
+        (tmp_path / "f.jsonl").write_bytes(data)
+    else:
+        src = str(tmp_path / "log")
+        run_cli("produce", src, input=data, check=True)
+    extra = ["-n", "100"] if command == "tail" else []
+    for path, lit in (("items.0.sku", '"A"'), ("0", '"A"'), ("a\\.b", "7"), ("1", "8"), ("m.0", '"x"')):
+        value = [] if command == "replay" else ["--value"]  # replay writes records
+        out = run_cli(command, src, *extra, *value, "--where", f"{path} == {lit}", check=True).stdout
+        got = [orjson.loads(x) for x in out.splitlines()]
+        if command == "replay":
+            got = [r["value"] for r in got]
+        want = [v for v in mixed if orjson.dumps(_get(v, path)) == lit.encode()]
+        assert got == want, (path, out)
