@@ -2,10 +2,12 @@
 
 A generated job file (streamctl.spark.jobgen) carries this module whole, with
 what it imports: the input reader of the replay job (`input_records`) and
-streamctl's window operators (windows.kinds.make_operator), aggregations
-(`Plan`), merge keys (mergeorder.merge_keys) and watermark (watermark.Watermark),
-so executors run exactly the code the local engine runs and the rows agree. Besides those, only pyspark and the standard library
-(orjson when present).
+streamctl's field paths (storage.fieldpaths), a record's event time
+(joins.keys.time_getter), window operators (windows.kinds.make_operator),
+aggregations (`Plan`), merge keys (mergeorder.merge_keys), watermark
+(watermark.Watermark) and row lines (windows.output.row_json), so executors
+run exactly the code the local engine runs and the rows agree. Besides those,
+only pyspark and the standard library (orjson when present).
 
 How the stream is replayed without Spark's streaming watermark:
 
@@ -50,11 +52,12 @@ from itertools import groupby as _groupby
 from itertools import islice as _islice
 
 from streamctl.processing.aggregations import AggSpec, Plan, getter
+from streamctl.processing.joins.keys import time_getter
 from streamctl.processing.mergeorder import NO_TIME, merge_keys
 from streamctl.processing.watermark import Watermark
 from streamctl.processing.windows.kinds import make_operator
+from streamctl.processing.windows.output import row_json
 from streamctl.spark.replay_job import input_records
-from streamctl.timeparse import event_time_ms, format_iso, is_epoch_ms
 
 try:
     import orjson  # the same JSON text as the local engine
@@ -67,24 +70,15 @@ def _plan(params):
 
 
 def _time_getter(params):
-    """The local engine's windows.events.time_getter: event time in ms, or None when there is none or it
+    """The local engine's windows.events.time_getter: event time in ms (a record's time at a path,
+    joins.keys.time_getter; a log's append time `ts` as it is), or None when there is none or it
     lies outside the run's time_range (where a window bound could not be written as ISO-8601)."""
-    path = params["time_path"]
     lo, hi = params["time_range"]
-    if path is None:
-        def append_time(r):
-            t = r.get("ts")
-            return t if type(t) is int and lo <= t <= hi else None
-        return append_time
-    get = getter(tuple(path))
+    time_of = time_getter(tuple(params["time_path"] or ("ts",)))
 
     def event_time(r):
-        v = get(r)
-        if not is_epoch_ms(v):
-            v = event_time_ms(v)
-            if v is None:
-                return None
-        return v if lo <= v <= hi else None
+        t = time_of(r)
+        return t if t.__class__ is int and lo <= t <= hi else None
     return event_time
 
 
@@ -210,11 +204,6 @@ def _replay(params):
     return replay
 
 
-def _row_line(start, end, key, values):
-    window = f'{{"window":{{"start":"{format_iso(start)}","end":"{format_iso(end)}"}},"key":'
-    return window + key.decode() + "," + orjson.dumps(values).decode()[1:]
-
-
 def driver_memory(params):
     """The driver's heap (streamctl.spark.jobentry): the windows come back through it (toLocalIterator)."""
     return "4g"
@@ -274,7 +263,7 @@ def main(spark, params, out):
         return close_seq.value.get(r[0], never), r[1], r[3]
 
     for _close_at, start, end, key, values in rows.sortBy(order_key, numPartitions=n_parts).toLocalIterator():
-        out(_row_line(start, end, key, values))
+        out(row_json((start, end, key, values, None))[:-1].decode())  # the local engine's line
     stats = {"events": ordered.count(), "late": int(late), "bad_time": bad_count, "non_numeric": non_numeric,
              "bad_time_example": None if bad_first is None else _where(params, bad_first)}
     if params.get("stats_line"):

@@ -7,7 +7,10 @@ from itertools import chain, groupby, repeat
 from operator import itemgetter
 from typing import Any
 
-import orjson
+try:
+    import orjson
+except ImportError:  # the Spark window job on a cluster without orjson writes its rows with row_json too
+    from streamctl import orjson_fallback as orjson  # type: ignore[no-redef]
 
 from streamctl.timeparse import MAX_MS, MIN_MS, format_iso
 
@@ -39,18 +42,21 @@ def _iso(ms: int) -> str:
 
 
 def row_json(row: tuple) -> bytes:
-    """The JSON line of a row (row_dict's object), with the key's JSON text spliced in as is."""
+    """The JSON line of a row (row_dict's object), with the key's JSON text spliced in as is.
+
+    The line is pieces of text, the aggregates one object whose `{` is cut off, not one object
+    with the key as an orjson.Fragment: the Spark window job writes its rows here too, where the
+    standard library's json may stand in for orjson (streamctl.orjson_fallback has no Fragment).
+    An aggregate cannot be named window, key or revision (Plan), so no name is written twice."""
     if type(row) is RowsText:
         return row
     start, end, key, values, revision = row
-    out = {"window": {"start": _iso(start), "end": _iso(end)}, "key": orjson.Fragment(key)}
+    head = b'{"window":{"start":"%b","end":"%b"},"key":%b' % (_iso(start).encode(), _iso(end).encode(), key)
     if values is None:
-        out["op"] = "delete"
-        return orjson.dumps(out) + b"\n"
-    out.update(values)
+        return head + b',"op":"delete"}\n'
     if revision is not None:
-        out["revision"] = revision
-    return orjson.dumps(out) + b"\n"
+        values = {**values, "revision": revision}
+    return head + (b"," + orjson.dumps(values)[1:] if values else b"}") + b"\n"
 
 
 def rows_jsonl(rows: list) -> bytes:
