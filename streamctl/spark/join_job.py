@@ -30,7 +30,9 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from streamctl.processing.joins import MIN_TIME
 from streamctl.processing.joins.keys import change_keys, key_getter, norm_text, time_getter
+from streamctl.processing.mergeorder import NO_TIME
 from streamctl.spark.replay_job import input_records
 
 try:  # the same encoder as streamctl itself: byte-identical rows
@@ -43,7 +45,6 @@ def _dumps(obj):
     return orjson.dumps(obj).decode()
 
 
-MIN_TIME = -(1 << 62)
 END = 1 << 62  # "the end of the input" as a position
 
 ROW_SCHEMA = StructType([StructField(n, t) for n, t in (
@@ -90,10 +91,11 @@ def records(spark, params):
     # The records are read (in Python) once: the range-partitioned sort below samples them first.
     df = df.persist(StorageLevel.DISK_ONLY)
     # The merge time: the running max of event times in the record's own partition (or file)
-    # by offset; a record without a usable time keeps its place (max ignores nulls), and
-    # before the partition's first timed record it is MIN_TIME. One window per partition.
+    # by offset (mergeorder.merge_keys as a window function); a record without a usable time
+    # keeps its place (max ignores nulls), and before the partition's first timed record it is
+    # NO_TIME. One window per partition.
     own = Window.partitionBy("side", "part").orderBy("off").rowsBetween(Window.unboundedPreceding, 0)
-    df = df.withColumn("merge_t", F.coalesce(F.max("t").over(own), F.lit(MIN_TIME)))
+    df = df.withColumn("merge_t", F.coalesce(F.max("t").over(own), F.lit(NO_TIME)))
     # pos: a number that grows with the input order (merge_t, rank, own order), equal for the
     # rows of one record (sub 0, 1: a tombstone's two key forms). Only compared, never counted,
     # so it need not be dense: a range-partitioned sort numbers rows in every partition in

@@ -238,7 +238,8 @@ def main(spark, params, out):
             clock.observe(before.value[i])
         for (t, key, vals), seq in it:
             wm = clock.value
-            yield key, seq, t, vals, wm, clock.observe(t)
+            # the watermark before the event, and after it where it moved (windows may close there)
+            yield key, seq, t, vals, wm, clock.value if clock.observe(t) else None
 
     timed = ordered.mapPartitionsWithIndex(with_watermark).persist()
     replayed = (timed.map(lambda e: (e[0], (e[1], e[2], e[3], e[4])))
@@ -250,13 +251,13 @@ def main(spark, params, out):
     closes = sc.broadcast(sorted(rows.map(lambda r: r[0]).distinct().collect()))
 
     def closed_by(step):
-        _key, seq, t, _vals, wm_before, _ = step
+        _key, seq, _t, _vals, wm_before, wm_after = step
         c = closes.value
         lo = _bisect.bisect_right(c, wm_before)
-        hi = _bisect.bisect_right(c, t - lateness)
+        hi = _bisect.bisect_right(c, wm_after)
         return [(value, seq) for value in c[lo:hi]]
 
-    close_seq = sc.broadcast(timed.filter(lambda e: e[5]).flatMap(closed_by).collectAsMap())
+    close_seq = sc.broadcast(timed.filter(lambda e: e[5] is not None).flatMap(closed_by).collectAsMap())
     never = 1 << 62
 
     def order_key(r):
