@@ -48,28 +48,24 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import itertools
 from collections import deque
 from typing import Any
 
 from streamctl.processing.aggregations import columnar
 from streamctl.processing.windows import NO_WATERMARK
-from streamctl.processing.windows.session_kernel import (
-    HANDLE,
-    LAST,
-    NO_HANDLE,
-    REV,
-    SHOWN,
-    SID,
-    START,
-    STATE,
-    SessionKernel,
-    _remove_session,
-)
+from streamctl.processing.windows.session_kernel import LAST, REV, SHOWN, SID, START, STATE, SessionKernel
 
 
 def _session_start(s: list) -> int:
     return s[START]
+
+
+def _remove_session(sessions: list[list], s: list) -> None:
+    """Remove `s` itself (list.remove compares by value, states included)."""
+    for i, x in enumerate(sessions):
+        if x is s:
+            del sessions[i]
+            return
 
 
 class Session(SessionKernel):
@@ -90,7 +86,8 @@ class Session(SessionKernel):
         # (last, key) in the order they closed, to forget them once no event can be within GAP
         self.closed_last: dict[bytes, int] = {}
         self.closed_order: deque[tuple[int, bytes]] = deque()
-        self._ids = itertools.count()
+        self.forgot = NO_WATERMARK  # the watermark _forget last saw
+        self.next_sid = 0  # the next session's SID: sessions are numbered as they are made
         # the sessions' aggregation states: Plan's lists, or with only count/sum/avg and rows only at
         # close, slots in numpy arrays (cells.SlotStates, the same interface and the same numbers)
         # (taken at the first batch: the Spark job's per-group replay adds event by event, without numpy)
@@ -98,15 +95,17 @@ class Session(SessionKernel):
         self.columnar = False
         self.slots_ok = not update and not correct and columnar(plan.funcs)
         self.text_rows = False  # closed sessions' rows as their JSON lines (GridWindows.text_rows)
-        # the open sessions as arrays, for the batch kernel (made by the first batch)
+        # the batch kernel's state (session_kernel.py): while `arrays`, the OpenIndex holds every open
+        # and closed session, and `open`, `heap`, `closed_last` and `closed_order` are empty
         self.index: Any = None
+        self.arrays = False
         # batches the kernel declined (folded one event at a time instead), and their events
         self.declined = 0
         self.declined_events = 0
-        self.heap_stale = False  # the batch kernel leaves the heap behind (it closes from the index)
 
     def _use_slots(self) -> None:
-        if self.slots_ok and not self.columnar and not self.open:
+        if self.slots_ok and not self.columnar and not self.open_windows():
+            self._to_lists()
             from streamctl.processing.windows.cells import SlotStates
 
             self.states = SlotStates(self.plan.funcs, self.plan.names)
@@ -132,6 +131,11 @@ class Session(SessionKernel):
             self.states.add(s[STATE], vals, seq)
 
     def add(self, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool:
+        if self.arrays:
+            self._to_lists()
+        return self._add(key, t, seq, vals, wm, out)
+
+    def _add(self, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool:
         gap = self.gap
         if t + gap <= wm or self._near_closed(key, t):
             if self.correct:
@@ -170,14 +174,15 @@ class Session(SessionKernel):
         return False
 
     def _new(self, t: int) -> list:
-        return [t, t, self.states.new(), 0, next(self._ids), None, NO_HANDLE]
+        return [t, t, self.states.new(), 0, self._sid(), None]
+
+    def _sid(self) -> int:
+        sid = self.next_sid
+        self.next_sid += 1
+        return sid
 
     def _absorb(self, s: list, other: list) -> None:
         """Merge session `other` into `s` (its written windows become s's to withdraw)."""
-        if other[HANDLE] != NO_HANDLE:
-            self._last(other)
-            self.index.release(other[HANDLE])  # its key is stale: the index finds its newest again
-            other[HANDLE] = NO_HANDLE
         self.states.merge(s[STATE], other[STATE])
         if other[START] < s[START]:
             s[START] = other[START]
@@ -239,6 +244,8 @@ class Session(SessionKernel):
     def close(self, wm: int, out: list) -> None:
         # Strictly after the end: an event at exactly last + GAP is "at most GAP apart"
         # and still joins the session, so the session cannot close while wm == end.
+        if self.arrays:
+            self._to_lists()
         heap = self.heap
         if not heap or heap[0][0] >= wm:
             if not self.correct:
@@ -253,15 +260,12 @@ class Session(SessionKernel):
                 continue
             for i, s in enumerate(sessions):
                 if s[SID] == sid:
-                    now_end = (s[LAST] if s[HANDLE] == NO_HANDLE else self._last(s)) + gap
+                    now_end = s[LAST] + gap
                     if now_end > end:
                         heapq.heappush(heap, (now_end, sid, key))  # it grew: check again then
                     else:
                         del sessions[i]
                         batch.append((s[START], now_end, key, s))
-                        if s[HANDLE] != NO_HANDLE:
-                            self.index.release(s[HANDLE], key)
-                            s[HANDLE] = NO_HANDLE
                     break
             if not sessions:
                 del self.open[key]
@@ -271,6 +275,8 @@ class Session(SessionKernel):
 
     def _forget(self, wm: int) -> None:
         """Drop mode: forget closed sessions no event can be within GAP of any more (last + 2 GAP <= wm)."""
+        if wm > self.forgot:
+            self.forgot = wm
         order, last_of, gap2 = self.closed_order, self.closed_last, 2 * self.gap
         while order and order[0][0] + gap2 <= wm:
             last, key = order.popleft()
@@ -278,7 +284,9 @@ class Session(SessionKernel):
                 del last_of[key]
 
     def flush(self, out: list) -> None:
-        self._drop_index()
+        if self.arrays:
+            self._flush_arrays(out)
+            return
         batch = [(s[START], s[LAST] + self.gap, key, s) for key, sessions in self.open.items() for s in sessions]
         self.open.clear()
         self.heap.clear()
@@ -317,40 +325,51 @@ class Session(SessionKernel):
         if not self.columnar:
             return
         slots = self.states
-        for sessions in self.open.values():
+        for sessions in self.open.values():  # (while arrays: the sessions _fold_one took out)
             for s in sessions:
                 s[STATE] = slots.state_at(s[STATE])
+        if self.arrays:
+            index = self.index
+            for h in index.open_handles().tolist():
+                index.state[h] = slots.state_at(int(index.slot[h]))
         self.states = self.plan
         self.columnar = False
 
     def open_windows(self) -> int:
-        return sum(len(v) for v in self.open.values())
+        n = sum(len(v) for v in self.open.values())
+        return n + int(self.index.nopen.sum()) if self.arrays else n
 
     def dump(self) -> dict:
-        if self.index is not None:
-            for v in self.open.values():
-                for s in v:
-                    self._last(s)
         dump = self.states.dump
 
         def sessions(d: dict) -> list:
             # by key: a batch and one event at a time leave the same groups in another dict order
             return [[k.decode(), [[s[START], s[LAST], dump(s[STATE]), s[REV], s[SHOWN]] for s in v]]
                     for k, v in sorted(d.items())]
-        return {"open": sessions(self.open), "closed": sessions(self.closed),
-                "closed_last": [[k.decode(), last] for k, last in self.closed_last.items()]}
+        # the closed sessions an event that is not late can still reach (the ones a watermark move
+        # left for _forget's next turn are not: the batch kernel keeps them apart), by key
+        if self.arrays:
+            opened = self._dump_arrays()
+            closed_last = self._closed_in_arrays()
+        else:
+            opened = sessions(self.open)
+            gap2, forgot = 2 * self.gap, self.forgot
+            closed_last = {k: last for k, last in self.closed_last.items() if last + gap2 > forgot}
+        return {"open": opened, "closed": sessions(self.closed),
+                "closed_last": [[k.decode(), last] for k, last in sorted(closed_last.items())]}
 
     def load(self, data: dict) -> None:
         # a checkpoint holds Plan's states: read as such, then moved into slots when they fit
         columnar = self.slots_ok
-        self._drop_index()
+        self.arrays, self.index = False, None
+        self.open, self.closed_last = {}, {}
         self.to_states()
         load = self.plan.load
         for name in ("open", "closed"):
             target = getattr(self, name)
             for k, v in data[name]:
-                target[k.encode()] = [[a, b, load(st), r, next(self._ids),
-                                       [tuple(w) for w in rest[0]] if rest and rest[0] else None, NO_HANDLE]
+                target[k.encode()] = [[a, b, load(st), r, self._sid(),
+                                       [tuple(w) for w in rest[0]] if rest and rest[0] else None]
                                       for a, b, st, r, *rest in v]
         self.heap = [(s[LAST] + self.gap, s[SID], k) for k, v in self.open.items() for s in v]
         heapq.heapify(self.heap)

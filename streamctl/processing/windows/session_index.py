@@ -1,19 +1,16 @@
-"""The open sessions as arrays, so a batch is assigned to sessions without a loop per event.
+"""The open sessions as arrays, so a batch is folded and closed without a loop per event or session.
 
-Session windows (session.py) keep each open session as a small list. Folding a
-batch one event at a time reads, per event, the group's sessions and the
-newest one's last event time: Python objects spread over memory, one cache
-miss after another. This index holds what that assignment reads as numpy
-arrays: an id per group key, how many open sessions each group has and one
-of them (a handle; the one when there is one), and each handle's last event
-time and aggregation slot. A batch, stragglers included, is then assigned with
-a few sorts and array passes (`cluster`), and Python work is left per new
-session, per closed session, per distinct new key and per group with several
-open sessions, not per event.
-
-A session's last event time is the larger of its list's LAST and
-`last[handle]`: the batch path writes the array, the one-event path
-(Session.add) writes the list, and Session._last reads both.
+Session windows (session.py) keep each open session of the one-event path
+(add) as a small list. Folding a batch one event at a time reads, per event,
+the group's sessions and their last event times: Python objects spread over
+memory, one cache miss after another. This index holds the whole state the
+batch kernel (session_kernel.py) works on as numpy arrays: an id per group key
+with, per group, its number of open sessions and the last event time of its
+latest closed session; per open session (a handle) its start, last event time,
+creation number and aggregation slot. A batch, stragglers included, is then
+assigned with a few sorts and array passes (`cluster`), its new sessions made,
+and the sessions it closes written and released with array work; Python work
+is left per distinct new key, not per event or session.
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ from operator import is_
 
 import numpy as np
 
-NO_HANDLE = -1
+from streamctl.processing.watermark import NO_WATERMARK
 
 
 def _grown(a: np.ndarray, need: int, fill: int) -> np.ndarray:
@@ -38,22 +35,27 @@ def _grown(a: np.ndarray, need: int, fill: int) -> np.ndarray:
     return b
 
 
+def _ints(fill: int = 0, dtype: type = np.int64) -> np.ndarray:
+    return np.full(16, fill, dtype=dtype)
+
+
 @dataclass
 class OpenIndex:
     gid: dict[bytes, int] = field(default_factory=dict)  # group key -> group id
-    newest: np.ndarray = field(default_factory=lambda: np.full(16, NO_HANDLE, dtype=np.int64))  # by group id
-    last: np.ndarray = field(default_factory=lambda: np.zeros(16, dtype=np.int64))  # by handle
-    start: np.ndarray = field(default_factory=lambda: np.zeros(16, dtype=np.int64))  # by handle: its START
-    slot: np.ndarray = field(default_factory=lambda: np.zeros(16, dtype=np.intp))  # by handle: its SlotStates slot
-    sessions: list = field(default_factory=list)  # by handle: the session list, None when free
-    keys: list = field(default_factory=list)  # by handle: its group key
-    group: np.ndarray = field(default_factory=lambda: np.zeros(16, dtype=np.int64))  # by handle: its group id
-    alive: np.ndarray = field(default_factory=lambda: np.zeros(16, dtype=bool))  # by handle: an open session
+    gkey: list[bytes] = field(default_factory=list)  # by group id: its key
+    nopen: np.ndarray = field(default_factory=_ints)  # by group id: its open sessions
+    # by group id: the last event time of its latest closed session (NO_WATERMARK: none), what
+    # Session.closed_last holds on the one-event path
+    closed: np.ndarray = field(default_factory=lambda: _ints(NO_WATERMARK))
+    top: int = 0  # handles made so far (free or not)
+    start: np.ndarray = field(default_factory=_ints)  # by handle: the session's start
+    last: np.ndarray = field(default_factory=_ints)  # by handle: its last event time
+    sid: np.ndarray = field(default_factory=_ints)  # by handle: its creation number (Session's SID)
+    group: np.ndarray = field(default_factory=_ints)  # by handle: its group id
+    slot: np.ndarray = field(default_factory=lambda: _ints(0, np.intp))  # by handle: its SlotStates slot
+    alive: np.ndarray = field(default_factory=lambda: _ints(0, bool))  # by handle: an open session
+    state: list = field(default_factory=list)  # by handle: its Plan state, when the states are not slots
     free: list[int] = field(default_factory=list)
-    # keys whose sessions the one-event path changed since the last batch here: their sessions get
-    # handles and their newest[] is found again before the next assign()
-    stale: set[bytes] = field(default_factory=set)
-    nopen: np.ndarray = field(default_factory=lambda: np.zeros(16, dtype=np.int64))  # by group id: open sessions
     # by key id (events.KeyIds) of the space `id_space`: its group id, -1 when not known yet
     by_id: np.ndarray = field(default_factory=lambda: np.full(0, -1, dtype=np.int64))
     id_space: int = -1
@@ -70,13 +72,9 @@ class OpenIndex:
         got = list(map(gid.get, ks))
         if None in got:
             miss = list(compress(range(len(ks)), map(is_, got, repeat(None))))
+            group_id = self.group_id
             for i in miss:
-                g = gid.get(ks[i])
-                if g is None:
-                    g = gid[ks[i]] = len(gid)
-                got[i] = g
-            self.newest = _grown(self.newest, len(gid), NO_HANDLE)
-            self.nopen = _grown(self.nopen, len(gid), 0)
+                got[i] = group_id(ks[i])
         return np.array(got, dtype=np.int64)
 
     def _group_ids_by_id(self, ks: list[bytes], space: int, a: np.ndarray) -> np.ndarray:
@@ -99,68 +97,73 @@ class OpenIndex:
     def group_id(self, k: bytes) -> int:
         g = self.gid.get(k)
         if g is None:
-            g = self.gid[k] = len(self.gid)
-            self.newest = _grown(self.newest, len(self.gid), NO_HANDLE)
-            self.nopen = _grown(self.nopen, len(self.gid), 0)
+            g = self.gid[k] = len(self.gkey)
+            self.gkey.append(k)
+            if g >= len(self.nopen):
+                self.nopen = _grown(self.nopen, g + 1, 0)
+                self.closed = _grown(self.closed, g + 1, NO_WATERMARK)
         return g
 
     def alloc(self, m: int) -> np.ndarray:
-        """m free handles (their sessions set by the caller)."""
+        """m free handles, open (the caller sets their arrays)."""
         free = self.free
         take = min(m, len(free))
         got = free[len(free) - take:]
         del free[len(free) - take:]
-        base = len(self.sessions)
-        fresh = m - take
-        self.sessions.extend([None] * fresh)
-        self.keys.extend([None] * fresh)
-        need = base + fresh
-        self.last = _grown(self.last, need, 0)
-        self.start = _grown(self.start, need, 0)
-        self.slot = _grown(self.slot, need, 0)
-        self.group = _grown(self.group, need, 0)
-        self.alive = _grown(self.alive, need, False)
+        base = self.top
+        need = self.top = base + m - take
+        if need > len(self.alive):
+            self.start = _grown(self.start, need, 0)
+            self.last = _grown(self.last, need, 0)
+            self.sid = _grown(self.sid, need, 0)
+            self.group = _grown(self.group, need, 0)
+            self.slot = _grown(self.slot, need, 0)
+            self.alive = _grown(self.alive, need, False)
+        if need > len(self.state):
+            self.state += [None] * (len(self.alive) - len(self.state))
         handles = np.array(got + list(range(base, need)), dtype=np.int64)
         self.alive[handles] = True
         return handles
 
-    def bind(self, s: list, key: bytes, start: int, last: int, slot: int | None) -> int:
-        """A handle for a session made by the one-event path."""
-        h = int(self.alloc(1)[0])
-        self.sessions[h] = s
-        self.keys[h] = key
-        self.group[h] = self.group_id(key)
-        self.last[h] = last
-        self.start[h] = start
-        if slot is not None:
-            self.slot[h] = slot
-        return h
+    def add_open(self, g: np.ndarray, start: np.ndarray, last: np.ndarray, sid: np.ndarray) -> np.ndarray:
+        """Handles for new open sessions of groups `g` (their slots or states set by the caller)."""
+        hs = self.alloc(len(g))
+        self.group[hs] = g
+        self.start[hs] = start
+        self.last[hs] = last
+        self.sid[hs] = sid
+        np.add.at(self.nopen, g, 1)
+        return hs
 
-    def release(self, h: int, key: bytes | None = None) -> None:
-        """Handle h's session closed or merged away (with its key: no longer its group's newest)."""
-        self.sessions[h] = None
-        self.keys[h] = None
-        self.alive[h] = False
-        self.free.append(h)
-        if key is not None:
-            g = self.gid.get(key)
-            if g is not None:
-                self.nopen[g] -= 1
-                if self.newest[g] == h:
-                    self.newest[g] = NO_HANDLE
-
-    def release_many(self, hs: np.ndarray) -> None:
-        """release(h, its key) for the handles `hs` (sessions closed by a batch)."""
-        sessions, keys = self.sessions, self.keys
-        for h in hs.tolist():
-            sessions[h] = None
-            keys[h] = None
+    def release(self, hs: np.ndarray, states: bool = False) -> None:
+        """The sessions of handles `hs` closed or taken out (their slots are the caller's; with
+        `states`, their Plan states are dropped here)."""
         self.alive[hs] = False
-        self.free += hs.tolist()
-        g = self.group[hs]
-        np.subtract.at(self.nopen, g, 1)
-        was_newest = self.newest[g] == hs
-        self.newest[g[was_newest]] = NO_HANDLE
+        hl = hs.tolist()
+        self.free += hl
+        np.subtract.at(self.nopen, self.group[hs], 1)
+        if states:
+            state = self.state
+            for h in hl:
+                state[h] = None
+
+    def open_handles(self) -> np.ndarray:
+        """The open sessions' handles, by creation (the order of a group's list on the one-event path)."""
+        hs = np.flatnonzero(self.alive[:self.top])
+        return hs[np.argsort(self.sid[hs], kind="stable")]
+
+    def of_group(self, g: int) -> np.ndarray:
+        """Group g's open sessions' handles, by creation."""
+        top = self.top
+        hs = np.flatnonzero(self.alive[:top] & (self.group[:top] == g))
+        return hs[np.argsort(self.sid[hs], kind="stable")]
+
+    def of_groups(self, gs: np.ndarray) -> np.ndarray:
+        """The open sessions' handles of the groups `gs`."""
+        top = self.top
+        want = np.zeros(len(self.gkey), dtype=bool)
+        want[gs] = True
+        return np.flatnonzero(self.alive[:top] & want[self.group[:top]])
 
     def cluster(self, t: np.ndarray, g: np.ndarray, pos: np.ndarray, wm: np.ndarray, pre: Pre,
                 gap: int, in_order: bool = False) -> Clusters | int:

@@ -1,21 +1,26 @@
 """The batch kernel of session windows (session.py holds the rules and the one-event path, add).
 
-A batch, stragglers included, is folded without a loop per event: the late
-stragglers found with the running maximum, the others assigned to sessions by
+A batch, stragglers included, is folded without a loop per event or per
+session: the late stragglers found with the running maximum and each group's
+latest closed session, the others assigned to sessions by
 session_index.OpenIndex.cluster (a sort by group and time and a few array
 passes), each session's events folded at once, then the sessions the batch
-closes closed where the one-event path would close them: the same rows, order
-and state as add() per event, which the property tests check. Where the
-kernel cannot take an event (one that bridges two sessions of its group, or
-arrives after its session would have closed: those need the one-event order),
-the batch is cut there: the kernel takes the events before it, the event goes
-alone through add(), and the kernel takes the rest. Events folded alone are
-counted (`declined`, reported on stderr).
+closes written and released where the one-event path would close them: the
+same rows, order and state as add() per event, which the property tests
+check. Where the kernel cannot take an event (one that bridges two sessions of
+its group, or arrives after its session would have closed: those need the
+one-event order), the batch is cut there: the kernel takes the events before
+it, the event goes alone through add() (its group's sessions taken out of the
+arrays as lists and put back after), and the kernel takes the rest. Events
+folded alone are counted (`declined`, reported on stderr).
 
-The open sessions live in Python lists (the layout below: what add() reads)
-and, for the kernel, in the OpenIndex's arrays; a session's last event time
-is the larger of the two (`_last`). numpy is imported where it is used: the
-Spark job's per-group replay goes through add() alone.
+While the kernel runs (`arrays`), the OpenIndex holds the whole state: no
+session list, no close heap, no closed-session dict. The one-event path's
+form (session.py: `open`, `heap`, `closed_last`) is made from the arrays when
+a caller needs it (add() or close() from outside, a batch folded one event at
+a time, `to_states` with Plan states kept as lists), and the arrays from it
+again at the next batch. numpy is imported where it is used: the Spark job's
+per-group replay goes through add() alone.
 """
 
 from __future__ import annotations
@@ -26,23 +31,15 @@ from typing import TYPE_CHECKING, Any
 
 from streamctl.processing.windows import NO_WATERMARK, Batch, fold_events
 
-# a session: [start, last, state, late events in it, id, windows written for it and still valid (or None),
-# its handle in the OpenIndex (NO_HANDLE: none)]
-START, LAST, STATE, REV, SID, SHOWN, HANDLE = range(7)
-NO_HANDLE = -1
+# a session on the one-event path: [start, last, state, late events in it, id (its creation number),
+# windows written for it and still valid (or None)]
+START, LAST, STATE, REV, SID, SHOWN = range(6)
 # the OpenIndex keeps an id for every key it has seen; once it holds this many more than four per
-# open group, it is made again from the open sessions (memory bounded by the open groups)
+# open group, it is made again from the open sessions and the closed ones still remembered
+# (memory bounded by the groups that matter)
 INDEX_SLACK = 65536
 # cuts of one batch where the kernel stopped; past them the batch's rest goes one event at a time
 MAX_SPLITS = 16
-
-
-def _remove_session(sessions: list[list], s: list) -> None:
-    """Remove `s` itself (list.remove compares by value, states included)."""
-    for i, x in enumerate(sessions):
-        if x is s:
-            del sessions[i]
-            return
 
 
 def _part(batch: Batch, lo: int, hi: int, maxt: int) -> Batch:
@@ -66,17 +63,18 @@ class SessionKernel:
     heap: list[tuple[int, int, bytes]]
     closed_last: dict[bytes, int]
     closed_order: Any
-    _ids: Any
     states: Any
     columnar: bool
     index: Any
+    arrays: bool
+    next_sid: int
+    forgot: int
     declined: int
     declined_events: int
-    heap_stale: bool
     text_rows: bool
 
     if TYPE_CHECKING:  # Session's methods, declared for the type checker only: Session defines them
-        def add(self, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool: ...
+        def _add(self, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool: ...
 
         def _use_slots(self) -> None: ...
 
@@ -97,6 +95,7 @@ class SessionKernel:
         self._use_slots()
         if self.update or self.correct or not batch.ts:
             return self._fold_events(batch, out)
+        self._to_arrays()
         ts, maxt = batch.ts, batch.maxt
         n, lo, splits, alone = len(ts), 0, 0, 0
         lates: list[int] = []
@@ -130,10 +129,7 @@ class SessionKernel:
 
     def _fold_events(self, batch: Batch, out: list) -> tuple[int, list[int]]:
         """The reference fold (add() per event, close() at each watermark move) of a batch."""
-        if self.heap_stale:
-            self._make_heap()
-        if self.index is not None:
-            self._sync_keys(batch.ks)
+        self._to_lists()
         if self.columnar:
             from streamctl.processing.windows.cells import cols_too_large
 
@@ -145,27 +141,55 @@ class SessionKernel:
         return done
 
     def _fold_one(self, batch: Batch, i: int, maxt: int, out: list) -> tuple[bool, int]:
-        """Event i of the batch through add() (the largest time before it: maxt), then the close()
-        its watermark move makes, made from the index's arrays as the kernel makes it (no heap):
+        """Event i of the batch through add() (the largest time before it: maxt): its group's open
+        sessions and latest closed one taken out of the arrays as add() keeps them, and put back
+        after; then the close() its watermark move makes, from the arrays as the kernel makes it:
         (whether it was late, the largest time)."""
         import numpy as np
 
         ts, ks, cols, seq, _maxt, lateness = batch[:6]
         t, k = ts[i], ks[i]
         vals = tuple(True if c is None else c[i] for c in cols)
-        self._open_index()
-        self._sync_keys([k])
-        late = self.add(k, t, seq + i, vals, NO_WATERMARK if maxt == NO_WATERMARK else maxt - lateness, out)
-        # closes here are made from the index (add() pushed onto the heap): the heap is made again when needed
-        self.heap_stale = True
-        self.heap.clear()
-        self._open_index()  # the sessions add() made or merged, in the index
+        index, columnar = self.index, self.columnar
+        g = index.group_id(k)
+        hs = index.of_group(g)
+        if len(hs):
+            states = index.slot[hs].tolist() if columnar else [index.state[h] for h in hs.tolist()]
+            self.open[k] = [[a, b, st, 0, sid, None] for a, b, st, sid in
+                            zip(index.start[hs].tolist(), index.last[hs].tolist(), states, index.sid[hs].tolist(),
+                                strict=True)]
+            index.release(hs, not columnar)
+        if index.closed[g] != NO_WATERMARK:
+            self.closed_last[k] = int(index.closed[g])
+        late = self._add(k, t, seq + i, vals, NO_WATERMARK if maxt == NO_WATERMARK else maxt - lateness, out)
+        self.heap.clear()  # add() pushed its new session: the arrays close it
+        self.closed_last.pop(k, None)
+        self._put_back([(k, s) for s in self.open.pop(k, [])])
         if t > maxt:
-            self._close_batch(np.array([t], dtype=np.int64), np.array([maxt], dtype=np.int64), lateness, out)
+            self._close_batch(np.array([t], dtype=np.int64), lateness, out)
             maxt = t
         if self.columnar and not self.states.fits():
             self.to_states()
         return late, maxt
+
+    def _put_back(self, sessions: list[tuple[bytes, list]]) -> None:
+        """Open sessions (key, list) into the arrays."""
+        import numpy as np
+
+        if not sessions:
+            return
+        index = self.index
+        i64 = np.int64
+        group_id = index.group_id
+        hs = index.add_open(np.array([group_id(k) for k, _s in sessions], dtype=i64),
+                            np.array([s[START] for _k, s in sessions], dtype=i64),
+                            np.array([s[LAST] for _k, s in sessions], dtype=i64),
+                            np.array([s[SID] for _k, s in sessions], dtype=i64))
+        if self.columnar:
+            index.slot[hs] = [s[STATE] for _k, s in sessions]
+        else:
+            for h, (_k, s) in zip(hs.tolist(), sessions, strict=True):
+                index.state[h] = s[STATE]
 
     def _fold_batch(self, batch: Batch, out: list) -> tuple[int, list[int]] | int:
         """The batch kernel, or when it cannot take the batch (nothing changed) the position of the
@@ -191,17 +215,16 @@ class SessionKernel:
         before[0] = maxt
         before[1:] = high[:-1]
         wm = before - lateness  # before any time (NO_WATERMARK) far below every time: nothing late
+        index = self.index
+        g_all = index.group_ids(ks, batch.ids)
         lates: list[int] = []
         keep = None
         straggler = np.flatnonzero(t < before)
         if len(straggler):
-            late = t[straggler] + gap <= wm[straggler]
-            closed_last = self.closed_last
-            if closed_last:
-                for j, i in enumerate(straggler.tolist()):
-                    last = closed_last.get(ks[i])
-                    if last is not None and ts[i] <= last + gap:
-                        late[j] = True
+            st = t[straggler]
+            # late: no open session could take it, or within GAP of its group's latest closed session
+            # (a closed session forgotten on the one-event path is one no event that is not late can reach)
+            late = (st + gap <= wm[straggler]) | (st <= index.closed[g_all[straggler]] + gap)
             if late.any():
                 lates = straggler[late].tolist()
                 keep = np.ones(n, dtype=bool)
@@ -213,36 +236,14 @@ class SessionKernel:
             numbers = number_columns(self.plan.funcs, cols)
             if numbers is None:  # an int too large for a float64 total to stay exact
                 self.to_states()
-        index = self._open_index()
-        g_all = index.group_ids(ks, batch.ids)
         pos = np.arange(n) if keep is None else np.flatnonzero(keep)
         if not len(pos):
-            return self._close_batch(high, before, lateness, out), lates
+            return self._close_batch(high, lateness, out), lates
         g = g_all[pos]
-        ug, at = np.unique(g, return_index=True)
-        nopen, newest = index.nopen[ug], index.newest[ug]
-        simple = (nopen == 1) & (newest != NO_HANDLE)
-        ph = newest[simple]
-        pg = ug[simple]
-        sessions = index.sessions
-        ps = index.start[ph].tolist()
-        pl = index.last[ph].tolist()
-        gather = np.flatnonzero((nopen > 0) & ~simple)
-        if len(gather):
-            pg, ph = pg.tolist(), ph.tolist()
-            for j in gather.tolist():
-                k = ks[int(pos[at[j]])]
-                for s in self.open.get(k, ()):
-                    if s[HANDLE] == NO_HANDLE:
-                        s[HANDLE] = index.bind(s, k, s[START], s[LAST], s[STATE] if self.columnar else None)
-                    pg.append(int(ug[j]))
-                    ph.append(s[HANDLE])
-                    ps.append(s[START])
-                    pl.append(self._last(s))
-        i64 = np.int64
-        pre = Pre(np.array(pg, dtype=i64), np.array(ps, dtype=i64), np.array(pl, dtype=i64),
-                  np.array(ph, dtype=i64))
-        in_order = keep is None and not len(straggler) and not len(gather)
+        ph = index.of_groups(g)  # the open sessions of the batch's groups
+        pg = index.group[ph]
+        pre = Pre(pg, index.start[ph], index.last[ph], ph)
+        in_order = keep is None and not len(straggler) and not (len(ph) and index.nopen[pg].max() > 1)
         runs = index.cluster(t[pos], g, pos, wm[pos], pre, gap, in_order)
         if isinstance(runs, int):
             return runs
@@ -250,187 +251,172 @@ class SessionKernel:
         live = np.flatnonzero(runs.has_events)
         live = live[np.argsort(runs.first[live], kind="stable")]  # new sessions are made in input order
         pre_i = runs.pre[live]
-        handle_of = np.full(len(runs.has_events), NO_HANDLE, dtype=i64)
+        i64 = np.int64
+        handle_of = np.empty(len(runs.has_events), dtype=i64)
         old = pre_i >= 0
         handle_of[live[old]] = pre.handle[pre_i[old]]
         fresh = live[~old]
-        new_h = index.alloc(len(fresh))
-        handle_of[fresh] = new_h
-        ids, opened, states = self._ids, self.open, self.states
-        keys = index.keys
-        if not self.heap_stale:  # the kernel closes from the index's arrays; the heap is made again when needed
-            self.heap_stale = True
-            self.heap.clear()
         m = len(fresh)
-        slots = states.new_many(m) if self.columnar else [states.new() for _ in range(m)]
-        fresh_keys = list(map(ks.__getitem__, pos[runs.first[fresh]].tolist()))
-        for h, k, a, b, st in zip(new_h.tolist(), fresh_keys, runs.start[fresh].tolist(), runs.last[fresh].tolist(),
-                                  slots, strict=True):
-            s = [a, b, st, 0, next(ids), None, h]
-            sessions[h] = s
-            keys[h] = k
-            group = opened.get(k)
-            if group is None:
-                opened[k] = [s]
-            else:
-                group.append(s)
-        # an open session that a straggler moved the start of
-        moved = live[old]
-        moved = moved[runs.start[moved] < pre.start[runs.pre[moved]]]
-        for h, a in zip(handle_of[moved].tolist(), runs.start[moved].tolist(), strict=True):
-            sessions[h][START] = a
-        index.start[handle_of[moved]] = runs.start[moved]
-        index.start[new_h] = runs.start[fresh]
-        live_h = handle_of[live]
-        index.last[live_h] = runs.last[live]
-        index.group[new_h] = runs.group[fresh]
-        np.add.at(index.nopen, runs.group[fresh], 1)
-        index.newest[runs.group[live]] = live_h
+        sid = self.next_sid
+        self.next_sid += m
+        new_h = index.add_open(runs.group[fresh], runs.start[fresh], runs.last[fresh],
+                               np.arange(sid, sid + m, dtype=i64))
+        handle_of[fresh] = new_h
+        had = live[old]  # an open session: a straggler may move its start, later events its last
+        index.start[handle_of[had]] = runs.start[had]
+        index.last[handle_of[had]] = runs.last[had]
         handles = handle_of[runs.of_event]  # each kept event's session, in input order
         if numbers is not None:
-            index.slot[new_h] = slots
+            index.slot[new_h] = self.states.new_many(m)
             if keep is not None:
                 numbers = [c if c is None else c.take(keep) for c in numbers]
-            states.fold_at(index.slot[handles], numbers)
+            self.states.fold_at(index.slot[handles], numbers)
         else:
+            state, new = index.state, self.plan.new
+            for h in new_h.tolist():
+                state[h] = new()
             order = np.argsort(handles, kind="stable")
             hs = handles[order]
             cuts = (np.flatnonzero(hs[1:] != hs[:-1]) + 1).tolist()
             where = pos[order].tolist()
             bounds = [0, *cuts, len(where)]
             heads = hs[bounds[:-1]].tolist()
-            self.plan.fold_groups([(sessions[h][STATE], where[a:b]) for h, a, b in
+            self.plan.fold_groups([(state[h], where[a:b]) for h, a, b in
                                    zip(heads, bounds, bounds[1:], strict=False)], cols, seq)
-        maxt = self._close_batch(high, before, lateness, out)
+        maxt = self._close_batch(high, lateness, out)
         if self.columnar and not self.states.fits():
             self.to_states()
-        if len(index.gid) > 4 * len(opened) + INDEX_SLACK:
-            self._drop_index()  # keys of closed sessions: forgotten, the index made again from the open ones
+        if len(index.gid) > 4 * int(np.count_nonzero(index.nopen)) + INDEX_SLACK:
+            # keys of closed sessions no event can reach any more: forgotten, the index made again
+            self._to_lists()
+            self._to_arrays()
         return maxt, lates
 
-    def _close_batch(self, high: Any, before: Any, lateness: int, out: list) -> int:
-        """The close() calls the one-event path makes over a batch whose largest time up to each event
-        is `high` (`before`: the largest before each), made from the index's arrays: the open sessions whose end the last watermark
-        passed, each closed at the first event that moves the watermark past its end, in the order
-        close() writes them (by that event, then start, then key); closed_last and _forget as
-        close() leaves them. Returns the largest time."""
+    def _close_batch(self, high: Any, lateness: int, out: list) -> int:
+        """The close() calls the one-event path makes over a batch whose largest time up to each
+        event is `high`, made from the arrays: the open sessions whose end the last watermark
+        passed, each closed at the first event that moves the watermark past its end, in the
+        order close() writes them (by that event, then start, then key). Returns the largest time."""
         import numpy as np
 
         index, gap = self.index, self.gap
         maxt = int(high[-1])
-        top = len(index.sessions)
+        top = index.top
         ends = index.last[:top] + gap
         hs = np.flatnonzero(index.alive[:top] & (ends < maxt - lateness))
         if len(hs):
             at = np.searchsorted(high, ends[hs] + lateness, side="right")  # the event that closes each
-            sessions, keys = index.sessions, index.keys
-            starts = index.start[hs]
-            order = np.lexsort((starts, at))
-            hs, at, starts = hs[order], at[order], starts[order]
-            same = (at[1:] == at[:-1]) & (starts[1:] == starts[:-1])
-            if same.any():  # one close, one start, several groups: by key, as close() sorts them
-                fix = sorted(range(len(hs)), key=lambda i: (int(at[i]), int(starts[i]), keys[int(hs[i])]))
-                hs, at, starts = hs[fix], at[fix], starts[fix]
-            hl = hs.tolist()
-            ks = list(map(keys.__getitem__, hl))
-            if self.columnar:
-                slot_idx = index.slot[hs]
-                if self.text_rows:
-                    from streamctl.processing.windows.output import window_text
-
-                    out.append(window_text(starts.tolist(), ends[hs].tolist(), ks, self.plan.names,
-                                           self.states.result_columns(slot_idx)))
-                else:
-                    out += zip(starts.tolist(), ends[hs].tolist(), ks,
-                               self.states.results_at(self.plan.names, slot_idx), repeat(None))
-                self.states.release_at(slot_idx)
-            else:
-                results = [self.plan.result(sessions[h][STATE]) for h in hl]
-                out += zip(starts.tolist(), ends[hs].tolist(), ks, results, repeat(None))
-            lasts = index.last[hs].tolist()
-            opened, last_of, closed_order = self.open, self.closed_last, self.closed_order
-            forget, gap2 = self._forget, 2 * gap
-            befores = (before[at] - lateness).tolist()
-            prev_at = -1
-            for h, k, last, a, wb in zip(hl, ks, lasts, at.tolist(), befores, strict=True):
-                if a != prev_at:
-                    # a new close(): the watermark moved up to it, forgetting as each close() did (the
-                    # one after the previous close's is the larger: only it matters, forget being monotone)
-                    prev_at = a
-                    if closed_order and closed_order[0][0] + gap2 <= wb:
-                        forget(wb)
-                group = opened[k]
-                if len(group) == 1:
-                    del opened[k]
-                else:
-                    _remove_session(group, sessions[h])
-                if last_of.get(k, NO_WATERMARK) < last:
-                    last_of[k] = last
-                    closed_order.append((last, k))
-            index.release_many(hs)
+            self._write_closed(hs, at, out)
         self._forget(maxt - lateness)
         return maxt
 
-    def _make_heap(self) -> None:
-        """The close heap from the open sessions, for the one-event path after the kernel."""
-        self.heap = [(self._last(s) + self.gap, s[SID], k) for k, v in self.open.items() for s in v]
-        heapq.heapify(self.heap)
-        self.heap_stale = False
+    def _write_closed(self, hs: Any, at: Any, out: list) -> None:
+        """Write and release the open sessions `hs`, closed at the events `at`: by that event, then
+        start, then key (close()'s order), and remember each group's latest closed session."""
+        import numpy as np
 
-    def _open_index(self) -> Any:
-        """The OpenIndex, made for the open sessions when there is none, and up to date with what
-        the one-event path changed since the last batch here."""
-        index = self.index
-        if index is None:
-            from streamctl.processing.windows.session_index import OpenIndex
+        index, gap = self.index, self.gap
+        starts = index.start[hs]
+        order = np.lexsort((starts, at))
+        hs, at, starts = hs[order], at[order], starts[order]
+        groups = index.group[hs]
+        ks = list(map(index.gkey.__getitem__, groups.tolist()))
+        same = (at[1:] == at[:-1]) & (starts[1:] == starts[:-1])
+        if same.any():  # one close, one start, several groups: by key, as close() sorts them
+            fix = sorted(range(len(hs)), key=lambda i: (int(at[i]), int(starts[i]), ks[i]))
+            hs, starts, groups = hs[fix], starts[fix], groups[fix]
+            ks = [ks[i] for i in fix]
+        lasts = index.last[hs]
+        ends = (lasts + gap).tolist()
+        if self.columnar:
+            slot_idx = index.slot[hs]
+            if self.text_rows:
+                from streamctl.processing.windows.output import window_text
 
-            index = self.index = OpenIndex()
-            index.stale.update(self.open)
-        if index.stale:
-            columnar = self.columnar
-            for k in index.stale:
-                g = index.group_id(k)
-                newest = index.newest
-                best, best_last = NO_HANDLE, None
-                for s in self.open.get(k, ()):
-                    if s[HANDLE] == NO_HANDLE:
-                        s[HANDLE] = index.bind(s, k, s[START], s[LAST], s[STATE] if columnar else None)
-                    else:
-                        index.last[s[HANDLE]] = self._last(s)
-                        index.start[s[HANDLE]] = s[START]
-                    if best_last is None or s[LAST] > best_last:
-                        best, best_last = s[HANDLE], s[LAST]
-                newest[g] = best
-                index.nopen[g] = len(self.open.get(k, ()))
-            index.stale.clear()
-        return index
+                out.append(window_text(starts.tolist(), ends, ks, self.plan.names,
+                                       self.states.result_columns(slot_idx)))
+            else:
+                out += zip(starts.tolist(), ends, ks, self.states.results_at(self.plan.names, slot_idx),
+                           repeat(None))
+            self.states.release_at(slot_idx)
+        else:
+            results = [self.plan.result(index.state[h]) for h in hs.tolist()]
+            out += zip(starts.tolist(), ends, ks, results, repeat(None))
+        np.maximum.at(index.closed, groups, lasts)  # a group's sessions close in time order
+        index.release(hs, not self.columnar)
 
-    def _last(self, s: list) -> int:
-        """A session's last event time: the larger of its LAST and its handle's (OpenIndex)."""
-        h = s[HANDLE]
-        if h != NO_HANDLE:
-            t = int(self.index.last[h])
-            if t > s[LAST]:
-                s[LAST] = t
-        return s[LAST]
-
-    def _sync_keys(self, ks: list[bytes]) -> None:
-        """Before the one-event path: the sessions of a batch's keys get their LAST from the index,
-        and those keys are stale for it."""
-        keys = set(ks)
-        for k in keys:
-            for s in self.open.get(k, ()):
-                if s[HANDLE] != NO_HANDLE:
-                    self._last(s)
-        self.index.stale |= keys
-
-    def _drop_index(self) -> None:
-        """Every open session's LAST from the index, and no index."""
-        if self.index is None:
+    def _to_arrays(self) -> None:
+        """The one-event path's sessions and closed sessions into a new OpenIndex (the arrays then
+        hold the whole state)."""
+        if self.arrays:
             return
-        for sessions in self.open.values():
-            for s in sessions:
-                if s[HANDLE] != NO_HANDLE:
-                    self._last(s)
-                    s[HANDLE] = NO_HANDLE
+        from streamctl.processing.windows.session_index import OpenIndex
+
+        index = self.index = OpenIndex()
+        self.heap = []
+        # each group's sessions in creation order (SID): the order of its list
+        self._put_back(sorted(((k, s) for k, v in self.open.items() for s in v), key=lambda x: x[1][SID]))
+        self.open = {}
+        for k, last in self.closed_last.items():
+            index.closed[index.group_id(k)] = last
+        self.closed_last = {}
+        self.closed_order.clear()
+        self.arrays = True
+
+    def _to_lists(self) -> None:
+        """The arrays' state as the one-event path keeps it: `open` (each group's sessions by
+        creation), the close heap, and `closed_last`/`closed_order` for the closed sessions an
+        event that is not late can still reach."""
+        if not self.arrays:
+            return
+        index = self.index
+        hs = index.open_handles()
+        opened: dict[bytes, list[list]] = {}
+        states = index.slot[hs].tolist() if self.columnar else [index.state[h] for h in hs.tolist()]
+        for g, a, b, st, sid in zip(index.group[hs].tolist(), index.start[hs].tolist(), index.last[hs].tolist(),
+                                    states, index.sid[hs].tolist(), strict=True):
+            k = index.gkey[g]
+            s = [a, b, st, 0, sid, None]
+            group = opened.get(k)
+            if group is None:
+                opened[k] = [s]
+            else:
+                group.append(s)
+        self.open = opened
+        self.closed_last = self._closed_in_arrays()
+        self.closed_order.extend(sorted((last, k) for k, last in self.closed_last.items()))
+        self.heap = [(s[LAST] + self.gap, s[SID], k) for k, v in opened.items() for s in v]
+        heapq.heapify(self.heap)
         self.index = None
+        self.arrays = False
+
+    def _closed_in_arrays(self) -> dict[bytes, int]:
+        """The arrays' closed sessions still remembered (the one-event path forgets a group's once
+        its last + 2 GAP is at or below the watermark), by key."""
+        import numpy as np
+
+        index = self.index
+        n = len(index.gkey)
+        closed = index.closed[:n]
+        gs = np.flatnonzero((closed != NO_WATERMARK) & (closed + 2 * self.gap > self.forgot))
+        return {index.gkey[g]: last for g, last in zip(gs.tolist(), closed[gs].tolist(), strict=True)}
+
+    def _flush_arrays(self, out: list) -> None:
+        """flush() from the arrays: every open session written, by start then key."""
+        import numpy as np
+
+        hs = np.flatnonzero(self.index.alive[:self.index.top])
+        if len(hs):
+            self._write_closed(hs, np.zeros(len(hs), dtype=np.int64), out)
+
+    def _dump_arrays(self) -> list:
+        """dump()'s open sessions from the arrays: by key, each group's by creation."""
+        index = self.index
+        hs = index.open_handles()
+        dump = self.states.dump
+        states = index.slot[hs].tolist() if self.columnar else [index.state[h] for h in hs.tolist()]
+        by_key: dict[bytes, list] = {}
+        for g, a, b, st in zip(index.group[hs].tolist(), index.start[hs].tolist(), index.last[hs].tolist(), states,
+                               strict=True):
+            by_key.setdefault(index.gkey[g], []).append([a, b, dump(st), 0, None])
+        return [[k.decode(), v] for k, v in sorted(by_key.items())]
