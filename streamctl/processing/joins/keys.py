@@ -14,7 +14,7 @@ except ImportError:  # the Spark join job on a cluster without orjson: the stand
     from streamctl import orjson_fallback as orjson  # type: ignore[no-redef]
 
 from streamctl.storage import fieldpaths
-from streamctl.timeparse import EPOCH_MS_BELOW, EPOCH_S_BELOW, event_time_ms
+from streamctl.timeparse import EPOCH_MS_BELOW, EPOCH_S_BELOW, epoch_ms_column, event_time_ms
 
 Record = dict[str, Any]
 
@@ -30,6 +30,9 @@ def value_field(parts: tuple[str, ...]) -> str | None:
 
 
 def time_getter(parts: tuple[str, ...]) -> Callable[[Record], int | None]:
+    """A record's event time at a record path, in epoch ms (timeparse.event_time_ms of the value; None
+    when it is no time); `ts`, a log's append time, as it is. Each join side's times, and the Spark
+    window job's (which keeps them within its run's usable range), are read here."""
     if parts == ("ts",):
         return lambda rec: rec.get("ts")
     fname = value_field(parts)
@@ -41,8 +44,8 @@ def time_getter(parts: tuple[str, ...]) -> Callable[[Record], int | None]:
             v = v.get(fname) if v.__class__ is dict else None
         else:
             v = get(rec)
-        # epoch milliseconds, the common case, without event_time_ms's checks
-        if v.__class__ is int and _MS_LOW <= v < _MS_HIGH:
+        # epoch milliseconds, the common case, without event_time_ms's checks (timeparse.is_epoch_ms, inline)
+        if v.__class__ is int and EPOCH_S_BELOW <= v < EPOCH_MS_BELOW:
             return v
         return event_time_ms(v)
 
@@ -99,21 +102,15 @@ def norm_key(k: Any) -> Any:
     return ("\x00json", b"%b" % orjson.dumps(k, option=_SORT))
 
 
-_MS_LOW, _MS_HIGH = EPOCH_S_BELOW, EPOCH_MS_BELOW  # epoch milliseconds, by magnitude (timeparse's rule)
-_INT = {int}
-
-
 def block_times(parts: tuple[str, ...]) -> Callable[[list[Any]], list[int | None]]:
     """The event times of a block of plain-file values (what time_getter reads from each record)."""
     from streamctl.processing.timecolumns import iso_column_ms
 
-    lo, hi = _MS_LOW, _MS_HIGH
     raw = block_column(parts)
 
     def times(values: list[Any]) -> list[int | None]:
         ts = raw(values)
-        # all epoch milliseconds (the common case): the times as they are, checked in C
-        if ts and {*map(type, ts)} == _INT and lo <= min(ts) and max(ts) < hi:
+        if epoch_ms_column(ts):  # all epoch milliseconds (the common case): the times as they are
             return ts
         return iso_column_ms(ts)  # ISO-8601 strings (as bytes, with numpy), seconds: the column at once
 
