@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 OPT_SORT_KEYS = 32  # orjson's value
+JSONDecodeError = json.JSONDecodeError  # orjson's is a subclass of it too
 
 
 def dumps(obj: Any, option: int | None = None) -> bytes:

@@ -2,9 +2,9 @@
 
 A generated job file (streamctl.spark.jobgen) carries this module whole and
 runs its main(spark, params, out); the window and join jobs read their inputs
-with its input_records(). It imports only pyspark and the standard library
-(orjson when present, for the records those jobs parse). It
-gives the same lines in the same order as `streamctl replay --engine local`:
+with its input_records(). It imports only pyspark, the standard library
+(orjson when present, for the records those jobs parse) and streamctl's record
+layout (storage.record: the offset of a stored line). It gives the same lines in the same order as `streamctl replay --engine local`:
 
 1. List the log's segment files (LOG/pN/<20-digit base>.jsonl) through Hadoop's
    FileSystem API, so LOG may be a local folder or any Spark URI (hdfs://,
@@ -36,7 +36,6 @@ gives the same lines in the same order as `streamctl replay --engine local`:
    stream through the driver partition by partition (toLocalIterator).
 """
 
-import json
 import os
 import re
 import shutil
@@ -52,10 +51,10 @@ try:
 except ImportError:  # a cluster without orjson: the standard library, the same values
     from streamctl import orjson_fallback as orjson  # type: ignore[no-redef]
 
+from streamctl.storage.record import offset_of
+
 SEGMENT_FILE = re.compile(r"^(\d{20})\.jsonl$")
 PARTITION_DIR = re.compile(r"^p(\d+)$")
-# The canonical prefix of a stored line; streamctl writes every line this way.
-PY_PREFIX = re.compile(rb'^\{"offset":(\d+),"partition":(\d+),"ts":(\d+),')
 
 
 def list_segments(spark, log):
@@ -84,13 +83,6 @@ def _read_range(spark, fs, path, start, length):
         stream.close()
 
 
-def _offset_of(line):
-    m = PY_PREFIX.match(line)
-    if m:
-        return int(m.group(1))
-    return int(json.loads(line)["offset"])
-
-
 def visible_ends(spark, fs, segments):
     """{partition: end offset (exclusive)} for partitions whose active segment has a torn tail."""
     ends = {}
@@ -110,7 +102,7 @@ def visible_ends(spark, fs, segments):
             if cut >= 0:
                 prev = data.rfind(b"\n", 0, cut)
                 if prev >= 0 or start == 0:
-                    ends[p] = _offset_of(data[prev + 1:cut]) + 1
+                    ends[p] = offset_of(data[prev + 1:cut]) + 1
                     break
             want *= 4
     return ends

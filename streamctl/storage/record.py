@@ -14,7 +14,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import orjson
+try:
+    import orjson
+except ImportError:  # the Spark replay job on a cluster without orjson reads a line's offset here too
+    from streamctl import orjson_fallback as orjson  # type: ignore[no-redef]
 
 from streamctl.errors import StorageError
 
