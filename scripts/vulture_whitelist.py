@@ -19,6 +19,9 @@ open_windows  # noqa
 autocommit  # noqa
 # a server-side cursor's fetch size, set for the driver to read (streamctl/capture)
 itersize  # noqa
+# the epoch-ms shortcut as a function (timeparse.is_epoch_ms): tests/props/test_epoch_rule.py holds it
+# to event_time_ms, and the per-record loops (windows/events.py, joins/keys.py) write it inline
+is_epoch_ms  # noqa
 # aggregation classes: each registers itself under its --agg names (processing/aggregations/base.register)
 Avg  # noqa
 Min  # noqa

@@ -144,7 +144,7 @@ def _td(secs: int):
 # EPOCH_MS_BELOW epoch milliseconds, anything larger microseconds. event_time_ms is its one
 # definition; event_times (a column), timecolumns.iso_column_ms (numpy) and the shortcut
 # `is_epoch_ms` / `epoch_ms_column` that hot loops take for the common case (epoch ms, read as it
-# is: windows/events.py, joins/keys.py, the Spark window job) follow it.
+# is: windows/events.py, joins/keys.py, which the Spark window job reads times with) follow it.
 EPOCH_S_BELOW = 100_000_000_000  # 1e11: 5138-11-16 in seconds, 1973-03-03 in milliseconds
 EPOCH_MS_BELOW = 100_000_000_000_000  # 1e14: 5138 in milliseconds, 1973 in microseconds
 
