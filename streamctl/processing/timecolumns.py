@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from streamctl.processing.columns import newlines
 from streamctl.timeparse import event_times
 
 _WIDTHS = (20, 24)  # YYYY-MM-DDTHH:MM:SSZ, YYYY-MM-DDTHH:MM:SS.fffZ
@@ -61,10 +62,40 @@ def _in_range(times: list[int | None], lo: int | None, hi: int | None) -> list[i
 def iso_column_ms(values: Sequence[Any], lo: int | None = None, hi: int | None = None) -> list[int | None]:
     """`event_times(values)`, fast when the values are ISO-8601 UTC strings of one of the two shapes;
     with `lo` and `hi`, a time outside [lo, hi] is None too."""
+    parsed = _parsed(values)
+    if parsed is None:
+        return _in_range(event_times(values), lo, hi)
+    ms, ok = parsed
+    out: list[int | None] = ms.tolist()
+    if not ok.all():
+        bad = np.flatnonzero(~ok).tolist()
+        for i, t in zip(bad, event_times([values[i] for i in bad]), strict=True):
+            out[i] = t
+        return _in_range(out, lo, hi)
+    if lo is not None and hi is not None and not ((ms >= lo) & (ms <= hi)).all():
+        return _in_range(out, lo, hi)
+    return out
+
+
+def iso_array_ms(values: Sequence[Any], lo: int, hi: int) -> np.ndarray | None:
+    """iso_column_ms(values, lo, hi) as an int64 array when this parse takes every value and every
+    time lies in [lo, hi] (the common case: no list of ints made); None otherwise."""
+    parsed = _parsed(values)
+    if parsed is None:
+        return None
+    ms, ok = parsed
+    if not ok.all() or int(ms.min()) < lo or int(ms.max()) > hi:
+        return None
+    return ms
+
+
+def _parsed(values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(each value's ms, whether this parse took it: False where event_times must read it), or None
+    when the column is not all strs of one of the two shapes (or is short)."""
     n = len(values)
     m = _matrix(values) if n >= 32 else None
     if m is None:
-        return _in_range(event_times(values), lo, hi)
+        return None
     if m.shape[1] == 20:  # no fraction: read as .000, the last byte (a Z) checked where a fraction's Z is
         m = np.concatenate((m[:, :19], np.frombuffer(b".000" * n, dtype=np.uint8).reshape(n, 4), m[:, 19:]), axis=1)
     # Times of one column share their minute in runs (a log is written in time order): the
@@ -84,16 +115,7 @@ def iso_column_ms(values: Sequence[Any], lo: int | None = None, hi: int | None =
     d = d.astype(np.int64)
     second = d[:, 0] * 10 + d[:, 1]
     ok &= second <= 59
-    ms = minute[run] + second * 1000 + d[:, 2] * 100 + d[:, 3] * 10 + d[:, 4]
-    out: list[int | None] = ms.tolist()
-    if not ok.all():
-        bad = np.flatnonzero(~ok).tolist()
-        for i, t in zip(bad, event_times([values[i] for i in bad]), strict=True):
-            out[i] = t
-        return _in_range(out, lo, hi)
-    if lo is not None and hi is not None and not ((ms >= lo) & (ms <= hi)).all():
-        return _in_range(out, lo, hi)
-    return out
+    return minute[run] + second * 1000 + d[:, 2] * 100 + d[:, 3] * 10 + d[:, 4], ok
 
 
 def _matrix(values: Sequence[Any]) -> np.ndarray | None:
@@ -110,7 +132,7 @@ def _matrix(values: Sequence[Any]) -> np.ndarray | None:
     if width not in _WIDTHS or len(text) != n * (width + 1) - 1 or not text.isascii():
         return None
     raw = text.encode("ascii")
-    if raw.count(b"\n") != n - 1:
+    if newlines(raw) != n - 1:
         return None
     m = np.frombuffer(raw + b"\n", dtype=np.uint8).reshape(n, width + 1)
     if not (m[:, width] == 10).all():

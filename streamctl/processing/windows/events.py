@@ -218,10 +218,15 @@ class EventColumns:
     def __call__(self, recs: Any) -> tuple[list, Any, Any, Any]:
         """(times, keys, columns, counts); (times, None, None, ()) when some time is not usable (the
         caller reads the records that have one again, so only their values are counted)."""
+        return _listed(self._read(recs, self.keys))
+
+    def _read(self, recs: Any, keys: Callable[[Any], Any]) -> tuple[Any, Any, Any, Any]:
+        """__call__ with the keys as keys(recs) makes them, and the times as times() gives them (an
+        int64 array when all are usable and parsed as such)."""
         ts = self.times(column(recs, self.time_path))
-        if None in ts:
+        if type(ts) is list and None in ts:
             return ts, None, None, ()
-        ks = self.keys(recs)
+        ks = keys(recs)
         cols, counts = self.values(recs)
         return ts, ks, cols, counts
 
@@ -244,25 +249,26 @@ class EventColumns:
     def with_ids(self, recs: Any) -> tuple[list, Any, Any, Any]:
         """__call__ with the keys as KeyIds's (space, ids, new texts) instead of their texts; for a
         plain file's pieces, in the reading process. One --by path only (else as __call__)."""
+        return _listed(self._read_with_ids(recs))
+
+    def _read_with_ids(self, recs: Any) -> tuple[Any, Any, Any, Any]:
         if len(self.key_paths) > 1:
-            return self(recs)
-        ts = self.times(column(recs, self.time_path))
-        if None in ts:
-            return ts, None, None, ()
+            return self._read(recs, self.keys)
+        return self._read(recs, self._key_ids)
+
+    def _key_ids(self, recs: Any) -> tuple[int, bytes, list[bytes]]:
         if self.key_ids is None:
             self.key_ids = KeyIds(self.key_json)
-        ks = self.key_ids(column(recs, self.key_paths[0]))
-        cols, counts = self.values(recs)
-        return ts, ks, cols, counts
+        return self.key_ids(column(recs, self.key_paths[0]))
 
     def packed(self, recs: Any) -> tuple[Any, Any, Any, Any]:
         """__call__ for a plain file's grid windows, the times as int64 bytes when all are usable
         (the folding process takes them as an array, without a list to convert)."""
-        return _packed(self(recs))
+        return _packed(self._read(recs, self.keys))
 
     def packed_with_ids(self, recs: Any) -> tuple[Any, Any, Any, Any]:
         """with_ids, the times as in packed."""
-        return _packed(self.with_ids(recs))
+        return _packed(self._read_with_ids(recs))
 
     def packed_balanced(self, recs: Any) -> tuple[Any, Any, Any, Any]:
         """In the reading process of a plain file's session run: packed_with_ids while the folding
@@ -275,16 +281,21 @@ class EventColumns:
             return self.packed_with_ids(recs)
         return self.packed(recs)
 
-    def times(self, x: list) -> list:
+    def times(self, x: list) -> Any:
+        """The times of column x as a list (None where a time is not usable), or as an int64 array
+        when all are ISO-8601 strings the array parse takes, within time_range (no list made)."""
         lo, hi = self.lo, self.hi
-        if self.append_time and {*map(type, x)} == _INT_TYPE or not self.append_time and epoch_ms_column(x):
+        # (a first value that is not an int rules out epoch ms without a pass over the column)
+        if self.append_time and {*map(type, x)} == _INT_TYPE or \
+                not self.append_time and x and type(x[0]) is int and epoch_ms_column(x):
             if min(x) >= lo and max(x) <= hi:
                 return x  # all epoch ms, the common case: no parse
         if self.append_time:
             return [t if type(t) is int and lo <= t <= hi else None for t in x]
-        from streamctl.processing.timecolumns import iso_column_ms  # numpy: imported when used
+        from streamctl.processing.timecolumns import iso_array_ms, iso_column_ms  # numpy: imported when used
 
-        return iso_column_ms(x, lo, hi)
+        ms = iso_array_ms(x, lo, hi)
+        return iso_column_ms(x, lo, hi) if ms is None else ms
 
     def keys(self, recs: Any) -> list[bytes]:
         if len(self.key_paths) > 1:
@@ -296,10 +307,19 @@ _INT_TYPE = {int}
 
 
 def _packed(pre: tuple) -> tuple:
+    """EventColumns._read's result with the times as int64 bytes when all are usable."""
     from array import array
 
     ts, ks, cols, counts = pre
+    if type(ts) is not list:
+        return ts.tobytes(), ks, cols, counts
     return (ts if ks is None else array("q", ts).tobytes()), ks, cols, counts
+
+
+def _listed(pre: tuple) -> tuple:
+    """EventColumns._read's result with the times as a list."""
+    ts = pre[0]
+    return pre if type(ts) is list else (ts.tolist(), *pre[1:])
 
 
 def unpacked_times(ts: Any) -> tuple[list, Any]:
