@@ -289,40 +289,67 @@ def _cat(whole: list[list], parts: list[tuple[Any, int, int]], idx: list[int] | 
     return out if idx is None else list(map(out.__getitem__, idx))
 
 
+def consumer_idle() -> bool:
+    """In the reading process: whether the consumer has finished every item sent (it waits for the
+    next); False in any other process."""
+    return _done is not None and backlog() == 0
+
+
 def plain_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | None = None) -> Generator[Any, None, None]:
     """A plain file's records a piece at a time: a columns.PlainBatch where the piece reads as
     columns (PlainFieldReader), else a list of records read in full. Read ahead in a child
     process when that can help (a file, not stdin; two or more cores), with `hooks` as in
-    log_batches."""
+    log_batches.
+
+    The work is shared by the two processes: when the consumer was found waiting as a piece was
+    sent (it is the faster of the two), the child hands it the next piece as its bytes, and the
+    consumer reads that one itself (read_plain: the same reading, in either process). Record
+    numbers are counted here, in input order, whichever process read a piece."""
     hooks = hooks if hooks is not None else {}
+    readers: list[columns.PlainFieldReader] = []
+
+    def read_plain(piece: bytes) -> tuple:
+        """("c", the piece or None, columns, count, what "transform" made of them) for a piece read
+        as columns; ("v", its values, why a line is invalid or None) for one read in full."""
+        if not readers:
+            readers.append(columns.PlainFieldReader(fields))
+        batch = readers[0].read_piece(piece, 0)
+        if batch is None:
+            return ("v", *inputorder.plain_piece_values(piece))
+        transform, keep = hooks.get("transform"), hooks.get("records", True)
+        pre = transform(batch) if transform is not None else None
+        if pre is None or pre[1] is None:
+            return ("c", piece, batch.cols, batch.n, None)
+        return ("c", piece if keep else None, None, batch.n, pre)
 
     def pieces() -> Iterator[tuple]:
-        transform, keep = hooks.get("transform"), hooks.get("records", True)
-        read = columns.PlainFieldReader(fields).read_piece
-        base = 0
+        give = False
         for piece in inputorder.plain_pieces(path, piece_bytes=PLAIN_PIECE):
-            batch = read(piece, base)
-            if batch is None:
-                recs, error = inputorder.plain_piece_records(path, piece, base)
-                base += len(recs)
-                if recs:
-                    yield ("r", recs)
-                if error is not None:
-                    raise error
+            if give:
+                give = False
+                yield ("p", piece)
                 continue
-            base += batch.n
-            pre = transform(batch) if transform is not None else None
-            if pre is None or pre[1] is None:
-                yield ("c", piece, batch.cols, batch.n, None, batch.base)
-            else:
-                yield ("c", piece if keep else None, None, batch.n, pre, batch.base)
+            msg = read_plain(piece)
+            give = consumer_idle()
+            yield msg
+            if msg[0] == "v" and msg[2] is not None:
+                return  # an invalid line: the consumer stops there
 
     def batches(msgs: Iterable[tuple]) -> Iterator[Any]:
+        base = 0
         for msg in msgs:
+            if msg[0] == "p":
+                msg = read_plain(msg[1])
             if msg[0] == "c":
-                yield columns.PlainBatch(msg[1], msg[2], msg[3], msg[4], base=msg[5])
-            else:
-                yield msg[1]
+                yield columns.PlainBatch(msg[1], msg[2], msg[3], msg[4], base=base)
+                base += msg[3]
+                continue
+            recs, error = inputorder.plain_piece_records(path, msg[1], base, msg[2])
+            base += len(recs)
+            if recs:
+                yield recs
+            if error is not None:
+                raise error
 
     if path == "-" or not can_fork():
         yield from batches(pieces())

@@ -374,13 +374,19 @@ def plain_pieces(path: str, block_bytes: int = PLAIN_BLOCK, piece_bytes: int = P
             i = j
 
 
-def plain_piece_records(path: str, piece: bytes, base: int) -> tuple[list[Record], Exception | None]:
-    """A piece's records read in full (blank lines skipped), offsets from `base`, and for an invalid
+def plain_piece_values(piece: bytes) -> tuple[list[Any], str | None]:
+    """A piece's values read in full (blank lines skipped), and why its first invalid line is
+    invalid (the values are those before it)."""
+    text = piece[:-1] if piece.endswith(b"\n") else piece
+    values, _payloads, error = _plain_values(text, False)
+    return values, None if error is None else str(error)
+
+
+def plain_piece_records(path: str, values: list[Any], base: int, error: str | None) -> tuple[list[Record], Exception | None]:
+    """A piece's values (plain_piece_values) as records, offsets from `base`, and for an invalid
     line the DataError naming its record number (the records are those before it)."""
     from streamctl.errors import DataError
 
-    text = piece[:-1] if piece.endswith(b"\n") else piece
-    values, _payloads, error = _plain_values(text, False)
     recs = plain_records_of(values, base)
     if error is None:
         return recs, None
