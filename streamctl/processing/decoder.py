@@ -308,15 +308,19 @@ def plain_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | 
     hooks = hooks if hooks is not None else {}
     readers: list[columns.PlainFieldReader] = []
 
-    def read_plain(piece: bytes) -> tuple:
+    def read_plain(piece: bytes, handed: bool = False) -> tuple:
         """("c", the piece or None, columns, count, what "transform" made of them) for a piece read
-        as columns; ("v", its values, why a line is invalid or None) for one read in full."""
+        as columns; ("v", its values, why a line is invalid or None) for one read in full. A piece
+        the reading process `handed` over goes through "consumer transform" when there is one (a
+        step that must run in the reading process only, such as numbering keys, is left out)."""
         if not readers:
             readers.append(columns.PlainFieldReader(fields))
         batch = readers[0].read_piece(piece, 0)
         if batch is None:
             return ("v", *inputorder.plain_piece_values(piece))
         transform, keep = hooks.get("transform"), hooks.get("records", True)
+        if handed and hooks.get("consumer transform") is not None:
+            transform = hooks["consumer transform"]
         pre = transform(batch) if transform is not None else None
         if pre is None or pre[1] is None:
             return ("c", piece, batch.cols, batch.n, None)
@@ -339,7 +343,7 @@ def plain_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | 
         base = 0
         for msg in msgs:
             if msg[0] == "p":
-                msg = read_plain(msg[1])
+                msg = read_plain(msg[1], True)
             if msg[0] == "c":
                 yield columns.PlainBatch(msg[1], msg[2], msg[3], msg[4], base=base)
                 base += msg[3]

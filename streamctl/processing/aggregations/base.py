@@ -113,9 +113,9 @@ class Agg:
 
     # -- numpy slots (windows.cells): only for classes with `slots` ---------------------------
 
-    def slot_results(self, total: list[float], count: list[int], floaty: list[bool]) -> list:
-        """result() of each slot, from its total (0.0 for "count" slots), count and whether a float
-        was among its numbers."""
+    def slot_results(self, total: Any, count: Any, floaty: Any) -> list:
+        """result() of each slot, from numpy arrays of the slots' totals (float64; None for "count"
+        slots), counts (int64) and whether a float was among their numbers (bool; None for "count")."""
         raise NotImplementedError
 
     def slot_state(self, total: float, count: int, floaty: bool) -> Any:

@@ -52,8 +52,8 @@ class Count(Agg):
     def state_type(cls, t: Any) -> Any:
         return t.Count
 
-    def slot_results(self, total: list[float], count: list[int], floaty: list[bool]) -> list:
-        return count
+    def slot_results(self, total: Any, count: Any, floaty: Any) -> list:
+        return count.tolist()
 
     def slot_state(self, total: float, count: int, floaty: bool) -> int:
         return count
@@ -114,8 +114,16 @@ class Sum(Agg):
     def state_type(cls, t: Any) -> Any:
         return tuple[t.Number, t.Count]  # total, how many numbers
 
-    def slot_results(self, total: list[float], count: list[int], floaty: list[bool]) -> list:
-        return [(t if fl else int(t)) if n else None for t, n, fl in zip(total, count, floaty, strict=True)]
+    def slot_results(self, total: Any, count: Any, floaty: Any) -> list:
+        import numpy as np
+
+        if floaty.all():
+            out = total.tolist()
+        elif not floaty.any():
+            out = total.astype(np.int64).tolist()  # int totals, exact in float64 (|total| < 2**53)
+        else:
+            out = [t if fl else int(t) for t, fl in zip(total.tolist(), floaty.tolist(), strict=True)]
+        return _none_where_empty(out, count)
 
     def slot_state(self, total: float, count: int, floaty: bool) -> list:
         return [total if floaty else int(total), count]
@@ -136,10 +144,22 @@ class Avg(Sum):
     def result(self, st: list) -> Any:
         return st[0] / st[1] if st[1] else None
 
-    def slot_results(self, total: list[float], count: list[int], floaty: list[bool]) -> list:
+    def slot_results(self, total: Any, count: Any, floaty: Any) -> list:
+        import numpy as np
+
         # an int total divided by the count: Python's true division of two ints rounds once, as
-        # the float division of their exact float64 values does
-        return [t / n if n else None for t, n in zip(total, count, strict=True)]
+        # the float64 division of their exact float64 values does (a count below 2**53 is exact)
+        return _none_where_empty((total / np.maximum(count, 1)).tolist(), count)
+
+
+def _none_where_empty(out: list, count: Any) -> list:
+    """The results `out` with None for the slots that hold no number (a count of 0)."""
+    if not count.all():
+        import numpy as np
+
+        for i in np.flatnonzero(count == 0).tolist():
+            out[i] = None
+    return out
 
 
 @register

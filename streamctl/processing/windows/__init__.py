@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import repeat
+from itertools import compress, repeat
 from typing import Any, NamedTuple
 
 from streamctl.processing.aggregations import columnar
@@ -103,6 +103,39 @@ def _group(cells: list[tuple[int, bytes]], pos: Iterable[int]) -> Iterable[tuple
         else:
             g.append(i)
     return groups.items()
+
+
+def _window_runs(end_array: Any, ks: list[bytes], numbers: list) -> dict[int, tuple[list[bytes], list]]:
+    """A batch's events split by window: {window end: (keys, number columns)}, the windows in
+    first-seen order, each one's events in input order. Most events of a batch fall in one window
+    (stragglers are few): that one's keys are taken with one C pass (compress), the others' sorted
+    by window (stably) and cut."""
+    import numpy as np
+
+    heads, first, inverse, counts = np.unique(end_array, return_index=True, return_inverse=True,
+                                              return_counts=True)
+    inverse = inverse.reshape(-1)
+    big = int(np.argmax(counts))
+    in_big = inverse == big
+    rest = np.flatnonzero(~in_big)
+    rest = rest[np.argsort(inverse[rest], kind="stable")]  # by window, each in input order
+    cuts = np.cumsum(np.delete(counts, big)).tolist()
+    rest_ks = list(map(ks.__getitem__, rest.tolist()))
+    rest_nums = [None if x is None else x.take(rest) for x in numbers]
+    span = {}
+    a = 0
+    for w, b in zip([w for w in range(len(heads)) if w != big], cuts, strict=True):
+        span[w] = slice(a, b)
+        a = b
+    runs = {}
+    for w in np.argsort(first, kind="stable").tolist():
+        if w == big:
+            runs[int(heads[w])] = (list(compress(ks, in_big.tolist())),
+                                   [None if x is None else x.take(in_big) for x in numbers])
+        else:
+            sl = span[w]
+            runs[int(heads[w])] = (rest_ks[sl], [None if x is None else x.take(sl) for x in rest_nums])
+    return runs
 
 
 class GridWindows:
@@ -288,19 +321,7 @@ class GridWindows:
         if end_array[0] == end_array[-1] and (end_array == end_array[0]).all():
             runs = {int(end_array[0]): (ks, numbers)}
         else:
-            order = np.argsort(end_array, kind="stable")
-            by_end = end_array[order]
-            cuts = (np.flatnonzero(by_end[1:] != by_end[:-1]) + 1).tolist()
-            bounds = [0, *cuts, n]
-            heads = by_end[bounds[:-1]]
-            sorted_ks = list(map(ks.__getitem__, order.tolist()))
-            sorted_nums = [None if x is None else x.take(order) for x in numbers]
-            span = {e: slice(a, b) for e, a, b in zip(heads.tolist(), bounds, bounds[1:], strict=False)}
-            first = order[bounds[:-1]]  # each window's first event (the sort is stable): first-seen order
-            runs = {}
-            for e in heads[np.argsort(first, kind="stable")].tolist():
-                sl = span[e]
-                runs[e] = (sorted_ks[sl], [None if x is None else x.take(sl) for x in sorted_nums])
+            runs = _window_runs(end_array, ks, numbers)
         touched = []
         for end, (run_ks, run_nums) in runs.items():
             table = self.open.get(end)

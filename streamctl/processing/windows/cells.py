@@ -170,12 +170,12 @@ class Slots:
         """Each aggregation's results (Plan.result's values) of the states in slots `idx`, a column each."""
         columns: list[list[Any]] = []
         for i, agg in enumerate(self.aggs):
-            count = self.count[i][idx].tolist()
+            count = self.count[i][idx]
             t, fl = self.total[i], self.floaty[i]
             if t is None or fl is None:
-                columns.append(agg.slot_results([], count, []))
+                columns.append(agg.slot_results(None, count, None))
             else:
-                columns.append(agg.slot_results(t[idx].tolist(), count, fl[idx].tolist()))
+                columns.append(agg.slot_results(t[idx], count, fl[idx]))
         return columns
 
     def results_at(self, names: Sequence[str], idx: np.ndarray) -> list[dict]:

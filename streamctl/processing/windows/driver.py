@@ -93,6 +93,8 @@ class WindowRun:
                 use_ids = cfg.kind == "session" and cfg.emit == "final" and cfg.late == "drop"
                 records.hooks["transform"] = (self.columns if self.is_log else self.columns.packed_balanced
                                               if use_ids else self.columns.packed)
+                # a piece the reading process hands over is read here: its keys are not numbered
+                records.hooks["consumer transform"] = None if self.is_log else self.columns.packed
                 # without a late sink, a batch whose columns were made needs no records (nor its bytes)
                 records.hooks["records"] = self.late_sink is not None
             try:
