@@ -213,7 +213,7 @@ class EventColumns:
         self.numeric = plan.numeric
         self.key_cache: dict[str, bytes] = {}
         self.key_json = key_json_cached(self.key_cache)
-        self.key_ids: KeyIds | None = None  # made on the first with_ids call (in the reading process)
+        self.key_ids: KeyIds | None = None  # made on the first packed_with_ids call (in the reading process)
 
     def __call__(self, recs: Any) -> tuple[list, Any, Any, Any]:
         """(times, keys, columns, counts); (times, None, None, ()) when some time is not usable (the
@@ -246,15 +246,6 @@ class EventColumns:
             cols.append(col)
         return cols, counts
 
-    def with_ids(self, recs: Any) -> tuple[list, Any, Any, Any]:
-        """__call__ with the keys as KeyIds's (space, ids, new texts) instead of their texts; for a
-        plain file's pieces, in the reading process. One --by path only (else as __call__)."""
-        return _listed(self._read_with_ids(recs))
-
-    def _read_with_ids(self, recs: Any) -> tuple[Any, Any, Any, Any]:
-        if len(self.key_paths) > 1:
-            return self._read(recs, self.keys)
-        return self._read(recs, self._key_ids)
 
     def _key_ids(self, recs: Any) -> tuple[int, bytes, list[bytes]]:
         if self.key_ids is None:
@@ -267,8 +258,11 @@ class EventColumns:
         return _packed(self._read(recs, self.keys))
 
     def packed_with_ids(self, recs: Any) -> tuple[Any, Any, Any, Any]:
-        """with_ids, the times as in packed."""
-        return _packed(self._read_with_ids(recs))
+        """packed with the keys as KeyIds's (space, ids, new texts) instead of their texts; for a
+        plain file's pieces, in the reading process. One --by path only (else as packed)."""
+        if len(self.key_paths) > 1:
+            return self.packed(recs)
+        return _packed(self._read(recs, self._key_ids))
 
     def packed_balanced(self, recs: Any) -> tuple[Any, Any, Any, Any]:
         """In the reading process of a plain file's session run: packed_with_ids while the folding
