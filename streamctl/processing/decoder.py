@@ -133,6 +133,9 @@ def _child(w: int, make: Callable[[], Iterable[Any]], done: Any) -> None:
             try:
                 for item in make():
                     _send(f, ("i", item))
+                    # into the pipe now, not when the write buffer fills: the consumer starts on it
+                    # at once, and backlog() counts only items the consumer could have taken
+                    f.flush()
                     _sent += 1
                 _send(f, ("end",))
             except StreamctlError as e:

@@ -451,16 +451,35 @@ def test_cli_window_by_and_aggs_through_columns_equal_records(run, logdir, by, a
     assert p.stdout == b"".join(map(row_json, rows)) and rows
 
 
-def test_the_reading_process_sees_how_far_behind_its_consumer_is():
+def test_the_reading_process_sees_how_far_behind_its_consumer_is(tmp_path):
     """decoder.backlog(): 0 outside a reading process; in one, the items sent that the consumer has
-    not finished. Small items stay in the reader's buffer until its end, so the consumer finishes
-    none of them before the reader has made them all: item k sees k items behind."""
+    not finished. Each item goes into the pipe as it is sent (not kept in the reader's write
+    buffer): while the consumer holds the first, item k sees k items behind."""
+    import time
+
     from streamctl.processing import decoder
 
     assert decoder.backlog() == 0
+    held, sent = tmp_path / "held", tmp_path / "sent"
 
     def make():
-        for _ in range(6):
+        yield decoder.backlog()
+        deadline = time.monotonic() + 30
+        while not held.exists():  # the consumer has the first item and keeps it
+            if time.monotonic() > deadline:
+                yield "the first item never reached the consumer"
+                return
+            time.sleep(0.01)
+        for _ in range(5):
             yield decoder.backlog()
+        sent.touch()
 
-    assert list(decoder.items(make, "test")) == [0, 1, 2, 3, 4, 5]
+    got = []
+    for i, x in enumerate(decoder.items(make, "test")):
+        got.append(x)
+        if i == 0:
+            held.touch()
+            deadline = time.monotonic() + 60
+            while not sent.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+    assert got == [0, 1, 2, 3, 4, 5]
