@@ -210,12 +210,15 @@ _KEY_TYPES = {str, _NoneType}
 
 
 class RecordBatch(list):
-    """A list of records with two columns the envelope check read anyway: each record's key and
-    value (in order), for a consumer that needs them."""
+    """A list of records with the columns the envelope check read anyway: each record's key and
+    value (in order), for a consumer that needs them; from _block_records also each one's ts and
+    offset (`tss`, `offs`: a batch made elsewhere may lack them)."""
 
-    __slots__ = ("keys", "values")
+    __slots__ = ("keys", "values", "tss", "offs")
     keys: list[Any]
     values: list[Any]
+    tss: list[int]
+    offs: list[int]
 
 
 def _block_records(block: bytes) -> RecordBatch | None:
@@ -238,7 +241,7 @@ def _block_records(block: bytes) -> RecordBatch | None:
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
     batch = RecordBatch(objs)
-    batch.keys, batch.values = keys, values
+    batch.keys, batch.values, batch.tss, batch.offs = keys, values, tss, offs
     return batch
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from contextlib import contextmanager
-from itertools import repeat
+from itertools import chain, repeat
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -244,11 +244,17 @@ class TableRowsFeed(TableFeed):
 
     The table is a raw joins/store.DiskTable: each row is the JSON text orjson wrote for the
     value (what a DiskTable of values stores too, so the two read each other's checkpoints), and
-    an event's row pastes that text (an orjson.Fragment) where the record path would decode it and
-    write it again. Records come as a list and the input index of each (`feed_runs`): a run of
-    table changes goes to the table at once (the last change of a key in the run wins, as one
-    after another would), and a run of events reads its keys' rows in one prefetch and writes its
-    rows in one call of `write_jsonl`."""
+    an event's row pastes that text where the record path would decode it and write it again.
+    Records come as a list and the input index of each (`feed_runs`): a run of table changes
+    goes to the table at once (the last change of a key in the run wins, as one after another
+    would), and a run of events reads its keys' rows in one prefetch and writes its rows in a
+    few calls of `write_jsonl`.
+
+    `runs` (or `run`) and `feed_columns` are the two halves of `feed_runs`: the first reads the
+    records into Runs (what each run changes or looks up, and the text of each event's row up to
+    its right side: no records), the second joins them. The follower runs the first in a reading
+    process (joins/follow_inputs.py) and sends the Runs over a pipe: they hold only strings,
+    bytes and counts."""
 
     def __init__(self, spec: JoinSpec, write_jsonl: Callable[[bytes], None], stats: JoinStats,
                  table: Any, right_index: int = 1) -> None:
@@ -258,6 +264,9 @@ class TableRowsFeed(TableFeed):
         self.write_jsonl = write_jsonl
         self.left_field = value_field(spec.on[0])
         self.left_is_record_key = spec.on[0] == ("key",)
+        # whether `run` reads the records themselves, or only their values and record keys
+        self.needs_records = not self.right_key_is_record_key or (self.left_field is None
+                                                                  and not self.left_is_record_key)
 
     def feed(self, items: Items) -> None:
         pairs = list(items)
@@ -265,75 +274,99 @@ class TableRowsFeed(TableFeed):
 
     def feed_runs(self, records: list[Record], inputs: list[int]) -> None:
         """Records in the input order, and the input index of each."""
+        self.feed_columns(self.runs(records, inputs))
+
+    def runs(self, records: list[Record], inputs: list[int]) -> list[Run]:
+        """The runs of records in the input order (`inputs`: the input index of each), each a Run
+        (`run`)."""
         n = len(records)
         if not n:
-            return
+            return []
         right_index = self.right_index
         n_right = inputs.count(right_index)
         if n_right == 0 or n_right == n:
             cuts = [0, n]
         else:
             cuts = [0, *[i for i in range(1, n) if inputs[i] != inputs[i - 1]], n]
-        for a, b in zip(cuts, cuts[1:]):  # noqa: B905 (cuts[1:] is one shorter)
-            run = records if b - a == n else records[a:b]
-            if inputs[a] == right_index:
-                self._changes(run)
-            else:
-                self._events(run)
-        counts = self.stats.records
-        counts[0] += n - n_right
-        counts[1] += n_right
+        return [self.run(inputs[a] == right_index, records if b - a == n else records[a:b])
+                for a, b in zip(cuts, cuts[1:])]  # noqa: B905 (cuts[1:] is one shorter)
 
-    def _changes(self, run: list[Record]) -> None:
-        dumps = orjson.dumps
-        changes: dict[Any, Any] = {}
-        if self.right_key_is_record_key:
-            # change_keys of a table keyed by its record key: that key (a string), or none
-            for rec in run:
-                k = rec.get("key")
-                if k is not None:
-                    v = rec["value"]
-                    # a copy of the text: orjson's result keeps its whole write buffer (4 KiB) alive with it
-                    changes[k] = None if v is None else b"%b" % dumps(v)
-        else:
-            right_key, by_value_path = self.right_key, self.by_value_path
-            for rec in run:
-                found = change_keys(rec, right_key, by_value_path)
-                if found:
-                    v = rec["value"]
-                    raw = None if v is None else b"%b" % dumps(v)
-                    for nk, _k in found:
-                        changes[nk] = raw
-        self.table.apply(changes)
-
-    def _events(self, run: list[Record]) -> None:
-        values = [rec["value"] for rec in run]
+    def run(self, changes: bool, records: list[Record], values: list[Any] | None = None,
+            rkeys: list[Any] | None = None) -> Run:
+        """A run of table changes (`changes`) or of events as a Run: (CHANGES, {normalized key: value
+        text, None to delete}, how many records), or (EVENTS, normalized join keys, heads): each
+        event's row up to its right side (`_rows`). `values` and `rkeys` are the records' values
+        and record keys where the caller has them as columns."""
+        if values is None:
+            values = [rec["value"] for rec in records]
+        if changes:
+            return CHANGES, self._changes(records, values, rkeys), len(values)
         if self.left_field is not None:
             f = self.left_field
             keys = [v.get(f) if v.__class__ is dict else None for v in values]
         elif self.left_is_record_key:
-            keys = list(map(dict.get, run, repeat("key")))  # key_getter(("key",)) a column at a time
+            # key_getter(("key",)) a column at a time
+            keys = rkeys if rkeys is not None else list(map(dict.get, records, repeat("key")))
         else:
-            keys = list(map(self.left_key, run))
-        rows = self.table.rows([k if k.__class__ is str or k is None else norm_key(k) for k in keys])
-        fragment, dumps, write, inner = orjson.Fragment, orjson.dumps, self.write_jsonl, self.inner
-        # the rows' dicts made and written _ROWS_AT_ONCE at a time: made all at once for a run of 32k
-        # events they left the CPU cache before orjson read them (1M rows: 2.0-2.2 s against 1.1-1.2)
-        for i in range(0, len(keys), _ROWS_AT_ONCE):
-            j = i + _ROWS_AT_ONCE
-            part = zip(keys[i:j], values[i:j], rows[i:j], strict=True)
-            if inner:
-                out = [{"key": k, "left": v, "right": fragment(r)} for k, v, r in part if r is not None]
+            keys = list(map(self.left_key, records))
+        dumps = orjson.dumps
+        # what orjson.dumps writes for the row {"key": k, "left": v, "right": ...} before the right side
+        # (it writes a value inside an object as it writes it alone)
+        heads = [b'{"key":%b,"left":%b,"right":' % (dumps(k), dumps(v)) for k, v in zip(keys, values, strict=True)]
+        return EVENTS, [k if k.__class__ is str or k is None else norm_key(k) for k in keys], heads
+
+    def feed_columns(self, runs: list[Run]) -> None:
+        """Join the runs `runs` made, in order."""
+        counts = self.stats.records
+        for kind, what, more in runs:
+            if kind == CHANGES:
+                self.table.apply(what)
+                counts[1] += more
             else:
-                out = [{"key": k, "left": v, "right": None if r is None else fragment(r)} for k, v, r in part]
-            if out:
-                write(b"".join(map(dumps, out, repeat(None), repeat(_NL))))
+                self._rows(what, more)
+                counts[0] += len(what)
+
+    def _changes(self, run: list[Record], values: list[Any], rkeys: list[Any] | None) -> dict[Any, bytes | None]:
+        dumps = orjson.dumps
+        # a copy of each text: orjson's result keeps its whole write buffer (4 KiB) alive with it
+        raws = [None if v is None else b"%b" % dumps(v) for v in values]
+        if self.right_key_is_record_key:
+            # change_keys of a table keyed by its record key: that key (a string), or none; the last
+            # change of a key wins, as one after another would
+            changes = dict(zip(rkeys if rkeys is not None else map(dict.get, run, repeat("key")), raws, strict=True))
+            changes.pop(None, None)
+            return changes
+        changes = {}
+        right_key, by_value_path = self.right_key, self.by_value_path
+        for rec, raw in zip(run, raws, strict=True):
+            for nk, _k in change_keys(rec, right_key, by_value_path):
+                changes[nk] = raw
+        return changes
+
+    def _rows(self, nkeys: list[Any], heads: list[bytes]) -> None:
+        """The rows of a run of events, each its head, its key's stored row text (null where there is
+        none; with --how inner, no row) and the closing brace and newline: the text orjson.dumps
+        writes for {"key": k, "left": v, "right": orjson.Fragment(row) or None} with
+        OPT_APPEND_NEWLINE."""
+        rows = self.table.rows(nkeys)
+        write = self.write_jsonl
+        if self.inner:
+            kept = [(h, r) for h, r in zip(heads, rows, strict=True) if r is not None]
+            heads, rows = [h for h, _r in kept], [r for _h, r in kept]
+        else:
+            rows = [_NULL if r is None else r for r in rows]
+        for i in range(0, len(heads), _ROWS_AT_ONCE):
+            j = i + _ROWS_AT_ONCE
+            write(b"".join(chain.from_iterable(zip(heads[i:j], rows[i:j], _ENDS, strict=False))))  # _ENDS: endless
 
 
-_NL = orjson.OPT_APPEND_NEWLINE
-# rows encoded per join: each orjson result holds a 4 KiB buffer until the join frees it (16k rows at
-# once: 64 MiB touched, the run 3x slower)
-_ROWS_AT_ONCE = 512
+# A Run of TableRowsFeed.runs: (CHANGES, changes, how many records) or (EVENTS, normalized keys, heads)
+Run = tuple[int, Any, Any]
+CHANGES, EVENTS = 0, 1
+_NULL = b"null"
+_ENDS = repeat(b"}\n")
+# rows joined into one write
+_ROWS_AT_ONCE = 8192
 
 
 def _no_emit(key: Any, left: Any, right: Any) -> None:

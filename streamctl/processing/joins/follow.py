@@ -32,13 +32,13 @@ from typing import Any
 import orjson
 
 from streamctl import stopflag
-from streamctl.errors import StorageError, UsageError
-from streamctl.processing import following, inputorder
-from streamctl.processing.joins import Emit, EmitOp, feeders
+from streamctl.errors import Interrupted, StorageError, UsageError
+from streamctl.processing import following
+from streamctl.processing.joins import Emit, EmitOp, feeders, follow_inputs
 from streamctl.processing.joins.driver import JoinSpec, JoinStats, late_line
 from streamctl.processing.joins.keys import RememberedTime, time_getter
 from streamctl.processing.joins.store import DiskTable, open_db
-from streamctl.processing.mergeorder import NO_TIME, Lane, merge_lanes, record_lane
+from streamctl.processing.mergeorder import merge_lanes
 from streamctl.storage import log as logmod
 
 CHECKPOINT_FORMAT = 1
@@ -112,6 +112,7 @@ class JoinFollower:
         self.stats = JoinStats()
         self.inputs = Inputs((logmod.open_log(spec.left), logmod.open_log(spec.right)))
         self.lock_fd: int | None = None
+        self.reader: follow_inputs.KernelReader | None = None  # the kernel's reader of the current plan
         self.tmpdir: str | None = None
         self.ckpt: str | None = None
         if group is not None:
@@ -236,46 +237,37 @@ class JoinFollower:
     # -- reading --
     def round(self, limit: int) -> int:
         """Feed what the logs hold past the positions, up to about `limit` records; how many were read."""
+        got = self._kernel_round(limit) if self.kernel else self._record_round(limit)
+        if self.group is None:
+            self.save()  # the tables' changes to disk: memory holds a round's, never the table
+        return got
+
+    def _plan(self) -> follow_inputs.Plan:
         spec, inputs = self.spec, self.inputs
-        order = (1, 0) if spec.kind == "table" else (0, 1)  # the table's lanes first: it wins ties
-        lanes: list[Lane] = []
-        sides: list[int] = []
-        for side in order:
-            path = (spec.left, spec.right)[side]
-            following.skip_deleted(inputs.logs[side], inputs.positions[side], self.notice)
-            lg, ranges = inputorder.read_plan(path, None, dict(inputs.positions[side]))
-            time_of = self.times[side].remember if spec.kind == "stream" else self.times[side].get
-            for p, start, end in ranges:
-                blocks = inputorder._partition_blocks(path, lg, p, start, end)
-                lanes.append(record_lane((side, p), blocks, time_of, inputs.highs[side].get(p, NO_TIME)))
-                sides.append(side)
+        return follow_inputs.plan((spec.left, spec.right), inputs.logs, inputs.positions, spec.kind == "table",
+                                  self.notice)
+
+    def _record_round(self, limit: int) -> int:
+        spec, inputs = self.spec, self.inputs
+        times = self.times
+        time_of = ((times[0].remember, times[1].remember) if spec.kind == "stream" else (times[0].get, times[1].get))
+        lanes = follow_inputs.lanes((spec.left, spec.right), self._plan(), inputs.highs, time_of)
         if not lanes:
             return 0
+        sides = [lane.name[0] for lane in lanes]
         got = 0
         batches = merge_lanes(lanes)
         feeder = self.feeder
-        kernel = isinstance(feeder, feeders.TableRowsFeed)
-        prefetch = not kernel and self.tables and isinstance(feeder, (feeders.TableFeed, feeders.TablesFeed))
-        # the kernel takes merged batches together, up to RUN records: its prefetch of their events' keys
-        # is one sorted statement where a batch (a few hundred records) would be one statement each
-        run_recs: list[Record] = []
-        run_inputs: list[int] = []
+        assert not isinstance(feeder, feeders.TableRowsFeed)
+        prefetch = self.tables and isinstance(feeder, (feeders.TableFeed, feeders.TablesFeed))
         try:
             for batch in batches:
-                lane_sides = list(map(sides.__getitem__, batch.lanes))
-                if kernel:
-                    run_recs += batch
-                    run_inputs += lane_sides
-                    if len(run_recs) >= RUN:
-                        feeder.feed_runs(run_recs, run_inputs)  # type: ignore[union-attr]
-                        run_recs, run_inputs = [], []
-                else:
-                    items = list(zip(lane_sides, batch, strict=True))
-                    if prefetch:
-                        keys = feeder.table_keys(items)  # type: ignore[union-attr]
-                        for t in self.tables:
-                            t.prefetch(keys)
-                    feeder.feed(items)
+                items = list(zip(map(sides.__getitem__, batch.lanes), batch, strict=True))
+                if prefetch:
+                    keys = feeder.table_keys(items)  # type: ignore[union-attr]
+                    for t in self.tables:
+                        t.prefetch(keys)
+                feeder.feed(items)
                 # each lane's next offset: that of its last record in the batch (a lane's records are in offset order)
                 for k, rec in dict(zip(batch.lanes, batch, strict=True)).items():
                     inputs.positions[sides[k]][rec["partition"]] = rec["offset"] + 1
@@ -284,15 +276,59 @@ class JoinFollower:
                 got += len(batch)
                 if got >= limit or stopflag.is_set():
                     break
-            if run_recs:
-                feeder.feed_runs(run_recs, run_inputs)  # type: ignore[union-attr]
         finally:
             batches.close()
-        if self.group is None:
-            self.save()  # the tables' changes to disk: memory holds a round's, never the table
         return got
 
+    def _kernel_round(self, limit: int) -> int:
+        """The kernel's round: Messages from the reader of the current plan (follow_inputs), a new plan
+        once it is read to its end. A plan outlasts rounds: the reader goes on where the last
+        round stopped, its lanes' merge keys with it."""
+        from streamctl.processing import decoder
+
+        spec, inputs = self.spec, self.inputs
+        feeder = self.feeder
+        assert isinstance(feeder, feeders.TableRowsFeed)
+        if self.reader is None:
+            the_plan = self._plan()
+            if not the_plan:
+                return 0
+            self.reader = follow_inputs.KernelReader(feeder, (spec.left, spec.right), the_plan, inputs.highs,
+                                                     self.times, (spec.time_field[0] == ("ts",), spec.time_field[1] == ("ts",)),
+                                                     RUN, decoder.can_fork(), self.lock_fd)
+        got = 0
+        positions, highs = inputs.positions, inputs.highs
+        try:
+            while got < limit and not stopflag.is_set():
+                try:
+                    msg = self.reader.next()
+                except Interrupted:
+                    if not stopflag.is_set():
+                        raise
+                    msg = None  # the stop signal reached the reading process too: a checkpoint, then the exit
+                if msg is None:
+                    self._close_reader()
+                    break
+                runs, n, ends, lane_highs = msg
+                feeder.feed_columns(runs)
+                # the positions move only past records joined: a checkpoint covers exactly those
+                for side, p, off in ends:
+                    positions[side][p] = off
+                for side, p, h in lane_highs:
+                    highs[side][p] = h
+                got += n
+        except BaseException:
+            self._close_reader()
+            raise
+        return got
+
+    def _close_reader(self) -> None:
+        if self.reader is not None:
+            reader, self.reader = self.reader, None
+            reader.close()
+
     def close(self) -> None:
+        self._close_reader()
         if getattr(self, "db", None) is not None:
             self.db.close()
         if self.lock_fd is not None:
