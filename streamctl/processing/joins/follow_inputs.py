@@ -3,18 +3,19 @@ order, for the record path as merged batches of records and for the enrichment k
 
 A read starts from a plan: each partition of both logs with records past its position (the
 table's partitions first with --table: it wins ties), as far as each one reaches when the plan is
-made. Its lanes are merged by mergeorder.merge_lanes, each lane's merge key carried on from the
-follower's last read (Inputs.highs).
+made. Its lanes are merged by mergeorder.merge (merge_lanes for the record path), each lane's
+merge key carried on from the follower's last read (Inputs.highs).
 
 The kernel (feeders.TableRowsFeed) reads a plan as Messages of about `run` records: the merged
-records cut into Runs (TableRowsFeed.runs: table changes as keys and value texts, events as join
-keys and value texts), with where each lane's last record in them leaves its position and merge
-key. Nothing in a Message is a record, so with two cores a forked process (decoder.items) reads
-the plan, decodes and merges it and writes the values to JSON, while this one looks up and writes
-the rows: the same Messages as reading here, since the plan, the positions and the merge keys it
-starts from were fixed before the fork. The follower applies a Message's positions only once it
-has joined its Runs, so a checkpoint covers exactly the records it has joined; what the reading
-process has read beyond is read again by the next plan.
+records cut into Runs (TableRowsFeed.run: table changes as keys and value texts, events as
+normalized keys and the text of each row up to its right side), with where each lane's last
+record in them leaves its position and merge key. Nothing in a Message is a record, so with two
+cores a forked process (decoder.items) reads the plan, decodes and merges it and writes the JSON,
+while the follower looks up and writes the rows: the same Messages as reading in the follower,
+since the plan, the positions and the merge keys it starts from were fixed before the fork. A
+plan's reader outlasts the follower's rounds and checkpoints; the follower moves its positions
+only past the Runs it has joined, so a checkpoint covers exactly those, and what a stopped
+reader had read beyond them is read again by the next run.
 """
 
 from __future__ import annotations
@@ -91,8 +92,8 @@ def messages(feeder: TableRowsFeed, paths: tuple[str, str], the_plan: Plan, high
              run: int) -> Generator[Message, None, None]:
     """The plan's lanes merged in the input order (mergeorder.merge, as `lanes` and merge_lanes merge
     them, over their blocks' columns), as Messages of about `run` records (a merge round more at
-    most). `by_ts`: whether
-    each side's time is the append time `ts` (read from the blocks' column where there is one)."""
+    most). `by_ts`: whether each side's time is the append time `ts` (read from the blocks' column
+    where there is one)."""
     the_lanes: list[Lane] = []
     opened: dict[int, logmod.Log] = {}
     for side, p, start, end in the_plan:
