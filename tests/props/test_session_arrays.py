@@ -100,3 +100,19 @@ def test_the_arrays_forget_keys_no_event_can_reach():
         assert run.op.dump()["closed_last"] == []
         run.finish(rows.extend)
     assert len(rows) == 3000
+
+
+@settings(max_examples=200, deadline=None)
+@given(items=st.lists(st.tuples(st.integers(0, 50), st.integers(0, 400)), min_size=1, max_size=80),
+       big=st.sampled_from([0, 1 << 40]))
+def test_one_key_sort_is_the_lexsort_of_group_time_and_position(items, big):
+    """The session index's sort by group, then time, then position (one int64 key when it fits,
+    np.lexsort otherwise: `big` groups take the second)."""
+    import numpy as np
+
+    from streamctl.processing.windows.session_index import _by_group_time
+
+    g = np.array([a + (big if a % 2 else 0) for a, _ in items], dtype=np.int64)
+    t = np.array([b for _, b in items], dtype=np.int64)
+    p = np.arange(len(items), dtype=np.int64)[::-1].copy()  # unique, not in item order
+    assert _by_group_time(g, t, p, 401).tolist() == np.lexsort((p, t, g)).tolist()

@@ -199,8 +199,8 @@ class OpenIndex:
             return -1  # times too far apart for the offsets the running maxima below use
         if in_order:  # by group, its open session first (pos -1), then its events as they came
             order = np.argsort(ig * 2 + (i_pos >= 0), kind="stable")
-        else:
-            order = np.lexsort((i_pos, i_start, ig))  # by group, then time
+        else:  # by group, then time (an open session before an event at its start), as one int64 key
+            order = _by_group_time(ig, i_start - lo, i_pos + 1, span)
         gs, ss, ls = ig[order], i_start[order] - lo, i_last[order] - lo
         m = len(gs)
         head = np.empty(m, dtype=bool)  # a group's first item
@@ -250,6 +250,16 @@ class OpenIndex:
         c_first = np.full(k, n_ev, dtype=np.int64)  # the run's first event (index into the events)
         np.minimum.at(c_first, cid[:n_ev], np.arange(n_ev))
         return Clusters(cid[:n_ev], has_events, pre_of, c_start, c_last, c_group, c_first)
+
+
+def _by_group_time(g: np.ndarray, t: np.ndarray, p: np.ndarray, span: int) -> np.ndarray:
+    """The order of np.lexsort((p, t, g)) for times 0 <= t < span and positions p >= 0 unique within a
+    (group, time): one sort of an int64 key made of the three (half the time of lexsort's three
+    stable passes), when it fits in 63 bits."""
+    width = int(p.max()) + 1
+    if (int(g.max()) + 1) * span * width < 1 << 62:
+        return np.argsort((g * span + t) * width + p)
+    return np.lexsort((p, t, g))
 
 
 @dataclass
