@@ -84,3 +84,28 @@ def spark():
     assert pyspark
     yield session
     session.stop()
+
+
+def window_plain_run(cfg, path: str, batched: bool) -> tuple:
+    """A plain-file window run read in pieces (`batched`) or record by record: its rows, stats,
+    non-numeric counts, sequence, late records and the data error, if any (for property tests that
+    tie the batch kernels to the per-record path)."""
+    from streamctl.errors import DataError
+    from streamctl.processing import inputorder
+    from streamctl.processing.windows.driver import WindowRun
+    from streamctl.processing.windows.events import records_of
+
+    late: list = []
+    run = WindowRun(cfg, is_log=False, late_sink=late.append)
+    rows: list = []
+    err = None
+    try:
+        if batched:
+            _is_log, recs = records_of(path, cfg)
+            run.feed(recs, rows.extend)
+        else:
+            run.feed_records(inputorder.plain_records(path), rows.extend)
+        run.finish(rows.extend)
+    except DataError as e:
+        err = str(e)
+    return rows, vars(run.stats), dict(run.plan.non_numeric), run.seq, late, err

@@ -11,10 +11,9 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamctl.errors import DataError
+from conftest import window_plain_run
 from streamctl.processing import inputorder
 from streamctl.processing.windows.config import WindowConfig
-from streamctl.processing.windows.driver import WindowRun
 
 T0 = 1_763_719_200_000
 M = 60_000
@@ -23,25 +22,6 @@ values = st.one_of(st.integers(-5, 5), st.floats(-10, 10, allow_nan=False), st.n
 times = st.one_of(st.integers(0, 40).map(lambda d: T0 + d * 30_000), st.integers(0, 20 * M).map(lambda d: T0 + d),
                   st.sampled_from([None, "bad", "2025-11-21T10:00:00.000Z"]))
 KINDS = {"tumbling": (M, 0), "hopping": (3 * M, M), "session": (M, 0), "sliding": (M, 0)}
-
-
-def _run(cfg: WindowConfig, path: str, batched: bool) -> tuple:
-    from streamctl.processing.windows.events import records_of
-
-    late: list = []
-    run = WindowRun(cfg, is_log=False, late_sink=late.append)
-    rows: list = []
-    err = None
-    try:
-        if batched:
-            _is_log, recs = records_of(path, cfg)
-            run.feed(recs, rows.extend)
-        else:
-            run.feed_records(inputorder.plain_records(path), rows.extend)
-        run.finish(rows.extend)
-    except DataError as e:
-        err = str(e)
-    return rows, vars(run.stats), dict(run.plan.non_numeric), run.seq, late, err
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -65,7 +45,7 @@ def test_pieces_read_by_either_process_equal_records(tmp_path_factory, monkeypat
     path.write_bytes(b"".join(line + sep for line, sep in zip(lines, seps, strict=False)))
     size, hop = KINDS[kind]
     cfg = WindowConfig(kind=kind, size=size, hop=hop, by=["g.k"], aggs=aggs, lateness=lateness)
-    assert _run(cfg, str(path), True) == _run(cfg, str(path), False)
+    assert window_plain_run(cfg, str(path), True) == window_plain_run(cfg, str(path), False)
 
 
 def test_the_consumer_reads_the_pieces_handed_to_it(tmp_path, monkeypatch):
@@ -94,6 +74,6 @@ def test_the_consumer_reads_the_pieces_handed_to_it(tmp_path, monkeypatch):
     for kind in ("tumbling", "session"):
         here.clear()
         cfg = WindowConfig(kind=kind, size=M, by=["g.k"], aggs=["count", "avg:v"], lateness=M)
-        assert _run(cfg, str(path), True) == _run(cfg, str(path), False)
+        assert window_plain_run(cfg, str(path), True) == window_plain_run(cfg, str(path), False)
         pieces = sum(1 for _ in inputorder.plain_pieces(str(path), piece_bytes=4096))
         assert pieces // 2 - 1 <= len(here) <= pieces // 2 + 1

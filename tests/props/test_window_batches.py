@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import window_plain_run
 from streamctl.errors import DataError, StorageError
 from streamctl.processing import inputorder
 from streamctl.processing.windows.config import WindowConfig
@@ -367,25 +368,6 @@ def test_session_closing_inside_a_batch_keeps_a_session_open_at_exactly_gap(size
     assert [(orjson.loads(r[2]), r[3]["count"]) for r in a[0]] == [("b", 1), ("a", 2), ("x", 1)]
 
 
-def _run_plain(cfg: WindowConfig, path: str, batched: bool):
-    from streamctl.processing.windows.events import records_of
-
-    late: list = []
-    run = WindowRun(cfg, is_log=False, late_sink=late.append)
-    rows: list = []
-    err = None
-    try:
-        if batched:
-            _is_log, recs = records_of(path, cfg)
-            run.feed(recs, rows.extend)
-        else:
-            run.feed_records(inputorder.plain_records(path), rows.extend)
-        run.finish(rows.extend)
-    except DataError as e:
-        err = str(e)
-    return rows, vars(run.stats), dict(run.plan.non_numeric), run.seq, late, err
-
-
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(evs=events_strategy(bad=True), seps=st.lists(st.sampled_from([b"\n", b"\n", b"\n", b"\r\n", b"\n\n", b" \n"]),
                                                     min_size=60, max_size=60),
@@ -401,7 +383,7 @@ def test_plain_file_columns_equal_records(tmp_path_factory, evs, seps, kind, agg
     path = tmp_path_factory.mktemp("plain") / "in.jsonl"
     path.write_bytes(b"".join(line + sep for line, sep in zip(lines, seps, strict=False)))
     cfg = WindowConfig(kind=kind, size=M, by=["g.k"], aggs=aggs, lateness=M)
-    assert _run_plain(cfg, str(path), True) == _run_plain(cfg, str(path), False)
+    assert window_plain_run(cfg, str(path), True) == window_plain_run(cfg, str(path), False)
 
 
 KEYS = ["a", "b", "c", "d", None, 7, 1, 1.0, True, "x,y", 'q"r', "é"]
@@ -428,7 +410,7 @@ def test_sessions_by_key_ids_equal_records(tmp_path_factory, monkeypatch, evs, b
     path = tmp_path_factory.mktemp("plain") / "in.jsonl"
     path.write_bytes(b"".join(orjson.dumps({"ts": e["ts"], "g": {"k": e["k"]}, "v": e["v"]}) + b"\n" for e in evs))
     cfg = WindowConfig(kind="session", size=M, by=["g.k"], aggs=aggs, lateness=lateness)
-    assert _run_plain(cfg, str(path), True) == _run_plain(cfg, str(path), False)
+    assert window_plain_run(cfg, str(path), True) == window_plain_run(cfg, str(path), False)
 
 
 @settings(max_examples=60, deadline=None)
@@ -474,7 +456,7 @@ def test_session_key_ids_are_used_and_their_spaces_reset(tmp_path, monkeypatch):
     path.write_bytes(b"".join(b'{"ts":%d,"g":{"k":"u%d"},"v":%d}\n' % (T0 + i * 1000, i % 400, i)
                               for i in range(20000)))
     cfg = WindowConfig(kind="session", size=M, by=["g.k"], aggs=["count", "avg:v"])
-    assert _run_plain(cfg, str(path), True) == _run_plain(cfg, str(path), False)
+    assert window_plain_run(cfg, str(path), True) == window_plain_run(cfg, str(path), False)
     assert len(spaces) >= 10 and spaces[-1] >= 5 and spaces == sorted(spaces)
 
 
