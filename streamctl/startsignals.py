@@ -36,13 +36,20 @@ def _quit(signum: int, frame: object) -> None:
 
 def _interrupt(signum: int, frame: object) -> None:
     """SIGINT while the command runs: KeyboardInterrupt (main says "interrupted", exit 130),
-    except inside an import, which ends the process like start-up does. Commands import what
+    except inside an import (a module's body or importlib's own code), which ends the process
+    like start-up does. Commands import what
     they need as they start, and an exception raised in a module that a C extension's init
     is importing can crash the process: orjson's init, interrupted while it imports json,
     segfaults (strace -e inject=openat:signal=SIGINT at the open of json/encoder.py)."""
     f = frame
     while f is not None:
-        if f.f_code.co_name == "<module>" and f.f_globals.get("__name__") != "__main__":  # type: ignore[attr-defined]
+        code = f.f_code  # type: ignore[attr-defined]
+        if code.co_name == "<module>" and f.f_globals.get("__name__") != "__main__":  # type: ignore[attr-defined]
+            os._exit(128 + signum)
+        # importlib's own frames count as an import too: a module lock's weakref callback runs
+        # with no module frame above it, and an exception raised there is only printed ("Exception
+        # ignored in ... _get_module_lock ... cb") while the command carries on
+        if code.co_filename.startswith("<frozen importlib"):
             os._exit(128 + signum)
         f = f.f_back  # type: ignore[attr-defined]
     raise KeyboardInterrupt

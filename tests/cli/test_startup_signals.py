@@ -19,6 +19,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -107,3 +108,29 @@ def test_signal_at_every_file_opened_after_the_handler_is_installed(log, tmp_pat
             err = p.stderr.decode(errors="replace")
             assert "Traceback" not in err, (n, sig, err)
             assert p.returncode in QUIET, (n, sig, p.returncode, err)
+
+
+SIGINT_IN_CODE = """
+import signal, sys
+from streamctl import startsignals
+startsignals.install()
+startsignals.running()
+ns = {}
+exec(compile("def cb():\\n    signal.raise_signal(signal.SIGINT)\\n", %r, "exec"), {"signal": signal}, ns)
+try:
+    ns["cb"]()
+except KeyboardInterrupt:
+    sys.exit(7)
+sys.exit(0)
+"""
+
+
+@pytest.mark.parametrize(("filename", "code"), [("<frozen importlib._bootstrap>", 130), ("<string>", 7)],
+                         ids=["importlib", "command"])
+def test_sigint_in_importlibs_own_code_ends_the_run_like_an_import(filename, code):
+    """A SIGINT that lands in importlib's code with no module body above it (a module lock's weakref
+    callback) ends the run with 130: a KeyboardInterrupt there is only printed as "Exception ignored"
+    and the command carries on. Anywhere else in the command it is a KeyboardInterrupt."""
+    p = subprocess.run([sys.executable, "-c", SIGINT_IN_CODE % filename], capture_output=True,
+                       env=cli_env(), cwd=ROOT, timeout=60)
+    assert (p.returncode, p.stderr) == (code, b"")
