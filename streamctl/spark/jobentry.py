@@ -136,6 +136,18 @@ class JavaStderr:
         return False
 
 
+STATS_PREFIX = "#streamctl-stats "  # before a window or join job's counts (report)
+
+
+def report(params, name, stats, out):
+    """A window or join job's counts: its last result line when PARAMS["stats_line"] (streamctl,
+    which runs it, reads that line back and removes it: runner.run_job), else a note on stderr."""
+    if params.get("stats_line"):
+        out(STATS_PREFIX + json.dumps(stats))
+    else:
+        print(f"streamctl {name} job: {json.dumps(stats)}", file=sys.stderr)
+
+
 def record_times(started, ready):
     """With STREAMCTL_JOB_TIMES=FILE set, append one JSON line to FILE: the seconds spent
     starting Spark (JVM, session) and the seconds of the job's own work after that (up to the

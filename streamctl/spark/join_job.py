@@ -23,8 +23,6 @@ streamctl/processing/joins/*.py, as DataFrame operations:
    with t < W) are counted and, for stream-stream, left out, as locally.
 """
 
-import sys
-
 from pyspark import StorageLevel
 from pyspark.sql import Window
 from pyspark.sql import functions as F
@@ -33,6 +31,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from streamctl.processing.joins import MIN_TIME
 from streamctl.processing.joins.keys import change_keys, key_getter, norm_text, time_getter
 from streamctl.processing.mergeorder import NO_TIME
+from streamctl.spark.jobentry import report
 from streamctl.spark.replay_job import input_records
 
 try:  # the same encoder as streamctl itself: byte-identical rows
@@ -282,7 +281,4 @@ def main(spark, params, out):
     for row in rows.select("key_j", "left_j", "right_j", *(["op"] if with_op else [])).toLocalIterator():
         line = '{"key":' + row[0] + ',"left":' + (row[1] or "null") + ',"right":' + (row[2] or "null")
         out(line + (',"op":"' + row[3] + '"}' if with_op else "}"))
-    if params.get("stats_line"):
-        out("#streamctl-stats " + _dumps(stats))  # read back (and removed) by streamctl join
-    else:
-        print(f"streamctl join job: {_dumps(stats)}", file=sys.stderr)
+    report(params, "join", stats, out)

@@ -18,6 +18,7 @@ from streamctl.errors import UsageError
 from streamctl.formats.rows import Rows
 from streamctl.processing import inputorder
 from streamctl.processing.joins import driver as joining
+from streamctl.spark import jobgen
 from streamctl.spark.engine import choose_engine, follow_options, input_bytes, job_input, snapshot_ends
 
 if TYPE_CHECKING:
@@ -231,10 +232,7 @@ def job_params(spec: joining.JoinSpec, specs: list[inputorder.InputSpec], master
         "as_of": spec.as_of,
         "retention": spec.retention,
         "lateness": spec.lateness,
-        "output": None,
-        "master": master,
-        "app_name": "streamctl-join",
-        "log_level": "WARN",
+        **jobgen.entry_params("streamctl-join", master),
         # local mode runs executors inside the driver's JVM: the global-order windows need room
         "spark_conf": {"spark.ui.enabled": "false", "spark.driver.memory": "2g"},
     }
@@ -242,14 +240,9 @@ def job_params(spec: joining.JoinSpec, specs: list[inputorder.InputSpec], master
 
 def job_text(params: dict) -> str:
     """The standalone PySpark job: streamctl.spark.join_job and the modules it imports (jobgen)."""
-    from streamctl.spark import jobgen
-
     kinds = {"stream": f"stream-stream window join (within {params['within']} ms, how {params['how']})",
              "table": f"stream-table join (as of {params['as_of']}, how {params['how']})",
              "tables": "table-table join (the changelog of the inner join)"}
     title = (f"streamctl join: {kinds[params['kind']]} of two inputs, rows in the same order as "
              "streamctl join --engine local.")
-    how = ("  spark-submit job.py > rows.jsonl                 # the master from spark-submit (default local[*])\n"
-           "  spark-submit --master yarn job.py > rows.jsonl   # on a cluster\n"
-           "  python job.py > rows.jsonl                       # plain Python with pyspark")
-    return jobgen.render_job(title, how, params, "join_job")
+    return jobgen.render_job(title, params, "join_job")

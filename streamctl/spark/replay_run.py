@@ -1,10 +1,13 @@
 """A range replay or snapshot as `streamctl replay LOG` runs it: which engine, and where the lines go.
 
 It lives with the Spark engine because it chooses between the engines (spark.engine):
-the local one is streamctl.clients.replay, the Spark one streamctl.spark.replay.
-One partition's stored lines, unchanged, to stdout are copied by the kernel
-(sendfile); with --out the lines are appended to another log. Diagnostics go
-to the `say` callback.
+the local one is streamctl.clients.replay, the Spark one the job module
+streamctl/spark/replay_job.py (job_params), run by spark.runner. Run here, the job
+reads each active segment from a copy taken up to the replay's end snapshot
+(clients.replay.copy_active_segments), made in a temp folder and removed when the
+job ends. One partition's stored lines, unchanged, to stdout are copied by the
+kernel (sendfile); with --out the lines are appended to another log. Diagnostics
+go to the `say` callback.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ from typing import TYPE_CHECKING
 
 from streamctl.clients import replay as core
 from streamctl.errors import UsageError
-from streamctl.spark import replay as spark
-from streamctl.spark.engine import ENGINES, choose_engine, is_uri
+from streamctl.spark import jobgen, runner
+from streamctl.spark.engine import ENGINES, choose_engine, is_uri, job_input
 from streamctl.storage.log import Log
 
 if TYPE_CHECKING:
@@ -63,7 +66,7 @@ def run(log: str, spec: core.ReplaySpec, out: str | None, engine: str, threshold
         if out is not None:
             raise UsageError("--out appends to a streamctl log and cannot be done by an emitted job; pipe the job's "
                              "output instead: python job.py | streamctl produce LOG2 --envelope")
-        return spark.emit(log, spec, master, emit_job, say)
+        return runner.write_job(job_text(spec, job_params(job_input(log), spec, master, relative=True)), emit_job, say)
 
     from streamctl.storage import log as logmod
 
@@ -73,7 +76,7 @@ def run(log: str, spec: core.ReplaySpec, out: str | None, engine: str, threshold
         choose_engine("spark", 0, None, say)  # raises with the install hint when Spark is missing
         if engine == "auto":
             say(f"engine: spark ({log} is a Spark URI; only Spark can read it)")
-        return write(spark.run_uri(log, spec, master, into=stdout_fd(out)), out, unbuffered, None, say)
+        return write(run_spark(log, spec, master, say, into=stdout_fd(out)), out, unbuffered, None, say)
     if not logmod.is_log_input(log):
         if engine == "spark":
             raise UsageError("--engine spark needs a log; plain files are replayed locally")
@@ -85,7 +88,7 @@ def run(log: str, spec: core.ReplaySpec, out: str | None, engine: str, threshold
     ranges = core.plan(lg, spec)
     chosen = choose_engine(engine, core.input_bytes(lg), threshold, say, LOCAL_ONLY if local_only else None)
     if chosen == "spark":
-        return write(spark.run_log(lg, spec, ranges, master, now, say, into=stdout_fd(out)), out, unbuffered, lg, say)
+        return write(run_spark(lg, spec, master, say, ranges, now, into=stdout_fd(out)), out, unbuffered, lg, say)
     from streamctl.formats.progress import Progress, bytes_rate
 
     active = [p for p, r in ranges.items() if r.start < r.end]
@@ -159,3 +162,58 @@ def stdout_fd(out: str | None) -> int | None:
         return None
     sys.stdout.flush()
     return sys.stdout.fileno()
+
+
+# -- the Spark job of a replay ------------------------------------------------------
+
+def job_params(log_uri: str, spec: core.ReplaySpec, master: str | None, relative: bool) -> dict:
+    """PARAMS of replay_job; `relative` keeps relative times relative (--emit-job: resolved when it runs)."""
+    return {
+        "log": log_uri,
+        "from": spec.start.job_param(relative) if spec.start else None,
+        "until": spec.until.job_param(relative) if spec.until else None,
+        "key": spec.key,
+        "compact": spec.compact,
+        # a folder (file://, hdfs://, s3a://) the driver and every executor can reach: the sorted
+        # result is written there by Spark's parallel writer and copied out in order; None = the
+        # driver's temp folder on a local master, else the lines stream through the driver
+        "scratch": None,
+        **jobgen.entry_params("streamctl-replay", master),
+    }
+
+
+def job_text(spec: core.ReplaySpec, params: dict) -> str:
+    what = "Snapshot (latest record per key, tombstones applied)" if spec.compact else "Replay"
+    return jobgen.render_job(
+        f"streamctl replay: {what} of a streamctl log, lines unchanged, in (ts, partition, offset) order.",
+        params, "replay_job", note='Relative times (from/until "ago_ms") are resolved when the job starts.')
+
+
+def run_spark(log: Log | str, spec: core.ReplaySpec, master: str | None, say: Say,
+              ranges: dict[int, core.Range] | None = None, now: int | None = None,
+              into: int | None = None) -> Iterator[bytes]:
+    """Run the job on this machine over a log (its `ranges` planned as of `now`) or a log at a Spark
+    URI (hdfs://, s3a://); yields blocks of result lines (none with `into`)."""
+    import shutil
+    import tempfile
+
+    uri = log if isinstance(log, str) else os.path.abspath(log.path)
+    params = job_params(uri, spec, master or "local[*]", relative=False)
+    params["spark_conf"] = {"spark.ui.enabled": "false"}
+    copies = None
+    if isinstance(log, Log):
+        assert ranges is not None
+        params["end_offsets"] = {str(p): r.end for p, r in sorted(ranges.items())}
+        params["now_ms"] = now
+        if params["master"].startswith("local"):
+            # executors on this machine can read a temp folder: the job reads the active segments
+            # as of now from copies, in one scan with no end filter
+            copies = tempfile.mkdtemp(prefix="streamctl-snapshot-")
+            params["segment_copies"] = core.copy_active_segments(log, {p: r.end for p, r in ranges.items()}, copies)
+    try:
+        runner.starting(params["master"], say)
+        yield from runner.stream_job(job_text(spec, params), master=params["master"], what="Spark replay job",
+                                     into=into)
+    finally:
+        if copies is not None:
+            shutil.rmtree(copies, ignore_errors=True)

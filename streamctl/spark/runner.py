@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from streamctl import stopflag
 from streamctl.errors import BrokenPipe, ExitCode, Interrupted, StreamctlError
+from streamctl.spark import jobentry
 
 CHUNK = 1 << 20
 
@@ -252,7 +253,7 @@ def _stop(proc: subprocess.Popen) -> None:
             continue
 
 
-STATS_PREFIX = b"#streamctl-stats "  # a window or join job's last line: its counts (stats_line)
+STATS_PREFIX = jobentry.STATS_PREFIX.encode()  # a window or join job's last line: its counts
 
 
 def run_job(job_text: str, write: Callable[[bytes], object], say: Callable[[str], None], *,

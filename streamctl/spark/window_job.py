@@ -1,9 +1,9 @@
 """`streamctl window` with PySpark: the job module of `streamctl window --engine spark`.
 
 A generated job file (streamctl.spark.jobgen) carries this module whole, with
-what it imports: the input reader of the replay job (`input_records`) and
-streamctl's field paths (storage.fieldpaths), a record's event time
-(joins.keys.time_getter), window operators (windows.kinds.make_operator),
+what it imports: the input reader of the replay job (`input_records`), a
+record's group key and event time (processing.eventfields, which reads field
+paths with storage.fieldpaths), window operators (windows.kinds.make_operator),
 aggregations (`Plan`), merge keys (mergeorder.merge_keys), watermark
 (watermark.Watermark) and row lines (windows.output.row_json), so executors
 run exactly the code the local engine runs and the rows agree. Besides those,
@@ -46,52 +46,21 @@ How the stream is replayed without Spark's streaming watermark:
 """
 
 import bisect as _bisect
-import json as _json
-import sys
 from itertools import groupby as _groupby
 from itertools import islice as _islice
 
-from streamctl.processing.aggregations import AggSpec, Plan, getter
-from streamctl.processing.joins.keys import time_getter
+from streamctl.processing import eventfields
+from streamctl.processing.aggregations import AggSpec, Plan
 from streamctl.processing.mergeorder import NO_TIME, merge_keys
 from streamctl.processing.watermark import Watermark
 from streamctl.processing.windows.kinds import make_operator
 from streamctl.processing.windows.output import row_json
+from streamctl.spark.jobentry import report
 from streamctl.spark.replay_job import input_records
-
-try:
-    import orjson  # the same JSON text as the local engine
-except ImportError:  # a cluster without orjson: the standard library, the same text for common values
-    from streamctl import orjson_fallback as orjson  # type: ignore[no-redef]
 
 
 def _plan(params):
     return Plan([AggSpec(name, func, tuple(path) if path else None) for name, func, path in params["aggs"]])
-
-
-def _time_getter(params):
-    """The local engine's windows.events.time_getter: event time in ms (a record's time at a path,
-    joins.keys.time_getter; a log's append time `ts` as it is), or None when there is none or it
-    lies outside the run's time_range (where a window bound could not be written as ISO-8601)."""
-    lo, hi = params["time_range"]
-    time_of = time_getter(tuple(params["time_path"] or ("ts",)))
-
-    def event_time(r):
-        t = time_of(r)
-        return t if t.__class__ is int and lo <= t <= hi else None
-    return event_time
-
-
-def _key_getter(params):
-    by = params["by"]
-    dumps = orjson.dumps
-    if not by:
-        return lambda r: b"null" if r.get("key") is None else dumps(r.get("key"))
-    getters = [getter(tuple(p)) for p in by]
-    if len(getters) == 1:
-        g = getters[0]
-        return lambda r: dumps(g(r))
-    return lambda r: dumps([g(r) for g in getters])
 
 
 def _records(spark, params):
@@ -108,7 +77,9 @@ def _prepare(params):
     record without a usable time, and one ("nn", None, counts of non-numbers) per Spark partition."""
     def prepare(records):
         plan = _plan(params)
-        time_of, key_of = _time_getter(params), _key_getter(params)
+        lo, hi = params["time_range"]  # the local engine's: windows.events.time_range
+        time_of = eventfields.time_getter(params["time_field"], params["is_log"], lo, hi)
+        key_of = eventfields.key_getter(params["by"])
         for place, rec in records:
             t = time_of(rec)
             if type(t) is not int:
@@ -152,7 +123,7 @@ def _in_input_order(sc, params, places, bad_count):
     """
     if not params["is_log"]:
         return places, None  # one partition whose running max never falls: line order
-    if params["time_path"] is None and not bad_count:
+    if eventfields.time_path(params["time_field"], True) == ("ts",) and not bad_count:
         # the append time is non-decreasing within a partition: it is its own running max (an
         # append time outside the windows' range is a bad time, whose key the general way finds)
         return places.map(lambda x: ((x[1][0], *x[0]), x[1])), None
@@ -267,10 +238,7 @@ def main(spark, params, out):
         out(row_json((start, end, key, values, None))[:-1].decode())  # the local engine's line
     stats = {"events": ordered.count(), "late": int(late), "bad_time": bad_count, "non_numeric": non_numeric,
              "bad_time_example": None if bad_first is None else _where(params, bad_first)}
-    if params.get("stats_line"):
-        out("#streamctl-stats " + _json.dumps(stats))
-    else:
-        print(f"streamctl window job: {_json.dumps(stats)}", file=sys.stderr)
+    report(params, "window", stats, out)
     for cached in (prepared, keyed, ordered, timed, replayed):
         cached.unpersist()
 

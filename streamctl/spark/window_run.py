@@ -19,7 +19,6 @@ from streamctl.processing.windows.driver import WindowRun
 from streamctl.processing.windows.events import records_of, time_range
 from streamctl.processing.windows.follow import follow
 from streamctl.spark.engine import choose_engine, follow_options, input_bytes, is_uri, job_input, snapshot_ends
-from streamctl.storage import fieldpaths
 
 Say = Callable[[str], None]
 
@@ -242,23 +241,16 @@ def spark_job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool
         is_log = path != "-" and logmod.is_log(path)
     params: dict[str, Any] = {
         "input": path, "is_log": is_log, "kind": cfg.kind, "size": cfg.size, "hop": cfg.hop,
-        "lateness": cfg.lateness, "time_field": cfg.time_field,
-        "by": [list(fieldpaths.record_path(p)) for p in cfg.by],
+        "lateness": cfg.lateness, "time_field": cfg.time_field, "by": cfg.by,
         "aggs": [[s.name, s.func, list(s.path) if s.path else None] for s in plan.specs],
         "stats_line": stats_line,
+        "time_range": list(time_range(cfg)),  # the job's time getter applies the same rule
     }
-    tparts = fieldpaths.record_path(cfg.time_field)
-    params["time_path"] = None if tparts == ("ts",) and is_log else (
-        ["value", "ts"] if tparts == ("ts",) else list(tparts))
-    params["time_range"] = list(time_range(cfg))  # the job's time getter applies the same rule
     if is_log and snapshot and not is_uri(path):
         params["end_offsets"] = snapshot_ends(path)
-    if master:
-        params["master"] = master
+    params.update(jobgen.entry_params("streamctl-window", master))
     what = {"tumbling": f"tumbling windows of {cfg.size} ms", "hopping": f"hopping windows {cfg.size}/{cfg.hop} ms",
             "sliding": f"sliding windows of {cfg.size} ms", "session": f"session windows, gap {cfg.size} ms"}[cfg.kind]
     return jobgen.render_job(
         f"streamctl window: {what} over event time, with the local engine's watermark and late rules.",
-        "  spark-submit job.py            (on a cluster: spark-submit --master URL job.py)\n"
-        "  python job.py                  (local[*] unless PARAMS has a master)",
         params, "window_job")

@@ -38,7 +38,7 @@ def modules_of(text: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("job", ["replay_job", "window_job", "join_job"])
 def test_a_job_carries_its_modules_whole(job):
-    text = jobgen.render_job("t", "  python job.py", {"log": "x"}, job)
+    text = jobgen.render_job("t", {"log": "x"}, job)
     modules = modules_of(text)
     assert f"streamctl/spark/{job}.py" in modules and "streamctl/spark/jobentry.py" in modules
     for path, source in modules.items():

@@ -28,7 +28,7 @@ T0 = 1_763_719_200_000
 
 
 def render(params: dict) -> str:
-    return jobgen.render_job("test job", "  python job.py", params, "replay_job")
+    return jobgen.render_job("test job", params, "replay_job")
 
 
 def job_namespace(params: dict) -> dict:

@@ -302,7 +302,7 @@ def test_merge_keys_across_spark_partitions(spark, slices):
     shuffled = places[:]
     rnd.shuffle(shuffled)
     rdd = spark.sparkContext.parallelize(shuffled, slices)
-    got, _sorted = window_job._in_input_order(spark.sparkContext, {"is_log": True, "time_path": ["value", "at"]}, rdd, 1)
+    got, _sorted = window_job._in_input_order(spark.sparkContext, {"is_log": True, "time_field": "value.at"}, rdd, 1)
     assert sorted(got.collect()) == sorted(want)
 
 

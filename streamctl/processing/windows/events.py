@@ -14,23 +14,16 @@ from typing import Any
 import orjson
 
 from streamctl.errors import UsageError
-from streamctl.processing import aggregations, inputorder
+from streamctl.processing import aggregations, eventfields, inputorder
 from streamctl.processing import columns as fieldcolumns
 from streamctl.processing.windows.config import WindowConfig, make_plan
 from streamctl.storage import fieldpaths
 from streamctl.timeparse import (
-    EPOCH_MS_BELOW,
-    EPOCH_S_BELOW,
     epoch_ms_column,
-    event_time_ms,
     event_times,
     now_ms,
     usable_range,
 )
-
-
-def _path_getter(parts: tuple[str, ...]) -> Callable[[dict], Any]:
-    return aggregations.getter(parts)
 
 
 def key_json_cached(cache: dict[str, bytes] | None = None) -> Callable[[Any], bytes]:
@@ -53,16 +46,8 @@ def key_json_cached(cache: dict[str, bytes] | None = None) -> Callable[[Any], by
 
 
 def key_getter(by: list[str]) -> Callable[[dict], bytes]:
-    """The group key as JSON text: one --by -> its value; several -> a list; none -> the record key."""
-    key_json = key_json_cached()
-    if not by:
-        return lambda r: key_json(r.get("key"))
-    getters = [_path_getter(fieldpaths.record_path(p)) for p in by]
-    if len(getters) == 1:
-        g = getters[0]
-        return lambda r: key_json(g(r))
-    dumps = orjson.dumps
-    return lambda r: b"%b" % dumps([g(r) for g in getters])  # a copy, as in key_json
+    """The group key as JSON text (eventfields.key_getter), strings' texts memoized."""
+    return eventfields.key_getter(by, key_json_cached())
 
 
 def time_range(cfg: WindowConfig) -> tuple[int, int]:
@@ -75,42 +60,21 @@ def time_range(cfg: WindowConfig) -> tuple[int, int]:
 
 
 def time_field_getter(cfg: WindowConfig, is_log: bool) -> tuple[Callable[[dict], Any], bool]:
-    """The raw value of the event-time field, and whether it is epoch ms as it is (a log's append
-    time) rather than a value event_time_ms reads. A plain file has no envelope ts, so there the
-    default `ts` means the value's own `ts` field (`{"ts": "2026-11-21T10:00:00Z", ...}` lines work as is).
-    """
-    parts = fieldpaths.record_path(cfg.time_field)
-    if parts == ("ts",):
-        if is_log:
-            return (lambda r: r.get("ts")), True
-        parts = ("value", "ts")
-    return _path_getter(parts), False
+    """The raw value of the event-time field, and whether it is epoch ms as it is (eventfields.field_getter)."""
+    return eventfields.field_getter(cfg.time_field, is_log)
 
 
 def time_getter(cfg: WindowConfig, is_log: bool) -> Callable[[dict], int | None]:
-    """Event time in ms, or None when missing, unparseable or outside time_range(cfg)."""
+    """Event time in ms, or None when missing, unparseable or outside time_range(cfg)
+    (eventfields.time_getter), with a `column` attribute reading a block's times at once."""
     if cfg.processing_time:
         return lambda r: now_ms()
     lo, hi = time_range(cfg)
-    get, epoch_ms = time_field_getter(cfg, is_log)
-    if epoch_ms:
-        def append_time(r: dict) -> int | None:
-            t = get(r)
-            return t if type(t) is int and lo <= t <= hi else None
-        return append_time
-
-    s_below, ms_below = EPOCH_S_BELOW, EPOCH_MS_BELOW
-
-    def event_time(r: dict) -> int | None:
-        v = get(r)
-        if type(v) is not int or not s_below <= v < ms_below:  # timeparse.is_epoch_ms, inline
-            v = event_time_ms(v)  # (epoch ms, the common case, skips the general parse)
-            if v is None:
-                return None
-        return v if lo <= v <= hi else None
-
-    parts = fieldpaths.record_path(cfg.time_field)
-    first, rest = ("value", ("ts",)) if parts == ("ts",) else (parts[0], parts[1:])
+    event_time = eventfields.time_getter(cfg.time_field, is_log, lo, hi)
+    parts = eventfields.time_path(cfg.time_field, is_log)
+    if parts == ("ts",):
+        return event_time  # a log's append time
+    first, rest = parts[0], parts[1:]
 
     def event_time_column(recs: list[dict]) -> list[int | None]:
         """event_time of each record (the input-order merge reads a block's times at once)."""

@@ -1,0 +1,80 @@
+"""A window's record fields, one definition: which field is the group key and which the event time
+(a plain file's `ts` being its value's own `ts`), and how each is read from one record.
+
+It imports only field paths, time parsing and orjson (with the standard library's fallback), so
+the Spark window job carries it to its executors as it is (spark/window_job.py), and the local
+engine builds its reads on it (processing/windows/events.py: per record, and as columns).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+try:
+    import orjson
+except ImportError:  # the Spark window job on a cluster without orjson: the standard library, the same text
+    from streamctl import orjson_fallback as orjson  # type: ignore[no-redef]
+
+from streamctl.storage import fieldpaths
+from streamctl.timeparse import EPOCH_MS_BELOW, EPOCH_S_BELOW, event_time_ms
+
+
+def time_path(time_field: str, is_log: bool) -> tuple[str, ...]:
+    """The record path of the event time. In a log, `ts` is the append time (epoch ms as it is); a
+    plain file has no envelope ts, so there the default `ts` means the value's own `ts` field
+    (`{"ts": "2026-11-21T10:00:00Z", ...}` lines work as is)."""
+    parts = fieldpaths.record_path(time_field)
+    return ("value", "ts") if parts == ("ts",) and not is_log else parts
+
+
+def key_paths(by: list[str]) -> list[tuple[str, ...]]:
+    """The group key's record paths: one per --by, or the record key without any."""
+    return [fieldpaths.record_path(p) for p in by] if by else [("key",)]
+
+
+def key_json(k: Any) -> bytes:
+    """A key value's JSON text (a copy: orjson's result keeps its whole 4 KiB write buffer alive)."""
+    return b"null" if k is None else b"%b" % orjson.dumps(k)
+
+
+def key_getter(by: list[str], key_json: Callable[[Any], bytes] = key_json) -> Callable[[dict], bytes]:
+    """The group key as JSON text: one path -> its value's (through `key_json`, which may memoize);
+    several -> a list's."""
+    getters = [fieldpaths.getter(p) for p in key_paths(by)]
+    if len(getters) == 1:
+        g = getters[0]
+        return lambda r: key_json(g(r))
+    dumps = orjson.dumps
+    return lambda r: b"%b" % dumps([g(r) for g in getters])  # a copy, as in key_json
+
+
+def field_getter(time_field: str, is_log: bool) -> tuple[Callable[[dict], Any], bool]:
+    """The raw value of the event-time field, and whether it is epoch ms as it is (a log's append
+    time) rather than a value timeparse.event_time_ms reads."""
+    parts = time_path(time_field, is_log)
+    if parts == ("ts",):
+        return (lambda r: r.get("ts")), True
+    return fieldpaths.getter(parts), False
+
+
+def time_getter(time_field: str, is_log: bool, lo: int, hi: int) -> Callable[[dict], int | None]:
+    """Event time in ms, or None when missing, unparseable or outside [lo, hi] (the run's usable
+    range, timeparse.usable_range: where every window bound can be written as ISO-8601)."""
+    get, append_time = field_getter(time_field, is_log)
+    if append_time:
+        def appended(r: dict) -> int | None:
+            t = get(r)
+            return t if type(t) is int and lo <= t <= hi else None
+        return appended
+
+    s_below, ms_below = EPOCH_S_BELOW, EPOCH_MS_BELOW
+
+    def event_time(r: dict) -> int | None:
+        v = get(r)
+        if type(v) is not int or not s_below <= v < ms_below:  # timeparse.is_epoch_ms, inline
+            v = event_time_ms(v)  # (epoch ms, the common case, skips the general parse)
+            if v is None:
+                return None
+        return v if lo <= v <= hi else None
+    return event_time
