@@ -167,12 +167,13 @@ class Follower:
                     self.dirty = True
                     continue
                 fd, fst = got
-                if (fst.st_dev, fst.st_ino) != (e.dev, e.ino) or not matches(e, fd) or fst.st_size <= e.pos:
+                if (fst.st_dev, fst.st_ino) != (e.dev, e.ino) or not matches(e, fd):
                     os.close(fd)
-                    if (fst.st_dev, fst.st_ino) != (e.dev, e.ino) or not matches(e, fd):
-                        del self.reg.files[e.id]
-                        self.dirty = True
+                    del self.reg.files[e.id]  # another file now (inode reused, or rewritten)
+                    self.dirty = True
                     continue
+                # read to its end or not, it stays known and open for ROTATED_GRACE: a writer that still
+                # holds it may add a last line, and a rerun must neither miss that line nor read it twice
                 e.path, e.rotated = where, True
                 f = self._track(e, fd, e.pos)
                 f.rotated_at = now
