@@ -41,6 +41,8 @@ def key_json(k: Any) -> bytes:
 def key_getter(by: list[str], key_json: Callable[[Any], bytes] = key_json) -> Callable[[dict], bytes]:
     """The group key as JSON text: one path -> its value's (through `key_json`, which may memoize);
     several -> a list's."""
+    if not by:
+        return lambda r: key_json(r.get("key"))  # (a record is a dict: no getter to call)
     getters = [fieldpaths.getter(p) for p in key_paths(by)]
     if len(getters) == 1:
         g = getters[0]

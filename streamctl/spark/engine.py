@@ -90,6 +90,31 @@ def choose_engine(requested: str, input_bytes: int, threshold: int | None,
     return "spark"
 
 
+# why the Spark engine cannot run a window or join (pick_engine's blocker)
+STDIN = "a Spark job reads files or logs, not stdin (-)"
+LATE_OUT = "--late-out writes a local file"
+
+
+def pick_engine(requested: str, paths: list[str], threshold: int | None, say: Callable[[str], None],
+                blocker: str | None = None, emit_job: bool = False) -> str:
+    """"local" or "spark" for a finite run over `paths`, and the checks --emit-job needs (it is
+    Spark's). A URI only Spark reads. `blocker` says why the Spark engine cannot run this one
+    (stdin, an option only the local engine applies): --engine spark and --emit-job are refused,
+    auto stays local (choose_engine)."""
+    if emit_job:
+        if blocker:
+            raise UsageError(f"the Spark engine cannot run this: {blocker}; use --engine local")
+        return "spark"
+    uri = next((p for p in paths if is_uri(p)), None)
+    if uri is not None and requested != "spark":
+        if requested == "local" or blocker:
+            raise UsageError(f"{uri} is a URI: only the Spark engine reads it (--engine spark, or --emit-job)")
+        if requested == "auto":
+            say(f"engine: spark ({uri} is a Spark URI; only Spark can read it)")
+        requested = "spark"
+    return choose_engine(requested, input_bytes(paths), threshold, say, blocker)
+
+
 def is_uri(path: str) -> bool:
     """hdfs://, s3a://, file://...: only a Spark job reads those."""
     return "://" in path
@@ -126,8 +151,12 @@ def snapshot_ends(path: str) -> dict[str, int]:
     return {str(p): reader.partition_info(lg, p).next_offset for p in range(lg.partitions)}
 
 
-def follow_options(follow: bool, group: str | None, idle_timeout: str | None) -> float | None:
-    """Checks --group and --idle-timeout (window and join); the idle timeout in seconds."""
+def follow_options(follow: bool, group: str | None, idle_timeout: str | None, engine: str,
+                   emit_job: str | None) -> float | None:
+    """Checks --follow's options (window and join: it runs on the local engine); the idle timeout
+    in seconds."""
+    if follow and (engine == "spark" or emit_job is not None):
+        raise UsageError("--follow runs on the local engine: --engine spark and --emit-job are for finite input")
     if group is not None:
         from streamctl.storage.names import check_group
 

@@ -32,7 +32,7 @@ from streamctl.processing.joins import MIN_TIME
 from streamctl.processing.joins.keys import change_keys, key_getter, norm_text, time_getter
 from streamctl.processing.mergeorder import NO_TIME
 from streamctl.spark.jobentry import report
-from streamctl.spark.replay_job import input_records
+from streamctl.spark.replay_job import input_records, size_result_partitions
 
 try:  # the same encoder as streamctl itself: byte-identical rows
     import orjson
@@ -274,10 +274,7 @@ def main(spark, params, out):
         rows = stream_table_position(recs, params)
     with_op = kind == "tables"
     stats = counts(recs, params)
-    # Result partitions come to the driver one at a time: keep them small.
-    spark.conf.set("spark.sql.adaptive.enabled", "true")
-    spark.conf.set("spark.sql.adaptive.advisoryPartitionSizeInBytes", str(params.get("result_partition_bytes")
-                                                                          or 8 << 20))
+    size_result_partitions(spark, 0, params)  # they come to the driver one at a time: small ones
     for row in rows.select("key_j", "left_j", "right_j", *(["op"] if with_op else [])).toLocalIterator():
         line = '{"key":' + row[0] + ',"left":' + (row[1] or "null") + ',"right":' + (row[2] or "null")
         out(line + (',"op":"' + row[3] + '"}' if with_op else "}"))

@@ -19,15 +19,12 @@ from streamctl.formats.rows import Rows
 from streamctl.processing import inputorder
 from streamctl.processing.joins import driver as joining
 from streamctl.spark import jobgen
-from streamctl.spark.engine import choose_engine, follow_options, input_bytes, job_input, snapshot_ends
+from streamctl.spark.engine import LATE_OUT, STDIN, follow_options, job_input, pick_engine, snapshot_ends
 
 if TYPE_CHECKING:
     from streamctl.formats.writer import Output
 
 Say = Callable[[str], None]
-
-LATE_OUT_LOCAL = "--late-out writes a local file"
-
 
 def run(spec: joining.JoinSpec, output: str, late_out: str | None, engine: str, threshold: int | None,
         master: str | None, emit_job: str | None, unbuffered: bool, say: Say, follow: bool = False,
@@ -35,11 +32,9 @@ def run(spec: joining.JoinSpec, output: str, late_out: str | None, engine: str, 
     """The whole command once its flags are parsed into `spec` (make_spec)."""
     if late_out is not None and not spec.has_watermark:
         raise UsageError("--late-out needs a watermark: --within DUR, or --table --as-of event-time")
-    idle = follow_options(follow, group, idle_timeout)
+    idle = follow_options(follow, group, idle_timeout, engine, emit_job)
     stdin = "-" in (spec.left, spec.right)
     if follow:
-        if engine == "spark" or emit_job is not None:
-            raise UsageError("--follow runs on the local engine: --engine spark and --emit-job are for finite input")
         if stdin:
             raise UsageError("--follow needs two logs, not stdin (-)")
         specs = joining.check_inputs(spec)
@@ -48,29 +43,13 @@ def run(spec: joining.JoinSpec, output: str, late_out: str | None, engine: str, 
                 raise UsageError(f"--follow needs two logs: {side} {s.path} is a plain file")
         return run_follow(spec, output, group, idle, late_out, unbuffered, say)
     specs = joining.check_inputs(spec)
-
+    blocker = STDIN if stdin else LATE_OUT if late_out is not None else None
+    chosen = pick_engine(engine, [s.path for s in specs], threshold, say, blocker, emit_job is not None)
     if emit_job is not None:
-        if late_out is not None:
-            raise UsageError("--late-out writes a local file; the Spark job reports the late count only")
-        if stdin:
-            raise UsageError("--emit-job needs files or logs, not stdin (-)")
         from streamctl.spark import runner
 
         runner.write_job(job_text(job_params(spec, specs, master, snapshot=False)), emit_job, say)
         return
-
-    chosen = "local"
-    if engine != "local" or master is not None:
-        if stdin and engine == "spark":
-            raise UsageError("--engine spark needs files or logs, not stdin (-)")
-        if late_out is not None and engine == "spark":
-            raise UsageError("--late-out writes a local file: use --engine local (the Spark engine reports "
-                             "the late count)")
-        size = 0 if stdin else input_bytes([s.path for s in specs])
-        blocker = LATE_OUT_LOCAL if late_out is not None else None
-        if not stdin or (blocker and engine == "auto"):  # stdin stays local; auto may still say why
-            chosen = choose_engine(engine, size, threshold, say, blocker)
-
     from streamctl.formats.writer import Output
 
     out = Output(unbuffered=True if unbuffered else None)

@@ -183,11 +183,11 @@ RESULT_PARTITION_BYTES = 8 << 20  # streamed through the driver: small partition
 FILE_PARTITION_BYTES = 64 << 20  # written as part files: Spark's usual split size
 
 
-def _size_result_partitions(spark, input_bytes, params, via_files):
-    """Size the sort's partitions from the input. Streamed through the driver
-    (toLocalIterator), they are kept small: the driver holds one at a time in
-    its heap. Written as part files, they are ~64 MiB each (at least two per
-    core), so a small log does not pay for Spark's default 200 shuffle partitions."""
+def size_result_partitions(spark, input_bytes, params, via_files=False):
+    """Size the sort's partitions from the input (and the join job's result partitions). Streamed
+    through the driver (toLocalIterator), they are kept small: the driver holds one at a time in
+    its heap. Written as part files, they are ~64 MiB each (at least two per core), so a small
+    log does not pay for Spark's default 200 shuffle partitions."""
     default = FILE_PARTITION_BYTES if via_files else RESULT_PARTITION_BYTES
     target = int(params.get("result_partition_bytes") or default)
     spark.conf.set("spark.sql.adaptive.enabled", "true")
@@ -259,7 +259,7 @@ def replay_frame(spark, params, via_files=False):
         segments, ends, _offset_bound(params.get("from")), _offset_bound(params.get("until")), exact)
     if not whole and not capped:
         return spark.createDataFrame([], SCHEMA)
-    _size_result_partitions(spark, input_bytes, params, via_files)
+    size_result_partitions(spark, input_bytes, params, via_files)
     frames = [_scan(spark, whole)] if whole else []
     if capped:
         cap = F.create_map(*[x for p, e in sorted(ends.items()) for x in (F.lit(p), F.lit(e))])

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from streamctl.clients import replay as core
 from streamctl.errors import UsageError
 from streamctl.spark import jobgen, runner
-from streamctl.spark.engine import ENGINES, choose_engine, is_uri, job_input
+from streamctl.spark.engine import ENGINES, choose_engine, is_uri, job_input, pick_engine
 from streamctl.storage.log import Log
 
 if TYPE_CHECKING:
@@ -71,11 +71,7 @@ def run(log: str, spec: core.ReplaySpec, out: str | None, engine: str, threshold
     from streamctl.storage import log as logmod
 
     if is_uri(log):
-        if engine == "local":
-            raise UsageError(f"{log} is a URI: only the Spark engine reads it (--engine spark, or --emit-job)")
-        choose_engine("spark", 0, None, say)  # raises with the install hint when Spark is missing
-        if engine == "auto":
-            say(f"engine: spark ({log} is a Spark URI; only Spark can read it)")
+        pick_engine(engine, [log], threshold, say)  # spark, or why not (the install hint when Spark is missing)
         return write(run_spark(log, spec, master, say, into=stdout_fd(out)), out, unbuffered, None, say)
     if not logmod.is_log_input(log):
         if engine == "spark":

@@ -18,7 +18,7 @@ from streamctl.processing.windows.config import WindowConfig, make_plan
 from streamctl.processing.windows.driver import WindowRun
 from streamctl.processing.windows.events import records_of, time_range
 from streamctl.processing.windows.follow import follow
-from streamctl.spark.engine import choose_engine, follow_options, input_bytes, is_uri, job_input, snapshot_ends
+from streamctl.spark.engine import LATE_OUT, STDIN, follow_options, is_uri, job_input, pick_engine, snapshot_ends
 
 Say = Callable[[str], None]
 
@@ -28,40 +28,17 @@ def run(path: str, cfg: WindowConfig, output: str, follow: bool, group: str | No
         say: Say) -> None:
     """The whole command once its flags are parsed into `cfg` (--idle-timeout as given, a duration)."""
     WindowRun(cfg, True)  # validates every option before any input is read
-    idle = follow_options(follow, group, idle_timeout)
+    idle = follow_options(follow, group, idle_timeout, engine, emit_job)
     if follow:
-        if engine == "spark" or emit_job:
-            raise UsageError("--engine spark and --emit-job are for finite input, not --follow")
         return run_follow(path, cfg, group, idle, late_out, output, say)
-    chosen = choose(path, cfg, late_out, engine, threshold, emit_job is not None, say)
-    if emit_job is not None:
-        return write_job(path, cfg, master, emit_job, say)
+    chosen = pick_engine(engine, [path], threshold, say, spark_blocker(cfg, path, late_out), emit_job is not None)
+    if emit_job is not None:  # the job reads to the end of the log as it is when it runs
+        from streamctl.spark import runner
+
+        return runner.write_job(spark_job(path, cfg, master, snapshot=False), emit_job, say)
     if chosen == "spark":
         return run_spark(path, cfg, master, output, say)
     run_local(path, cfg, late_out, output, say)
-
-
-def choose(path: str, cfg: WindowConfig, late_out: str | None, engine: str, threshold: int | None,
-           emit_job: bool, say: Say) -> str:
-    """"local" or "spark" (also for --emit-job, which the options must allow). A URI only
-    Spark reads; what only the local engine applies (spark_blocker) keeps auto local, saying
-    so at or above the threshold, and refuses --engine spark and --emit-job."""
-    blocker = spark_blocker(cfg, path, late_out)
-    if is_uri(path) and not emit_job and engine != "spark":
-        if engine == "local" or blocker:
-            raise UsageError(f"{path} is a URI: only the Spark engine reads it (--engine spark, or --emit-job)")
-        engine = "spark"
-    if emit_job or engine == "spark":
-        if blocker:
-            raise UsageError(f"the Spark engine cannot run this: {blocker}; use --engine local")
-        return "spark"
-    if engine == "auto":
-        # below the threshold auto stays local quietly: a note on every small run is noise
-        return choose_engine("auto", input_bytes([path]), threshold, say,
-                             f"the Spark engine cannot run this: {blocker}" if blocker else None)
-    if engine != "local":
-        raise UsageError(f"--engine must be local, spark or auto, not {engine!r}")
-    return "local"
 
 
 class WindowRows(Rows):
@@ -177,25 +154,13 @@ def run_follow(path: str, cfg: WindowConfig, group: str | None, idle: float | No
     stopflag.end("interrupted; window state and offsets were checkpointed")
 
 
-def job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool = False, snapshot: bool = True) -> str:
-    """The PySpark job's text; a local path made absolute, so the job runs from any folder."""
-    return spark_job(job_input(path), cfg, master, stats_line, snapshot)
-
-
-def write_job(path: str, cfg: WindowConfig, master: str | None, target: str, say: Say) -> None:
-    """--emit-job: the job reads to the end of the log as it is when it runs."""
-    from streamctl.spark import runner
-
-    runner.write_job(job(path, cfg, master, snapshot=False), target, say)
-
-
 def run_spark(path: str, cfg: WindowConfig, master: str | None, output: str, say: Say) -> None:
     """Run the window as a Spark job: rows to stdout, the counts of its stats line reported like a local run's."""
     from streamctl.processing.windows.config import WindowStats
     from streamctl.spark.runner import run_job
 
     rows = WindowRows(output, cfg)
-    counts = run_job(job(path, cfg, master, stats_line=True), rows.json_lines, say, master=master)
+    counts = run_job(spark_job(path, cfg, master, stats_line=True), rows.json_lines, say, master=master)
     rows.finish()
     run = WindowRun(cfg, True)
     run.stats = WindowStats(counts.get("events", 0), counts.get("late", 0), counts.get("bad_time", 0),
@@ -209,7 +174,7 @@ def run_spark(path: str, cfg: WindowConfig, master: str | None, output: str, say
 def spark_blocker(cfg: WindowConfig, path: str, late_out: str | None) -> str | None:
     """Why the Spark engine cannot run this window (None when it can)."""
     if path == "-":
-        return "stdin cannot be handed to a Spark job"
+        return STDIN
     if is_uri(path):
         return None
     if cfg.processing_time:
@@ -219,13 +184,14 @@ def spark_blocker(cfg: WindowConfig, path: str, late_out: str | None) -> str | N
     if cfg.emit == "update":
         return "--emit update rows follow the local stream"
     if late_out is not None:
-        return "--late-out writes a local file"
+        return LATE_OUT
     return None
 
 
 def spark_job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool = False,
               snapshot: bool = True) -> str:
-    """The standalone PySpark script for this window (see streamctl/spark/window_job.py).
+    """The standalone PySpark script for this window (see streamctl/spark/window_job.py); a local
+    path made absolute, so the job runs from any folder.
 
     `snapshot` fixes each partition's end at its current end (a run now, like the
     local engine); an emitted job (run later by cron or spark-submit) reads to the
@@ -240,7 +206,7 @@ def spark_job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool
     else:
         is_log = path != "-" and logmod.is_log(path)
     params: dict[str, Any] = {
-        "input": path, "is_log": is_log, "kind": cfg.kind, "size": cfg.size, "hop": cfg.hop,
+        "input": job_input(path), "is_log": is_log, "kind": cfg.kind, "size": cfg.size, "hop": cfg.hop,
         "lateness": cfg.lateness, "time_field": cfg.time_field, "by": cfg.by,
         "aggs": [[s.name, s.func, list(s.path) if s.path else None] for s in plan.specs],
         "stats_line": stats_line,
