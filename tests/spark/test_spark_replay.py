@@ -244,6 +244,35 @@ def test_engine_choice(monkeypatch):
     assert engine.DEFAULT_SPARK_THRESHOLD >= 1 << 30  # small logs never go to Spark by default
 
 
+def test_pick_engine_uris_blockers_and_emit_job(monkeypatch, tmp_path):
+    """The one engine choice of window, join and replay runs."""
+    from streamctl.errors import UsageError
+
+    monkeypatch.setattr(engine, "spark_available", lambda: (True, ""))
+    said: list[str] = []
+    f = tmp_path / "f.jsonl"
+    f.write_text('{"a":1}\n')
+    uri = "hdfs://nn/events"
+    assert engine.pick_engine("auto", [str(f)], None, said.append) == "local" and said == []
+    assert engine.pick_engine("spark", [str(f)], None, said.append) == "spark"
+    assert engine.pick_engine("auto", [uri], None, said.append) == "spark" and uri in said[-1]
+    with pytest.raises(UsageError, match="is a URI: only the Spark engine reads it"):
+        engine.pick_engine("local", [uri], None, said.append)
+    with pytest.raises(UsageError, match="is a URI"):
+        engine.pick_engine("auto", [uri], None, said.append, engine.LATE_OUT)
+    for requested in ("spark", "auto"):  # --emit-job is Spark's whatever --engine says
+        with pytest.raises(UsageError, match="Spark engine cannot run this: .*not stdin"):
+            engine.pick_engine(requested, ["-"], None, said.append, engine.STDIN, emit_job=True)
+    assert engine.pick_engine("local", [uri], None, said.append, emit_job=True) == "spark"
+    with pytest.raises(UsageError, match="Spark engine cannot run this: --late-out"):
+        engine.pick_engine("spark", [str(f)], None, said.append, engine.LATE_OUT)
+    said.clear()
+    assert engine.pick_engine("auto", [str(f)], 1, said.append, engine.LATE_OUT) == "local"
+    assert "--late-out writes a local file" in said[-1]  # above the threshold auto says why it stays local
+    with pytest.raises(UsageError, match="--engine must be one of"):
+        engine.pick_engine("fast", [str(f)], None, said.append)
+
+
 def test_spark_engine_without_pyspark_is_a_clear_error(tmp_path, run):
     path = str(tmp_path / "log")
     make_log(path, 1, 3)
