@@ -1,6 +1,7 @@
 """Window operators: tumbling, hopping, sliding and session windows over event time.
 
-Each kind is one module with one operator class. The driver
+Each kind is one operator class (grid windows, tumbling and hopping, here; sliding.py;
+session.py), made by kinds.make_operator. The driver
 (`streamctl.processing.windows.driver`, reading through `windows.events`) reads event time and builds batches of
 columns; the operator assigns events to windows and the aggregations
 (`streamctl.processing.aggregations`) fold them. Every operator has the same
@@ -139,9 +140,15 @@ def _window_runs(end_array: Any, ks: list[bytes], numbers: list) -> dict[int, tu
 
 
 class GridWindows:
-    """Windows on a fixed grid aligned to the epoch (tumbling, hopping): [start, start + size)."""
+    """Windows on a fixed grid aligned to the epoch: [start, start + SIZE) for every start that is a
+    multiple of HOP. Tumbling windows are HOP = SIZE (every event in exactly one); hopping windows
+    overlap (SIZE/HOP of them hold each event, windows that start before the first event included).
+    An event is late for each of its windows that has already closed; with `--late drop` it still
+    counts in the ones that are open."""
 
-    def __init__(self, size: int, hop: int, plan, update: bool, correct: bool) -> None:
+    def __init__(self, size: int, hop: int, plan, update: bool = False, correct: bool = False) -> None:
+        if hop <= 0 or hop > size:
+            raise ValueError("HOP must be positive and at most SIZE")
         self.size = size
         self.hop = hop
         self.plan = plan
@@ -156,6 +163,12 @@ class GridWindows:
         # a closed window kept as columns written as its JSON lines (output.window_text), not a row
         # tuple each: set where the rows go to JSON lines (WindowRun's text_rows)
         self.text_rows = False
+
+    def add(self, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool:
+        late = False
+        for end in self.ends_of(t):  # oldest window first
+            late |= self._add_one(end, key, seq, vals, wm, out)
+        return late
 
     def _add_one(self, end: int, key: bytes, seq: int, vals: tuple, wm: int, out: list) -> bool:
         plan = self.plan
@@ -339,9 +352,12 @@ class GridWindows:
         self.open = {end: (d if isinstance(d, dict) else d.states()) for end, d in self.open.items()}
 
     def ends_of(self, t: int) -> list[int]:
-        """The ends of the windows holding t, oldest first."""
+        """The ends of the windows holding t, oldest first: the grid formula (`_tumbling` is its
+        array form). Python's % floors, so negative (pre-1970) times land in the right windows too."""
         size, hop = self.size, self.hop
         first = t - t % hop
+        if hop == size:  # tumbling: the one window that starts at first
+            return [first + size]
         return [s + size for s in range(first - ((size - 1) // hop) * hop, first + 1, hop) if s + size > t]
 
     def dump(self) -> dict:

@@ -31,8 +31,7 @@ INT_LIMIT = 1 << 31  # the largest int a column holds (with fewer than COUNT_LIM
 COUNT_LIMIT = 1 << 21
 
 
-__all__ = ["COUNT_LIMIT", "INT_LIMIT", "Cells", "NumberColumn", "SlotStates", "cols_too_large", "columnar",
-           "number_columns"]
+__all__ = ["COUNT_LIMIT", "INT_LIMIT", "Cells", "NumberColumn", "SlotStates", "columnar", "number_columns"]
 
 
 def _counts_only(func: str) -> bool:
@@ -82,16 +81,6 @@ class NumberColumn:
             return self
         return NumberColumn(self.values[sel], None if self.present is None else self.present[sel],
                             None if self.floats is None else self.floats[sel])
-
-
-def cols_too_large(funcs: Sequence[str], cols: Sequence[list | None]) -> bool:
-    """Whether a batch holds an int too large for a slot's float64 total to stay exact."""
-    for col, func in zip(cols, funcs, strict=True):
-        if col is not None and not _counts_only(func):
-            ints = [v for v in col if type(v) is int]
-            if ints and (max(ints) > INT_LIMIT or min(ints) < -INT_LIMIT):
-                return True
-    return False
 
 
 def number_columns(funcs: Sequence[str], cols: Sequence[list | None]) -> list[NumberColumn | None] | None:

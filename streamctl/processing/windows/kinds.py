@@ -9,14 +9,10 @@ from typing import Any
 def make_operator(kind: str, size: int, hop: int, plan: Any, update: bool = False, correct: bool = False) -> Any:
     """The operator of one window kind: SIZE (the GAP of sessions) and HOP in ms; `update` for
     --emit update, `correct` for --late correct. ValueError for a kind that does not exist."""
-    if kind == "tumbling":
-        from streamctl.processing.windows.tumbling import Tumbling
+    if kind in ("tumbling", "hopping"):
+        from streamctl.processing.windows import GridWindows
 
-        return Tumbling(size, plan, update, correct)
-    if kind == "hopping":
-        from streamctl.processing.windows.hopping import Hopping
-
-        return Hopping(size, hop, plan, update, correct)
+        return GridWindows(size, size if kind == "tumbling" else hop, plan, update, correct)
     if kind == "sliding":
         from streamctl.processing.windows.sliding import Sliding
 

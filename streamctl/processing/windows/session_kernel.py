@@ -130,11 +130,7 @@ class SessionKernel:
     def _fold_events(self, batch: Batch, out: list) -> tuple[int, list[int]]:
         """The reference fold (add() per event, close() at each watermark move) of a batch."""
         self._to_lists()
-        if self.columnar:
-            from streamctl.processing.windows.cells import cols_too_large
-
-            if cols_too_large(self.plan.funcs, batch.cols):
-                self.to_states()
+        # (an int beyond what a slot keeps exactly moves the states to Plan's at its add: _add_state)
         done = fold_events(self, batch, out)
         if self.columnar and not self.states.fits():
             self.to_states()
