@@ -166,13 +166,11 @@ class EventColumns:
     """
 
     def __init__(self, cfg: WindowConfig, is_log: bool, plan: aggregations.Plan) -> None:
-        parts = fieldpaths.record_path(cfg.time_field)
-        if parts == ("ts",) and not is_log:
-            parts = ("value", "ts")  # a plain file has no append time: its own ts field
+        parts = eventfields.time_path(cfg.time_field, is_log)
         self.time_path = parts
         self.append_time = parts == ("ts",)
         self.lo, self.hi = time_range(cfg)
-        self.key_paths = [fieldpaths.record_path(p) for p in cfg.by] if cfg.by else [("key",)]
+        self.key_paths = eventfields.key_paths(cfg.by)
         self.specs = plan.specs
         self.numeric = plan.numeric
         self.key_cache: dict[str, bytes] = {}
@@ -422,11 +420,10 @@ def plain_fields(cfg: WindowConfig, plan: aggregations.Plan) -> list[tuple[str, 
     (columns.PlainFieldReader); None when whole records are read."""
     if cfg.processing_time:
         return None
-    parts = fieldpaths.record_path(cfg.time_field)
-    fields = [("value", "ts") if parts == ("ts",) else parts]
+    fields = [eventfields.time_path(cfg.time_field, is_log=False)]
     if not cfg.by:
         return None  # the record key: a plain file's is null, read in full (rare: nothing to group by)
-    fields += [fieldpaths.record_path(p) for p in cfg.by]
+    fields += eventfields.key_paths(cfg.by)
     fields += [s.path for s in plan.specs if s.path is not None]
     return fields if fieldcolumns.plain_readable(fields) else None
 
