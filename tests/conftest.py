@@ -104,7 +104,7 @@ def window_plain_run(cfg, path: str, batched: bool) -> tuple:
             _is_log, recs = records_of(path, cfg)
             run.feed(recs, rows.extend)
         else:
-            run.feed_records(inputorder.plain_records(path), rows.extend)
+            run.feed_records(inputorder.records(inputorder.InputSpec(path, False)), rows.extend)
         run.finish(rows.extend)
     except DataError as e:
         err = str(e)

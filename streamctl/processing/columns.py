@@ -44,10 +44,11 @@ _Scalar = _Int | float | str | bool | None
 _ENVELOPE = (("ts",), ("key",))
 
 
-def readable(paths: Sequence[FieldPath]) -> bool:
-    """Whether every path is one the fast read can give as a column: the envelope's ts or key, or a
-    field of the value at any depth (`value.a`, `value.a.b`)."""
-    return all(p in _ENVELOPE or (len(p) >= 2 and p[0] == "value" and all(map(_name_ok, p[1:]))) for p in paths)
+def readable(paths: Sequence[FieldPath], plain: bool = False) -> bool:
+    """Whether every path is one the fast read can give as a column: a field of the value at any
+    depth (`value.a`, `value.a.b`), or in a log (not `plain`) the envelope's ts or key."""
+    return all((p in _ENVELOPE and not plain) or (len(p) >= 2 and p[0] == "value" and all(map(_name_ok, p[1:])))
+               for p in paths)
 
 
 def _name_ok(name: str) -> bool:
@@ -56,86 +57,78 @@ def _name_ok(name: str) -> bool:
     return not any(c in '"\\' or c < " " for c in name) and not fieldpaths.is_index(name)
 
 
-def _value_tree(paths: Sequence[FieldPath]) -> dict:
-    """The value paths (without their leading "value") as a tree {name: subtree}."""
-    tree: dict = {}
-    for p in paths:
-        node = tree
-        for name in p[1:]:
-            node = node.setdefault(name, {})
-    return tree
-
-
 class FieldReader:
-    """Decodes pieces of a log segment into columns of the given paths (see `readable`)."""
+    """Decodes pieces of a log segment (each line a record), or with `plain` of a plain JSON-lines
+    file (each line a record's value), into columns of the given paths (see `readable`)."""
 
-    def __init__(self, paths: Sequence[FieldPath]) -> None:
-        if not readable(paths):
+    def __init__(self, paths: Sequence[FieldPath], plain: bool = False) -> None:
+        if not readable(paths, plain):
             raise ValueError(f"not readable as columns: {paths}")
         self.paths = list(dict.fromkeys(paths))
-        tree = _value_tree([p for p in self.paths if p[0] == "value"])
-        # the value must be an object (a tombstone or a scalar value goes to the full read); a
-        # field with fields of its own must be an object or null
-        envelope = msgspec.defstruct(
-            "Envelope", [("offset", _Offset), ("partition", _Int), ("ts", _Offset), ("value", _struct("Value", tree)),
-                         ("key", str | None, None)], gc=False)
-        self._decode_all = msgspec.json.Decoder(list[envelope]).decode  # type: ignore[valid-type]
-        self._value = attrgetter("value")
-        self._getters: dict[FieldPath, Any] = {("ts",): attrgetter("ts"), ("key",): attrgetter("key")}
+        self.plain = plain
+        tree: dict = {}  # the value paths (without their leading "value") as a tree {name: subtree}
         for p in self.paths:
-            if p[0] == "value":
-                self._getters[p] = _nested_getter(tree, p[1:])
-        self._inner = _inner_paths(tree, self.paths)
+            node = tree
+            for name in p[1:]:
+                node = node.setdefault(name, {})
+        line: Any = _struct("Line" if plain else "Value", tree)
+        if plain:
+            self._decode_lines = msgspec.json.Decoder(line).decode_lines
+        else:
+            # the value must be an object (a tombstone or a scalar value goes to the full read); a
+            # field with fields of its own must be an object or null
+            line = msgspec.defstruct(
+                "Envelope", [("offset", _Offset), ("partition", _Int), ("ts", _Offset), ("value", line),
+                             ("key", str | None, None)], gc=False)
+        self._decode_all = msgspec.json.Decoder(list[line]).decode
+        self._getters = {p: _column_getter(tree, p, plain) for p in self.paths}
+        # the value paths that lead to fields with fields of their own (`value.a` beside `value.a.b`):
+        # their columns hold structs where the line has an object, and are checked by _plain (a
+        # leaf's column holds only _Scalar values, which the decoder checked)
+        self._inner = frozenset(p for p in self.paths if p[0] == "value" and _subtree(tree, p[1:]))
 
-    def read_piece(self, piece: bytes) -> FieldBatch | None:
-        """The piece's lines and a column per path, or None when the piece must be read in full."""
+    def read_piece(self, piece: bytes, base: int = 0) -> FieldBatch | None:
+        """The piece's lines (whole lines; the last may lack its newline) as a column per path, the
+        first line of a plain file's piece being record number `base`; None when the piece must
+        be read in full."""
         if not piece.isascii():
             try:
                 piece.decode()
             except UnicodeDecodeError:
                 return None
-        if b"\r" in piece:
-            return None  # the full read cuts lines at a \r too (bytes.splitlines), and rejects them
-        text = piece[:-1] if piece.endswith(b"\n") else piece
-        n = newlines(text) + 1
+        if b"\r" in piece and not self.plain:
+            return None  # a log's full read cuts lines at a \r too (bytes.splitlines), and rejects them
+        end = len(piece) - 1 if piece.endswith(b"\n") else len(piece)
+        n = newlines(piece) - (len(piece) - end) + 1  # the lines, the last one's newline aside
         try:
-            # the lines as one JSON array, one decoder call: a blank line makes it invalid, a line
-            # holding two values one element too many
-            objs = self._decode_all(b"[" + text.replace(b"\n", b",") + b"]")
+            if self.plain and piece.startswith(b"{") and piece[end - 1:end] == b"}" and piece.count(b"}\n{") == n - 1:
+                # Every line starts with { and ends with }: no value can run over a line's end (inside
+                # one value a } and a { are never separated by whitespace alone), so the values are
+                # one a line at least, and exactly one when there are n of them. decode_lines reads
+                # them in place (a third less time than the array below: no copy of the piece, not
+                # even without its last newline).
+                objs = self._decode_lines(memoryview(piece)[:end])
+            else:
+                # the lines as one JSON array, one decoder call (a quarter less time than one a line);
+                # a blank line makes it invalid, a line holding two values one element too many
+                objs = self._decode_all(b"[" + piece[:end].replace(b"\n", b",") + b"]")
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None
         if len(objs) != n:
             return None
-        values = None
         cols: dict[FieldPath, list] = {}
-        for p in self.paths:
-            get = self._getters[p]
-            if p[0] == "value":
-                if values is None:
-                    values = list(map(self._value, objs))
-                col = get(values)
-                if p in self._inner and not _plain(col):
-                    return None
-            else:
-                col = list(map(get, objs))
+        for p, column in self._getters.items():
+            col = column(objs)
+            if p in self._inner and not _plain(col):
+                return None
             cols[p] = col
-        return FieldBatch(piece, cols, n)
+        return FieldBatch(piece, cols, n, base=base if self.plain else None)
 
 
-def _inner_paths(tree: dict, paths: Sequence[FieldPath]) -> frozenset[FieldPath]:
-    """The value paths that lead to fields with fields of their own (`value.a` beside `value.a.b`):
-    their columns hold structs where the line has an object, and are checked by _plain. A leaf's
-    column holds only _Scalar values, which the decoder checked."""
-    inner = []
-    for p in paths:
-        if p[0] != "value":
-            continue
-        node = tree
-        for name in p[1:]:
-            node = node[name]
-        if node:
-            inner.append(p)
-    return frozenset(inner)
+def _subtree(tree: dict, names: tuple[str, ...]) -> dict:
+    for name in names:
+        tree = tree[name]
+    return tree
 
 
 def _plain(col: list) -> bool:
@@ -147,67 +140,6 @@ def _plain(col: list) -> bool:
         ints = col if len(types) == 1 else [x for x in col if type(x) is int]
         return min(ints) >= _I64_MIN and max(ints) <= _U64
     return True
-
-
-def plain_readable(paths: Sequence[FieldPath]) -> bool:
-    """Whether every path lies inside a plain file's line (`value.a.b...`), where PlainFieldReader reads it."""
-    return all(len(p) >= 2 and p[0] == "value" and all(map(_name_ok, p[1:])) for p in paths)
-
-
-class PlainFieldReader:
-    """Decodes pieces of a plain JSON-lines file (one value a line, a record's `value`) into
-    columns of paths into that value, nested to any depth.
-
-    The same all-or-nothing rule as FieldReader: a piece with a blank line, a line that is not
-    an object where the paths need one, invalid UTF-8 or JSON, or a column that orjson would
-    read differently, gives None and is read in full (inputorder's plain reading, which also
-    names an invalid line's record number)."""
-
-    def __init__(self, paths: Sequence[FieldPath]) -> None:
-        if not plain_readable(paths):
-            raise ValueError(f"not readable as plain columns: {paths}")
-        self.paths = list(dict.fromkeys(paths))
-        tree = _value_tree(self.paths)
-        line = _struct("Line", tree)
-        self._decode_all = msgspec.json.Decoder(list[line]).decode  # type: ignore[valid-type]
-        self._decode_lines = msgspec.json.Decoder(line).decode_lines
-        self._getters = {p: _nested_getter(tree, p[1:]) for p in self.paths}
-        self._inner = _inner_paths(tree, self.paths)
-
-    def read_piece(self, piece: bytes, base: int) -> PlainBatch | None:
-        """The piece's lines (whole lines; the last may lack its newline) as columns, the first
-        line being record number `base`; None when the piece must be read in full."""
-        if not piece.isascii():
-            try:
-                piece.decode()
-            except UnicodeDecodeError:
-                return None
-        end = len(piece) - 1 if piece.endswith(b"\n") else len(piece)
-        n = newlines(piece) - (len(piece) - end) + 1  # the lines, the last one's newline aside
-        try:
-            if piece.startswith(b"{") and piece[end - 1:end] == b"}" and piece.count(b"}\n{") == n - 1:
-                # Every line starts with { and ends with }: no value can run over a line's end (inside
-                # one value a } and a { are never separated by whitespace alone), so the values are
-                # one a line at least, and exactly one when there are n of them. decode_lines reads
-                # them in place (a third less time than the array below: no copy of the piece, not
-                # even without its last newline).
-                objs = self._decode_lines(memoryview(piece)[:end])
-            else:
-                text = piece[:end]
-                # the lines as one JSON array, one decoder call (a quarter less time than one a line);
-                # a blank line makes it invalid, a line holding two values makes one element too many
-                objs = self._decode_all(b"[" + text.replace(b"\n", b",") + b"]")
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return None
-        if len(objs) != n:
-            return None
-        cols: dict[FieldPath, list] = {}
-        for p, column in self._getters.items():
-            col = column(objs)
-            if p in self._inner and not _plain(col):
-                return None
-            cols[p] = col
-        return PlainBatch(piece, cols, n, base=base)
 
 
 def newlines(text: bytes) -> int:
@@ -226,12 +158,13 @@ def _struct(name: str, tree: dict) -> Any:
     return msgspec.defstruct(name, fields, gc=False)
 
 
-def _nested_getter(tree: dict, names: tuple[str, ...]) -> Any:
-    """objs -> the column of the value at `names` in structs made by _struct (None where a level is
-    missing or null)."""
-    attrs = []
+def _column_getter(tree: dict, path: FieldPath, plain: bool) -> Any:
+    """objs -> the column of `path` in the structs FieldReader decodes: an envelope field, or a
+    value field through the structs _struct made of `tree` (the line itself in a plain file, its
+    `value` in a log's; None where a level is missing or null)."""
+    attrs = [path[0]] if path[0] != "value" or not plain else []
     node = tree
-    for n in names:
+    for n in path[1:]:
         attrs.append(f"f{list(node).index(n)}")
         node = node[n]
     dotted = attrgetter(".".join(attrs))  # one C call a row, when no level on the way is null
@@ -252,23 +185,30 @@ def _nested_getter(tree: dict, names: tuple[str, ...]) -> Any:
 
 
 class FieldBatch:
-    """A piece of a log read as columns. len() is its number of records; batch[i] parses record i
-    in full (late events written to --late-out are few), and iterating parses them all."""
+    """A piece read as columns. len() is its number of records; batch[i] parses record i in full
+    (late events written to --late-out are few), and iterating parses them all. A piece of a
+    plain file has a `base`: its records are {"offset", "partition": 0, "key": None, "value":
+    line}, offsets counting from `base` (the file's record numbers)."""
 
-    __slots__ = ("piece", "cols", "n", "pre", "_lines")
+    __slots__ = ("piece", "cols", "n", "pre", "base", "_lines")
 
-    def __init__(self, piece: bytes | None, cols: dict[FieldPath, list] | None, n: int, pre: Any = None) -> None:
+    def __init__(self, piece: bytes | None, cols: dict[FieldPath, list] | None, n: int, pre: Any = None,
+                 base: int | None = None) -> None:
         self.piece = piece  # None: the reading process kept it (decoder.py: nobody needs the records)
         self.cols = cols
         self.n = n
         self.pre = pre  # what its consumer made of the columns, when the reading process made it
+        self.base = base
         self._lines: list[bytes] | None = None
 
     def lines(self) -> list[bytes]:
         if self._lines is None:
             if self.piece is None:
                 raise RuntimeError("this batch's records were not kept")
-            self._lines = self.piece.splitlines()
+            if self.base is None:
+                self._lines = self.piece.splitlines()
+            else:  # a plain file's lines are cut at \n only: a lone \r inside a line is JSON whitespace
+                self._lines = (self.piece[:-1] if self.piece.endswith(b"\n") else self.piece).split(b"\n")
         return self._lines
 
     def __len__(self) -> int:
@@ -277,36 +217,14 @@ class FieldBatch:
     def __getitem__(self, i: int) -> dict:
         import orjson
 
-        return orjson.loads(self.lines()[i])
+        value = orjson.loads(self.lines()[i])
+        if self.base is None:
+            return value
+        return {"offset": self.base + i, "partition": 0, "key": None, "value": value}
 
     def __iter__(self) -> Iterator[dict]:
         import orjson
 
-        return map(orjson.loads, self.lines())
-
-
-class PlainBatch(FieldBatch):
-    """A piece of a plain file read as columns; its records are {"offset", "partition": 0, "key":
-    None, "value": line}, offsets counting from `base` (the file's record numbers)."""
-
-    __slots__ = ("base",)
-
-    def __init__(self, piece: bytes | None, cols: dict[FieldPath, list] | None, n: int, pre: Any = None,
-                 base: int = 0) -> None:
-        super().__init__(piece, cols, n, pre)
-        self.base = base
-
-    def lines(self) -> list[bytes]:
-        if self._lines is None:  # cut at \n only: a lone \r inside a line is JSON whitespace
-            if self.piece is None:
-                raise RuntimeError("this batch's records were not kept")
-            self._lines = (self.piece[:-1] if self.piece.endswith(b"\n") else self.piece).split(b"\n")
-        return self._lines
-
-    def __getitem__(self, i: int) -> dict:
-        import orjson
-
-        return {"offset": self.base + i, "partition": 0, "key": None, "value": orjson.loads(self.lines()[i])}
-
-    def __iter__(self) -> Iterator[dict]:
+        if self.base is None:
+            return map(orjson.loads, self.lines())
         return map(self.__getitem__, range(self.n))

@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 from streamctl import parallel, stopflag
 from streamctl.errors import Interrupted, StorageError, StreamctlError
 from streamctl.processing import columns, inputorder, mergeorder
+from streamctl.storage import plainfile
 
 PIPE_BYTES = 1 << 20  # a larger pipe: fewer wake-ups per piece
 # A plain file's columns go to numpy (time parse, window cells, the session kernel): 1 MiB pieces
@@ -196,18 +197,10 @@ def log_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | No
     p, start, end = ranges[0]
 
     def pieces() -> Iterator[tuple]:  # in the child
-        transform, keep = hooks.get("transform"), hooks.get("records", True)
         read = columns.FieldReader(fields).read_piece
         for piece in inputorder.partition_pieces(lg, p, start, end, inputorder.COLUMN_PIECE):
             batch = read(piece)
-            if batch is None:
-                yield ("r", piece)
-                continue
-            pre = transform(batch) if transform is not None else None
-            if pre is None or pre[1] is None:
-                yield ("c", piece, batch.cols, batch.n, None)
-            else:
-                yield ("c", piece if keep else None, None, batch.n, pre)
+            yield ("r", piece) if batch is None else _columns_message(batch, hooks)
 
     FieldBatch, piece_records = columns.FieldBatch, inputorder.piece_records
     for msg in items(pieces, path):
@@ -215,6 +208,17 @@ def log_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | No
             yield FieldBatch(msg[1], msg[2], msg[3], msg[4])
         else:
             yield piece_records(path, p, msg[1])
+
+
+def _columns_message(batch: columns.FieldBatch, hooks: dict, transform: Any = None) -> tuple:
+    """("c", the piece or None, columns or None, count, pre) for a piece read as columns: what the
+    consumer's column step (`transform`, else hooks' "transform") made of them as `pre`, or the
+    columns when it made nothing (no keys: bad times, for the consumer to read the records)."""
+    transform = transform or hooks.get("transform")
+    pre = transform(batch) if transform is not None else None
+    if pre is None or pre[1] is None:
+        return ("c", batch.piece, batch.cols, batch.n, None)
+    return ("c", batch.piece if hooks.get("records", True) else None, None, batch.n, pre)
 
 
 class _LanePiece:
@@ -299,39 +303,34 @@ def consumer_idle() -> bool:
 
 
 def plain_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | None = None) -> Generator[Any, None, None]:
-    """A plain file's records a piece at a time: a columns.PlainBatch where the piece reads as
-    columns (PlainFieldReader), else a list of records read in full. Read ahead in a child
+    """A plain file's records a piece at a time: a columns.FieldBatch where the piece reads as
+    columns (a plain FieldReader), else a list of records read in full. Read ahead in a child
     process when that can help (a file, not stdin; two or more cores), with `hooks` as in
     log_batches.
 
     The work is shared by the two processes: when the consumer was found waiting as a piece was
     sent (it is the faster of the two), the child hands it the next piece as its bytes, and the
     consumer reads that one itself (read_plain: the same reading, in either process). Record
-    numbers are counted here, in input order, whichever process read a piece."""
+    and line numbers are counted here, in input order, whichever process read a piece."""
     hooks = hooks if hooks is not None else {}
-    readers: list[columns.PlainFieldReader] = []
+    readers: list[columns.FieldReader] = []
 
     def read_plain(piece: bytes, handed: bool = False) -> tuple:
-        """("c", the piece or None, columns, count, what "transform" made of them) for a piece read
-        as columns; ("v", its values, why a line is invalid or None) for one read in full. A piece
-        the reading process `handed` over goes through "consumer transform" when there is one (a
-        step that must run in the reading process only, such as numbering keys, is left out)."""
+        """_columns_message for a piece read as columns; ("v", its values, why a line is invalid or
+        None, its lines) for one read in full (inputorder.plain_piece). A piece the reading process
+        `handed` over goes through "consumer transform" when there is one (a step that must run in
+        the reading process only, such as numbering keys, is left out)."""
         if not readers:
-            readers.append(columns.PlainFieldReader(fields))
-        batch = readers[0].read_piece(piece, 0)
+            readers.append(columns.FieldReader(fields, plain=True))
+        batch = readers[0].read_piece(piece)
         if batch is None:
-            return ("v", *inputorder.plain_piece_values(piece))
-        transform, keep = hooks.get("transform"), hooks.get("records", True)
-        if handed and hooks.get("consumer transform") is not None:
-            transform = hooks["consumer transform"]
-        pre = transform(batch) if transform is not None else None
-        if pre is None or pre[1] is None:
-            return ("c", piece, batch.cols, batch.n, None)
-        return ("c", piece if keep else None, None, batch.n, pre)
+            values, _payloads, error, lines = inputorder.plain_piece(piece)
+            return ("v", values, error, lines)
+        return _columns_message(batch, hooks, hooks.get("consumer transform") if handed else None)
 
     def pieces() -> Iterator[tuple]:
         give = False
-        for piece in inputorder.plain_pieces(path, piece_bytes=PLAIN_PIECE):
+        for piece in inputorder.line_blocks(path, PLAIN_PIECE):
             if give:
                 give = False
                 yield ("p", piece)
@@ -343,20 +342,22 @@ def plain_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | 
                 return  # an invalid line: the consumer stops there
 
     def batches(msgs: Iterable[tuple]) -> Iterator[Any]:
-        base = 0
+        base = line = 0  # the records and the lines before the piece
         for msg in msgs:
             if msg[0] == "p":
                 msg = read_plain(msg[1], True)
             if msg[0] == "c":
-                yield columns.PlainBatch(msg[1], msg[2], msg[3], msg[4], base=base)
+                yield columns.FieldBatch(msg[1], msg[2], msg[3], msg[4], base=base)
                 base += msg[3]
+                line += msg[3]  # a piece read as columns has no blank line
                 continue
-            recs, error = inputorder.plain_piece_records(path, msg[1], base, msg[2])
-            base += len(recs)
-            if recs:
-                yield recs
+            _v, values, error, lines = msg
+            if values:
+                yield inputorder.plain_records_of(values, base)
+                base += len(values)
             if error is not None:
-                raise error
+                raise plainfile.invalid_json(path, line + lines + 1, error)
+            line += lines
 
     if path == "-" or not can_fork():
         yield from batches(pieces())

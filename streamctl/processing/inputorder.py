@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import chain, repeat
 from operator import itemgetter
-from typing import Any, cast
+from typing import Any
 
 import orjson
 
@@ -60,14 +61,8 @@ def _ts_of(rec: Record) -> int | None:
 def _lanes(path: str, lg: logmod.Log, ranges: list[tuple[int, int, int | None]], time_of: TimeOf | None,
            highs: dict[int, int] | None) -> list[Lane]:
     highs = highs or {}
-    return [record_lane(p, _partition_blocks(path, lg, p, start, end), time_of or _ts_of, highs.get(p, NO_TIME))
+    return [record_lane(p, partition_blocks(path, lg, p, start, end), time_of or _ts_of, highs.get(p, NO_TIME))
             for p, start, end in ranges]
-
-
-def log_records(path: str, partitions: list[int] | None = None, starts: dict[int, int] | None = None,
-                time_of: TimeOf | None = None) -> Iterator[Record]:
-    """A log's records in the input order (event time from `time_of`, default ts), to the end as of now."""
-    return chain.from_iterable(log_batches(path, partitions, starts, time_of=time_of))
 
 
 def log_batches(path: str, partitions: list[int] | None = None,
@@ -84,7 +79,11 @@ def log_batches(path: str, partitions: list[int] | None = None,
     """
     lg, ranges = read_plan(path, partitions, starts)
     if len(ranges) == 1 and highs is None:
-        yield from _partition_batches(path, lg, *ranges[0], fields=fields)
+        p, start, end = ranges[0]
+        read = columns.FieldReader(fields).read_piece if fields else None
+        for piece in partition_pieces(lg, p, start, end, COLUMN_PIECE if fields else 0):
+            cols = read(piece) if read is not None else None
+            yield cols if cols is not None else piece_records(path, p, piece)
         return
     if not ranges:
         return
@@ -95,12 +94,12 @@ def log_partitions(path: str) -> list[tuple[int, Iterator[list[Record]]]]:
     """Each partition of a log with something to read, and its records in lists in stored order
     (its lane's source, for a reader that merges them itself with mergeorder.merge)."""
     lg, ranges = read_plan(path, None, None)
-    return [(p, _partition_blocks(path, lg, p, start, end)) for p, start, end in ranges]
+    return [(p, partition_blocks(path, lg, p, start, end)) for p, start, end in ranges]
 
 
-def _partition_blocks(path: str, lg: logmod.Log, p: int, start: int, end: int | None) -> Iterator[list[Record]]:
-    """A partition's records in lists (_partition_batches without columns: lists of records only)."""
-    return cast("Iterator[list[Record]]", _partition_batches(path, lg, p, start, end))
+def partition_blocks(path: str, lg: logmod.Log, p: int, start: int, end: int | None) -> Iterator[list[Record]]:
+    """A partition's records from offset start to end, in lists (piece_records of each piece)."""
+    return map(partial(piece_records, path, p), partition_pieces(lg, p, start, end))
 
 
 def read_plan(path: str, partitions: list[int] | None,
@@ -115,28 +114,6 @@ def read_plan(path: str, partitions: list[int] | None,
                 pl.positions[p].start = off
     return lg, [(p, pos.start, pos.end) for p, pos in pl.positions.items()
                 if pos.end is None or pos.start < pos.end]
-
-
-def _line_records(path: str, p: int, block: bytes) -> Iterator[tuple[int, int, int, Record]]:
-    """(ts, partition, offset, record) per line of a block, each line parsed and checked on its own."""
-    loads = orjson.loads
-    for line in block.splitlines():
-        try:
-            obj = loads(line)
-            ts = obj["ts"]
-            off = obj["offset"]
-            ok = (ts.__class__ is int and off.__class__ is int and ts >= 0 and off >= 0
-                  and "value" in obj and obj["partition"].__class__ is int
-                  and (obj.get("key") is None or obj["key"].__class__ is str))
-        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
-            ok = False
-        if not ok:
-            try:
-                obj = record.parse(line)  # the full check, for its message
-            except record.BadRecord as e:
-                raise corrupt_line(path, p, line, e) from None
-            ts, off = obj["ts"], obj["offset"]
-        yield ts, p, off, obj
 
 
 def corrupt_line(path: str, p: int, line: bytes, e: Exception) -> StorageError:
@@ -160,18 +137,6 @@ def corrupt_line(path: str, p: int, line: bytes, e: Exception) -> StorageError:
     return StorageError(f"{path}: partition {p}: corrupt record ({e}); run `streamctl check` on the log")
 
 
-def _partition_batches(path: str, lg: logmod.Log, p: int, start: int, end: int | None,
-                       fields: Sequence[FieldPath] | None = None) -> Iterator[Block]:
-    read_fields = columns.FieldReader(fields).read_piece if fields else None
-    for piece in partition_pieces(lg, p, start, end, COLUMN_PIECE if fields else 0):
-        if read_fields is not None:
-            cols = read_fields(piece)
-            if cols is not None:
-                yield cols
-                continue
-        yield piece_records(path, p, piece)
-
-
 def partition_pieces(lg: logmod.Log, p: int, start: int, end: int | None, piece_bytes: int = 0) -> Iterator[bytes]:
     """A partition's lines from offset start to end, in pieces of whole lines of about PIECE bytes:
     a batch's objects then stay in the CPU cache while the consumer goes over them column by
@@ -192,10 +157,20 @@ def piece_records(path: str, p: int, piece: bytes) -> list[Record]:
     """A piece's records, read in full and each line checked (a corrupt line is a StorageError
     naming it)."""
     recs = _block_records(piece)
-    if recs is None:
-        # something unusual in the piece: line by line, each checked on its own
-        return [obj for _ts, _p, _off, obj in _line_records(path, p, piece)]
+    if recs is None:  # something wrong in the piece: line by line, for the first bad line's message
+        return [_line_record(path, p, line) for line in piece.splitlines()]
     return recs
+
+
+def _line_record(path: str, p: int, line: bytes) -> Record:
+    """One line's record, by _block_records' check (record.parse's, for the message, when it fails)."""
+    recs = _block_records(line)
+    if recs is not None:
+        return recs[0]
+    try:
+        return record.parse(line)
+    except record.BadRecord as e:
+        raise corrupt_line(path, p, line, e) from None
 
 
 PIECE = 1 << 16
@@ -252,39 +227,29 @@ _get_ts, _get_offset, _get_partition, _get_value = (itemgetter(k) for k in ("ts"
 PLAIN_BLOCK = 1 << 20  # bytes read from a plain file at a time
 
 
-def plain_blocks(path: str, block_bytes: int = PLAIN_BLOCK) -> Iterator[list[Any]]:
-    """A plain file's values (one per non-blank line), parsed a block of lines at a time.
+def plain_blocks(path: str, block_bytes: int = PLAIN_BLOCK, raw: bool = False) -> Iterator[tuple[list[Any], list[Any]]]:
+    """A plain file's values (one per non-blank line), parsed a block of lines at a time, with each
+    value's payload: (values, payloads).
 
-    The same values as reading line by line: lines split on \\n, a line of only
-    JSON whitespace is skipped (orjson reads the others with their whitespace
-    as they are). An invalid line is a DataError naming its record number (the
-    count of non-blank lines before it), raised after the block's good values
-    before it have been handed out.
+    The same values as reading line by line: lines split on \\n, a line of only JSON whitespace
+    is skipped (orjson reads the others with their whitespace as they are). With `raw`, a payload
+    is the line's own bytes when they are exactly what orjson.dumps makes of its value (so they
+    can be pasted into output as they are), else the value itself (JSON values are never bytes);
+    without, the payloads are the values. An invalid line is consume's DataError naming the file
+    and line (plainfile.invalid_json), raised after the block's good values before it have been
+    handed out.
     """
-    for values, _payloads in plain_blocks_raw(path, block_bytes, raw=False):
-        yield values
-
-
-def plain_blocks_raw(path: str, block_bytes: int = PLAIN_BLOCK,
-                     raw: bool = True) -> Iterator[tuple[list[Any], list[Any]]]:
-    """plain_blocks() with each value's payload: (values, payloads). A payload is the line's
-    own bytes when they are exactly what orjson.dumps makes of its value (so they can be
-    pasted into output as they are), else the value itself (JSON values are never bytes).
-    With raw=False the payloads are the values."""
-    n = 0  # values handed out so far: the next one's record number
-    for block in _line_blocks(path, block_bytes):
-        text = block[:-1] if block.endswith(b"\n") else block
-        values, payloads, error = _plain_values(text, raw)
+    line = 0  # the lines before this block
+    for block in line_blocks(path, block_bytes):
+        values, payloads, error, lines = plain_piece(block, raw)
         if values:
-            n += len(values)
             yield values, payloads
         if error is not None:
-            from streamctl.errors import DataError
+            raise plainfile.invalid_json(path, line + lines + 1, error)
+        line += lines
 
-            raise DataError(f"{path}: record {n}: invalid JSON: {error}") from None
 
-
-def _line_blocks(path: str, block_bytes: int) -> Iterator[bytes]:
+def line_blocks(path: str, block_bytes: int) -> Iterator[bytes]:
     """A plain file's bytes a read of `block_bytes` at a time, cut after the last newline of each
     (the rest goes with the next read); the last block may lack its newline."""
     import os
@@ -319,9 +284,11 @@ _PLAIN_SIDE_BY_SIDE = re.compile(rb"\}[ \t\r]*,[ \t\r]*\{")
 _DICT = {dict}
 
 
-def _plain_values(text: bytes, raw: bool) -> tuple[list[Any], list[Any], orjson.JSONDecodeError | None]:
-    """The values of the lines of `text` (no final newline), their payloads (plain_blocks_raw),
-    and the error of the first invalid line (the values are those before it)."""
+def plain_piece(piece: bytes, raw: bool = False) -> tuple[list[Any], list[Any], str | None, int]:
+    """The values of a piece of whole lines (the last may lack its newline), their payloads
+    (plain_blocks), why its first invalid line is invalid (None: none), and its number of lines
+    (with an invalid line: the lines before it; the values are those before it)."""
+    text = piece[:-1] if piece.endswith(b"\n") else piece
     loads = orjson.loads
     # One parse for the block when every line is one object (the usual JSONL file): the
     # array has as many elements as lines, all objects, and no line holds two objects.
@@ -333,24 +300,24 @@ def _plain_values(text: bytes, raw: bool) -> tuple[list[Any], list[Any], orjson.
             pass
         else:
             if len(values) == text.count(b"\n") + 1 and {*map(type, values)} == _DICT:
-                return values, _payloads(values, text, array, raw), None
+                return values, _payloads(values, text, array, raw), None, len(values)
     lines = text.split(b"\n")
     try:
         values = list(map(loads, lines))
     except orjson.JSONDecodeError:
         pass
     else:
-        return values, _payloads(values, text, b"[" + b",".join(lines) + b"]", raw, lines), None
+        return values, _payloads(values, text, b"[" + b",".join(lines) + b"]", raw, lines), None, len(lines)
     values = []
-    for line in lines:
+    for i, line in enumerate(lines):
         line = line.strip(b" \t\r\n")
         if not line:
             continue
         try:
             values.append(loads(line))
         except orjson.JSONDecodeError as e:
-            return values, values, e
-    return values, values, None
+            return values, values, str(e), i
+    return values, values, None, len(lines)
 
 
 def _payloads(values: list[Any], text: bytes, array: bytes, raw: bool,
@@ -364,46 +331,10 @@ def _payloads(values: list[Any], text: bytes, array: bytes, raw: bool,
     return values
 
 
-def plain_pieces(path: str, block_bytes: int = PLAIN_BLOCK, piece_bytes: int = PIECE) -> Iterator[bytes]:
-    """A plain file's bytes in pieces of whole lines of about `piece_bytes` (the last one may lack
-    its newline), for a column reader (columns.PlainFieldReader)."""
-    for block in _line_blocks(path, block_bytes):
-        cut, i = len(block), 0
-        while i < cut:
-            j = block.rfind(b"\n", i, i + piece_bytes) + 1 if i + piece_bytes < cut else cut
-            if j <= i:
-                j = block.find(b"\n", i + piece_bytes) + 1 or cut
-            yield block[i:j]
-            i = j
-
-
-def plain_piece_values(piece: bytes) -> tuple[list[Any], str | None]:
-    """A piece's values read in full (blank lines skipped), and why its first invalid line is
-    invalid (the values are those before it)."""
-    text = piece[:-1] if piece.endswith(b"\n") else piece
-    values, _payloads, error = _plain_values(text, False)
-    return values, None if error is None else str(error)
-
-
-def plain_piece_records(path: str, values: list[Any], base: int, error: str | None) -> tuple[list[Record], Exception | None]:
-    """A piece's values (plain_piece_values) as records, offsets from `base`, and for an invalid
-    line the DataError naming its record number (the records are those before it)."""
-    from streamctl.errors import DataError
-
-    recs = plain_records_of(values, base)
-    if error is None:
-        return recs, None
-    return recs, DataError(f"{path}: record {base + len(values)}: invalid JSON: {error}")
-
-
-def plain_records(path: str) -> Iterator[Record]:
-    """A plain file's lines as records: offset = line number from 0, partition 0, no ts."""
-    return chain.from_iterable(_plain_record_blocks(path))
-
-
-def _plain_record_blocks(path: str) -> Iterator[list[Record]]:
+def plain_record_blocks(path: str) -> Iterator[list[Record]]:
+    """A plain file's records (plain_records_of) a block at a time."""
     off = 0
-    for values in plain_blocks(path):
+    for values, _payloads in plain_blocks(path):
         yield plain_records_of(values, off)
         off += len(values)
 
@@ -415,7 +346,7 @@ def plain_records_of(values: list[Any], base: int) -> list[Record]:
 
 def records(spec: InputSpec) -> Iterator[Record]:
     """One input's records in its own order (a log's partitions merged by ts)."""
-    return log_records(spec.path) if spec.is_log else plain_records(spec.path)
+    return chain.from_iterable(log_batches(spec.path) if spec.is_log else plain_record_blocks(spec.path))
 
 
 def merged(specs: Sequence[InputSpec], event_time: TimeOf | Sequence[TimeOf]) -> Iterator[tuple[int, Record]]:
@@ -425,8 +356,6 @@ def merged(specs: Sequence[InputSpec], event_time: TimeOf | Sequence[TimeOf]) ->
     when the inputs keep their times in different fields (join's --time-field A=B).
     """
     times = list(event_time) if isinstance(event_time, Sequence) else [event_time] * len(specs)
-    if len(specs) == 1 and not specs[0].is_log:
-        return ((0, rec) for rec in plain_records(specs[0].path))  # one lane: its own order
     lanes: list[Lane] = []
     inputs: list[int] = []
     for i, spec in enumerate(specs):
@@ -435,7 +364,7 @@ def merged(specs: Sequence[InputSpec], event_time: TimeOf | Sequence[TimeOf]) ->
             lanes += _lanes(spec.path, lg, ranges, times[i], None)
             inputs += repeat(i, len(ranges))
         else:
-            lanes.append(record_lane(0, _plain_record_blocks(spec.path), times[i]))
+            lanes.append(record_lane(0, plain_record_blocks(spec.path), times[i]))
             inputs.append(i)
     return _with_inputs(merge_lanes(lanes), inputs)
 

@@ -21,6 +21,12 @@ def open_plain(path: str) -> tuple[str, int]:
         raise UsageError(f"{path}: cannot open: {e.strerror}") from None
 
 
+def invalid_json(path: str, lineno: int, reason: object) -> DataError:
+    """An invalid line of a plain file: the file (`<stdin>` for `-`), its line number from 1 (blank
+    lines counted) and why."""
+    return DataError(f"{'<stdin>' if path == '-' else path}:{lineno}: invalid JSON: {reason}")
+
+
 def iter_values(path: str, validate: bool = True) -> Iterator[tuple[int, bytes]]:
     """(offset, value JSON text) per non-blank line; invalid JSON is a DataError naming the line."""
     name, fd = open_plain(path)
@@ -35,7 +41,7 @@ def iter_values(path: str, validate: bool = True) -> Iterator[tuple[int, bytes]]
                 try:
                     orjson.loads(text)
                 except orjson.JSONDecodeError as e:
-                    raise DataError(f"{name}:{lineno}: invalid JSON: {e}") from None
+                    raise invalid_json(path, lineno, e) from None
             yield n, text
             n += 1
 

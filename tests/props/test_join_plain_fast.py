@@ -132,9 +132,9 @@ def test_merged_chunks_equal_merged(tmp_path, ta, tb, block):
 def test_plain_blocks_read_like_lines(tmp_path, block):
     p = tmp_path / "f.jsonl"
     p.write_bytes(b'{"a":1}\n\n  \r\n{"a": 2}\r\n[1,2]\n"s"\n{"b":{"c":[{"d":1},{"e":2}]}}\n{"z":0}')
-    values = [v for vs in inputorder.plain_blocks(str(p), block) for v in vs]
+    values = [v for vs, _xs in inputorder.plain_blocks(str(p), block) for v in vs]
     assert values == [{"a": 1}, {"a": 2}, [1, 2], "s", {"b": {"c": [{"d": 1}, {"e": 2}]}}, {"z": 0}]
-    raw = [(v, x) for vs, xs in inputorder.plain_blocks_raw(str(p), block) for v, x in zip(vs, xs, strict=True)]
+    raw = [(v, x) for vs, xs in inputorder.plain_blocks(str(p), block, raw=True) for v, x in zip(vs, xs, strict=True)]
     for v, x in raw:  # a payload is the line itself only when it is orjson's bytes for the value
         assert x == v or x == orjson.dumps(v)
     assert ({"z": 0}, b'{"z":0}') in raw
@@ -144,24 +144,24 @@ def test_plain_blocks_two_objects_on_a_line(tmp_path):
     # parsed as one array, these lines would shift values between records: read line by line
     p = tmp_path / "f.jsonl"
     p.write_bytes(b'{"a":1} , {"b":2}\n')
-    with pytest.raises(DataError, match="record 0: invalid JSON"):
+    with pytest.raises(DataError, match="f.jsonl:1: invalid JSON"):
         list(inputorder.plain_blocks(str(p)))
     p.write_bytes(b'{"x":[{"y":1}\n{"z":2}]}\n{"a":1},{"b":2}\n')
-    with pytest.raises(DataError, match="record 0: invalid JSON"):
+    with pytest.raises(DataError, match="f.jsonl:1: invalid JSON"):
         list(inputorder.plain_blocks(str(p)))
 
 
-def test_plain_blocks_error_names_the_record_after_good_values(tmp_path):
+def test_plain_blocks_error_names_the_line_after_good_values(tmp_path):
     p = tmp_path / "f.jsonl"
     p.write_bytes(b'{"a":1}\n\n{"a":2}\nnot json\n{"a":3}\n')
     got: list[Any] = []
     with pytest.raises(DataError) as e:
-        for vs in inputorder.plain_blocks(str(p)):
+        for vs, _xs in inputorder.plain_blocks(str(p)):
             got += vs
     assert got == [{"a": 1}, {"a": 2}]
     with pytest.raises(DataError) as e2:
-        list(inputorder.plain_records(str(p)))
-    assert str(e.value) == str(e2.value) and "record 2: invalid JSON" in str(e.value)
+        list(inputorder.records(inputorder.InputSpec(str(p), False)))
+    assert str(e.value) == str(e2.value) and f"{p}:4: invalid JSON" in str(e.value)
 
 
 @pytest.mark.parametrize("cores", [1, 2])
@@ -179,7 +179,7 @@ def test_read_ahead_gives_the_same_rows_and_error(tmp_path, monkeypatch, cores):
     out: list[bytes] = []
     with pytest.raises(DataError) as e:
         joining.run(spec, write_jsonl=out.append, block_bytes=4096)
-    assert "b.jsonl: record 700: invalid JSON" in str(e.value)
+    assert "b.jsonl:701: invalid JSON" in str(e.value)
     monkeypatch.setattr(decoder.parallel, "cores", lambda: 1)
     ref: list[bytes] = []
     with pytest.raises(DataError) as e1:

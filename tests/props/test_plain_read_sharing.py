@@ -1,5 +1,5 @@
 """A plain file's reading shared by the two processes (decoder.plain_batches): whichever process
-reads a piece, a window run gives the rows, counts, late records and errors (with their record
+reads a piece, a window run gives the rows, counts, late records and errors (with their line
 numbers) of the per-record reference; and the consumer really reads the pieces handed to it."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def test_pieces_read_by_either_process_equal_records(tmp_path_factory, monkeypat
     monkeypatch.setattr(decoder, "PLAIN_PIECE", piece)
     lines = [orjson.dumps({"ts": e["ts"], "g": {"k": e["k"]}, "v": e["v"]}) for e in evs]
     if broken and lines:
-        lines[len(lines) // 2] = b'{"ts": 1, "g": '  # invalid JSON: the error names its record number
+        lines[len(lines) // 2] = b'{"ts": 1, "g": '  # invalid JSON: the error names its line
     path = tmp_path_factory.mktemp("plain") / "in.jsonl"
     path.write_bytes(b"".join(line + sep for line, sep in zip(lines, seps, strict=False)))
     size, hop = KINDS[kind]
@@ -60,14 +60,14 @@ def test_the_consumer_reads_the_pieces_handed_to_it(tmp_path, monkeypatch):
     monkeypatch.setattr(decoder, "backlog", lambda: events.BEHIND)  # sessions: keys numbered where read
     here: list = []
     me = os.getpid()
-    read_piece = columns.PlainFieldReader.read_piece
+    read_piece = columns.FieldReader.read_piece
 
-    def spy(self, piece, base):
+    def spy(self, piece, base=0):
         if os.getpid() == me:
             here.append(len(piece))
         return read_piece(self, piece, base)
 
-    monkeypatch.setattr(columns.PlainFieldReader, "read_piece", spy)
+    monkeypatch.setattr(columns.FieldReader, "read_piece", spy)
     path = tmp_path / "in.jsonl"
     path.write_bytes(b"".join(b'{"ts":"2025-11-21T10:%02d:%02d.000Z","g":{"k":"u%d"},"v":%d}\n'
                               % (i // 600, i // 10 % 60, i % 300, i) for i in range(20000)))
@@ -75,5 +75,5 @@ def test_the_consumer_reads_the_pieces_handed_to_it(tmp_path, monkeypatch):
         here.clear()
         cfg = WindowConfig(kind=kind, size=M, by=["g.k"], aggs=["count", "avg:v"], lateness=M)
         assert window_plain_run(cfg, str(path), True) == window_plain_run(cfg, str(path), False)
-        pieces = sum(1 for _ in inputorder.plain_pieces(str(path), piece_bytes=4096))
+        pieces = sum(1 for _ in inputorder.line_blocks(str(path), 4096))
         assert pieces // 2 - 1 <= len(here) <= pieces // 2 + 1

@@ -304,18 +304,18 @@ def test_log_batches_equal_log_records(run, logdir, monkeypatch):
     run("produce", logdir, "--key-field", "user", "--segment-bytes", "64KiB", input=evs, check=True)
     # small pieces: many batches, a piece boundary inside most blocks
     monkeypatch.setattr(inputorder, "PIECE", 1000)
-    want = list(inputorder.log_records(logdir))
+    want = list(inputorder.records(inputorder.InputSpec(logdir, True)))
     got = [r for b in inputorder.log_batches(logdir) for r in b]
     assert got == want and len(got) == 2000
     starts = {0: 777}
     assert [r for b in inputorder.log_batches(logdir, starts=starts) for r in b] == \
-        list(inputorder.log_records(logdir, starts=starts))
+        [r for b in inputorder.log_batches(logdir, starts=starts, time_of=lambda r: r["ts"]) for r in b]
 
 
 def test_log_batches_merge_several_partitions(run, logdir):
     evs = "".join(orjson.dumps({"user": f"u{i % 7}", "n": i}).decode() + "\n" for i in range(500))
     run("produce", logdir, "--partitions", "3", "--key-field", "user", input=evs, check=True)
-    assert [r for b in inputorder.log_batches(logdir) for r in b] == list(inputorder.log_records(logdir))
+    assert [r for b in inputorder.log_batches(logdir) for r in b] == list(inputorder.records(inputorder.InputSpec(logdir, True)))
 
 
 @pytest.mark.parametrize("bad", [
@@ -329,7 +329,7 @@ def test_a_corrupt_line_is_the_same_error(tmp_path, bad):
     good = b'{"offset":0,"partition":0,"ts":5,"key":"a","value":{"x":1}}'
     block = good + b"\n" + bad + b"\n"
     with pytest.raises(StorageError) as a:
-        list(inputorder._line_records("LOG", 0, block))
+        inputorder.piece_records("LOG", 0, block)
     assert inputorder._block_records(block) is None
     assert "corrupt record" in str(a.value)
 
@@ -339,7 +339,7 @@ def test_block_records_reads_the_fast_check_as_line_records():
              b'{"offset":1,"partition":-1,"ts":5,"key":null,"value":null,"headers":{"h":"v"}}',
              b' {"ts":6,"offset":2,"partition":0,"value":[1]} ']
     block = b"\n".join(lines) + b"\n"
-    assert inputorder._block_records(block) == [obj for _t, _p, _o, obj in inputorder._line_records("L", 0, block)]
+    assert inputorder._block_records(block) == [inputorder._line_record("L", 0, line) for line in block.splitlines()]
 
 
 def test_cli_window_on_a_log_is_the_same_through_batches(run, logdir):
@@ -352,7 +352,7 @@ def test_cli_window_on_a_log_is_the_same_through_batches(run, logdir):
                            aggs=["count", "avg:amount"] if "--agg" in flags else ["count"])
         wr = WindowRun(cfg, True)
         rows: list = []
-        wr.feed_records(inputorder.log_records(logdir), rows.extend)
+        wr.feed_records(inputorder.records(inputorder.InputSpec(logdir, True)), rows.extend)
         wr.finish(rows.extend)
         assert p.stdout == b"".join(map(row_json, rows))
         assert (b"not numbers" in p.stderr) == ("--agg" in flags)
@@ -374,7 +374,7 @@ def test_session_closing_inside_a_batch_keeps_a_session_open_at_exactly_gap(size
        kind=st.sampled_from(["tumbling", "session", "sliding"]), aggs=st.sampled_from(AGG_SETS),
        broken=st.booleans())
 def test_plain_file_columns_equal_records(tmp_path_factory, evs, seps, kind, aggs, broken):
-    """A plain file read as columns (PlainFieldReader, a piece at a time, read ahead) gives what its
+    """A plain file read as columns (a plain FieldReader, a piece at a time, read ahead) gives what its
     records read one by one give: rows, counts, late records with their record numbers, errors."""
     lines = [orjson.dumps({"ts": e["ts"], "g": {"k": e["k"]}, "v": e["v"]}) for e in evs]
     lines = [line.replace(b"{", b"{\r", 1) if i % 7 == 3 else line for i, line in enumerate(lines)]  # JSON whitespace
@@ -468,8 +468,10 @@ def test_plain_file_pieces_are_read_as_columns(tmp_path):
     path.write_bytes(b"".join(b'{"ts":"2025-11-21T10:00:%02d.000Z","g":{"k":"a"},"v":%d}\n' % (i % 60, i)
                               for i in range(60000)) + b"\n" + b'{"ts":1,"g":{"k":"b"},"v":1}\n')
     fields = [("value", "ts"), ("value", "g", "k"), ("value", "v")]
-    kinds = [type(b) for b in decoder.plain_batches(str(path), fields)]
-    assert kinds.count(columns.PlainBatch) == len(kinds) - 1 >= 2 and kinds[-1] is list
+    batches = list(decoder.plain_batches(str(path), fields))
+    kinds = [type(b) for b in batches]
+    assert kinds.count(columns.FieldBatch) == len(kinds) - 1 >= 2 and kinds[-1] is list
+    assert all(b.base is not None for b in batches[:-1])
     assert sum(len(b) for b in decoder.plain_batches(str(path), fields)) == 60001
 
 

@@ -1,6 +1,6 @@
 """A log of several partitions read, made into columns and merged by the reading process
 (decoder: FieldReader, the window's column step, mergeorder.merge) against the reference:
-the records merged one block at a time in this process (inputorder.log_records, merge_lanes) and
+the records merged one block at a time in this process (inputorder.log_batches, merge_lanes) and
 folded one by one. The same rows in the same order, the same counts, late records and errors."""
 
 from __future__ import annotations
@@ -17,6 +17,12 @@ from streamctl.processing import columns, decoder, inputorder
 from streamctl.processing.windows.config import WindowConfig
 from streamctl.processing.windows.driver import WindowRun
 from streamctl.processing.windows.events import records_of, time_getter
+
+
+def _log_records(path, time_of=None):
+    """A log's records in the input order, one by one."""
+    return [r for b in inputorder.log_batches(path, time_of=time_of) for r in b]
+
 
 T0 = 1_763_719_200_000
 M = 60_000
@@ -56,7 +62,7 @@ def _run(cfg: WindowConfig, path: str, merged: bool, late_out: bool):
             _is_log, recs = records_of(path, cfg)
             run.feed(recs, rows.extend)
         else:
-            run.feed_records(inputorder.log_records(path, time_of=time_getter(cfg, True)), rows.extend)
+            run.feed_records(_log_records(path, time_of=time_getter(cfg, True)), rows.extend)
         run.finish(rows.extend)
     except DataError as e:
         err = str(e)

@@ -193,7 +193,7 @@ def test_what_the_fast_read_leaves_to_the_full_read(line):
 def test_what_the_plain_read_leaves_to_the_full_read(line):
     """A leaf holding what orjson reads otherwise (or refuses) fails the piece's decoding."""
     good = b'{"time":5,"n":{"a":1}}'
-    reader = columns.PlainFieldReader([("value", "time"), ("value", "n", "a")])
+    reader = columns.FieldReader([("value", "time"), ("value", "n", "a")], plain=True)
     assert reader.read_piece(good + b"\n" + good + b"\n", 0) is not None
     assert reader.read_piece(good + b"\n" + line + b"\n", 0) is None
 
@@ -208,13 +208,13 @@ def test_what_the_plain_read_leaves_to_the_full_read(line):
 def test_the_plain_read_keeps_one_value_a_line(piece):
     """Whichever way a piece is decoded (in place, when every line starts with { and ends with }, or
     as one array), a piece whose lines are not one JSON value each is left to the full read."""
-    reader = columns.PlainFieldReader([("value", "time")])
+    reader = columns.FieldReader([("value", "time")], plain=True)
     assert reader.read_piece(piece, 0) is None
 
 
 @pytest.mark.parametrize("piece", [b'{"time":1}\n{"time":2}\n', b'{"time":1}\r\n {"time":2} \n{"time":3}'])
 def test_the_plain_read_of_whole_lines(piece):
-    reader = columns.PlainFieldReader([("value", "time")])
+    reader = columns.FieldReader([("value", "time")], plain=True)
     got = reader.read_piece(piece, 0)
     assert got is not None and got.cols == {("value", "time"): [orjson.loads(x)["time"] for x in piece.split(b"\n") if x]}
 
@@ -249,7 +249,7 @@ def test_window_over_mixed_pieces_equals_the_record_path(run, logdir, monkeypatc
     want_rows: list = []
     want_late: list = []
     ref = WindowRun(cfg, True, want_late.append)
-    ref.feed_records(inputorder.log_records(logdir), want_rows.extend)
+    ref.feed_records(inputorder.records(inputorder.InputSpec(logdir, True)), want_rows.extend)
     ref.finish(want_rows.extend)
 
     batches = list(inputorder.log_batches(logdir, fields=[("value", "at"), ("key",), ("value", "amount")]))
@@ -377,7 +377,7 @@ def test_cli_window_reads_ahead_and_reports_a_corrupt_line(run, logdir):
     cfg = WindowConfig(kind="tumbling", size=60_000, time_field="at", aggs=["count", "sum:amount"])
     ref = WindowRun(cfg, True)
     rows: list = []
-    ref.feed_records(inputorder.log_records(logdir), rows.extend)
+    ref.feed_records(inputorder.records(inputorder.InputSpec(logdir, True)), rows.extend)
     ref.finish(rows.extend)
     assert p.stdout == b"".join(map(row_json, rows))
     # the counts of the reference, bad times and non-numbers both (read ahead, then counted here)
@@ -446,7 +446,7 @@ def test_cli_window_by_and_aggs_through_columns_equal_records(run, logdir, by, a
     cfg = WindowConfig(kind="session", size=20_000, time_field="at", by=by, aggs=aggs)
     ref = WindowRun(cfg, True)
     rows: list = []
-    ref.feed_records(inputorder.log_records(logdir), rows.extend)
+    ref.feed_records(inputorder.records(inputorder.InputSpec(logdir, True)), rows.extend)
     ref.finish(rows.extend)
     assert p.stdout == b"".join(map(row_json, rows)) and rows
 

@@ -60,7 +60,7 @@ def lanes(paths: tuple[str, str], the_plan: Plan, highs: tuple[dict[int, int], d
     opened: dict[int, logmod.Log] = {}
     for side, p, start, end in the_plan:
         lg = opened.get(side) or opened.setdefault(side, logmod.open_log(paths[side]))
-        blocks = inputorder._partition_blocks(paths[side], lg, p, start, end)
+        blocks = inputorder.partition_blocks(paths[side], lg, p, start, end)
         out.append(record_lane((side, p), blocks, time_of[side], highs[side].get(p, NO_TIME)))
     return out
 
@@ -74,7 +74,7 @@ Columns = tuple[list[Any], list[Any], list[int], list[Record]]
 def _column_lane(path: str, lg: logmod.Log, p: int, start: int, end: int | None,
                  time_of: Callable[[Record], int | None], by_ts: bool) -> Iterator[tuple[list[Any], Columns]]:
     """A partition's blocks as (times, Columns): the record lane of `lanes`, its columns read once."""
-    for block in inputorder._partition_blocks(path, lg, p, start, end):
+    for block in inputorder.partition_blocks(path, lg, p, start, end):
         if not block:
             continue
         values = getattr(block, "values", None)

@@ -59,10 +59,10 @@ def key_codes(keys: list[Any]) -> tuple[np.ndarray, list[Any] | None]:
 
 
 def file_blocks(path: str, times_of: Column, keys_of: Column, block_bytes: int) -> Generator[FileBlock, None, None]:
-    """The blocks of one plain file (plain_blocks_raw's), as columns."""
+    """The blocks of one plain file (inputorder.plain_blocks'), as columns."""
     high = mergeorder.NO_TIME
     dumps = orjson.dumps
-    for values, payloads in inputorder.plain_blocks_raw(path, block_bytes, raw=True):
+    for values, payloads in inputorder.plain_blocks(path, block_bytes, raw=True):
         n = len(values)
         ts = times_of(values)
         if None in ts:

@@ -190,7 +190,7 @@ def plain_side(path: str, on: Path, time_field: Path, piece: int) -> Side:
 
     def blocks() -> Iterator[Block]:
         base = 0  # the record number of the block's first value
-        for values in inputorder.plain_blocks(path, piece):
+        for values, _payloads in inputorder.plain_blocks(path, piece):
             yield values, key_of(values), None, (values, base)
             base += len(values)
 

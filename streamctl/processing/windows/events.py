@@ -8,7 +8,6 @@ import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator
 from itertools import repeat
-from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -411,13 +410,12 @@ def records_of(path: str, cfg: WindowConfig | None = None) -> tuple[bool, Iterab
 
         hooks = {}
         return False, RecordBlocks(decoder.plain_batches(path, fields, hooks), hooks)
-    # map/itemgetter rather than a generator expression: one less Python frame per record
-    return False, map(itemgetter(1), inputorder.merged([spec], lambda r: None))
+    return False, inputorder.records(spec)
 
 
 def plain_fields(cfg: WindowConfig, plan: aggregations.Plan) -> list[tuple[str, ...]] | None:
     """The fields a run reads from a plain file's lines, when they can be read as columns
-    (columns.PlainFieldReader); None when whole records are read."""
+    (a plain columns.FieldReader); None when whole records are read."""
     if cfg.processing_time:
         return None
     fields = [eventfields.time_path(cfg.time_field, is_log=False)]
@@ -425,7 +423,7 @@ def plain_fields(cfg: WindowConfig, plan: aggregations.Plan) -> list[tuple[str, 
         return None  # the record key: a plain file's is null, read in full (rare: nothing to group by)
     fields += eventfields.key_paths(cfg.by)
     fields += [s.path for s in plan.specs if s.path is not None]
-    return fields if fieldcolumns.plain_readable(fields) else None
+    return fields if fieldcolumns.readable(fields, plain=True) else None
 
 
 def key_texts(vals: list, key_json: Callable[[Any], bytes]) -> list[bytes]:
