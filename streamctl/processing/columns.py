@@ -42,6 +42,7 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 # beyond int64, a number beyond a float) fails the piece's decoding, and the piece is read in full
 _Scalar = _Int | float | str | bool | None
 _ENVELOPE = (("ts",), ("key",))
+_VALUE = attrgetter("value")
 
 
 def readable(paths: Sequence[FieldPath], plain: bool = False) -> bool:
@@ -81,7 +82,7 @@ class FieldReader:
                 "Envelope", [("offset", _Offset), ("partition", _Int), ("ts", _Offset), ("value", line),
                              ("key", str | None, None)], gc=False)
         self._decode_all = msgspec.json.Decoder(list[line]).decode
-        self._getters = {p: _column_getter(tree, p, plain) for p in self.paths}
+        self._getters = {p: _column_getter(tree, p) for p in self.paths}
         # the value paths that lead to fields with fields of their own (`value.a` beside `value.a.b`):
         # their columns hold structs where the line has an object, and are checked by _plain (a
         # leaf's column holds only _Scalar values, which the decoder checked)
@@ -116,9 +117,15 @@ class FieldReader:
             return None
         if len(objs) != n:
             return None
+        values = objs if self.plain else None  # a log's values: their column made once, if needed
         cols: dict[FieldPath, list] = {}
         for p, column in self._getters.items():
-            col = column(objs)
+            if p[0] != "value":
+                col = column(objs)
+            else:
+                if values is None:
+                    values = list(map(_VALUE, objs))
+                col = column(values)
             if p in self._inner and not _plain(col):
                 return None
             cols[p] = col
@@ -158,11 +165,11 @@ def _struct(name: str, tree: dict) -> Any:
     return msgspec.defstruct(name, fields, gc=False)
 
 
-def _column_getter(tree: dict, path: FieldPath, plain: bool) -> Any:
-    """objs -> the column of `path` in the structs FieldReader decodes: an envelope field, or a
-    value field through the structs _struct made of `tree` (the line itself in a plain file, its
-    `value` in a log's; None where a level is missing or null)."""
-    attrs = [path[0]] if path[0] != "value" or not plain else []
+def _column_getter(tree: dict, path: FieldPath) -> Any:
+    """objs -> the column of `path` in the structs FieldReader decodes: an envelope field of a
+    log's lines, or a value field from the values (structs _struct made of `tree`; None where a
+    level is missing or null)."""
+    attrs = [path[0]] if path[0] != "value" else []
     node = tree
     for n in path[1:]:
         attrs.append(f"f{list(node).index(n)}")
