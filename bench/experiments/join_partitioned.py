@@ -51,7 +51,7 @@ def read_side(path: str, side: int, key_field: str, time_field: str) -> tuple[li
     high = mergeorder.NO_TIME
     parts: tuple[list[list[Any]], list[list[Any]]] = ([[], [], [], []], [[], [], [], []])
     idx = 0
-    for values, payloads in inputorder.plain_blocks_raw(path, raw=True):
+    for values, payloads in inputorder.plain_blocks(path, raw=True):
         ts = times_of(values)
         ks = keys_of(values)
         marks = mergeorder.merge_keys(ts, high)

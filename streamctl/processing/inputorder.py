@@ -197,12 +197,9 @@ class RecordBatch(list):
 
 
 def _block_records(block: bytes) -> RecordBatch | None:
-    """A block's records when every line passes _line_records' fast check, else None.
-
-    The same parse per line as _line_records, with the envelope checks made a
-    column at a time. (Parsing the block as one JSON array is a little faster
-    but needs two more scans of the bytes to prove it reads the same lines.)
-    """
+    """A block's records when every line is one (orjson's parse of each line, the envelope checked a
+    column at a time), else None. (Parsing the block as one JSON array is a little faster but needs
+    two more scans of the bytes to prove it reads the same lines.)"""
     try:
         objs = list(map(orjson.loads, block.splitlines()))
         tss = list(map(_get_ts, objs))  # KeyError / TypeError: a line that is not a record

@@ -295,7 +295,7 @@ def test_rows_jsonl_raises_where_row_json_does():
         rows_jsonl(rows)
 
 
-# -- log_batches against log_records ------------------------------------------------------------------
+# -- log_batches against records ------------------------------------------------------------------
 
 
 def test_log_batches_equal_log_records(run, logdir, monkeypatch):
@@ -334,7 +334,7 @@ def test_a_corrupt_line_is_the_same_error(tmp_path, bad):
     assert "corrupt record" in str(a.value)
 
 
-def test_block_records_reads_the_fast_check_as_line_records():
+def test_block_records_reads_as_line_records():
     lines = [b'{"offset":0,"partition":0,"ts":5,"key":"a","value":{"x":1}}',
              b'{"offset":1,"partition":-1,"ts":5,"key":null,"value":null,"headers":{"h":"v"}}',
              b' {"ts":6,"offset":2,"partition":0,"value":[1]} ']
