@@ -38,6 +38,7 @@ class Read:
     batch: Batch
     starts: list[int]
     end: int  # the position after the last line's `\n`
+    first_line: int = 1  # the line number (from 1) of the batch's first line in the file
 
 
 @dataclass
@@ -47,6 +48,7 @@ class Followed:
     entry: FileEntry  # entry.pos: appended up to here
     fd: int
     next: int = 0  # read up to here: the end of the last whole line handed out
+    next_line: int = 0  # the lines before `next` (a line over the limit counts as one)
     head: bytes = b""  # its first bytes (up to FP_BYTES), for the fingerprint
     carry: bytes = b""  # read after `next`: the start of a line whose `\n` is not written yet
     skipping: int = 0  # > 0: inside a line longer than the limit, this many bytes of it seen
@@ -80,6 +82,7 @@ class Followed:
         A line longer than max_line is handed out as a TooLong once its `\n` is written (its bytes are not kept).
         """
         at = self.read_to
+        first_line = self.next_line + 1
         try:
             data = os.pread(self.fd, max_bytes, at)
         except OSError:
@@ -129,7 +132,8 @@ class Followed:
             self.skip_start, self.skipping, self.carry = self.next, len(self.carry), b""
         if not out_lines:
             return None
-        return Read(Batch(1, out_lines, text), starts, self.next)
+        self.next_line += len(out_lines)
+        return Read(Batch(1, out_lines, text), starts, self.next, first_line)
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -152,6 +156,18 @@ def matches(entry: FileEntry, fd: int) -> bool:
         return not entry.fp_len or fingerprint(os.pread(fd, entry.fp_len, 0)) == entry.fp
     except OSError:
         return False
+
+
+def count_lines(fd: int, end: int) -> int:
+    """The lines in the first `end` bytes of a file (each ends with a newline)."""
+    n = at = 0
+    while at < end:
+        data = os.pread(fd, min(1 << 20, end - at), at)
+        if not data:
+            break
+        n += data.count(b"\n")
+        at += len(data)
+    return n
 
 
 def find_in_folder(entry: FileEntry) -> str | None:

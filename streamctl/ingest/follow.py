@@ -18,9 +18,10 @@ Decisions (also in docs/reference/produce.md):
   its last `\n` are never appended; stderr says how many.
 - A line over --max-record-bytes, or one the input mode rejects, is handled by
   --on-error as in produce; with the default (fail) the lines before it are appended
-  and their position committed, and produce exits 65 naming the file and the byte
-  offset where the line starts (a followed file is read from the middle, so a byte
-  offset, not a line number, names the line).
+  and their position committed, and produce exits 65 naming the file, the line's
+  number and the byte offset where it starts (the registry keeps each file's line
+  count with its position, so a rerun that starts in the middle still numbers lines
+  from the file's start; a file truncated in place starts again at line 1).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from streamctl.clients.inputlines import TooLong
 from streamctl.clients.lanes import Spliced
 from streamctl.clients.producer import ProduceOptions, ProduceStats, _DeadLetters, _split_spliced, batch_lane
 from streamctl.errors import DataError, UsageError
-from streamctl.ingest.files import Followed, Read, expand, find_in_folder, fingerprint, matches
+from streamctl.ingest.files import Followed, Read, count_lines, expand, find_in_folder, fingerprint, matches
 from streamctl.ingest.positions import MARK, FileEntry, Positions
 from streamctl.storage import reader
 from streamctl.storage.appender import Appender, AppendResult, Item, Stamped
@@ -95,7 +96,7 @@ class Follower:
         return fd, os.fstat(fd)
 
     def _new_generation(self, path: str, origin: str, fd: int, st: os.stat_result) -> Followed:
-        entry = FileEntry(self.reg.new_id(), origin, path, st.st_dev, st.st_ino, 0, 0, "")
+        entry = FileEntry(self.reg.new_id(), origin, path, st.st_dev, st.st_ino, 0, 0, "", lines=0)
         for old in [e.id for e in self.reg.files.values() if (e.dev, e.ino) == (st.st_dev, st.st_ino)]:
             del self.reg.files[old]
         self.reg.files[entry.id] = entry
@@ -104,7 +105,9 @@ class Follower:
         return self._track(entry, fd, 0)
 
     def _track(self, entry: FileEntry, fd: int, pos: int) -> Followed:
-        f = Followed(entry, fd, next=pos)
+        if entry.lines < 0:
+            entry.lines = count_lines(fd, pos) if pos else 0  # a registry that did not keep it
+        f = Followed(entry, fd, next=pos, next_line=entry.lines)
         f.head = os.pread(fd, min(pos, 1024), 0) if pos else b""
         marks = [m.get(entry.id, -1) for m in self.pos.marks.values()]
         f.recover_until = max(marks, default=-1)
@@ -253,12 +256,12 @@ class Follower:
                 if len(starts) != len(spliced.values):  # a lane must give one record per record line
                     raise AssertionError("lane records do not match the batch's lines")
                 self._append_spliced(f, spliced, starts)
-                f.entry.pos = rd.end
+                f.entry.pos, f.entry.lines = rd.end, rd.first_line - 1 + len(rd.starts)
                 self.dirty = True
                 return
         self.stats.produced.line_batches += 1
         self._append_lines(f, rd, recovering)
-        f.entry.pos = rd.end
+        f.entry.pos, f.entry.lines = rd.end, rd.first_line - 1 + len(rd.starts)
         self.dirty = True
 
     def _append_lines(self, f: Followed, rd: Read, recovering: bool) -> None:
@@ -275,7 +278,7 @@ class Follower:
                     self._appended(self.app.append(p, items, want_lines=want))
             pending.clear()
 
-        for line, start in zip(rd.batch.lines, rd.starts, strict=True):
+        for lineno, (line, start) in enumerate(zip(rd.batch.lines, rd.starts, strict=True), rd.first_line):
             if isinstance(line, TooLong):
                 reason = f"record of {line.length} bytes is over --max-record-bytes {self.opts.max_record_bytes}"
                 raw = b""
@@ -298,15 +301,15 @@ class Follower:
                     continue
             if self.opts.on_error == "fail":
                 flush()
-                f.entry.pos = start
+                f.entry.pos, f.entry.lines = start, lineno - 1
                 self.dirty = True
                 self.commit()
-                raise DataError(f"{f.entry.path}: the line at byte {start}: {reason}; "
+                raise DataError(f"{f.entry.path}:{lineno}: the line at byte {start}: {reason}; "
                                 f"{self.stats.produced.records} record(s) before it were appended and are durable, "
                                 "nothing after it (use --on-error skip or dead-letter=FILE to go on)")
             self.stats.produced.rejected += 1
             if self.dead is not None:
-                self.dead.write(f.entry.path, None, reason, raw, byte=start)
+                self.dead.write(f.entry.path, lineno, reason, raw, byte=start)
         flush()
 
     # -- the loop ----------------------------------------------------------------------------

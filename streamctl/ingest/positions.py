@@ -58,6 +58,7 @@ class FileEntry:
     fp_len: int  # the fingerprint covers this many first bytes (up to files.FP_BYTES)
     fp: str  # sha1 (hex) of those bytes
     rotated: bool = False  # its name no longer points at it (renamed away or deleted)
+    lines: int = -1  # lines before pos (bad input is named by its line number); -1: not kept yet, counted
 
 
 @dataclass
@@ -124,7 +125,8 @@ def load(log: Log) -> Registry:
         except TypeError:
             raise _damaged(path, f"entry {i} of 'files' is not a file entry") from None
         if not (isinstance(entry.id, str) and isinstance(entry.path, str) and isinstance(entry.origin, str)
-                and isinstance(entry.fp, str) and all(map(_int, (entry.dev, entry.ino, entry.pos, entry.fp_len)))):
+                and isinstance(entry.fp, str) and all(map(_int, (entry.dev, entry.ino, entry.pos, entry.fp_len)))
+                and isinstance(entry.lines, int) and not isinstance(entry.lines, bool) and entry.lines >= -1):
             raise _damaged(path, f"entry {i} of 'files' has a field of the wrong type")
         reg.files[entry.id] = entry
     return reg

@@ -227,7 +227,7 @@ def test_bad_lines(tmp_path):
         f.write('{"i": 0}\nnot json\n{"i": 1}\n' + '{"long": "' + "x" * 3000 + '"}\n{"i": 2}\n')
     r = run_cli("produce", log, app, "--follow", "--idle-timeout", "200ms")
     assert r.returncode == 65
-    assert f"{app}: the line at byte 9".encode() in r.stderr
+    assert f"{app}:2: the line at byte 9".encode() in r.stderr
     assert values(log) == [{"i": 0}]
     dead = str(tmp_path / "dead.jsonl")
     r = run_cli("produce", log, app, "--follow", "--idle-timeout", "200ms", "--max-record-bytes", "1KiB",
