@@ -17,8 +17,8 @@ WHERE_HELP = ("Only records where PATH OP VALUE holds (repeatable: all must hold
               "too) is false, except by !=.")
 FORMAT_HELP = ("kcat's -f template, kcat's meanings: %t the log's name (its folder's base name), %p partition, "
                "%o offset, %T timestamp (epoch ms), %k key, %s value, %h headers (n=v,n2=v2), %K / %S key / "
-               "value length in bytes (-1: null), %% a %, \\t \\n escapes; plus %d, the timestamp as ISO-8601 "
-               "UTC with milliseconds.")
+               "value length in bytes (-1: null), %% a %, kcat's escapes (\\t \\n \\r, \\xHH, \\NNN); "
+               "plus %d, the timestamp as ISO-8601 UTC with milliseconds.")
 
 
 def engine() -> Any:

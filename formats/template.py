@@ -8,7 +8,10 @@
     %k  key                %K  key length in bytes (-1 for a null key)
     %s  value              %S  value length in bytes (-1 for a null value)
     %h  headers, `name=value` comma-separated
-    %%  a literal %, and the escapes \\t \\n \\r \\\\ \\0
+    %%  a literal %
+    and kcat's escapes: \\t \\n \\r, \\xHH a byte in hex, \\NNN a byte in decimal (or
+    octal with a leading 0, hex with 0x, as C's strtoul reads it), and a backslash before
+    any other character stands for that character (\\\\ is a backslash)
 
 A key or value that is a JSON string prints as its characters (kcat prints
 the payload's bytes); any other value prints as its JSON text; null prints
@@ -32,7 +35,46 @@ TOKENS = {
     "k": "key", "K": "key length in bytes (-1: null)", "s": "value", "S": "value length in bytes (-1: null)",
     "h": "headers (n=v,n2=v2)", "%": "a literal %",
 }
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "\\": "\\", "0": "\0"}
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r"}
+_DIGITS = {8: "01234567", 10: "0123456789", 16: "0123456789abcdefABCDEF"}
+
+
+def _byte(n: int) -> str:
+    """A byte a template escape writes, as the character that encodes to exactly that byte
+    (bytes above 127 as the surrogates "surrogateescape" turns back into them)."""
+    n &= 0xFF  # kcat stores strtoul's value in a char
+    return chr(n) if n < 128 else chr(0xDC00 + n)
+
+
+def _number(text: str, i: int, base: int) -> tuple[int, int] | None:
+    """C's strtoul(text[i:], base) for base 0 or 16: (value, index after it), or None when no digit."""
+    if text[i:i + 2] in ("0x", "0X") and i + 2 < len(text) and text[i + 2] in _DIGITS[16]:
+        base, i = 16, i + 2
+    elif base == 0:
+        base = 8 if text[i] == "0" else 10
+    j = i
+    while j < len(text) and text[j] in _DIGITS[base]:
+        j += 1
+    return (int(text[i:j], base), j) if j > i else None
+
+
+def _escape(text: str, i: int) -> tuple[str, int]:
+    """kcat's reading of the escape at text[i] (a backslash with a character after it):
+    (what it writes, index after it). Like kcat's fmt_add: \\t \\n \\r; \\x then a digit
+    reads hex; a digit reads a number (strtoul, base 0); any other character is itself."""
+    c = text[i + 1]
+    if c in _ESCAPES:
+        return _ESCAPES[c], i + 2
+    j, base = i + 1, 0
+    if c == "x":
+        j, base = i + 2, 16
+        if j >= len(text):
+            return "x", j
+    if "0" <= text[j] <= "9":
+        got = _number(text, j, base)
+        if got is not None:
+            return _byte(got[0]), got[1]
+    return text[j], j + 1
 
 
 def log_name(path: str) -> str:
@@ -63,9 +105,9 @@ def parse_template(text: str) -> list[tuple[str, str]]:
                     lit = []
                 parts.append(("tok", t))
             i += 2
-        elif c == "\\" and i + 1 < len(text) and text[i + 1] in _ESCAPES:
-            lit.append(_ESCAPES[text[i + 1]])
-            i += 2
+        elif c == "\\" and i + 1 < len(text):
+            ch, i = _escape(text, i)
+            lit.append(ch)
         else:
             lit.append(c)
             i += 1
@@ -108,7 +150,7 @@ def compile_template(text: str, name: str = "") -> Callable[[bytes], bytes]:
     """A function from a stored line to its rendering; `name` is what %t prints."""
     parts = parse_template(text)
     # Each token reads only its part of the line; the envelope prefix is split once per line.
-    pieces: list[bytes | str] = [v.encode() if kind == "lit" else v for kind, v in parts]
+    pieces: list[bytes | str] = [v.encode("utf-8", "surrogateescape") if kind == "lit" else v for kind, v in parts]
     needs_env = any(p in _ENVELOPE_TOKENS for p in pieces if isinstance(p, str))
     topic = name.encode("utf-8", "surrogateescape")
     env = record.envelope
@@ -155,7 +197,7 @@ def compile_plain_template(text: str, name: str = "") -> Callable[[int, bytes], 
         out = []
         for kind, v in parts:
             if kind == "lit":
-                out.append(v.encode())
+                out.append(v.encode("utf-8", "surrogateescape"))
             elif v == "o":
                 out.append(b"%d" % lineno)
             elif v == "s":
