@@ -73,6 +73,7 @@ def consume_plain(path: str, from_: str | None, max_: int | None, value: bool, f
                   unbuffered: bool, flt: Filter | None = None, until: int | None = None) -> None:
     """A plain .jsonl file (or -): its values with line numbers as offsets; filters see them as
     records with a null key, no ts and no headers."""
+    from streamctl.errors import DataError
     from streamctl.formats.records import plain_renderer
     from streamctl.formats.template import log_name
     from streamctl.formats.writer import Output
@@ -81,13 +82,21 @@ def consume_plain(path: str, from_: str | None, max_: int | None, value: bool, f
     out = Output(unbuffered=True if unbuffered else None)
     render = plain_renderer(value, fmt, log_name(path))
     n = 0
-    for off, v in plainfile.select(plainfile.iter_values(path), from_):
-        if max_ is not None and n >= max_:
-            break
-        if until is not None and off >= until:
-            break
-        if flt is not None and not flt.select(plainfile.envelope_line(off, v)):
-            continue
-        out.write(render(off, v))
-        n += 1
+    # A line is read (and checked) only when it is needed: --max and --until stop before the next
+    # one, so a bad line after them is never an error, and one before them stops the run with the
+    # lines before it written.
+    values = plainfile.select(plainfile.iter_values(path, stop=until), from_)
+    try:
+        while max_ is None or n < max_:
+            got = next(values, None)
+            if got is None:
+                break
+            off, v = got
+            if flt is not None and not flt.select(plainfile.envelope_line(off, v)):
+                continue
+            out.write(render(off, v))
+            n += 1
+    except DataError:
+        out.flush()
+        raise
     out.flush()

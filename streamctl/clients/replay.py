@@ -315,9 +315,7 @@ def replay_plain(path: str, spec: ReplaySpec) -> Iterator[bytes]:
             raise UsageError(f"{path}: a plain file has no timestamps; --from/--until take offsets (line numbers)")
     lo = spec.start.value if spec.start else 0
     hi = spec.until.value if spec.until else None
-    for off, v in plainfile.iter_values(path):
-        if hi is not None and off >= hi:
-            break
+    for off, v in plainfile.iter_values(path, stop=hi):
         if off >= lo:
             line = plainfile.envelope_line(off, v)
             if flt is None or flt.select(line):

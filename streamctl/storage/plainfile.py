@@ -27,8 +27,9 @@ def invalid_json(path: str, lineno: int, reason: object) -> DataError:
     return DataError(f"{'<stdin>' if path == '-' else path}:{lineno}: invalid JSON: {reason}")
 
 
-def iter_values(path: str, validate: bool = True) -> Iterator[tuple[int, bytes]]:
-    """(offset, value JSON text) per non-blank line; invalid JSON is a DataError naming the line."""
+def iter_values(path: str, validate: bool = True, stop: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """(offset, value JSON text) per non-blank line, up to offset `stop` (not included; that line is
+    not read); invalid JSON is a DataError naming the line."""
     name, fd = open_plain(path)
     f = os.fdopen(fd, "rb", buffering=1 << 20, closefd=path != "-")
     n = 0
@@ -37,6 +38,8 @@ def iter_values(path: str, validate: bool = True) -> Iterator[tuple[int, bytes]]
             text = line.strip(b" \t\r\n")
             if not text:
                 continue
+            if stop is not None and n >= stop:
+                return
             if validate:
                 try:
                     orjson.loads(text)
