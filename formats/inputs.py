@@ -42,16 +42,40 @@ def _loads(line: bytes) -> Any:
             raise BadLine(f"invalid UTF-8 or lone surrogate: {msg}") from None
         raise BadLine(f"invalid JSON: {msg}") from None
     # orjson turns integers beyond 64 bits into floats; refuse rather than round.
-    if _BIG in line.translate(_DIGITS) and _has_big_int(obj):
+    if _BIG in line.translate(_DIGITS) and _has_big_float(obj) and _has_big_int(line):
         raise BadLine("integer too large (more than 64 bits); quote it as a string")
     return obj
 
 
-def _has_big_int(obj: Any) -> bool:
+def _has_big_float(obj: Any) -> bool:
+    """Whether a parsed value holds a float that may stand for an integer beyond 64 bits."""
     stack = [obj]
     while stack:
         o = stack.pop()
         if isinstance(o, float) and o.is_integer() and abs(o) >= 2**63:
+            return True
+        if isinstance(o, dict):
+            stack.extend(o.values())
+        elif isinstance(o, list):
+            stack.extend(o)
+    return False
+
+
+def _has_big_int(line: bytes) -> bool:
+    """Whether the JSON text holds an integer (no fraction, no exponent) outside what orjson reads
+    exactly, [-2**63, 2**64 - 1]. A number written with a fraction or an exponent is a float in
+    any case (`12345678901234567890.5`, a numeric that capture wrote), never refused here. The
+    standard library's parser keeps integers exact; only lines _has_big_float flagged get here."""
+    import json
+
+    try:
+        obj = json.loads(line, parse_float=lambda _text: None)
+    except ValueError:
+        return True  # an integer too long even for int(): beyond 64 bits, surely
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        if type(o) is int and not -(2**63) <= o < 2**64:
             return True
         if isinstance(o, dict):
             stack.extend(o.values())

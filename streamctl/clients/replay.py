@@ -332,6 +332,9 @@ def _item(line: bytes) -> tuple[bytes, bytes, bytes | None]:
     """(key JSON, value JSON, headers JSON) of a stored line, re-appended elsewhere."""
     if b'"headers"' not in line:
         return record.key_bytes(line), record.value_bytes(line), None
+    split = record.value_and_headers(line)
+    if split is not None:  # value and headers as stored: `1.10` stays `1.10`
+        return record.key_bytes(line), split[0], split[1]
     obj = record.parse(line)
     headers = obj.get("headers")
     return (record.key_json(obj.get("key")), orjson.dumps(obj["value"]),

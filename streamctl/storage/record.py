@@ -96,7 +96,8 @@ def parse(line: bytes) -> dict[str, Any]:
 
 
 def value_bytes(line: bytes) -> bytes:
-    """The value's JSON text, sliced out of the line when that is unambiguous."""
+    """The value's JSON text as stored, sliced out of the line (never re-encoded, which would turn
+    `1.10` into `1.1` and round a long number through a float) when that is unambiguous."""
     if _HEADERS_MARK not in line:
         i = line.find(_VALUE_MARK)
         # A JSON string cannot contain `,"value":` (its quotes are escaped), and
@@ -105,7 +106,32 @@ def value_bytes(line: bytes) -> bytes:
             end = len(line) - 1 if line.endswith(b"\n") else len(line)
             if line[end - 1:end] == b"}":
                 return line[i + 9:end - 1]
-    return orjson.dumps(parse(line)["value"])
+        return orjson.dumps(parse(line)["value"])
+    split = value_and_headers(line)
+    return split[0] if split is not None else orjson.dumps(parse(line)["value"])
+
+
+def value_and_headers(line: bytes) -> tuple[bytes, bytes] | None:
+    """(value JSON text, headers JSON text) of a line in streamctl's layout whose headers member
+    closes it, both as stored; None for any other line (the caller parses it).
+
+    The headers come last and the value just before them, so the envelope's `,"headers":` is the
+    line's last: inside a string its quotes are escaped, and one in an object of the value leaves
+    that object's closing brace after the headers' text, which then is not one JSON object."""
+    m = FIRST_KEY.match(line)
+    h = line.rfind(b',"headers":')
+    if m is None or h <= m.end():
+        return None
+    end = len(line) - 1 if line.endswith(b"\n") else len(line)
+    if line[end - 1:end] != b"}":
+        return None
+    headers = line[h + 11:end - 1]
+    try:
+        if type(orjson.loads(headers)) is not dict:
+            return None
+    except orjson.JSONDecodeError:
+        return None
+    return line[m.end():h], headers
 
 
 def key_bytes(line: bytes) -> bytes:
