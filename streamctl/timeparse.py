@@ -31,7 +31,7 @@ from streamctl.errors import UsageError
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _ISO_DURATION_RE = re.compile(
-    r"P(?:(?P<d>\d+(?:\.\d+)?)D)?(?:T(?:(?P<h>\d+(?:\.\d+)?)H)?(?:(?P<m>\d+(?:\.\d+)?)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?"
+    r"P(?:(?P<w>\d+(?:\.\d+)?)W)?(?:(?P<d>\d+(?:\.\d+)?)D)?(?:T(?:(?P<h>\d+(?:\.\d+)?)H)?(?:(?P<m>\d+(?:\.\d+)?)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?"
 )
 
 
@@ -42,7 +42,8 @@ MAX_DURATION_MS = 315_537_897_599_999
 
 
 def parse_duration(text: str) -> int:
-    """`500ms`, `30s`, `5m`, `1h30m`, `7d`, `PT5M`, `P1DT2H`, `0` -> milliseconds, 0 .. MAX_DURATION_MS."""
+    """`500ms`, `30s`, `5m`, `1h30m`, `7d`, `PT5M`, `P1DT2H`, `P1W`, `0` -> milliseconds, 0 .. MAX_DURATION_MS.
+    ISO-8601 durations of weeks, days and time (no years or months: their length varies)."""
     s = text.strip()
     if not s:
         raise UsageError("empty duration")
@@ -53,7 +54,7 @@ def parse_duration(text: str) -> int:
         if not m or s.upper() in ("P", "PT") or s.upper().endswith("T"):
             raise UsageError(f"invalid ISO-8601 duration {text!r} (try PT5M or P1DT2H)")
         total = 0.0
-        for unit, scale in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        for unit, scale in (("w", 604_800_000), ("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
             if m.group(unit):
                 total += float(m.group(unit)) * scale
         return _bounded(total, text)
