@@ -17,6 +17,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class TooLong:
     length: int
+    raw: bytes = b""  # its first bytes, up to read_batches' keep_raw (for a dead-letter entry)
 
 
 @dataclass(slots=True)
@@ -45,10 +46,28 @@ def _readable_now(fd: int) -> bool:
     return bool(r)
 
 
-def read_batches(fd: int, max_line: int, batch_bytes: int = 1 << 20) -> Iterator[Batch]:
-    """Yield the input as batches of lines; a line over max_line bytes is a TooLong."""
+def read_batches(fd: int, max_line: int, batch_bytes: int = 1 << 20, keep_raw: int = 0) -> Iterator[Batch]:
+    """Yield the input as batches of lines; a line over max_line bytes is a TooLong, holding its first
+    keep_raw bytes (memory stays bounded by keep_raw, however long the line)."""
     carry = b""
     skipping = 0  # > 0: inside an over-long line, this many bytes seen so far
+    kept: list[bytes] = []  # the over-long line's first bytes, up to keep_raw
+    kept_n = 0
+
+    def keep(piece: bytes) -> None:
+        nonlocal kept_n
+        if kept_n < keep_raw:
+            kept.append(piece[:keep_raw - kept_n])
+            kept_n += len(kept[-1])
+
+    def too_long(length: int) -> TooLong:
+        nonlocal kept_n
+        raw = b"".join(kept)
+        kept.clear()
+        kept_n = 0
+        if len(raw) == length and raw.endswith(b"\r"):
+            raw = raw[:-1]  # the whole line, kept with the CR of a CRLF ending: not part of it
+        return TooLong(length, raw)
     lineno = 0
     eof = False
     while not eof:
@@ -71,9 +90,11 @@ def read_batches(fd: int, max_line: int, batch_bytes: int = 1 << 20) -> Iterator
             i = data.find(b"\n")
             if i < 0:
                 skipping += len(data)
+                keep(data)
                 start = len(data)
             else:
-                out.append(TooLong(skipping + i))
+                keep(data[:i])
+                out.append(too_long(skipping + i))
                 text = None
                 skipping = 0
                 start = i + 1
@@ -85,6 +106,7 @@ def read_batches(fd: int, max_line: int, batch_bytes: int = 1 << 20) -> Iterator
             end = len(buf) - len(tail) - 1  # the text of the whole lines, without the last \n
             if len(tail) > max_line:
                 skipping = len(tail)
+                keep(tail)
             elif eof and tail:
                 lines.append(tail)  # the last line, without a \n
                 end = len(buf)
@@ -94,14 +116,14 @@ def read_batches(fd: int, max_line: int, batch_bytes: int = 1 << 20) -> Iterator
                 if b"\r" in buf:  # CRLF line endings: the \r is not part of the record
                     lines = [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
                 if max(map(len, lines)) > max_line:
-                    out += [ln if len(ln) <= max_line else TooLong(len(ln)) for ln in lines]
+                    out += [ln if len(ln) <= max_line else TooLong(len(ln), ln[:keep_raw]) for ln in lines]
                     text = None
                 else:
                     out += lines
                     if text is not None:
                         text = buf[:end] if end < len(buf) else buf
         if eof and skipping:
-            out.append(TooLong(skipping))
+            out.append(too_long(skipping))
             text = None
         if out:
             yield Batch(lineno + 1, out, text)

@@ -100,14 +100,21 @@ def _split_spliced(ps: list[int], s: Spliced, n: int) -> list[tuple[int, Any, li
     return [(p, kt, vs, hs) for (p, vs), kt, hs in zip(groups, kts, hss, strict=True)]
 
 
+# A line over --max-record-bytes goes to --on-error dead-letter=FILE with up to this many of its first
+# bytes (the rest is counted in "length"): a rejected line is kept whole up to there, and memory stays
+# bounded however long it is.
+RAW_KEEP = 16 << 20
+
+
 class _DeadLetters:
     def __init__(self, path: str) -> None:
         self.path = path
         self.fd = -1
 
-    def write(self, name: str, lineno: int | None, reason: str, raw: bytes, byte: int | None = None) -> None:
-        """One rejected line; `byte` (produce --follow) is where the line starts in the file, for input read
-        from the middle, where no line number is known."""
+    def write(self, name: str, lineno: int | None, reason: str, raw: bytes, byte: int | None = None,
+              length: int | None = None) -> None:
+        """One rejected line; `byte` (produce --follow) is where the line starts in the file. `length`: the
+        line's length when raw may hold only its first RAW_KEEP bytes (a line over --max-record-bytes)."""
         if self.fd < 0:
             try:
                 self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | NOFOLLOW, 0o644)
@@ -121,6 +128,9 @@ class _DeadLetters:
         except UnicodeDecodeError:
             entry["raw"] = raw.decode("utf-8", "replace")
             entry["raw_base64"] = base64.b64encode(raw).decode()
+        if length is not None and len(raw) < length:
+            entry["raw_truncated"] = True  # raw holds the first RAW_KEEP bytes of the line
+            entry["length"] = length
         try:
             write_all(self.fd, orjson.dumps(entry) + b"\n")
         except OSError as e:
@@ -211,7 +221,8 @@ def produce(log: Log, inputs: Iterable[Input], opts: ProduceOptions, appender: A
 
     try:
         for inp in inputs:
-            for batch in read_batches(inp.fd, opts.max_record_bytes, opts.batch_bytes):
+            for batch in read_batches(inp.fd, opts.max_record_bytes, opts.batch_bytes,
+                                      keep_raw=RAW_KEEP if dead is not None else 0):
                 if lane is not None:
                     spliced = lane(batch, decode)
                     if spliced is not None:
@@ -222,7 +233,7 @@ def produce(log: Log, inputs: Iterable[Input], opts: ProduceOptions, appender: A
                 for lineno, line in batch.numbered():
                     if isinstance(line, TooLong):
                         reason = f"record of {line.length} bytes is over --max-record-bytes {opts.max_record_bytes}"
-                        raw = b""
+                        raw = line.raw
                     elif not line.strip():
                         continue  # blank lines carry no record
                     else:
@@ -256,7 +267,8 @@ def produce(log: Log, inputs: Iterable[Input], opts: ProduceOptions, appender: A
                         )
                     stats.rejected += 1
                     if dead is not None:
-                        dead.write(inp.name, lineno, reason, raw)
+                        dead.write(inp.name, lineno, reason, raw,
+                                   length=line.length if isinstance(line, TooLong) else None)
                 flush()
     finally:
         if dead is not None:

@@ -38,7 +38,7 @@ import orjson
 from streamctl import stopflag
 from streamctl.clients.inputlines import TooLong
 from streamctl.clients.lanes import Spliced
-from streamctl.clients.producer import ProduceOptions, ProduceStats, _DeadLetters, _split_spliced, batch_lane
+from streamctl.clients.producer import RAW_KEEP, ProduceOptions, ProduceStats, _DeadLetters, _split_spliced, batch_lane
 from streamctl.errors import DataError, UsageError
 from streamctl.ingest.files import Followed, Read, count_lines, expand, find_in_folder, fingerprint, matches
 from streamctl.ingest.positions import MARK, FileEntry, Positions
@@ -281,7 +281,8 @@ class Follower:
         for lineno, (line, start) in enumerate(zip(rd.batch.lines, rd.starts, strict=True), rd.first_line):
             if isinstance(line, TooLong):
                 reason = f"record of {line.length} bytes is over --max-record-bytes {self.opts.max_record_bytes}"
-                raw = b""
+                # the line is still in the file: its first bytes go to the dead letter, as produce's do
+                raw = os.pread(f.fd, min(line.length, RAW_KEEP), start) if self.dead is not None else b""
             elif not line.strip():
                 continue
             else:
@@ -309,7 +310,8 @@ class Follower:
                                 "nothing after it (use --on-error skip or dead-letter=FILE to go on)")
             self.stats.produced.rejected += 1
             if self.dead is not None:
-                self.dead.write(f.entry.path, lineno, reason, raw, byte=start)
+                self.dead.write(f.entry.path, lineno, reason, raw, byte=start,
+                                length=line.length if isinstance(line, TooLong) else None)
         flush()
 
     # -- the loop ----------------------------------------------------------------------------

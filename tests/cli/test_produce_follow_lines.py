@@ -49,3 +49,15 @@ def test_a_registry_without_line_counts_counts_them(tmp_path):
         f.write("oops\n")
     r = follow(log, app)
     assert r.returncode == 65 and f"{app}:3: ".encode() in r.stderr, r.stderr
+
+
+def test_a_line_over_the_limit_goes_to_the_dead_letter_whole(tmp_path):
+    """SPEC: dead-letter=FILE gets "the raw line" of each rejected line, an over-long one included."""
+    app, log, dead = str(tmp_path / "app.log"), str(tmp_path / "log"), str(tmp_path / "dead.jsonl")
+    long_line = '{"long": "' + "x" * 3000 + '"}'
+    with open(app, "w") as f:
+        f.write('{"i": 0}\n' + long_line + '\r\n{"i": 1}\n')
+    r = follow(log, app, "--max-record-bytes", "1KiB", "--on-error", f"dead-letter={dead}")
+    assert r.returncode == 0, r.stderr
+    (entry,) = [json.loads(x) for x in open(dead)]
+    assert (entry["line"], entry["raw"]) == (2, long_line) and "raw_truncated" not in entry
