@@ -56,7 +56,7 @@ def replay(
     partition: int | None = typer.Option(None, "--partition", "-p", callback=numbers.count(0, 9_999), metavar="P", help="Reset only partition P (others keep their offsets)."),
     execute: bool = typer.Option(False, "--execute", help="Apply the reset; without it nothing changes (a dry run)."),
     export: str | None = typer.Option(None, "--export", metavar="FILE", help="Also write the plan's new offsets to FILE as CSV lines partition,offset (no header; - for stdout, the table then goes to stderr); with --execute, written before the offsets change."),
-    from_file: str | None = typer.Option(None, "--from-file", metavar="FILE", help="Reset to the offsets in FILE (lines partition,offset, as --export writes them; - for stdin) instead of a --to-* option; only the partitions it names change. Checked, not clamped: every bad line is reported."),
+    from_file: str | None = typer.Option(None, "--from-file", metavar="FILE", help="Reset to the offsets in FILE (lines partition,offset, as --export writes them, or the output of `stat --output json`: the group's committed offsets then; - for stdin) instead of a --to-* option; only the partitions it names change. Checked, not clamped: every bad line is reported."),
     from_: str | None = typer.Option(None, "--from", callback=numbers.position(), metavar="OFFSET|TIME", help="Start of the range (inclusive): an offset (a bare integer, in every partition) or a time: ISO-8601, @EPOCHMS or relative -1h."),
     until: str | None = typer.Option(None, "--until", callback=numbers.position(), metavar="OFFSET|TIME", help="End of the range (exclusive), same forms as --from. Default: the end of the log when replay starts."),
     key: list[str] | None = typer.Option(None, "--key", metavar="K", help="Only records whose key is K (repeatable: any of them)."),
@@ -87,8 +87,10 @@ def replay(
     [first, next] offsets now. To keep a way back, save the offsets as they are
     before executing: `--shift-by 0 --export before.csv` writes the current ones
     (the first offset where the group never committed, which is where consume
-    would start); `--from-file before.csv --execute` rolls back. `stat --help`
-    shows how to derive the same file from `stat --json` with jq.
+    would start); `--from-file before.csv --execute` rolls back. The output of
+    `stat --output json` (saved yesterday, say) is taken as a plan too: the
+    group's committed offsets in it, for the partitions it had committed (with
+    several logs, the entry whose "log" is this one).
 
     Form 2: re-emits the stored lines of [--from, --until) unchanged, in
     (ts, partition, offset) order, to stdout or appended to --out LOG2. A bare

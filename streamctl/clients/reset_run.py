@@ -40,7 +40,7 @@ def run(log: str, group: str, mode: str, to_offset: int | None, to_datetime: str
         spec = resets.ResetSpec(mode)
     lg = open_log(log)
     if mode == "from-file":
-        spec = resets.from_file(from_file or "", lg)
+        spec = resets.from_file(from_file or "", lg, group)
     parts = resets.planned_partitions(spec, check_partition_arg(lg, partition), partition)
     if not execute:
         busy = resets.active_partitions(lg, group)

@@ -161,9 +161,47 @@ def read_plan(path: str) -> bytes:
     return raw
 
 
-def from_file(path: str, log: Log) -> ResetSpec:
+def from_file(path: str, log: Log, group: str | None = None) -> ResetSpec:
     where = "<stdin>" if path == "-" else path
-    return ResetSpec("from-file", plan=parse_plan(read_plan(path), where, log.partitions), source=where)
+    raw = read_plan(path)
+    if group is not None and raw.lstrip()[:1] in (b"{", b"["):
+        return ResetSpec("from-file", plan=parse_stat_json(raw, where, log, group), source=where)
+    return ResetSpec("from-file", plan=parse_plan(raw, where, log.partitions), source=where)
+
+
+def parse_stat_json(raw: bytes, where: str, log: Log, group: str) -> dict[int, PlanLine]:
+    """The committed offsets of `group` in a `stat --output json` file (one log's object, or the list
+    of several, where the entry of this log is the one whose "log" names it): the plan that rolls
+    the group back to where it was when stat ran. Partitions it had never committed are left alone."""
+    import json
+
+    try:
+        doc = json.loads(raw)
+    except ValueError as e:
+        raise DataError(f"{where}: neither a plan (CSV lines partition,offset) nor `stat --output json` "
+                        f"output: {e}") from None
+    entries = doc if isinstance(doc, list) else [doc]
+    if not all(isinstance(e, dict) and isinstance(e.get("groups"), list) for e in entries):
+        raise DataError(f"{where}: JSON but not `stat --output json` output (each log's object has \"groups\")")
+    if len(entries) > 1:
+        mine = os.path.realpath(log.path)
+        entries = [e for e in entries if isinstance(e.get("log"), str) and os.path.realpath(e["log"]) == mine]
+        if len(entries) != 1:
+            raise DataError(f"{where}: holds the stat of several logs and {'none' if not entries else 'more than one'} "
+                            f"of them is {log.path}")
+    out: dict[int, PlanLine] = {}
+    for i, g in enumerate(entries[0]["groups"], 1):
+        if not isinstance(g, dict) or g.get("group") != group:
+            continue
+        p, committed = g.get("partition"), g.get("committed")
+        if committed is None:
+            continue  # never committed then: nothing to roll back to
+        if not (type(p) is int and type(committed) is int and 0 <= p < log.partitions and committed >= 0):
+            raise DataError(f"{where}: group {group}'s entry {i} is not a partition of this log with an offset: {g}")
+        out[p] = PlanLine(i, committed)
+    if not out:
+        raise DataError(f"{where}: no committed offsets of group {group} in this `stat --output json` output")
+    return out
 
 
 def planned_partitions(spec: ResetSpec, partitions: list[int], only: int | None) -> list[int]:
