@@ -29,7 +29,7 @@ def check(
     is expected and safe: the next append, or --repair, truncates it.
 
     Exit 0 when clean (or everything found was repaired), 1 when problems remain.
-    Problems name the file and byte offset.
+    Problems name the file, the byte offset and, in parentheses, the line of the segment (from 1).
     """
     from streamctl.errors import ExitCode
     from streamctl.formats.writer import Output

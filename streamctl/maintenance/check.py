@@ -24,11 +24,15 @@ class Problem:
     # Reported but not a failure: the log reads correctly as it is (an interrupted
     # compaction's leftovers, which the next append, compact or --repair finishes).
     benign: bool = False
+    # The segment's line (from 1) the problem is on, so a message names file, line and reason
+    # (SPEC section 3); None for a problem of a whole file. A torn tail's line is the partial one.
+    line: int | None = None
 
     def __str__(self) -> str:
         where = f"{self.path}: byte {self.byte}" if self.byte is not None else self.path
+        line = f" (line {self.line})" if self.line is not None else ""
         tail = " (repaired)" if self.repaired else ""
-        return f"{where}: {self.reason}{tail}"
+        return f"{where}: {self.reason}{line}{tail}"
 
 
 @dataclass
@@ -44,7 +48,8 @@ class CheckReport:
 
     def to_dict(self) -> dict:
         return {"log": self.log, "ok": self.ok, "segments": self.segments, "records": self.records,
-                "problems": [{"path": p.path, "byte": p.byte, "reason": p.reason, "repaired": p.repaired}
+                "problems": [{"path": p.path, "byte": p.byte, "line": p.line, "reason": p.reason,
+                              "repaired": p.repaired}
                              for p in self.problems]}
 
 
@@ -57,22 +62,25 @@ def _check_segment(seg: segment.Segment, p: int, prev_offset: int, prev_ts: int,
         end = segment.visible_end(fd, size)
         torn = end if end < size else None
         first = True
-        for pos, line in segment.iter_lines(fd, 0, end):
+        n = 0
+        for n, (pos, line) in enumerate(segment.iter_lines(fd, 0, end), 1):
             report.records += 1
             try:
                 obj = record.parse(line)
             except record.BadRecord as e:
-                report.problems.append(Problem(seg.path, pos, f"corrupt record: {e}"))
+                report.problems.append(Problem(seg.path, pos, f"corrupt record: {e}", line=n))
                 return prev_offset, prev_ts, torn
             off, part, ts = obj["offset"], obj["partition"], obj["ts"]
             if part != p:
-                report.problems.append(Problem(seg.path, pos, f"record of partition {part} in p{p}"))
+                report.problems.append(Problem(seg.path, pos, f"record of partition {part} in p{p}", line=n))
             if off <= prev_offset:
-                report.problems.append(Problem(seg.path, pos, f"offset {off} does not increase (previous {prev_offset})"))
+                report.problems.append(Problem(seg.path, pos, f"offset {off} does not increase (previous {prev_offset})",
+                                               line=n))
             if first and off < seg.base:
-                report.problems.append(Problem(seg.path, pos, f"first offset {off} is below the segment's name {seg.base}"))
+                report.problems.append(Problem(seg.path, pos, f"first offset {off} is below the segment's name {seg.base}",
+                                               line=n))
             if ts < prev_ts:
-                report.problems.append(Problem(seg.path, pos, f"ts {ts} goes back in time (previous {prev_ts})"))
+                report.problems.append(Problem(seg.path, pos, f"ts {ts} goes back in time (previous {prev_ts})", line=n))
             first = False
             prev_offset, prev_ts = off, ts
         if torn is not None:
@@ -85,7 +93,7 @@ def _check_segment(seg: segment.Segment, p: int, prev_offset: int, prev_ts: int,
                 reason = f"torn tail: {size - end} byte(s) after the last complete line in a closed segment"
             if b"\x00" in tail:
                 reason += " (NUL bytes)"
-            report.problems.append(Problem(seg.path, end, reason, repairable=is_last))
+            report.problems.append(Problem(seg.path, end, reason, repairable=is_last, line=n + 1))
         return prev_offset, prev_ts, torn
     finally:
         os.close(fd)
