@@ -207,6 +207,15 @@ def _count_lines(path: str) -> tuple[int, int]:
         os.close(fd)
 
 
+def _has_record(path: str) -> bool:
+    """Whether a segment holds a whole line (what _roll needs to close it)."""
+    fd = os.open(path, os.O_RDONLY | NOFOLLOW)
+    try:
+        return segment.visible_end(fd, os.fstat(fd).st_size) > 0
+    finally:
+        os.close(fd)
+
+
 def _roll(pdir: str) -> bool:
     """Close the active segment (if it has records) by creating an empty one after it.
 
@@ -279,6 +288,9 @@ class Compactor:
         self.log = log
         self.opts = opts
         self.now = now_ms() if now is None else now
+        # the active segment a dry run with --roll plans as closed (its torn tail, if any, is allowed:
+        # the roll would cut it first)
+        self._dry_rolled: str | None = None
         self.progress = progress
         self.tomb_cutoff = self.now - opts.tombstone_retention_ms
         self.lag_cutoff = self.now - opts.min_lag_ms if opts.min_lag_ms > 0 else None
@@ -319,7 +331,11 @@ class Compactor:
         segs = list_segments(pdir)
         res.segments_before = len(segs) - (1 if res.rolled else 0)  # "before" = the log as it was
         res.bytes_before = sum(s.size() for s in segs)
-        closed = segs if (self.opts.roll and dry) else segs[:-1]
+        # a dry run plans on the log as the roll would leave it: the active segment closed, when it
+        # holds a record (an empty one is not rolled, so it stays the active one)
+        dry_roll = dry and self.opts.roll and bool(segs) and _has_record(segs[-1].path)
+        closed = segs if dry_roll else segs[:-1]
+        self._dry_rolled = segs[-1].path if dry_roll else None
 
         deleted: list[retention.SegmentFacts] = []
         if self.opts.retention.active:
@@ -342,6 +358,8 @@ class Compactor:
                               + sum(_count_lines(s.path)[1] for s in segs if s.base not in seen))
         removed, saved, merged_away, rewritten, tombs = self._compact(pdir, scanned, latest)
         res.segments_after = len(segs) - len(deleted) - merged_away
+        if dry_roll:
+            res.segments_after += 1  # the empty active segment the roll would create, as a real run reports
         res.records_after = res.records_before - res.retention_deleted_records - removed
         res.bytes_after = res.bytes_before - sum(f.bytes for f in deleted) - saved
         res.segments_rewritten = rewritten
@@ -400,7 +418,7 @@ class Compactor:
             try:
                 size = os.fstat(fd).st_size
                 vend = segment.visible_end(fd, size)
-                if vend < size and not (self.opts.dry_run and seg is closed[-1] and self.opts.roll):
+                if vend < size and seg.path != self._dry_rolled:
                     raise StorageError(f"{seg.path}: torn tail in a closed segment; run `streamctl check` "
                                        "(compaction does not guess)")
                 clean_end = vend
