@@ -50,7 +50,9 @@ def capture(
     creation exported, then the changes after it, in commit order: no gap, no overlap.
     Each record's key is the primary key (its text, or a JSON array for a composite key);
     its value is the row as a JSON object, null for a delete; headers op (r snapshot,
-    c insert, u update, d delete), lsn (the commit's LSN) and txid. Exactly once: the slot
+    c insert, u update, d delete), lsn (the commit's LSN; a snapshot row's is the slot's
+    consistent point) and txid (a snapshot row's is that of the transaction that read the
+    snapshot, never a change's). Exactly once: the slot
     is confirmed only up to changes durable in the log, and a rerun skips what the log
     already holds. Without --follow it reads what was committed before it started, then
     exits (for cron).

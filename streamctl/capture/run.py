@@ -282,8 +282,8 @@ def _snapshot_table(server: srv.Server, new_slot: srv.NewSlot, tl: TableLog) -> 
     info = tl.table
     headers = [b""]
 
-    def start(xmin: int) -> None:
-        headers[0] = _headers("r", new_slot.consistent_point, xmin)
+    def start(txid: int) -> None:
+        headers[0] = _headers("r", new_slot.consistent_point, txid)
 
     plan = srv.fast_plan(info)
 

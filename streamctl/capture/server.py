@@ -313,7 +313,9 @@ def read_snapshot(server: Server, snapshot_name: str, table: TableInfo, start: C
         with conn.cursor() as cur:
             cur.execute("set transaction isolation level repeatable read, read only")
             cur.execute("set transaction snapshot %s", (snapshot_name,))
-            cur.execute("select txid_snapshot_xmin(txid_current_snapshot())")
+            # the snapshot rows' txid: this reading transaction's own, so it is never the txid of a
+            # change (the snapshot's xmin is the id the next writing transaction gets, when none runs)
+            cur.execute("select txid_current()")
             start(int(cur.fetchone()[0]))
         if select is not None:
             from psycopg2.extensions import BYTES, register_type
