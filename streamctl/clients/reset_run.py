@@ -48,6 +48,10 @@ def run(log: str, group: str, mode: str, to_offset: int | None, to_datetime: str
         if busy or members:
             held = f"partitions {', '.join(map(str, busy))} held" if busy else f"{members} live member(s)"
             say(f"note: group {group} is consuming now ({held}); --execute would be refused until its consumers stop")
+    broken = resets.damaged(lg, group)
+    if broken is not None and partition is None:  # with --partition, the plan refuses it
+        say(f"{broken.split('; ')[0]}; --execute replaces it with the new offsets" if not execute
+            else f"{broken.split('; ')[0]}; replaced with the new offsets")
     out = Output()
 
     def save(rows: list[resets.ResetRow]) -> None:

@@ -230,8 +230,30 @@ def by_duration(ms: int, now: int | None = None) -> ResetSpec:
     return ResetSpec("by-duration", ts=(now_ms() if now is None else now) - ms)
 
 
+def damaged(log: Log, group: str) -> str | None:
+    """Why the group's offset file cannot be read (damaged, torn by a crash), or None when it can."""
+    try:
+        offsets.load(log, group)
+    except offsets.OffsetFileError as e:
+        return str(e)
+    return None
+
+
+def _committed(log: Log, group: str, partitions: list[int]) -> dict[int, int]:
+    """The group's committed offsets. A damaged offset file is what a reset repairs (the file's own
+    message says so): a reset of every partition plans from no committed offsets and replaces the
+    file; a reset of some partitions cannot, since the others' offsets are lost with the file."""
+    try:
+        return offsets.load(log, group)
+    except offsets.OffsetFileError as e:
+        if sorted(partitions) != list(range(log.partitions)):
+            raise offsets.OffsetFileError(f"{e}; a reset of every partition (without --partition) "
+                                          "replaces it") from None
+        return {}
+
+
 def plan(log: Log, group: str, spec: ResetSpec, partitions: list[int]) -> list[ResetRow]:
-    committed = offsets.load(log, group)
+    committed = _committed(log, group, partitions)
     rows = []
     problems: list[tuple[int, str]] = []
     for p in partitions:
@@ -398,5 +420,9 @@ def reset(log: Log, group: str, spec: ResetSpec, partitions: list[int], execute:
         rows = plan(log, group, spec, partitions)
         if before_commit is not None:
             before_commit(rows)
-        offsets.commit(log, group, {r.partition: r.new for r in rows}, "its offsets are unchanged")
+        new = {r.partition: r.new for r in rows}
+        if damaged(log, group) is not None:
+            offsets.replace(log, group, new)  # every partition was planned (_committed)
+        else:
+            offsets.commit(log, group, new, "its offsets are unchanged")
         return rows
