@@ -42,6 +42,9 @@ def run(log: str, files: list[str] | None, *, key_field: str | None, key: str | 
     else:
         decoder = inputs.value_decoder(key_field, key)
 
+    if partition is not None and not logmod.is_log(log):
+        # a usage error creates nothing: --partition is checked against the log this run would make
+        check_partition(partition, partitions or 1)
     lg = logmod.open_or_create(log, partitions, segment_bytes, now_ms())
     if partition is not None:
         check_partition(partition, lg.partitions)
