@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from streamctl.clients import replay as core
-from streamctl.errors import UsageError
+from streamctl.errors import DataError, UsageError
 from streamctl.spark import jobgen, runner
 from streamctl.spark.engine import ENGINES, choose_engine, is_uri, job_input, pick_engine
 from streamctl.storage.log import Log
@@ -132,8 +132,12 @@ def _write_to(lines: Iterable[bytes], out: str | None, unbuffered: bool, source:
         from streamctl.formats.writer import Output
 
         w = Output(unbuffered=True if unbuffered else None)
-        for data in lines:
-            w.write(data)
+        try:
+            for data in lines:
+                w.write(data)
+        except DataError:
+            w.flush()  # the lines before a bad one are written, then the error names it (exit 65)
+            raise
         w.flush()
         return
     from streamctl.storage import log as logmod

@@ -268,6 +268,17 @@ def test_cli_plain_file(tmp_path, run):
     assert run("replay", str(f), "--compact").returncode == 2
 
 
+def test_cli_plain_file_bad_line_after_good_ones(tmp_path, run):
+    """The records before a bad line are written (to a pipe: buffered output is flushed), then the
+    error names file:line, exit 65."""
+    f = tmp_path / "v.jsonl"
+    f.write_text('{"a":1}\n2\nnot json\n{"a":4}\n')
+    proc = run("replay", str(f))
+    assert proc.returncode == 65
+    assert proc.stdout == b'{"offset":0,"partition":0,"key":null,"value":{"a":1}}\n{"offset":1,"partition":0,"key":null,"value":2}\n'
+    assert f"{f}:3:".encode() in proc.stderr and b"Traceback" not in proc.stderr
+
+
 @pytest.mark.parametrize("args, spec", [
     ((), core.ReplaySpec()),
     (("--from", "7", "--until", "45"), core.ReplaySpec(core.Bound("offset", 7), core.Bound("offset", 45))),
