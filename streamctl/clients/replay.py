@@ -114,10 +114,6 @@ def plan(log: Log, spec: ReplaySpec, partitions: list[int] | None = None) -> dic
     return out
 
 
-def input_bytes(log: Log) -> int:
-    return log.total_bytes()
-
-
 # Above this many bytes an active segment is not copied for a Spark job (the copy would cost
 # more than the second scan it saves; the job then caps that segment with a filter instead),
 # and the copies of one run stop at the total (many partitions must not fill the temp folder).

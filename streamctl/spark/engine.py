@@ -141,14 +141,23 @@ def job_input(path: str) -> str:
     return path if is_uri(path) else os.path.abspath(path)
 
 
-def snapshot_ends(path: str) -> dict[str, int]:
-    """Each partition's end offset as of now, so that a job run now reads what the local engine
-    would (an emitted job, run later, reads to the end as it is then)."""
+def job_inputs(paths: list[str], snapshot: bool) -> list[dict]:
+    """PARAMS["inputs"] of a window or join job: each input's path (job_input), whether it is a log
+    (a URI is one unless it names a .jsonl file) and, with `snapshot`, each partition's end offset
+    as of now, so that a job run now reads what the local engine would (an emitted job, run later,
+    reads to the end as it is then)."""
     from streamctl.storage import log as logmod
     from streamctl.storage import reader
 
-    lg = logmod.open_log(path)
-    return {str(p): reader.partition_info(lg, p).next_offset for p in range(lg.partitions)}
+    inputs = []
+    for path in paths:
+        is_log = not path.rstrip("/").endswith(".jsonl") if is_uri(path) else logmod.is_log(path)
+        entry: dict = {"path": job_input(path), "is_log": is_log}
+        if is_log and snapshot and not is_uri(path):
+            lg = logmod.open_log(path)
+            entry["end_offsets"] = {str(p): reader.partition_info(lg, p).next_offset for p in range(lg.partitions)}
+        inputs.append(entry)
+    return inputs
 
 
 def follow_options(follow: bool, group: str | None, idle_timeout: str | None, engine: str,

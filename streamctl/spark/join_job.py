@@ -77,10 +77,8 @@ def _extractor(params, side):
 
 
 def _read_side(spark, params, side):
-    inp = params["inputs"][side]
     extract = _extractor(params, side)
-    recs = input_records(spark, inp["path"], inp["is_log"], inp.get("end_offsets"))
-    return recs.flatMap(lambda r: extract(r[2], r[0], r[1]))
+    return input_records(spark, params["inputs"][side]).flatMap(lambda r: extract(r[2], r[0], r[1]))
 
 
 def records(spark, params):

@@ -19,7 +19,7 @@ from streamctl.formats.rows import Rows
 from streamctl.processing import inputorder
 from streamctl.processing.joins import driver as joining
 from streamctl.spark import jobgen
-from streamctl.spark.engine import LATE_OUT, STDIN, follow_options, job_input, pick_engine, snapshot_ends
+from streamctl.spark.engine import LATE_OUT, STDIN, follow_options, job_inputs, pick_engine
 
 if TYPE_CHECKING:
     from streamctl.formats.writer import Output
@@ -166,9 +166,7 @@ def run_spark(spec: joining.JoinSpec, specs: list[inputorder.InputSpec], master:
 
     params = job_params(spec, specs, master or "local[*]")
     params["stats_line"] = True
-    rows = JoinRows(spec, output, out)
-    counts = run_job(job_text(params), rows.json_lines, say, master=master, what="Spark join job")
-    rows.finish()
+    counts = run_job(job_text(params), JoinRows(spec, output, out), say, master=master, what="Spark join job")
     stats = joining.JoinStats()
     stats.no_time = list(counts.get("no_time", [0, 0]))
     stats.late = list(counts.get("late", [0, 0]))
@@ -195,15 +193,9 @@ def job_params(spec: joining.JoinSpec, specs: list[inputorder.InputSpec], master
                snapshot: bool = True) -> dict:
     """PARAMS of the generated Spark job. `snapshot` pins each log's end offsets as of now,
     as the local engine reads them (left out for --emit-job: the job reads what is there when it runs)."""
-    inputs = []
-    for s in specs:
-        entry: dict[str, Any] = {"path": job_input(s.path), "is_log": s.is_log}
-        if s.is_log and snapshot:
-            entry["end_offsets"] = snapshot_ends(s.path)
-        inputs.append(entry)
     return {
         "kind": spec.kind,
-        "inputs": inputs,
+        "inputs": job_inputs([s.path for s in specs], snapshot),
         "on": [list(spec.on[0]), list(spec.on[1])],
         "time_field": [list(spec.time_field[0]), list(spec.time_field[1])],
         "within": spec.within,

@@ -288,15 +288,16 @@ def replay_frame(spark, params, via_files=False):
     return df.select("line", "offset", "partition", "ts")
 
 
-def input_records(spark, path, is_log, end_offsets=None):
-    """An input of window or join as an RDD of (partition, offset, record dict), unordered: a log's
-    records up to `end_offsets`, or a plain file's values as records the way streamctl reads them
-    (partition 0, offset = the line number with blank lines not counted, no key)."""
+def input_records(spark, inp):
+    """An input of window or join (PARAMS["inputs"]: streamctl.spark.engine.job_inputs) as an RDD of
+    (partition, offset, record dict), unordered: a log's records up to its "end_offsets", or a plain
+    file's values as records the way streamctl reads them (partition 0, offset = the line number
+    with blank lines not counted, no key)."""
     loads = orjson.loads
-    if is_log:
-        frame = replay_frame(spark, {"log": path, "end_offsets": end_offsets})
+    if inp["is_log"]:
+        frame = replay_frame(spark, {"log": inp["path"], "end_offsets": inp.get("end_offsets")})
         return frame.rdd.map(lambda row: (row.partition, row.offset, loads(row.line)))
-    lines = spark.sparkContext.textFile(path).map(lambda s: s.strip(" \t\r\n")).filter(bool)
+    lines = spark.sparkContext.textFile(inp["path"]).map(lambda s: s.strip(" \t\r\n")).filter(bool)
     return lines.zipWithIndex().map(
         lambda li: (0, li[1], {"offset": li[1], "partition": 0, "key": None, "value": loads(li[0])}))
 
@@ -330,22 +331,9 @@ def _part_order(name):
     return (int(m.group(1)), int(m.group(2) or 0)) if m else None
 
 
-def _local_parts(local):
-    """Paths of the part files in a local folder, in part order."""
-    if not os.path.isdir(local):
-        return []
-    names = sorted((key, name) for name in os.listdir(local) if (key := _part_order(name)) is not None)
-    return [os.path.join(local, name) for _, name in names]
-
-
-def _local_blocks(local):
-    for path in _local_parts(local):
-        with open(path, "rb") as f:
-            while data := f.read(BLOCK):
-                yield data
-
-
-def _hadoop_blocks(spark, fs, folder):
+def _copy_parts(spark, fs, folder, local, out):
+    """Hand the sorted part files, in part order, to the job's own Output (jobentry.Output): local
+    ones are copied by the kernel (copy_file: sendfile), others read through Hadoop's FileSystem."""
     jvm = spark.sparkContext._jvm
     parts = []
     for status in fs.listStatus(jvm.org.apache.hadoop.fs.Path(folder)):
@@ -354,32 +342,18 @@ def _hadoop_blocks(spark, fs, folder):
             parts.append((key, status.getPath(), status.getLen()))
     read = jvm.org.apache.commons.io.IOUtils.toByteArray
     for _, path, size in sorted(parts, key=lambda part: part[0]):
+        if local:
+            out.copy_file(os.path.join(local, path.getName()))
+            continue
         stream = fs.open(path)
         try:
             done = 0
             while done < size:
                 data = bytes(read(stream, min(BLOCK, size - done)))
                 done += len(data)
-                yield data
+                out.write_bytes(data)
         finally:
             stream.close()
-
-
-def _copy(blocks, out):
-    """Hand the result bytes to the output: whole blocks when it takes bytes (the job's
-    own _Output), else one decoded line at a time (a plain callable, as in tests)."""
-    write = getattr(out, "write_bytes", None)
-    carry = b""
-    for data in blocks:
-        if write is not None:
-            write(data)
-            continue
-        lines = (carry + data).split(b"\n")
-        carry = lines.pop()
-        for line in lines:
-            out(line.decode("utf-8"))
-    if carry:
-        raise ValueError("the sorted result ended without a newline")
 
 
 def driver_memory(params):
@@ -398,7 +372,9 @@ def driver_memory(params):
 
 
 def main(spark, params, out):
-    scratch = _scratch_folder(spark, params)
+    # part files need the job's own Output; a plain callable (a notebook, a test) takes the lines
+    # from the driver
+    scratch = _scratch_folder(spark, params) if hasattr(out, "copy_file") else None
     ordered = replay_frame(spark, params, via_files=scratch is not None)
     ordered = ordered.orderBy("ts", "partition", "offset").select("line")
     if scratch is None:
@@ -410,11 +386,7 @@ def main(spark, params, out):
     fs = hadoop_path(folder).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     try:
         ordered.write.mode("errorifexists").option("compression", "none").option("lineSep", "\n").text(folder)
-        if local and hasattr(out, "copy_file"):
-            for path in _local_parts(local):
-                out.copy_file(path)  # the job's own _Output: the kernel copies (sendfile)
-        else:
-            _copy(_local_blocks(local) if local else _hadoop_blocks(spark, fs, folder), out)
+        _copy_parts(spark, fs, folder, local, out)
     finally:
         if local and params.get("scratch") is None:
             shutil.rmtree(os.path.dirname(local), ignore_errors=True)  # the mkdtemp folder

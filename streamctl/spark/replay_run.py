@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from streamctl.clients import replay as core
 from streamctl.errors import DataError, UsageError
 from streamctl.spark import jobgen, runner
-from streamctl.spark.engine import ENGINES, choose_engine, is_uri, job_input, pick_engine
+from streamctl.spark.engine import ENGINES, is_uri, job_input, pick_engine
 from streamctl.storage.log import Log
 
 if TYPE_CHECKING:
@@ -70,21 +70,21 @@ def run(log: str, spec: core.ReplaySpec, out: str | None, engine: str, threshold
 
     from streamctl.storage import log as logmod
 
-    if is_uri(log):
-        pick_engine(engine, [log], threshold, say)  # spark, or why not (the install hint when Spark is missing)
-        return write(run_spark(log, spec, master, say, into=stdout_fd(out)), out, unbuffered, None, say)
-    if not logmod.is_log_input(log):
-        if engine == "spark":
-            raise UsageError("--engine spark needs a log; plain files are replayed locally")
-        return write(core.replay_plain(log, spec), out, unbuffered, None, say)
-
-    lg = logmod.open_log(log)
-    if out is not None and os.path.exists(out) and os.path.realpath(out) == os.path.realpath(lg.path):
-        raise UsageError("--out must be another log than the one replayed")
-    ranges = core.plan(lg, spec)
-    chosen = choose_engine(engine, core.input_bytes(lg), threshold, say, LOCAL_ONLY if local_only else None)
-    if chosen == "spark":
-        return write(run_spark(lg, spec, master, say, ranges, now, into=stdout_fd(out)), out, unbuffered, lg, say)
+    lg, ranges = None, None
+    if not is_uri(log):
+        if not logmod.is_log_input(log):
+            if engine == "spark":
+                raise UsageError("--engine spark needs a log; plain files are replayed locally")
+            return write(core.replay_plain(log, spec), out, unbuffered, None, say)
+        lg = logmod.open_log(log)
+        if out is not None and os.path.exists(out) and os.path.realpath(out) == os.path.realpath(lg.path):
+            raise UsageError("--out must be another log than the one replayed")
+        ranges = core.plan(lg, spec)
+    # a URI is Spark's (or why not: the install hint when Spark is missing)
+    if pick_engine(engine, [log], threshold, say, LOCAL_ONLY if local_only else None) == "spark":
+        return write(run_spark(lg or log, spec, master, say, ranges, now, into=stdout_fd(out)), out, unbuffered, lg,
+                     say)
+    assert lg is not None and ranges is not None
     from streamctl.formats.progress import Progress, bytes_rate
 
     active = [p for p, r in ranges.items() if r.start < r.end]
@@ -211,8 +211,7 @@ def run_spark(log: Log | str, spec: core.ReplaySpec, master: str | None, say: Sa
             copies = tempfile.mkdtemp(prefix="streamctl-snapshot-")
             params["segment_copies"] = core.copy_active_segments(log, {p: r.end for p, r in ranges.items()}, copies)
     try:
-        runner.starting(params["master"], say)
-        yield from runner.stream_job(job_text(spec, params), master=params["master"], what="Spark replay job",
+        yield from runner.stream_job(job_text(spec, params), say, master=params["master"], what="Spark replay job",
                                      into=into)
     finally:
         if copies is not None:

@@ -18,11 +18,14 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from streamctl import stopflag
 from streamctl.errors import BrokenPipe, ExitCode, Interrupted, StreamctlError
 from streamctl.spark import jobentry
+
+if TYPE_CHECKING:
+    from streamctl.formats.rows import Rows
 
 CHUNK = 1 << 20
 
@@ -34,28 +37,12 @@ class SparkJobError(StreamctlError):
     """A Spark job that could not start or failed; the message is for a person."""
 
 
-@dataclass
-class JobRun:
-    """Where a running job lives: its temp folder, script and log."""
-
-    folder: str
-    job_path: str
-    log_path: str
-    keep: bool = False
-
-    def cleanup(self) -> None:
-        if not self.keep:
-            shutil.rmtree(self.folder, ignore_errors=True)
-
-
-def _env(extra: dict[str, str] | None) -> dict[str, str]:
+def _env() -> dict[str, str]:
     env = dict(os.environ)
     # Executors (Python workers) must use the same interpreter as the driver.
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     env.setdefault("PYTHONUNBUFFERED", "0")
-    if extra:
-        env.update(extra)
     return env
 
 
@@ -101,8 +88,8 @@ def explain_failure(log_text: str, returncode: int, master: str | None = None) -
     return f"the job exited with status {returncode}"
 
 
-def stream_job(job_text: str, *, env: dict[str, str] | None = None, master: str | None = None,
-               keep_files: bool = False, what: str = "Spark job", into: int | None = None) -> Iterator[bytes]:
+def stream_job(job_text: str, say: Callable[[str], None], *, master: str | None = None, what: str = "Spark job",
+               into: int | None = None) -> Iterator[bytes]:
     """Run the job; yield blocks of whole result lines (each ends with b"\\n") as they arrive.
 
     With `into` (a file descriptor: streamctl's own stdout, when the lines go out
@@ -114,21 +101,24 @@ def stream_job(job_text: str, *, env: dict[str, str] | None = None, master: str 
     and its JVM. Raises SparkJobError when the job fails, Interrupted when the
     stop flag was set (SIGINT/SIGTERM) while it ran.
     """
+    if sys.stderr.isatty():  # why nothing happens for a while
+        say(f"starting the Spark job on {master or 'local[*]'} (the JVM takes a few seconds to start)")
     folder = tempfile.mkdtemp(prefix="streamctl-spark-")
-    run = JobRun(folder, os.path.join(folder, "job.py"), os.path.join(folder, "spark.log"), keep_files)
-    with open(run.job_path, "w", encoding="utf-8") as f:
+    job_path, log_path = os.path.join(folder, "job.py"), os.path.join(folder, "spark.log")
+    keep = False  # the folder stays when the job failed: its log and script are named in the error
+    with open(job_path, "w", encoding="utf-8") as f:
         f.write(job_text)
-    log_fd = os.open(run.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         proc = subprocess.Popen(
-            [sys.executable, run.job_path], stdin=subprocess.DEVNULL,
+            [sys.executable, job_path], stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE if into is None else into, stderr=log_fd,
-            env=_env(env), cwd=folder, start_new_session=True, preexec_fn=_pdeathsig_setter())
+            env=_env(), cwd=folder, start_new_session=True, preexec_fn=_pdeathsig_setter())
     except OSError as e:
-        os.close(log_fd)
-        run.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)
         raise SparkJobError(f"cannot start the {what}: {e.strerror}") from None
-    os.close(log_fd)
+    finally:
+        os.close(log_fd)
     finished = False
     old_term = _on_sigterm()
     try:
@@ -158,13 +148,13 @@ def stream_job(job_text: str, *, env: dict[str, str] | None = None, master: str 
                 if into is not None:
                     raise BrokenPipe("stdout: the reader closed the pipe")
                 raise SparkJobError(f"the {what} could not write its output (closed pipe)")
-            run.keep = True
-            with open(run.log_path, encoding="utf-8", errors="replace") as f:
+            keep = True
+            with open(log_path, encoding="utf-8", errors="replace") as f:
                 log_text = f.read()
             cause = explain_failure(log_text, rc, master)
             detail = "\n".join(f"  | {ln}" for ln in _relevant_lines(log_text))
             raise SparkJobError(
-                f"the {what} failed: {cause}\n{detail}\n  (full Spark log: {run.log_path}; job: {run.job_path})")
+                f"the {what} failed: {cause}\n{detail}\n  (full Spark log: {log_path}; job: {job_path})")
         if carry:
             raise SparkJobError(f"the {what} ended with a partial line (no newline at the end of its output)")
     finally:
@@ -173,7 +163,8 @@ def stream_job(job_text: str, *, env: dict[str, str] | None = None, master: str 
             _stop(proc)
         if proc.stdout is not None:
             proc.stdout.close()
-        run.cleanup()
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _wait(proc: subprocess.Popen) -> int:
@@ -256,13 +247,12 @@ def _stop(proc: subprocess.Popen) -> None:
 STATS_PREFIX = jobentry.STATS_PREFIX.encode()  # a window or join job's last line: its counts
 
 
-def run_job(job_text: str, write: Callable[[bytes], object], say: Callable[[str], None], *,
-            master: str | None = None, what: str = "Spark job") -> dict:
-    """Run a job whose PARAMS ask for a stats line; pass each block of whole result lines to
-    `write` (e.g. Rows.json_lines), and return the counts of the stats line."""
+def run_job(job_text: str, rows: Rows, say: Callable[[str], None], *, master: str | None = None,
+            what: str = "Spark job") -> dict:
+    """Run a job whose PARAMS ask for a stats line; its result lines are `rows` (written, then
+    finished: Rows.json_lines), and the counts of its stats line are returned."""
     counts: dict = {}
-    starting(master, say)
-    gen = stream_job(job_text, master=master, what=what)
+    gen = stream_job(job_text, say, master=master, what=what)
     assert isinstance(gen, Generator)  # closed below: stops the job now, not at garbage collection
     try:
         for block in gen:
@@ -274,16 +264,11 @@ def run_job(job_text: str, write: Callable[[bytes], object], say: Callable[[str]
                 counts.update(orjson.loads(block[cut + len(STATS_PREFIX):]))
                 block = block[:cut]
             if block:
-                write(block)
+                rows.json_lines(block)
     finally:
         gen.close()
+    rows.finish()
     return counts
-
-
-def starting(master: str | None, say: Callable[[str], None]) -> None:
-    """On a terminal, why nothing happens for a while."""
-    if sys.stderr.isatty():
-        say(f"starting the Spark job on {master or 'local[*]'} (the JVM takes a few seconds to start)")
 
 
 def write_job(text: str, target: str, say: Callable[[str], None]) -> None:

@@ -63,11 +63,15 @@ def _plan(params):
     return Plan([AggSpec(name, func, tuple(path) if path else None) for name, func, path in params["aggs"]])
 
 
+def _is_log(params):
+    return params["inputs"][0]["is_log"]
+
+
 def _records(spark, params):
     """RDD of (place, record dict) in no particular order: place = (partition, offset) in a log,
     (line number,) in a plain file."""
-    recs = input_records(spark, params["input"], params["is_log"], params.get("end_offsets"))
-    if params["is_log"]:
+    recs = input_records(spark, params["inputs"][0])
+    if _is_log(params):
         return recs.map(lambda r: ((r[0], r[1]), r[2]))
     return recs.map(lambda r: ((r[1],), r[2]))
 
@@ -78,7 +82,7 @@ def _prepare(params):
     def prepare(records):
         plan = _plan(params)
         lo, hi = params["time_range"]  # the local engine's: windows.events.time_range
-        time_of = eventfields.time_getter(params["time_field"], params["is_log"], lo, hi)
+        time_of = eventfields.time_getter(params["time_field"], _is_log(params), lo, hi)
         key_of = eventfields.key_getter(params["by"])
         for place, rec in records:
             t = time_of(rec)
@@ -121,7 +125,7 @@ def _in_input_order(sc, params, places, bad_count):
     The order key sorts records into the input order: (merge key, partition, offset) in a log,
     (line number,) in a plain file. See step 3 of the module's docstring.
     """
-    if not params["is_log"]:
+    if not _is_log(params):
         return places, None  # one partition whose running max never falls: line order
     if eventfields.time_path(params["time_field"], True) == ("ts",) and not bad_count:
         # the append time is non-decreasing within a partition: it is its own running max (an
@@ -245,6 +249,7 @@ def main(spark, params, out):
 
 def _where(params, order):
     """Where the first record without a usable time is, from its order key."""
-    if params["is_log"]:
-        return f"{params['input']}: partition {order[1]} offset {order[2]}: no usable time in {params['time_field']!r}"
-    return f"{params['input']}: record {order[0]}: no usable time in {params['time_field']!r}"
+    path = params["inputs"][0]["path"]
+    if _is_log(params):
+        return f"{path}: partition {order[1]} offset {order[2]}: no usable time in {params['time_field']!r}"
+    return f"{path}: record {order[0]}: no usable time in {params['time_field']!r}"

@@ -18,7 +18,7 @@ from streamctl.processing.windows.config import WindowConfig, make_plan
 from streamctl.processing.windows.driver import WindowRun
 from streamctl.processing.windows.events import records_of, time_range
 from streamctl.processing.windows.follow import follow
-from streamctl.spark.engine import LATE_OUT, STDIN, follow_options, is_uri, job_input, pick_engine, snapshot_ends
+from streamctl.spark.engine import LATE_OUT, STDIN, follow_options, is_uri, job_inputs, pick_engine
 
 Say = Callable[[str], None]
 
@@ -159,9 +159,7 @@ def run_spark(path: str, cfg: WindowConfig, master: str | None, output: str, say
     from streamctl.processing.windows.config import WindowStats
     from streamctl.spark.runner import run_job
 
-    rows = WindowRows(output, cfg)
-    counts = run_job(spark_job(path, cfg, master, stats_line=True), rows.json_lines, say, master=master)
-    rows.finish()
+    counts = run_job(spark_job(path, cfg, master, stats_line=True), WindowRows(output, cfg), say, master=master)
     run = WindowRun(cfg, True)
     run.stats = WindowStats(counts.get("events", 0), counts.get("late", 0), counts.get("bad_time", 0),
                             counts.get("bad_time_example"))
@@ -190,31 +188,19 @@ def spark_blocker(cfg: WindowConfig, path: str, late_out: str | None) -> str | N
 
 def spark_job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool = False,
               snapshot: bool = True) -> str:
-    """The standalone PySpark script for this window (see streamctl/spark/window_job.py); a local
-    path made absolute, so the job runs from any folder.
-
-    `snapshot` fixes each partition's end at its current end (a run now, like the
-    local engine); an emitted job (run later by cron or spark-submit) reads to the
-    end as it is then. A URI input is a log unless it names a .jsonl file.
-    """
+    """The standalone PySpark script for this window (see streamctl/spark/window_job.py); its input
+    as engine.job_inputs gives it (`snapshot`: read up to the ends as of now, as the local engine
+    does; an emitted job, run later by cron or spark-submit, reads to the end as it is then)."""
     from streamctl.spark import jobgen
-    from streamctl.storage import log as logmod
 
-    plan = make_plan(cfg)
-    if is_uri(path):
-        is_log = not path.rstrip("/").endswith(".jsonl")
-    else:
-        is_log = path != "-" and logmod.is_log(path)
     params: dict[str, Any] = {
-        "input": job_input(path), "is_log": is_log, "kind": cfg.kind, "size": cfg.size, "hop": cfg.hop,
+        "inputs": job_inputs([path], snapshot), "kind": cfg.kind, "size": cfg.size, "hop": cfg.hop,
         "lateness": cfg.lateness, "time_field": cfg.time_field, "by": cfg.by,
-        "aggs": [[s.name, s.func, list(s.path) if s.path else None] for s in plan.specs],
+        "aggs": [[s.name, s.func, list(s.path) if s.path else None] for s in make_plan(cfg).specs],
         "stats_line": stats_line,
         "time_range": list(time_range(cfg)),  # the job's time getter applies the same rule
+        **jobgen.entry_params("streamctl-window", master),
     }
-    if is_log and snapshot and not is_uri(path):
-        params["end_offsets"] = snapshot_ends(path)
-    params.update(jobgen.entry_params("streamctl-window", master))
     what = {"tumbling": f"tumbling windows of {cfg.size} ms", "hopping": f"hopping windows {cfg.size}/{cfg.hop} ms",
             "sliding": f"sliding windows of {cfg.size} ms", "session": f"session windows, gap {cfg.size} ms"}[cfg.kind]
     return jobgen.render_job(

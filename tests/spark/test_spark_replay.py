@@ -37,37 +37,30 @@ def job_namespace(params: dict) -> dict:
     return ns
 
 
-class BytesOut:
-    """Takes result bytes like the job's own _Output (write_bytes), and lines too."""
-
-    def __init__(self) -> None:
-        self.data = bytearray()
-
-    def __call__(self, line: str) -> None:
-        self.data += line.encode() + b"\n"
-
-    def write_bytes(self, data: bytes) -> None:
-        self.data += data
-
-
-def spark_lines(spark, path: str, spec: core.ReplaySpec, end_snapshot: bool = True, via: str = "bytes",
+def spark_lines(spark, path: str, spec: core.ReplaySpec, end_snapshot: bool = True, via: str = "output",
                 **extra) -> list[bytes]:
-    """The job's result lines. via: "bytes" (sorted part files copied as bytes, as when the job
-    runs), "lines" (part files handed over line by line to a plain callable), "driver"
-    (PARAMS scratch=false: streamed through the driver with toLocalIterator)."""
+    """The job's result lines. via: "output" (the job's own Output, as when the job runs: sorted
+    part files copied by the kernel on a local master), "driver" (a plain callable: streamed
+    through the driver with toLocalIterator, as on a cluster without a scratch folder)."""
+    import tempfile
+
+    from streamctl.spark.jobentry import Output
+
     params = {"log": path, "from": spec.start.job_param(False) if spec.start else None,
               "until": spec.until.job_param(False) if spec.until else None,
               "key": spec.key, "compact": spec.compact, **extra}
-    if via == "driver":
-        params["scratch"] = False
     if end_snapshot and "end_offsets" not in params:
         lg = open_log(path)
         params["end_offsets"] = {str(p): r.end for p, r in core.plan(lg, spec).items()}
     ns = job_namespace(params)
-    if via == "bytes":
-        sink = BytesOut()
-        ns["main"](spark, ns["PARAMS"], sink)
-        return bytes(sink.data).splitlines(keepends=True)
+    if via == "output":
+        with tempfile.TemporaryDirectory() as folder:
+            target = os.path.join(folder, "out.jsonl")
+            sink = Output(spark, target, 1)
+            ns["main"](spark, ns["PARAMS"], sink)
+            sink.close()
+            with open(target, "rb") as f:
+                return f.read().splitlines(keepends=True)
     out: list[str] = []
     ns["main"](spark, ns["PARAMS"], out.append)
     return [ln.encode() + b"\n" for ln in out]
@@ -105,12 +98,11 @@ def test_parity_with_local(spark, parity_log, spec):
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("via", ["lines", "driver"])
 @pytest.mark.parametrize("spec", [SPECS[0], SPECS[2], SPECS[7], SPECS[9]], ids=lambda s: repr(s)[11:60])
-def test_parity_other_result_paths(spark, parity_log, spec, via):
-    """The part files handed over line by line, and the driver stream used on a cluster."""
+def test_parity_through_the_driver(spark, parity_log, spec):
+    """The driver stream used on a cluster without a scratch folder (and for a plain callable)."""
     path, _ = parity_log
-    assert spark_lines(spark, path, spec, via=via) == run_local(path, spec)
+    assert spark_lines(spark, path, spec, via="driver") == run_local(path, spec)
 
 
 @pytest.mark.spark

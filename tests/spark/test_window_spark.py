@@ -302,7 +302,8 @@ def test_merge_keys_across_spark_partitions(spark, slices):
     shuffled = places[:]
     rnd.shuffle(shuffled)
     rdd = spark.sparkContext.parallelize(shuffled, slices)
-    got, _sorted = window_job._in_input_order(spark.sparkContext, {"is_log": True, "time_field": "value.at"}, rdd, 1)
+    params = {"inputs": [{"is_log": True}], "time_field": "value.at"}
+    got, _sorted = window_job._in_input_order(spark.sparkContext, params, rdd, 1)
     assert sorted(got.collect()) == sorted(want)
 
 
