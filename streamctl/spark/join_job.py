@@ -1,15 +1,13 @@
 """Join two inputs with PySpark: the job module of `streamctl join --engine spark`.
 
-A generated job file (streamctl.spark.jobgen) carries this module whole, with
-what it imports: the replay job's input_records() (a log's visible records, a plain file's lines) and
-streamctl's own readers of a field path and an event time. It computes the
-same rows in the same order as the local engine, by the rules written in
-streamctl/processing/joins/*.py, as DataFrame operations:
+A generated job file (streamctl.spark.jobgen) carries this module whole with the
+streamctl modules it imports. It computes the same rows in the same order as the
+local engine, by the rules written in streamctl/processing/joins/*.py, as
+DataFrame operations:
 
-1. Each input's records (replay_job.input_records): a log through replay_frame, a plain file line by
-   line (blank lines skipped; partition 0, offset = line number). Every
-   record's key, event time and value are read in Python with the same rules
-   as streamctl (JSON keys compared as JSON, ISO or epoch s/ms/us times).
+1. Each input's records (replay_job.input_records). Every record's key, event
+   time and value are read in Python by the local engine's rules
+   (streamctl.processing.joins.keys).
 2. The input order: each record's merge time is the running max of event
    times in its own partition (or file) by offset (a record without a usable
    time keeps its place: it takes the max so far); position = rank by (merge

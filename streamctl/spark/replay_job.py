@@ -30,10 +30,11 @@ layout (storage.record: the offset of a stored line). It gives the same lines in
    PARAMS["scratch"] names a folder every executor and the driver can reach) the
    sorted result is written as text part files by Spark's parallel writer,
    whose part numbers follow the sort's ranges; the driver then copies the part
-   files, in part order, byte for byte to the output (sendfile for local files)
-   and deletes them. Otherwise
-   (a cluster without a scratch folder, or PARAMS["scratch"] = false) the lines
-   stream through the driver partition by partition (toLocalIterator).
+   files, in part order, byte for byte to the output (the job's own Output,
+   streamctl.spark.jobentry: sendfile for local files) and deletes them.
+   Otherwise (a cluster without a scratch folder, PARAMS["scratch"] = false, or
+   main() called with a plain callable as `out`) the lines stream through the
+   driver partition by partition (toLocalIterator).
 """
 
 import os

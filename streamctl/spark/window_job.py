@@ -1,13 +1,9 @@
 """`streamctl window` with PySpark: the job module of `streamctl window --engine spark`.
 
-A generated job file (streamctl.spark.jobgen) carries this module whole, with
-what it imports: the input reader of the replay job (`input_records`), a
-record's group key and event time (processing.eventfields, which reads field
-paths with storage.fieldpaths), window operators (windows.kinds.make_operator),
-aggregations (`Plan`), merge keys (mergeorder.merge_keys), watermark
-(watermark.Watermark) and row lines (windows.output.row_json), so executors
-run exactly the code the local engine runs and the rows agree. Besides those,
-only pyspark and the standard library (orjson when present).
+A generated job file (streamctl.spark.jobgen) carries this module whole with the
+streamctl modules it imports (group key and event time, window operators,
+aggregations, merge keys, watermark, row lines), so executors run exactly the
+code the local engine runs and the rows agree.
 
 How the stream is replayed without Spark's streaming watermark:
 
@@ -15,17 +11,13 @@ How the stream is replayed without Spark's streaming watermark:
    the line number (blank lines not counted) in a plain file.
 2. Per record: event time, group key (as JSON text) and the aggregation inputs.
    Records without a usable time are counted (and left out of the windows).
-3. The one deterministic input order (the local engine's, Kafka Streams' way of
-   taking the partition whose next record is oldest): each record's merge key
-   is the largest event time in its own partition up to and including it (a
-   running max by offset); records are taken in (merge key, partition, offset)
-   order, by streamctl.processing.mergeorder.merge_keys itself. A record without
-   a usable time keeps its place: its merge key is the running max before it
-   (NO_TIME before any timed record of its partition) and it does not move that max. The running max is computed by a
+3. The input order (the local engine's): records in (merge key, partition,
+   offset) order, the merge keys by streamctl.processing.mergeorder.merge_keys
+   itself over each log partition by offset. That running max is computed by a
    range-partitioned sort by (partition, offset): each sorted Spark partition's
    largest time per log partition is collected (a few numbers per Spark
    partition), the driver forms what each Spark partition continues from, and
-   each Spark partition then runs its max on from there, so one big log
+   each Spark partition then runs merge_keys on from there, so one big log
    partition spread over many Spark partitions needs no single task. With the
    append time `ts` as event time (non-decreasing within a partition) the merge
    key is the ts itself and this step is skipped. A plain file is one partition
