@@ -19,6 +19,8 @@ from streamctl.errors import StreamctlError, UsageError
 
 ENGINES = ("local", "spark", "auto")
 
+Say = Callable[[str], None]  # where a run's diagnostics go (stderr, as "streamctl: ...")
+
 # Measured on the 2-core reference machine (replay helper's run, 1M records,
 # 266 MiB, 2 partitions, other jobs running beside it): local --compact 1.6 s
 # wall (a plain-Python dict pass over the same segments: 1.6 s); the Spark
@@ -55,7 +57,7 @@ def _size(n: int) -> str:
 
 
 def choose_engine(requested: str, input_bytes: int, threshold: int | None,
-                  say: Callable[[str], None], blocker: str | None = None) -> str:
+                  say: Say, blocker: str | None = None) -> str:
     """"local" or "spark" for `--engine requested`. auto says through `say` when it picks Spark, or
     when Spark would have been picked but cannot run; below the threshold it is silent.
 
@@ -95,7 +97,7 @@ STDIN = "a Spark job reads files or logs, not stdin (-)"
 LATE_OUT = "--late-out writes a local file"
 
 
-def pick_engine(requested: str, paths: list[str], threshold: int | None, say: Callable[[str], None],
+def pick_engine(requested: str, paths: list[str], threshold: int | None, say: Say,
                 blocker: str | None = None, emit_job: bool = False) -> str:
     """"local" or "spark" for a finite run over `paths`, and the checks --emit-job needs (it is
     Spark's). A URI only Spark reads. `blocker` says why the Spark engine cannot run this one

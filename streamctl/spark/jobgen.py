@@ -90,17 +90,18 @@ def run():
 '''
 
 
-def params_literal(params: dict) -> str:
-    """`json.loads(...)` source for params: each line of the JSON text as its own repr() literal.
+def _lines_literal(text: str, indent: str) -> str:
+    """One repr() literal per line of `text` (each with its newline): adjacent literals, one string.
+    repr() of a str always yields a valid, inert Python string literal whatever it holds (quotes,
+    newlines, code)."""
+    return "\n".join(f"{indent}{line!r}" for line in text.splitlines(keepends=True))
 
-    The JSON is ASCII-only (ensure_ascii) and indented, so the literal is
-    readable and editable; repr() of a str always yields a valid, inert
-    Python string literal whatever the value holds (quotes, newlines, code).
-    """
+
+def params_literal(params: dict) -> str:
+    """`json.loads(...)` source for params: the JSON text ASCII-only (ensure_ascii) and indented, so
+    the literal is readable and editable, one line per literal (_lines_literal)."""
     text = json.dumps(params, indent=2, ensure_ascii=True, sort_keys=False)
-    pieces = text.split("\n")
-    body = "\n".join(f"    {piece + chr(10) if i < len(pieces) - 1 else piece!r}" for i, piece in enumerate(pieces))
-    return f"json.loads(\n{body}\n)"
+    return f"json.loads(\n{_lines_literal(text, '    ')}\n)"
 
 
 def text_literal(text: str) -> str:
@@ -113,7 +114,7 @@ def text_literal(text: str) -> str:
                 return literal
         except (SyntaxError, ValueError):
             pass
-    return "(\n" + "\n".join(f"        {line!r}" for line in text.splitlines(keepends=True)) + "\n    )"
+    return f"(\n{_lines_literal(text, '        ')}\n    )"
 
 
 def _file(module: str):

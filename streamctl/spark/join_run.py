@@ -19,12 +19,10 @@ from streamctl.formats.rows import Rows
 from streamctl.processing import inputorder
 from streamctl.processing.joins import driver as joining
 from streamctl.spark import jobgen
-from streamctl.spark.engine import LATE_OUT, STDIN, follow_options, job_inputs, pick_engine
+from streamctl.spark.engine import LATE_OUT, STDIN, Say, follow_options, job_inputs, pick_engine
 
 if TYPE_CHECKING:
     from streamctl.formats.writer import Output
-
-Say = Callable[[str], None]
 
 def run(spec: joining.JoinSpec, output: str, late_out: str | None, engine: str, threshold: int | None,
         master: str | None, emit_job: str | None, unbuffered: bool, say: Say, follow: bool = False,

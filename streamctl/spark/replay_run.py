@@ -14,19 +14,17 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from streamctl.clients import replay as core
 from streamctl.errors import DataError, UsageError
 from streamctl.spark import jobgen, runner
-from streamctl.spark.engine import ENGINES, is_uri, job_input, pick_engine
+from streamctl.spark.engine import ENGINES, Say, is_uri, job_input, pick_engine
 from streamctl.storage.log import Log
 
 if TYPE_CHECKING:
     from streamctl.formats.progress import Progress
-
-Say = Callable[[str], None]
 
 LOCAL_ONLY = "the Spark engine does not apply --header, --where or several --key"
 PROGRESS_ABOVE = 64 << 20  # a replay of less is over before a progress line would help

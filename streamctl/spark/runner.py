@@ -17,12 +17,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING
 
 from streamctl import stopflag
 from streamctl.errors import BrokenPipe, ExitCode, Interrupted, StreamctlError
 from streamctl.spark import jobentry
+from streamctl.spark.engine import Say
 
 if TYPE_CHECKING:
     from streamctl.formats.rows import Rows
@@ -88,7 +89,7 @@ def explain_failure(log_text: str, returncode: int, master: str | None = None) -
     return f"the job exited with status {returncode}"
 
 
-def stream_job(job_text: str, say: Callable[[str], None], *, master: str | None = None, what: str = "Spark job",
+def stream_job(job_text: str, say: Say, *, master: str | None = None, what: str = "Spark job",
                into: int | None = None) -> Iterator[bytes]:
     """Run the job; yield blocks of whole result lines (each ends with b"\\n") as they arrive.
 
@@ -247,7 +248,7 @@ def _stop(proc: subprocess.Popen) -> None:
 STATS_PREFIX = jobentry.STATS_PREFIX.encode()  # a window or join job's last line: its counts
 
 
-def run_job(job_text: str, rows: Rows, say: Callable[[str], None], *, master: str | None = None,
+def run_job(job_text: str, rows: Rows, say: Say, *, master: str | None = None,
             what: str = "Spark job") -> dict:
     """Run a job whose PARAMS ask for a stats line; its result lines are `rows` (written, then
     finished: Rows.json_lines), and the counts of its stats line are returned."""
@@ -271,7 +272,7 @@ def run_job(job_text: str, rows: Rows, say: Callable[[str], None], *, master: st
     return counts
 
 
-def write_job(text: str, target: str, say: Callable[[str], None]) -> None:
+def write_job(text: str, target: str, say: Say) -> None:
     """--emit-job: the generated PySpark job to stdout (`-`) or to an executable file, replaced atomically."""
     if target == "-":
         from streamctl.formats.writer import Output

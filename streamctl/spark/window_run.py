@@ -9,7 +9,6 @@ Diagnostics go to the `say` callback.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from streamctl.errors import UsageError
@@ -18,9 +17,7 @@ from streamctl.processing.windows.config import WindowConfig, make_plan
 from streamctl.processing.windows.driver import WindowRun
 from streamctl.processing.windows.events import records_of, time_range
 from streamctl.processing.windows.follow import follow
-from streamctl.spark.engine import LATE_OUT, STDIN, follow_options, is_uri, job_inputs, pick_engine
-
-Say = Callable[[str], None]
+from streamctl.spark.engine import LATE_OUT, STDIN, Say, follow_options, is_uri, job_inputs, pick_engine
 
 
 def run(path: str, cfg: WindowConfig, output: str, follow: bool, group: str | None, idle_timeout: str | None,
