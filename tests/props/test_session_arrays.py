@@ -1,6 +1,6 @@
 """The session kernel's state as arrays (session_kernel.py, session_index.OpenIndex) against the
-one-event path (add, over the same arrays): batches, single events and checkpoints in any mix give
-the rows and the checkpoint of one event at a time, and the arrays stay bounded by the groups that matter."""
+one-event path's lists: batches, single events and checkpoints in any mix give the rows and the
+checkpoint of one event at a time, and the arrays stay bounded by the groups that matter."""
 
 from __future__ import annotations
 
@@ -64,21 +64,18 @@ def test_batches_records_and_restores_in_any_mix_equal_one_event_at_a_time(evs, 
     assert vars(run.stats) == vars(ref.stats)
 
 
-def test_batches_and_add_from_outside_share_one_store():
-    """Batches (the kernel) and records through add() from outside (follow mode's records) work on the
-    same arrays: the open sessions stay the index's handles, add() only keeps each group's handles."""
+def test_batches_keep_no_session_list_and_add_from_outside_takes_the_arrays():
+    """While batches are folded, the open sessions are handles in the arrays only; a record through
+    add() from outside (follow mode's records) gets them as the one-event path's lists."""
     evs = [{"offset": i, "partition": 0, "key": None, "value": {"ts": T0 + i * 7_000, "k": "abc"[i % 3], "v": i}}
            for i in range(60)]
     cfg = WindowConfig(kind="session", size=M, by=["k"], aggs=["count", "avg:v"])
     run = WindowRun(cfg, is_log=False)
     run.feed_batches([evs[:50]], lambda rows: None)
     op = run.op
-    index, handles = op.index, op.index.open_handles().tolist()
-    assert index.groups is None and op.open_windows() == 3 and len(handles) == 3
+    assert op.arrays and op.open == {} and op.heap == [] and op.open_windows() == 3
     run.feed_records(iter(evs[50:]), lambda rows: None)
-    assert op.index is index and op.open_windows() == 3
-    assert sorted(h for hs in index.groups.values() for h in hs) == sorted(handles)
-    assert sorted(index.gkey[g] for g, hs in index.groups.items() if hs) == [b'"a"', b'"b"', b'"c"']
+    assert not op.arrays and sorted(op.open) == [b'"a"', b'"b"', b'"c"'] and len(op.heap) == 3
 
 
 def test_the_arrays_forget_keys_no_event_can_reach():

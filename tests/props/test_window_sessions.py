@@ -154,20 +154,13 @@ def test_the_gap_boundary_of_a_closed_session():
         ("a", format_iso(T0)), ("a", format_iso(T0 + 45 * S + 1)), ("b", format_iso(T0 + 50 * S))]
 
 
-@pytest.mark.parametrize("emit", ["final", "update"])
-def test_drop_mode_forgets_closed_sessions_once_no_event_can_reach_them(emit):
-    """One event at a time too (add() and close(), --emit update): the index is made again once it
-    holds INDEX_SLACK more keys than four per open group."""
-    from streamctl.processing.windows import session_kernel
-
+def test_drop_mode_forgets_closed_sessions_once_no_event_can_reach_them():
     gap = 10 * S
     evs = [(T0 + i * 100 * S, f"u{i}", 0) for i in range(500)]  # one short session per user
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(session_kernel, "INDEX_SLACK", 20)
-        _, run = run_core(evs, size=gap, aggs=["count"], emit=emit)
+    _, run = run_core(evs, size=gap, aggs=["count"])
     # only the latest closed sessions are remembered (last + 2 GAP still ahead of the watermark)
-    assert len(run.op.dump()["closed_last"]) <= 2
-    assert len(run.op.index.gid) <= 4 + 20 + 1
+    assert len(run.op.closed_last) <= 2
+    assert len(run.op.closed_order) <= 2
 
 
 def test_checkpoint_keeps_what_closed_sessions_decide():

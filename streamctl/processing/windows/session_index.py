@@ -1,16 +1,16 @@
-"""The session windows' one store: every session as arrays, so a batch is folded and closed without a
-loop per event or session.
+"""The open sessions as arrays, so a batch is folded and closed without a loop per event or session.
 
-Folding a batch one event at a time reads, per event, the group's sessions and
-their last event times. This index holds them as numpy arrays: an id per group
-key with, per group, its number of open sessions and the last event time of its
-latest closed session; per session (a handle) its start, last event time,
-creation number and aggregation state (a slot, or Plan's state). add() (the
-rule, session.py) reads and writes them one event at a time; the batch kernel
-(session_kernel.py) assigns a batch, stragglers included, with a few sorts and
-array passes (`cluster`), makes its new sessions, and writes and releases the
-sessions it closes with array work; Python work is left per distinct new key,
-not per event or session.
+Session windows (session.py) keep each open session of the one-event path
+(add) as a small list. Folding a batch one event at a time reads, per event,
+the group's sessions and their last event times: Python objects spread over
+memory, one cache miss after another. This index holds the whole state the
+batch kernel (session_kernel.py) works on as numpy arrays: an id per group key
+with, per group, its number of open sessions and the last event time of its
+latest closed session; per open session (a handle) its start, last event time,
+creation number and aggregation slot. A batch, stragglers included, is then
+assigned with a few sorts and array passes (`cluster`), its new sessions made,
+and the sessions it closes written and released with array work; Python work
+is left per distinct new key, not per event or session.
 """
 
 from __future__ import annotations
@@ -55,14 +55,7 @@ class OpenIndex:
     slot: np.ndarray = field(default_factory=lambda: _ints(0, np.intp))  # by handle: its SlotStates slot
     alive: np.ndarray = field(default_factory=lambda: _ints(0, bool))  # by handle: an open session
     state: list = field(default_factory=list)  # by handle: its Plan state, when the states are not slots
-    # by handle, for rows per event (--emit update, --late correct): its late events, and the windows
-    # written for it and still valid (or None)
-    rev: list[int] = field(default_factory=list)
-    shown: list = field(default_factory=list)
     free: list[int] = field(default_factory=list)
-    # by group id: its open sessions' handles by creation, kept while the one-event path runs (None:
-    # not kept, of_group scans the arrays; the batch kernel drops it)
-    groups: dict[int, list[int]] | None = None
     # by key id (events.KeyIds) of the space `id_space`: its group id, -1 when not known yet
     by_id: np.ndarray = field(default_factory=lambda: np.full(0, -1, dtype=np.int64))
     id_space: int = -1
@@ -127,42 +120,10 @@ class OpenIndex:
             self.slot = _grown(self.slot, need, 0)
             self.alive = _grown(self.alive, need, False)
         if need > len(self.state):
-            more = len(self.alive) - len(self.state)
-            self.state += [None] * more
-            self.rev += [0] * more
-            self.shown += [None] * more
+            self.state += [None] * (len(self.alive) - len(self.state))
         handles = np.array(got + list(range(base, need)), dtype=np.int64)
         self.alive[handles] = True
         return handles
-
-    def new_one(self, g: int, t: int, sid: int, alive: bool = True) -> int:
-        """A handle for a new session of group g at time t (add_open for one; `alive` False: a closed
-        session kept for --late correct)."""
-        h = int(self.alloc(1)[0])
-        self.group[h], self.start[h], self.last[h], self.sid[h] = g, t, t, sid
-        if alive:
-            self.nopen[g] += 1
-            if self.groups is not None:
-                self.groups.setdefault(g, []).append(h)
-        else:
-            self.alive[h] = False
-        return h
-
-    def reopen(self, h: int) -> None:
-        """A closed session kept for --late correct open again (last of its group's open ones)."""
-        g = int(self.group[h])
-        self.alive[h] = True
-        self.nopen[g] += 1
-        if self.groups is not None:
-            self.groups.setdefault(g, []).append(h)
-
-    def shut(self, h: int) -> None:
-        """An open session closed but kept (--late correct): not open, its handle not free."""
-        g = int(self.group[h])
-        self.alive[h] = False
-        self.nopen[g] -= 1
-        if self.groups is not None:
-            self.groups[g].remove(h)
 
     def add_open(self, g: np.ndarray, start: np.ndarray, last: np.ndarray, sid: np.ndarray) -> np.ndarray:
         """Handles for new open sessions of groups `g` (their slots or states set by the caller)."""
@@ -172,56 +133,30 @@ class OpenIndex:
         self.last[hs] = last
         self.sid[hs] = sid
         np.add.at(self.nopen, g, 1)
-        if self.groups is not None:
-            for x, h in zip(g.tolist(), hs.tolist(), strict=True):
-                self.groups.setdefault(x, []).append(h)
         return hs
 
     def release(self, hs: np.ndarray, states: bool = False) -> None:
-        """The sessions of handles `hs` closed or merged away, open or kept closed (their slots are the
-        caller's; with `states`, their Plan states are dropped here)."""
-        hl = hs.tolist()
-        was = self.alive[hs]
+        """The sessions of handles `hs` closed or taken out (their slots are the caller's; with
+        `states`, their Plan states are dropped here)."""
         self.alive[hs] = False
+        hl = hs.tolist()
         self.free += hl
-        np.subtract.at(self.nopen, self.group[hs[was]], 1)
-        groups = self.groups
-        if groups is not None:
-            for h, g, o in zip(hl, self.group[hs].tolist(), was.tolist(), strict=True):
-                if o:
-                    groups[g].remove(h)
+        np.subtract.at(self.nopen, self.group[hs], 1)
         if states:
-            state, rev, shown = self.state, self.rev, self.shown
+            state = self.state
             for h in hl:
-                state[h], rev[h], shown[h] = None, 0, None
-
-    def track(self) -> None:
-        """Keep `groups` (the one-event path looks a group's sessions up there, not in the arrays)."""
-        if self.groups is None:
-            self.groups = self.by_group()
-
-    def by_group(self) -> dict[int, list[int]]:
-        """Each group's open sessions' handles, by creation (`groups`, or made from the arrays)."""
-        if self.groups is not None:
-            return self.groups
-        groups: dict[int, list[int]] = {}
-        hs = self.open_handles()
-        for g, h in zip(self.group[hs].tolist(), hs.tolist(), strict=True):
-            groups.setdefault(g, []).append(h)
-        return groups
+                state[h] = None
 
     def open_handles(self) -> np.ndarray:
         """The open sessions' handles, by creation (the order of a group's list on the one-event path)."""
         hs = np.flatnonzero(self.alive[:self.top])
         return hs[np.argsort(self.sid[hs], kind="stable")]
 
-    def of_group(self, g: int) -> list[int]:
+    def of_group(self, g: int) -> np.ndarray:
         """Group g's open sessions' handles, by creation."""
-        if self.groups is not None:
-            return self.groups.get(g) or []
         top = self.top
         hs = np.flatnonzero(self.alive[:top] & (self.group[:top] == g))
-        return hs[np.argsort(self.sid[hs], kind="stable")].tolist()
+        return hs[np.argsort(self.sid[hs], kind="stable")]
 
     def of_groups(self, gs: np.ndarray) -> np.ndarray:
         """The open sessions' handles of the groups `gs`."""

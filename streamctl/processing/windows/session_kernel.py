@@ -1,29 +1,39 @@
-"""The batch kernel of session windows (session.py holds the rules, the store and add(), the rule one
-event at a time).
+"""The batch kernel of session windows (session.py holds the rules and the one-event path, add).
 
 A batch, stragglers included, is folded without a loop per event or per
 session: the late stragglers found with the running maximum and each group's
 latest closed session, the others assigned to sessions by
 session_index.OpenIndex.cluster (a sort by group and time and a few array
 passes), each session's events folded at once, then the sessions the batch
-closes written and released where add() and close() would close them: the
-same rows, order and state as add() per event, over the same arrays, which
-the property tests check. Where the kernel cannot take an event (one that
-bridges two sessions of its group, or arrives after its session would have
-closed: those need the one-event order), the batch is cut there: the kernel
-takes the events before it, the event goes alone through add(), and the
-kernel takes the rest. Events folded alone are counted (`declined`, reported
-on stderr). numpy is imported where it is used.
+closes written and released where the one-event path would close them: the
+same rows, order and state as add() per event, which the property tests
+check. Where the kernel cannot take an event (one that bridges two sessions of
+its group, or arrives after its session would have closed: those need the
+one-event order), the batch is cut there: the kernel takes the events before
+it, the event goes alone through add() (its group's sessions taken out of the
+arrays as lists and put back after), and the kernel takes the rest. Events
+folded alone are counted (`declined`, reported on stderr).
+
+While the kernel runs (`arrays`), the OpenIndex holds the whole state: no
+session list, no close heap, no closed-session dict. The one-event path's
+form (session.py: `open`, `heap`, `closed_last`) is made from the arrays when
+a caller needs it (add() or close() from outside, a batch folded one event at
+a time, `to_states` with Plan states kept as lists), and the arrays from it
+again at the next batch. numpy is imported where it is used: the Spark job's
+per-group replay goes through add() alone.
 """
 
 from __future__ import annotations
 
-import bisect
+import heapq
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from streamctl.processing.windows import NO_WATERMARK, Batch, fold_events
 
+# a session on the one-event path: [start, last, state, late events in it, id (its creation number),
+# windows written for it and still valid (or None)]
+START, LAST, STATE, REV, SID, SHOWN = range(6)
 # the OpenIndex keeps an id for every key it has seen; once it holds this many more than four per
 # open group, it is made again from the open sessions and the closed ones still remembered
 # (memory bounded by the groups that matter)
@@ -49,27 +59,28 @@ class SessionKernel:
     plan: Any
     update: bool
     correct: bool
-    closed: dict[int, list[int]]
+    open: dict[bytes, list[list]]
+    heap: list[tuple[int, int, bytes]]
+    closed_last: dict[bytes, int]
+    closed_order: Any
     states: Any
     columnar: bool
     index: Any
+    arrays: bool
     next_sid: int
-    next_end: int
     forgot: int
     declined: int
     declined_events: int
     text_rows: bool
 
     if TYPE_CHECKING:  # Session's methods, declared for the type checker only: Session defines them
-        def _add(self, g: int, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool: ...
-
-        def _write(self, h: int, key: bytes, out: list) -> None: ...
+        def _add(self, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool: ...
 
         def _use_slots(self) -> None: ...
 
-        def to_states(self) -> None: ...
+        def _forget(self, wm: int) -> None: ...
 
-        def close(self, wm: int, out: list) -> None: ...
+        def to_states(self) -> None: ...
 
     def fold(self, batch: Batch, out: list) -> tuple[int, list[int]]:
         """Fold a batch: the batch kernel (_fold_batch: array passes, the same states, rows and order
@@ -84,6 +95,7 @@ class SessionKernel:
         self._use_slots()
         if self.update or self.correct or not batch.ts:
             return self._fold_events(batch, out)
+        self._to_arrays()
         ts, maxt = batch.ts, batch.maxt
         n, lo, splits, alone = len(ts), 0, 0, 0
         lates: list[int] = []
@@ -117,6 +129,7 @@ class SessionKernel:
 
     def _fold_events(self, batch: Batch, out: list) -> tuple[int, list[int]]:
         """The reference fold (add() per event, close() at each watermark move) of a batch."""
+        self._to_lists()
         # (an int beyond what a slot keeps exactly moves the states to Plan's at its add: _add_state)
         done = fold_events(self, batch, out)
         if self.columnar and not self.states.fits():
@@ -124,19 +137,55 @@ class SessionKernel:
         return done
 
     def _fold_one(self, batch: Batch, i: int, maxt: int, out: list) -> tuple[bool, int]:
-        """Event i of the batch through add() (the largest time before it: maxt), then the close()
-        its watermark move makes: (whether it was late, the largest time)."""
+        """Event i of the batch through add() (the largest time before it: maxt): its group's open
+        sessions and latest closed one taken out of the arrays as add() keeps them, and put back
+        after; then the close() its watermark move makes, from the arrays as the kernel makes it:
+        (whether it was late, the largest time)."""
+        import numpy as np
+
         ts, ks, cols, seq, _maxt, lateness = batch[:6]
         t, k = ts[i], ks[i]
         vals = tuple(True if c is None else c[i] for c in cols)
-        late = self._add(self.index.group_id(k), k, t, seq + i, vals,
-                         NO_WATERMARK if maxt == NO_WATERMARK else maxt - lateness, out)
+        index, columnar = self.index, self.columnar
+        g = index.group_id(k)
+        hs = index.of_group(g)
+        if len(hs):
+            states = index.slot[hs].tolist() if columnar else [index.state[h] for h in hs.tolist()]
+            self.open[k] = [[a, b, st, 0, sid, None] for a, b, st, sid in
+                            zip(index.start[hs].tolist(), index.last[hs].tolist(), states, index.sid[hs].tolist(),
+                                strict=True)]
+            index.release(hs, not columnar)
+        if index.closed[g] != NO_WATERMARK:
+            self.closed_last[k] = int(index.closed[g])
+        late = self._add(k, t, seq + i, vals, NO_WATERMARK if maxt == NO_WATERMARK else maxt - lateness, out)
+        self.heap.clear()  # add() pushed its new session: the arrays close it
+        self.closed_last.pop(k, None)
+        self._put_back([(k, s) for s in self.open.pop(k, [])])
         if t > maxt:
-            self.close(t - lateness, out)
+            self._close_batch(np.array([t], dtype=np.int64), lateness, out)
             maxt = t
         if self.columnar and not self.states.fits():
             self.to_states()
         return late, maxt
+
+    def _put_back(self, sessions: list[tuple[bytes, list]]) -> None:
+        """Open sessions (key, list) into the arrays."""
+        import numpy as np
+
+        if not sessions:
+            return
+        index = self.index
+        i64 = np.int64
+        group_id = index.group_id
+        hs = index.add_open(np.array([group_id(k) for k, _s in sessions], dtype=i64),
+                            np.array([s[START] for _k, s in sessions], dtype=i64),
+                            np.array([s[LAST] for _k, s in sessions], dtype=i64),
+                            np.array([s[SID] for _k, s in sessions], dtype=i64))
+        if self.columnar:
+            index.slot[hs] = [s[STATE] for _k, s in sessions]
+        else:
+            for h, (_k, s) in zip(hs.tolist(), sessions, strict=True):
+                index.state[h] = s[STATE]
 
     def _fold_batch(self, batch: Batch, out: list) -> tuple[int, list[int]] | int:
         """The batch kernel, or when it cannot take the batch (nothing changed) the position of the
@@ -163,8 +212,6 @@ class SessionKernel:
         before[1:] = high[:-1]
         wm = before - lateness  # before any time (NO_WATERMARK) far below every time: nothing late
         index = self.index
-        index.groups = None  # (the kernel keeps no lists: of_group scans the arrays)
-        self.next_end = NO_WATERMARK  # (new sessions made here: close() looks at the arrays)
         g_all = index.group_ids(ks, batch.ids)
         lates: list[int] = []
         keep = None
@@ -235,7 +282,10 @@ class SessionKernel:
         maxt = self._close_batch(high, lateness, out)
         if self.columnar and not self.states.fits():
             self.to_states()
-        self._bound()
+        if len(index.gid) > 4 * int(np.count_nonzero(index.nopen)) + INDEX_SLACK:
+            # keys of closed sessions no event can reach any more: forgotten, the index made again
+            self._to_lists()
+            self._to_arrays()
         return maxt, lates
 
     def _close_batch(self, high: Any, lateness: int, out: list) -> int:
@@ -252,15 +302,13 @@ class SessionKernel:
         hs = np.flatnonzero(index.alive[:top] & (ends < maxt - lateness))
         if len(hs):
             at = np.searchsorted(high, ends[hs] + lateness, side="right")  # the event that closes each
-            self._shut(hs, at, out)
-        self.forgot = max(self.forgot, maxt - lateness)
+            self._write_closed(hs, at, out)
+        self._forget(maxt - lateness)
         return maxt
 
-    def _shut(self, hs: Any, at: Any, out: list) -> None:
-        """Close the open sessions `hs`, closed at the events `at` (close(): all at one), in close()'s
-        order: by that event, then start, then key. Their rows are written (not with --emit update:
-        written at each event already); with --late correct they are kept, by start, for the late
-        events that reach them, and otherwise released, each group's latest closed one remembered."""
+    def _write_closed(self, hs: Any, at: Any, out: list) -> None:
+        """Write and release the open sessions `hs`, closed at the events `at`: by that event, then
+        start, then key (close()'s order), and remember each group's latest closed session."""
         import numpy as np
 
         index, gap = self.index, self.gap
@@ -274,13 +322,6 @@ class SessionKernel:
             fix = sorted(range(len(hs)), key=lambda i: (int(at[i]), int(starts[i]), ks[i]))
             hs, starts, groups = hs[fix], starts[fix], groups[fix]
             ks = [ks[i] for i in fix]
-        if self.correct:
-            for h, g, k in zip(hs.tolist(), groups.tolist(), ks, strict=True):
-                index.shut(h)
-                if not self.update:
-                    self._write(h, k, out)
-                bisect.insort(self.closed.setdefault(g, []), h, key=index.start.__getitem__)
-            return
         lasts = index.last[hs]
         ends = (lasts + gap).tolist()
         if self.columnar:
@@ -294,39 +335,60 @@ class SessionKernel:
                 out += zip(starts.tolist(), ends, ks, self.states.results_at(self.plan.names, slot_idx),
                            repeat(None))
             self.states.release_at(slot_idx)
-        elif not self.update:
+        else:
             results = [self.plan.result(index.state[h]) for h in hs.tolist()]
             out += zip(starts.tolist(), ends, ks, results, repeat(None))
         np.maximum.at(index.closed, groups, lasts)  # a group's sessions close in time order
         index.release(hs, not self.columnar)
 
-    def _bound(self) -> None:
-        """Once the index holds INDEX_SLACK more keys than four per open group, a new index of the open
-        sessions and the closed ones still remembered: the keys of closed sessions no event can reach
-        any more forgotten (memory bounded by the groups that matter; --late correct keeps them all)."""
-        import numpy as np
-
+    def _to_arrays(self) -> None:
+        """The one-event path's sessions and closed sessions into a new OpenIndex (the arrays then
+        hold the whole state)."""
+        if self.arrays:
+            return
         from streamctl.processing.windows.session_index import OpenIndex
 
-        old = self.index
-        if self.correct or len(old.gid) <= 4 * int(np.count_nonzero(old.nopen)) + INDEX_SLACK:
+        index = self.index = OpenIndex()
+        self.heap = []
+        # each group's sessions in creation order (SID): the order of its list
+        self._put_back(sorted(((k, s) for k, v in self.open.items() for s in v), key=lambda x: x[1][SID]))
+        self.open = {}
+        for k, last in self.closed_last.items():
+            index.closed[index.group_id(k)] = last
+        self.closed_last = {}
+        self.closed_order.clear()
+        self.arrays = True
+
+    def _to_lists(self) -> None:
+        """The arrays' state as the one-event path keeps it: `open` (each group's sessions by
+        creation), the close heap, and `closed_last`/`closed_order` for the closed sessions an
+        event that is not late can still reach."""
+        if not self.arrays:
             return
-        new = OpenIndex()
-        hs = old.open_handles()  # by creation, as add() made them
-        nh = new.add_open(np.array([new.group_id(old.gkey[g]) for g in old.group[hs].tolist()], dtype=np.int64),
-                          old.start[hs], old.last[hs], old.sid[hs])
-        new.slot[nh] = old.slot[hs]
-        for a, b in zip(nh.tolist(), hs.tolist(), strict=True):
-            new.state[a], new.rev[a], new.shown[a] = old.state[b], old.rev[b], old.shown[b]
-        for k, last in self._closed_in_arrays().items():
-            new.closed[new.group_id(k)] = last
-        if old.groups is not None:
-            new.track()
-        self.index = new
+        index = self.index
+        hs = index.open_handles()
+        opened: dict[bytes, list[list]] = {}
+        states = index.slot[hs].tolist() if self.columnar else [index.state[h] for h in hs.tolist()]
+        for g, a, b, st, sid in zip(index.group[hs].tolist(), index.start[hs].tolist(), index.last[hs].tolist(),
+                                    states, index.sid[hs].tolist(), strict=True):
+            k = index.gkey[g]
+            s = [a, b, st, 0, sid, None]
+            group = opened.get(k)
+            if group is None:
+                opened[k] = [s]
+            else:
+                group.append(s)
+        self.open = opened
+        self.closed_last = self._closed_in_arrays()
+        self.closed_order.extend(sorted((last, k) for k, last in self.closed_last.items()))
+        self.heap = [(s[LAST] + self.gap, s[SID], k) for k, v in opened.items() for s in v]
+        heapq.heapify(self.heap)
+        self.index = None
+        self.arrays = False
 
     def _closed_in_arrays(self) -> dict[bytes, int]:
-        """The closed sessions still remembered (add() finds an event within GAP of a group's latest
-        closed session late only while its last + 2 GAP is above the watermark), by key."""
+        """The arrays' closed sessions still remembered (the one-event path forgets a group's once
+        its last + 2 GAP is at or below the watermark), by key."""
         import numpy as np
 
         index = self.index
@@ -334,3 +396,23 @@ class SessionKernel:
         closed = index.closed[:n]
         gs = np.flatnonzero((closed != NO_WATERMARK) & (closed + 2 * self.gap > self.forgot))
         return {index.gkey[g]: last for g, last in zip(gs.tolist(), closed[gs].tolist(), strict=True)}
+
+    def _flush_arrays(self, out: list) -> None:
+        """flush() from the arrays: every open session written, by start then key."""
+        import numpy as np
+
+        hs = np.flatnonzero(self.index.alive[:self.index.top])
+        if len(hs):
+            self._write_closed(hs, np.zeros(len(hs), dtype=np.int64), out)
+
+    def _dump_arrays(self) -> list:
+        """dump()'s open sessions from the arrays: by key, each group's by creation."""
+        index = self.index
+        hs = index.open_handles()
+        dump = self.states.dump
+        states = index.slot[hs].tolist() if self.columnar else [index.state[h] for h in hs.tolist()]
+        by_key: dict[bytes, list] = {}
+        for g, a, b, st in zip(index.group[hs].tolist(), index.start[hs].tolist(), index.last[hs].tolist(), states,
+                               strict=True):
+            by_key.setdefault(index.gkey[g], []).append([a, b, dump(st), 0, None])
+        return [[k.decode(), v] for k, v in sorted(by_key.items())]
