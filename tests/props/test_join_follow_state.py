@@ -217,7 +217,7 @@ def test_table_rows_kernel_writes_the_record_paths_bytes(raw, cuts, runs, which,
                 while i < b:  # runs of any length, as rounds of merged batches give them
                     step = runs[i % len(runs)]
                     part = items[i:min(b, i + step)]
-                    f.feed_runs([rec for _s, rec in part], [s for s, _rec in part])
+                    f.feed(part)
                     i += step
             else:
                 t = store.DiskTable(db, "table_rows")

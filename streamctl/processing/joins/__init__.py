@@ -9,7 +9,9 @@ depends on how fast input arrives, so the same input order gives the same rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import gc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,8 +19,25 @@ from typing import Any
 Emit = Callable[[Any, Any, Any], None]
 EmitOp = Callable[[str, Any, Any, Any], None]
 
-HOWS_STREAM = ("inner", "left", "right", "outer")
-HOWS_TABLE = ("inner", "left")
+
+@dataclass(frozen=True)
+class JoinSpec:
+    """A join's flags (joins/driver.py:make_spec checks them)."""
+
+    left: str
+    right: str
+    kind: str  # stream | table | tables
+    on: tuple[tuple[str, ...], tuple[str, ...]] = (("key",), ("key",))
+    time_field: tuple[tuple[str, ...], tuple[str, ...]] = (("ts",), ("ts",))
+    within: int | None = None  # ms, stream-stream
+    how: str = "inner"
+    as_of: str = "position"  # stream-table
+    retention: int | None = None  # ms, stream-table --as-of event-time
+    lateness: int = 0  # ms the watermark trails the largest event time (stream-stream, --as-of event-time)
+
+    @property
+    def has_watermark(self) -> bool:
+        return self.kind == "stream" or (self.kind == "table" and self.as_of == "event-time")
 
 
 @dataclass
@@ -55,3 +74,15 @@ def keep_heap(size: int = 64 << 20) -> None:
         libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD, glibc's largest
     except (OSError, AttributeError):
         pass
+
+
+@contextmanager
+def gc_frozen() -> Iterator[None]:
+    # Many small long-lived objects (state): the cyclic GC only costs time here.
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()

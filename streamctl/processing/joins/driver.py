@@ -31,37 +31,20 @@ Decisions (also in `streamctl join --help` and docs/guide/joins.md):
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from streamctl.errors import UsageError
 from streamctl.processing import inputorder
-from streamctl.processing.joins import HOWS_STREAM, HOWS_TABLE, Emit, EmitOp, JoinStats, feeders, keep_heap
+from streamctl.processing.joins import Emit, EmitOp, JoinSpec, JoinStats, feeders, gc_frozen, keep_heap
 from streamctl.processing.joins.keys import RememberedTime, block_column, block_times, time_getter
 from streamctl.storage import fieldpaths
 
+HOWS_STREAM = ("inner", "left", "right", "outer")
+HOWS_TABLE = ("inner", "left")
 AS_OF = ("position", "event-time")
 Record = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class JoinSpec:
-    left: str
-    right: str
-    kind: str  # stream | table | tables
-    on: tuple[tuple[str, ...], tuple[str, ...]] = (("key",), ("key",))
-    time_field: tuple[tuple[str, ...], tuple[str, ...]] = (("ts",), ("ts",))
-    within: int | None = None  # ms, stream-stream
-    how: str = "inner"
-    as_of: str = "position"  # stream-table
-    retention: int | None = None  # ms, stream-table --as-of event-time
-    lateness: int = 0  # ms the watermark trails the largest event time (stream-stream, --as-of event-time)
-
-    @property
-    def has_watermark(self) -> bool:
-        return self.kind == "stream" or (self.kind == "table" and self.as_of == "event-time")
 
 
 def split_pair(text: str | None, default: str, what: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -178,17 +161,8 @@ def run(spec: JoinSpec, emit: Emit | None = None, emit_op: EmitOp | None = None,
             items = read_inputs(spec, specs, [remembered[0].remember, remembered[1].remember])
     sink = None if late is None else (lambda side, rec: late(side, late_line(rec, logs[side])))
     stats = JoinStats()
-    feeder: feeders.StreamFeed | feeders.TableFeed | feeders.TablesFeed
-    if spec.kind == "stream":
-        assert emit is not None
-        feeder = feeders.StreamFeed(spec, emit, stats, sink, remembered)
-    elif spec.kind == "table":
-        assert emit is not None
-        feeder = feeders.TableFeed(spec, emit, stats, sink, right_index)
-    else:
-        assert emit_op is not None
-        feeder = feeders.TablesFeed(spec, emit_op, stats)
-    with feeders.gc_frozen():
+    feeder = feeders.make(spec, stats, emit, emit_op, sink, remembered, right_index)
+    with gc_frozen():
         feeder.feed(items)
         feeder.finish()
     return stats
@@ -216,7 +190,7 @@ def _run_enrich(spec: JoinSpec, write_jsonl: Callable[[bytes], None], block_byte
     from streamctl.processing.joins.stream_table import enrich
 
     stats = JoinStats()
-    with feeders.gc_frozen():
+    with gc_frozen():
         n_left, n_right, size = enrich(spec.left, spec.right, spec.on, spec.time_field, spec.how == "inner",
                                        write_jsonl, (inputorder.classify(spec.left).is_log,
                                                      inputorder.classify(spec.right).is_log),
@@ -251,7 +225,7 @@ def _run_stream_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], bloc
     j = IntervalJoin(spec.within, spec.how, write_jsonl, spec.lateness, None if late is None else _payload_sink(late),
                      stats)
     try:
-        with feeders.gc_frozen():
+        with gc_frozen():
             for cols in merged_chunks(streams[0], streams[1], CHUNK):
                 j.chunk(*cols)
             j.finish()

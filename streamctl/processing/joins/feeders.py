@@ -13,36 +13,20 @@ run, joins/store.DiskTable for a follower): the operators only get, set and pop.
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Callable, Iterable, Iterator, MutableMapping
-from contextlib import contextmanager
-from itertools import chain, repeat
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, MutableMapping
+from itertools import chain, groupby, repeat
+from operator import itemgetter
+from typing import Any
 
 import orjson
 
-from streamctl.processing.joins import Emit, EmitOp
+from streamctl.processing.joins import Emit, EmitOp, JoinSpec, JoinStats
 from streamctl.processing.joins.keys import RememberedTime, change_keys, key_getter, norm_key, time_getter, value_field
 from streamctl.processing.watermark import Watermark
-
-if TYPE_CHECKING:
-    from streamctl.processing.joins.driver import JoinSpec, JoinStats
 
 Record = dict[str, Any]
 Items = Iterable[tuple[int, Record]]
 LateRecord = Callable[[int, Record], None]
-
-
-@contextmanager
-def gc_frozen() -> Iterator[None]:
-    # Many small long-lived objects (state): the cyclic GC only costs time here.
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 class StreamFeed:
@@ -159,17 +143,10 @@ class TableFeed:
         change, event = j.change, j.event
         right_index, right_key, left_key, by_value_path = self.right_index, self.right_key, self.left_key, \
             self.by_value_path
-        by_record_key = self.right_key_is_record_key
         n_left = n_right = 0
         for i, rec in items:
             if i == right_index:
                 n_right += 1
-                if by_record_key:
-                    # change_keys of a table keyed by its record key: that key (a string), or none
-                    k = rec.get("key")
-                    if k is not None:
-                        change(k, rec["value"])  # type: ignore[call-arg]
-                    continue
                 value = rec["value"]
                 for nk, _k in change_keys(rec, right_key, by_value_path):
                     change(nk, value)  # type: ignore[call-arg]
@@ -245,14 +222,13 @@ class TableRowsFeed(TableFeed):
     The table is a raw joins/store.DiskTable: each row is the JSON text orjson wrote for the
     value (what a DiskTable of values stores too, so the two read each other's checkpoints), and
     an event's row pastes that text where the record path would decode it and write it again.
-    Records come as a list and the input index of each (`feed_runs`): a run of table changes
-    goes to the table at once (the last change of a key in the run wins, as one after another
-    would), and a run of events reads its keys' rows in one prefetch and writes its rows in a
-    few calls of `write_jsonl`.
+    A run of table changes goes to the table at once (the last change of a key in the run wins,
+    as one after another would), and a run of events reads its keys' rows in one prefetch and
+    writes its rows in a few calls of `write_jsonl`.
 
-    `runs` (or `run`) and `feed_columns` are the two halves of `feed_runs`: the first reads the
-    records into Runs (what each run changes or looks up, and the text of each event's row up to
-    its right side: no records), the second joins them. The follower runs the first in a reading
+    `run` and `feed_columns` are the two halves of `feed`: the first reads a run of records into
+    a Run (what it changes or looks up, and the text of each event's row up to its right side: no
+    records), the second joins Runs. The follower runs the first in a reading
     process (joins/follow_inputs.py) and sends the Runs over a pipe: they hold only strings,
     bytes and counts."""
 
@@ -269,27 +245,10 @@ class TableRowsFeed(TableFeed):
                                                                   and not self.left_is_record_key)
 
     def feed(self, items: Items) -> None:
-        pairs = list(items)
-        self.feed_runs([rec for _i, rec in pairs], [i for i, _rec in pairs])
-
-    def feed_runs(self, records: list[Record], inputs: list[int]) -> None:
-        """Records in the input order, and the input index of each."""
-        self.feed_columns(self.runs(records, inputs))
-
-    def runs(self, records: list[Record], inputs: list[int]) -> list[Run]:
-        """The runs of records in the input order (`inputs`: the input index of each), each a Run
-        (`run`)."""
-        n = len(records)
-        if not n:
-            return []
+        """Records in the input order: each run of one input's records is a Run (`run`)."""
         right_index = self.right_index
-        n_right = inputs.count(right_index)
-        if n_right == 0 or n_right == n:
-            cuts = [0, n]
-        else:
-            cuts = [0, *[i for i in range(1, n) if inputs[i] != inputs[i - 1]], n]
-        return [self.run(inputs[a] == right_index, records if b - a == n else records[a:b])
-                for a, b in zip(cuts, cuts[1:])]  # noqa: B905 (cuts[1:] is one shorter)
+        self.feed_columns([self.run(i == right_index, [rec for _i, rec in run])
+                           for i, run in groupby(items, key=itemgetter(0))])
 
     def run(self, changes: bool, records: list[Record], values: list[Any] | None = None,
             rkeys: list[Any] | None = None) -> Run:
@@ -360,7 +319,7 @@ class TableRowsFeed(TableFeed):
             write(b"".join(chain.from_iterable(zip(heads[i:j], rows[i:j], _ENDS, strict=False))))  # _ENDS: endless
 
 
-# A Run of TableRowsFeed.runs: (CHANGES, changes, how many records) or (EVENTS, normalized keys, heads)
+# A Run of TableRowsFeed.run: (CHANGES, changes, how many records) or (EVENTS, normalized keys, heads)
 Run = tuple[int, Any, Any]
 CHANGES, EVENTS = 0, 1
 _NULL = b"null"
@@ -408,3 +367,18 @@ class TablesFeed:
 
     def load(self, data: dict) -> None:
         """Nothing beyond the tables to restore (dump writes nothing else)."""
+
+
+def make(spec: JoinSpec, stats: JoinStats, emit: Emit | None, emit_op: EmitOp | None, late: LateRecord | None,
+         times: tuple[RememberedTime, RememberedTime] | None = None, right_index: int = 1,
+         tables: list[Any] | None = None) -> StreamFeed | TableFeed | TablesFeed:
+    """The feeder of the spec's kind, for a batch run (tables in dicts) or a follower (`tables`: its
+    tables on disk, joins/store.py); `times` the getters the input merge remembers times with."""
+    if spec.kind == "stream":
+        assert emit is not None
+        return StreamFeed(spec, emit, stats, late, times)
+    if spec.kind == "table":
+        assert emit is not None
+        return TableFeed(spec, emit, stats, late, right_index, None if tables is None else tables[0])
+    assert emit_op is not None
+    return TablesFeed(spec, emit_op, stats, None if tables is None else (tables[0], tables[1]))

@@ -34,8 +34,8 @@ import orjson
 from streamctl import stopflag
 from streamctl.errors import Interrupted, StorageError, UsageError
 from streamctl.processing import following
-from streamctl.processing.joins import Emit, EmitOp, feeders, follow_inputs
-from streamctl.processing.joins.driver import JoinSpec, JoinStats, late_line
+from streamctl.processing.joins import Emit, EmitOp, JoinSpec, JoinStats, feeders, follow_inputs, gc_frozen
+from streamctl.processing.joins.driver import late_line
 from streamctl.processing.joins.keys import RememberedTime, time_getter
 from streamctl.processing.joins.store import DiskTable, open_db
 from streamctl.processing.mergeorder import merge_lanes
@@ -141,12 +141,8 @@ class JoinFollower:
         if self.kernel:
             assert write_jsonl is not None
             self.feeder = feeders.TableRowsFeed(spec, write_jsonl, self.stats, self.tables[0])
-        elif spec.kind == "stream":
-            self.feeder = feeders.StreamFeed(spec, emit, self.stats, sink, self.times)
-        elif spec.kind == "table":
-            self.feeder = feeders.TableFeed(spec, emit, self.stats, sink, 1, self.tables[0])
         else:
-            self.feeder = feeders.TablesFeed(spec, emit_op, self.stats, (self.tables[0], self.tables[1]))
+            self.feeder = feeders.make(spec, self.stats, emit, emit_op, sink, self.times, 1, self.tables)
 
     def _lock(self, group: str) -> None:
         from streamctl.groups import files
@@ -365,7 +361,7 @@ def follow(spec: JoinSpec, group: str | None, emit: Emit, emit_op: EmitOp, flush
 
     waiter = Waiter(_watched(spec))
     try:
-        with feeders.gc_frozen():
+        with gc_frozen():
             following.run_rounds(lambda: f.round(following.FOLLOW_BATCH), checkpoint, waiter, idle_timeout)
     finally:
         waiter.close()

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Generator, Iterator
-from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from streamctl.processing import following, inputorder
+from streamctl.processing.joins.table_inputs import gather, log_columns
 from streamctl.processing.mergeorder import NO_TIME, Lane, merge, record_lane
 from streamctl.storage import log as logmod
 
@@ -56,34 +56,32 @@ def plan(paths: tuple[str, str], logs: tuple[logmod.Log, logmod.Log], positions:
 def lanes(paths: tuple[str, str], the_plan: Plan, highs: tuple[dict[int, int], dict[int, int]],
           time_of: tuple[Callable[[Record], int | None], Callable[[Record], int | None]]) -> list[Lane]:
     """The plan's lanes of records, each named (side, partition), its merge key carried on from `highs`."""
-    out: list[Lane] = []
+    return [record_lane((side, p), blocks, time_of[side], highs[side].get(p, NO_TIME))
+            for side, p, blocks in _blocks(paths, the_plan)]
+
+
+def _blocks(paths: tuple[str, str], the_plan: Plan) -> Iterator[tuple[int, int, Iterator[list[Record]]]]:
+    """(side, partition, its blocks past its position) of each lane of the plan."""
     opened: dict[int, logmod.Log] = {}
     for side, p, start, end in the_plan:
         lg = opened.get(side) or opened.setdefault(side, logmod.open_log(paths[side]))
-        blocks = inputorder.partition_blocks(paths[side], lg, p, start, end)
-        out.append(record_lane((side, p), blocks, time_of[side], highs[side].get(p, NO_TIME)))
-    return out
+        yield side, p, inputorder.partition_blocks(paths[side], lg, p, start, end)
 
 
 _NO_RECORDS: list[Record] = []  # a segment's records where the feeder reads only the columns
-# A lane block's columns: values, record keys, offsets and the records (a _block_records batch has
-# the first three already)
+# A lane block's columns: values, record keys, offsets and the records
 Columns = tuple[list[Any], list[Any], list[int], list[Record]]
 
 
-def _column_lane(path: str, lg: logmod.Log, p: int, start: int, end: int | None,
-                 time_of: Callable[[Record], int | None], by_ts: bool) -> Iterator[tuple[list[Any], Columns]]:
+def _column_lane(blocks: Iterator[list[Record]], time_of: Callable[[Record], int | None],
+                 by_ts: bool) -> Iterator[tuple[list[Any], Columns]]:
     """A partition's blocks as (times, Columns): the record lane of `lanes`, its columns read once."""
-    for block in inputorder.partition_blocks(path, lg, p, start, end):
+    for block in blocks:
         if not block:
             continue
-        values = getattr(block, "values", None)
-        rkeys = getattr(block, "keys", None)
         offs = getattr(block, "offs", None)
         tss = getattr(block, "tss", None)
-        cols = (values if values is not None else [rec["value"] for rec in block],
-                rkeys if rkeys is not None else [rec.get("key") for rec in block],
-                offs if offs is not None else [rec["offset"] for rec in block], block)
+        cols = (*log_columns(block), offs if offs is not None else [rec["offset"] for rec in block], block)
         yield (tss if by_ts and tss is not None else list(map(time_of, block))), cols
 
 
@@ -94,14 +92,11 @@ def messages(feeder: TableRowsFeed, paths: tuple[str, str], the_plan: Plan, high
     them, over their blocks' columns), as Messages of about `run` records (a merge round more at
     most). `by_ts`: whether each side's time is the append time `ts` (read from the blocks' column
     where there is one)."""
-    the_lanes: list[Lane] = []
-    opened: dict[int, logmod.Log] = {}
-    for side, p, start, end in the_plan:
-        lg = opened.get(side) or opened.setdefault(side, logmod.open_log(paths[side]))
-        blocks = _column_lane(paths[side], lg, p, start, end, time_of[side], by_ts[side])
-        the_lanes.append(Lane(blocks, highs[side].get(p, NO_TIME), (side, p)))
+    the_lanes = [Lane(_column_lane(blocks, time_of[side], by_ts[side]), highs[side].get(p, NO_TIME), (side, p))
+                 for side, p, blocks in _blocks(paths, the_plan)]
     sides = [side for side, _p, _s, _e in the_plan]
     with_records = feeder.needs_records
+    cols = (0, 1, 3) if with_records else (0, 1)
     right = feeder.right_index
     runs: list[Run] = []
     n = 0
@@ -124,23 +119,25 @@ def messages(feeder: TableRowsFeed, paths: tuple[str, str], the_plan: Plan, high
                 [(*the_lanes[k].name, h) for k, h in lane_highs.items()])
 
     for parts, order in merge(the_lanes):
+        got = gather(the_lanes, parts, order, cols)
+        seg_vals, seg_rks, seg_recs = got if with_records else (*got, _NO_RECORDS)
         if order is None:
-            k, s, e = parts[0]
-            values, rkeys, _offs, block = the_lanes[k].payload
-            whole = not s and e == len(values)
-            segments = [(sides[k], values if whole else values[s:e], rkeys if whole else rkeys[s:e],
-                         (block if whole else block[s:e]) if with_records else _NO_RECORDS)]
+            ins = [sides[parts[0][0]]]
+            cuts = [0, len(seg_vals)]
         else:
-            segments = _merged_segments(the_lanes, sides, parts, order, with_records)
-        for seg_side, seg_vals, seg_rks, seg_recs in segments:
-            if seg_side != side:
+            # the input of each record in input order, cut where it changes
+            ins = list(map([sides[k] for k, s, e in parts for _ in range(e - s)].__getitem__, order))
+            cuts = [0, *[i for i in range(1, len(ins)) if ins[i] != ins[i - 1]], len(ins)]
+        for a, b in zip(cuts, cuts[1:]):  # noqa: B905 (cuts[1:] is one shorter)
+            if ins[a] != side:
                 close_run()
-                side = seg_side
-            vals += seg_vals
-            rks += seg_rks
+                side = ins[a]
+            whole = b - a == len(seg_vals)
+            vals += seg_vals if whole else seg_vals[a:b]
+            rks += seg_rks if whole else seg_rks[a:b]
             if with_records:
-                recs += seg_recs
-            n += len(seg_vals)
+                recs += seg_recs if whole else seg_recs[a:b]
+            n += b - a
         for k, _s, e in parts:
             lane = the_lanes[k]
             ends[k] = lane.payload[2][e - 1] + 1
@@ -154,32 +151,6 @@ def messages(feeder: TableRowsFeed, paths: tuple[str, str], the_plan: Plan, high
     close_run()
     if n:
         yield message()
-
-
-def _merged_segments(lanes: list[Lane], sides: list[int], parts: list[tuple[int, int, int]], order: Any,
-                     with_records: bool) -> list[tuple[int, list[Any], list[Any], list[Record]]]:
-    """A merge round of several lanes' parts, put in input order by `order`, cut where the input changes."""
-    vals: list[Any] = []
-    rks: list[Any] = []
-    recs: list[Record] = []
-    ins: list[int] = []
-    for k, s, e in parts:
-        values, rkeys, _offs, block = lanes[k].payload
-        vals += values[s:e]
-        rks += rkeys[s:e]
-        if with_records:
-            recs += block[s:e]
-        ins += repeat(sides[k], e - s)
-    vals = list(map(vals.__getitem__, order))
-    rks = list(map(rks.__getitem__, order))
-    if with_records:
-        recs = list(map(recs.__getitem__, order))
-    ins = list(map(ins.__getitem__, order))
-    if ins.count(ins[0]) == len(ins):
-        return [(ins[0], vals, rks, recs)]
-    cuts = [0, *[i for i in range(1, len(ins)) if ins[i] != ins[i - 1]], len(ins)]
-    return [(ins[a], vals[a:b], rks[a:b], recs[a:b] if with_records else _NO_RECORDS)
-            for a, b in zip(cuts, cuts[1:])]  # noqa: B905 (cuts[1:] is one shorter)
 
 
 class KernelReader:

@@ -92,10 +92,7 @@ def log_side(path: str, on: Path, time_field: Path, table: bool, ahead: bool = F
         times_of = _on_records(time_getter(time_field))
 
     def columns(batch: list[Record]) -> Block:
-        vals = getattr(batch, "values", None)
-        values = vals if vals is not None else [r["value"] for r in batch]
-        rk = getattr(batch, "keys", None)
-        rkeys = rk if rk is not None else [r.get("key") for r in batch]
+        values, rkeys = log_columns(batch)
         return values, (rkeys if key_of is None else key_of(batch, values)), rkeys if table else None, (batch, values)
 
     parts = inputorder.log_partitions(path)
@@ -150,28 +147,44 @@ def _texts(block: Block) -> tuple[list[bytes], list[Any]]:
 def _merged(lanes: list[mergeorder.Lane]) -> Iterator[Block]:
     """The lanes' columns in input order (mergeorder.merge), each block's source its merge keys."""
     for parts, order in mergeorder.merge(lanes):
+        values, keys, rkeys = gather(lanes, parts, order, (0, 1, 2))
         if order is None:
             k, s, e = parts[0]
-            lane = lanes[k]
-            values, keys, rkeys, _source = lane.payload
-            whole = not s and e == len(values)
-            yield ((values, keys, rkeys, lane.keys) if whole else
-                   (values[s:e], keys[s:e], None if rkeys is None else rkeys[s:e], lane.keys[s:e]))
+            marks = lanes[k].keys
+            yield values, keys, rkeys, marks if not s and e == len(marks) else marks[s:e]
             continue
-        vals: list[Any] = []
-        ks: list[Any] = []
-        marks: list[int] = []
-        rks: list[Any] | None = None if lanes[parts[0][0]].payload[2] is None else []
-        for k, s, e in parts:
-            values, keys, rkeys, _source = lanes[k].payload
-            vals += values[s:e]
-            ks += keys[s:e]
-            marks += lanes[k].keys[s:e]
-            if rks is not None:
-                rks += rkeys[s:e]
+        marks = [m for k, s, e in parts for m in lanes[k].keys[s:e]]
         marks.sort()  # the merge keys in the order's order: `order` is their stable sort
-        yield (list(map(vals.__getitem__, order)), list(map(ks.__getitem__, order)),
-               None if rks is None else list(map(rks.__getitem__, order)), marks)
+        yield values, keys, rkeys, marks
+
+
+def gather(lanes: list[mergeorder.Lane], parts: list[tuple[int, int, int]], order: Any,
+           cols: tuple[int, ...]) -> list[Any]:
+    """Columns `cols` of the lanes' payloads (lists, or None for a column a lane does not have) over a
+    round of mergeorder.merge: its parts (lane, start, end) put in input order by `order` (None: one
+    part, in order already; a whole block's column is passed on as it is)."""
+    if order is None:
+        k, s, e = parts[0]
+        payload = lanes[k].payload
+        return [col if col is None or (not s and e == len(col)) else col[s:e] for col in map(payload.__getitem__, cols)]
+    out: list[Any] = []
+    for c in cols:
+        if lanes[parts[0][0]].payload[c] is None:
+            out.append(None)
+            continue
+        col: list[Any] = []
+        for k, s, e in parts:
+            col += lanes[k].payload[c][s:e]
+        out.append(list(map(col.__getitem__, order)))
+    return out
+
+
+def log_columns(batch: list[Record]) -> tuple[list[Any], list[Any]]:
+    """A log block's values and record keys: the columns a decoded block carries, else its records'."""
+    values = getattr(batch, "values", None)
+    rkeys = getattr(batch, "keys", None)
+    return (values if values is not None else [r["value"] for r in batch],
+            rkeys if rkeys is not None else [r.get("key") for r in batch])
 
 
 def plain_side(path: str, on: Path, time_field: Path, piece: int) -> Side:
