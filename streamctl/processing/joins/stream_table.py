@@ -315,9 +315,6 @@ def changes_of(values: list[Any], keys: list[Any] | None, rkeys: list[Any] | Non
         return changes
     changes = {}
     for value, rkey, key, raw in zip(values, rkeys or repeat(None), keys, raws, strict=False):  # (rkeys: endless)
-        if value is not None and key.__class__ is str:
-            changes[key] = raw  # changed_rows of the common change, inline
-            continue
         for nk, _k in changed_rows(value, rkey, key, by_value_path):
             changes[nk] = raw
     return changes
