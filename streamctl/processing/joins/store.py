@@ -156,7 +156,12 @@ class DiskTable(MutableMapping[Any, Any]):
             cache.clear()
             cache.update(keep)
         decode = None if self.raw else self.decode
-        for part, found in self._select_in(names):
+        step = self.chunk
+        for i in range(0, len(names), step):
+            part = names[i:i + step]
+            size = max(_LEAST_LIST, 1 << (len(part) - 1).bit_length())
+            q = f"SELECT k, v FROM {self.name} WHERE k IN ({','.join('?' * size)})"
+            found = dict(self.db.execute(q, part + [None] * (size - len(part))).fetchall())
             if want is None and decode is None:
                 cache.update(dict.fromkeys(part, _ABSENT))
                 cache.update(found)
@@ -165,16 +170,6 @@ class DiskTable(MutableMapping[Any, Any]):
                 raw = found.get(sk)
                 cache[sk if want is None else want[sk]] = (
                     _ABSENT if raw is None else raw if decode is None else decode(raw))
-
-    def _select_in(self, names: list[str]) -> Iterator[tuple[list[str], dict[str, bytes]]]:
-        """(keys, {key: stored value} of those with a row) for these sorted TEXT keys, a statement
-        of up to `chunk` keys at a time."""
-        step = self.chunk
-        for i in range(0, len(names), step):
-            part = names[i:i + step]
-            size = max(_LEAST_LIST, 1 << (len(part) - 1).bit_length())
-            q = f"SELECT k, v FROM {self.name} WHERE k IN ({','.join('?' * size)})"
-            yield part, dict(self.db.execute(q, part + [None] * (size - len(part))).fetchall())
 
     def __getitem__(self, nkey: Any) -> Any:
         v = self.get(nkey, _ABSENT)
@@ -225,8 +220,12 @@ class DiskTable(MutableMapping[Any, Any]):
             asked -= mine
             found.update({nk: dirty[nk] for nk in mine if dirty[nk] is not _DELETED})
             names = [nk for nk in names if nk in asked]
-        for _part, rows in self._select_in(names):
-            found.update(rows)
+        step = self.chunk
+        for i in range(0, len(names), step):
+            part = names[i:i + step]
+            size = max(_LEAST_LIST, 1 << (len(part) - 1).bit_length())
+            q = f"SELECT k, v FROM {self.name} WHERE k IN ({','.join('?' * size)})"
+            found.update(self.db.execute(q, part + [None] * (size - len(part))).fetchall())
         if not self.raw:
             decode = self.decode
             found = {nk: decode(v) if nk in asked else v for nk, v in found.items()}

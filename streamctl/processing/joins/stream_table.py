@@ -34,10 +34,9 @@ per-record layers taken out.
 Both inputs are read in blocks, and the input order (the table side first on equal merge keys)
 is kept by merging runs of records rather than single records: a run of events between two
 table changes all see the same table. Each table value is written to JSON once when it
-changes, and pasted into every row that uses it (changes_of, event_heads, write_rows: the
-follower's kernel, feeders.TableRowsFeed, feeds its table on disk with the same three).
-tests/props/test_join_enrich.py and tests/props/test_join_props.py hold the kernel to the
-reference.
+changes (an orjson.Fragment pasted into every row that uses it), and a run's rows are encoded
+by one C-level map. tests/props/test_join_enrich.py and tests/props/test_join_props.py hold
+the kernel to the reference.
 """
 
 from __future__ import annotations
