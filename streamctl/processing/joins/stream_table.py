@@ -44,7 +44,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, MutableMapping
-from itertools import chain, repeat
+from itertools import repeat
 from typing import Any
 
 import orjson
@@ -223,31 +223,45 @@ def enrich(left: str, right: str, on: tuple[Path, Path], time_field: tuple[Path,
 
 def _enrich(ev: table_inputs.Side, tb: table_inputs.Side, inner: bool, write_jsonl: Callable[[bytes], None],
             by_value_path: bool) -> tuple[int, int, int]:
-    """The rows of TableAtPosition over two sides, the table a PositionTable: a run of table changes
-    goes to it by `changes_of`, a run of events reads its rows by `event_heads` and `write_rows`
-    (what the follower's TableRowsFeed does with its table on disk). Events read their times
-    only while the table has changes left: once it is read to its end, the rest of the events
-    are enriched in their own order (a log of events whose blocks come with their merge keys,
-    merged or read ahead, has them anyway)."""
-    table = PositionTable()
+    """The rows of TableAtPosition over two sides; a table record changes the rows
+    keys.changed_rows names. Events read their times only while the table has changes left:
+    once it is read to its end, the rest of the events are enriched in their own order (a log
+    of events whose blocks come with their merge keys, merged or read ahead, has them anyway)."""
+    table: dict[Any, Any] = {}
+    dumps, fragment = orjson.dumps, orjson.Fragment
+    nl = orjson.OPT_APPEND_NEWLINE
     n_events = n_changes = 0
 
     def apply(j: int) -> None:
         nonlocal n_changes
-        i = tb.i
-        whole = not i and j == tb.n
-        keys = None if not by_value_path else tb.keys if whole else tb.keys[i:j]  # None: the record keys
-        rkeys = tb.rkeys if tb.rkeys is None or whole else tb.rkeys[i:j]
-        table.apply(changes_of(tb.values if whole else tb.values[i:j], keys, rkeys, by_value_path))
-        n_changes += j - i
+        keys, values, rkeys = tb.keys, tb.values, tb.rkeys
+        for x in range(tb.i, j):
+            value = values[x]
+            if value is None:
+                for nk, _k in changed_rows(None, None if rkeys is None else rkeys[x], keys[x], by_value_path):
+                    table.pop(nk, None)
+                continue
+            k = keys[x]
+            if k is not None:
+                # a copy of the text: orjson's result keeps its whole write buffer (4 KiB) alive with it
+                table[k if k.__class__ is str else norm_key(k)] = fragment(b"%b" % dumps(value))
+        n_changes += j - tb.i
         tb.i = j
 
     def enrich(j: int) -> None:
         nonlocal n_events
         i = ev.i
-        whole = not i and j == ev.n
-        nkeys, heads = event_heads(ev.keys if whole else ev.keys[i:j], ev.values if whole else ev.values[i:j])
-        write_rows(table.rows(nkeys), heads, inner, write_jsonl)
+        keys = ev.keys[i:j] if i or j < ev.n else ev.keys
+        values = ev.values[i:j] if i or j < ev.n else ev.values
+        get = table.get
+        rights = [get(k) if k.__class__ is str else (get(norm_key(k)) if k is not None else None) for k in keys]
+        if inner:
+            rows = [{"key": k, "left": v, "right": r} for k, v, r in zip(keys, values, rights, strict=True)
+                    if r is not None]
+        else:
+            rows = [{"key": k, "left": v, "right": r} for k, v, r in zip(keys, values, rights, strict=True)]
+        if rows:
+            write_jsonl(b"".join(map(dumps, rows, repeat(None), repeat(nl))))
         n_events += j - i
         ev.i = j
 
@@ -269,80 +283,3 @@ def _enrich(ev: table_inputs.Side, tb: table_inputs.Side, inner: bool, write_jso
         apply(tb.n)
         tb.next_block(True)
     return n_events, n_changes, len(table)
-
-
-# ---- TableAtPosition a run of records at a time: the batch run's and the follower's kernel --------
-#
-# The table holds each row as the JSON text orjson wrote for its value (a PositionTable in memory,
-# a raw joins/store.DiskTable on disk: the same protocol, `apply` and `rows`), and an event's row
-# pastes that text where the record path would decode it and write it again.
-
-
-class PositionTable(dict[Any, bytes]):
-    """A batch run's table of value texts by normalized key."""
-
-    raw = True
-
-    def apply(self, changes: dict[Any, bytes | None]) -> None:
-        """Set each key's text, or delete its row where the text is None."""
-        if None not in changes.values():
-            self.update(changes)
-            return
-        for nk, raw in changes.items():
-            if raw is None:
-                self.pop(nk, None)
-            else:
-                self[nk] = raw
-
-    def rows(self, nkeys: list[Any]) -> list[bytes | None]:
-        """The text of each key's row, None where it has none (a null key has none)."""
-        return list(map(self.get, nkeys))
-
-
-def changes_of(values: list[Any], keys: list[Any] | None, rkeys: list[Any] | None,
-               by_value_path: bool) -> dict[Any, bytes | None]:
-    """A run of table changes as {normalized key: the value's JSON text, None to delete}: the rows
-    keys.changed_rows names for each record (value, record key, join key), the last change of a
-    key winning as one change after another would. `keys` None: the join key is the record key."""
-    dumps = orjson.dumps
-    # a copy of each text: orjson's result keeps its whole write buffer (4 KiB) alive with it
-    raws = [None if v is None else b"%b" % dumps(v) for v in values]
-    if keys is None:
-        # changed_rows of a table keyed by its record key: that key (a string), or none
-        changes = dict(zip(rkeys or (), raws, strict=True))
-        changes.pop(None, None)
-        return changes
-    changes = {}
-    for value, rkey, key, raw in zip(values, rkeys or repeat(None), keys, raws, strict=False):  # (rkeys: endless)
-        for nk, _k in changed_rows(value, rkey, key, by_value_path):
-            changes[nk] = raw
-    return changes
-
-
-def event_heads(keys: list[Any], values: list[Any]) -> tuple[list[Any], list[bytes]]:
-    """A run of events' normalized join keys, and the text of each one's row up to its right side:
-    what orjson.dumps writes for {"key": k, "left": v, "right": ...} before the right side (it
-    writes a value inside an object as it writes it alone)."""
-    dumps = orjson.dumps
-    heads = [b'{"key":%b,"left":%b,"right":' % (dumps(k), dumps(v)) for k, v in zip(keys, values, strict=True)]
-    return [k if k.__class__ is str or k is None else norm_key(k) for k in keys], heads
-
-
-def write_rows(rows: list[Any], heads: list[bytes], inner: bool, write: Callable[[bytes], None]) -> None:
-    """The rows of a run of events, each its head, its key's row text (null where there is none;
-    with --how inner, no row) and the closing brace and newline: the text orjson.dumps writes
-    for {"key": k, "left": v, "right": orjson.Fragment(row) or None} with OPT_APPEND_NEWLINE."""
-    if inner:
-        kept = [(h, r) for h, r in zip(heads, rows, strict=True) if r is not None]
-        heads, rows = [h for h, _r in kept], [r for _h, r in kept]
-    else:
-        rows = [_NULL if r is None else r for r in rows]
-    for i in range(0, len(heads), _ROWS_AT_ONCE):
-        j = i + _ROWS_AT_ONCE
-        write(b"".join(chain.from_iterable(zip(heads[i:j], rows[i:j], _ENDS, strict=False))))  # _ENDS: endless
-
-
-_NULL = b"null"
-_ENDS = repeat(b"}\n")
-# rows joined into one write
-_ROWS_AT_ONCE = 8192
