@@ -39,12 +39,12 @@ A batch of windows closed by one watermark move comes out sorted by
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from itertools import compress, repeat
 from typing import Any, NamedTuple
 
 from streamctl.processing.aggregations import columnar
-from streamctl.processing.watermark import NO_WATERMARK, Watermark, before, before_array
+from streamctl.processing.watermark import NO_WATERMARK, Watermark, before_array
 
 
 def fold_events(op, batch: Batch, out: list) -> tuple[int, list[int]]:
@@ -87,23 +87,6 @@ class Batch(NamedTuple):
     ids: tuple[int, Any] | None = None
     # the times as an int64 array too, when they came as one (events.EventColumns.packed)
     times: Any = None
-
-
-def _group(cells: list[tuple[int, bytes]], pos: Iterable[int]) -> Iterable[tuple[tuple[int, bytes], list[int]]]:
-    """((window end, key), positions) per distinct cell, in first-seen order; `pos[i]` is the
-    position of cells[i]. Many keys and short windows make most cells single events: when all
-    are, no per-event loop is needed."""
-    distinct = dict.fromkeys(cells)
-    if len(distinct) == len(cells):
-        return zip(cells, ([i] for i in pos), strict=True)
-    groups: dict[tuple[int, bytes], list[int]] = {}
-    for cell, i in zip(cells, pos, strict=True):
-        g = groups.get(cell)
-        if g is None:
-            groups[cell] = [i]
-        else:
-            g.append(i)
-    return groups.items()
 
 
 def _window_runs(end_array: Any, ks: list[bytes], numbers: list) -> dict[int, tuple[list[bytes], list]]:
@@ -233,104 +216,56 @@ class GridWindows:
         return sum(len(d) for d in self.open.values())
 
     def fold(self, batch: Batch, out: list) -> tuple[int, list[int]]:
-        """Fold a batch. Two routes: with rows per event (--emit update, --late correct) the
-        reference, fold_events; otherwise the batch kernel: each event's windows (the late ones
-        left out), the events grouped by (window, key) and each group folded at once, into the
-        open windows' cells (numpy) or Plan's states, then the windows the watermark passed close."""
-        if self.update or self.correct:
+        """Fold a batch. Two routes: the reference, fold_events, where rows come per event (--emit
+        update, --late correct) or the aggregations are not all slots (or an int was too large for
+        one); otherwise the batch kernel: each event's windows (the late ones left out) with numpy,
+        the batch cut by window and each window's run folded into its cells at once, then the
+        windows the watermark passed close."""
+        if not self.columnar:
             return fold_events(self, batch, out)
-        ts, ks, cols, seq, maxt, lateness = batch[:6]
-        ends, ks, pos, lates = (self._tumbling(ts, ks, maxt, lateness, batch.times) if self.size == self.hop
-                                else self._hopping(ts, ks, maxt, lateness))
-        if self.columnar:
-            self._fold_cells(ends, ks, pos, cols)
-        else:
-            self._fold_states(_group(list(zip(ends, ks, strict=True)), pos), cols, seq)
-        if ts:
-            maxt = max(maxt, max(ts))
-            self.close(maxt - lateness, out)
-        return maxt, lates
-
-    def _tumbling(self, ts: list[int], ks: list[bytes], maxt: int, lateness: int,
-                  times: Any = None) -> tuple[Any, list, Any, list]:
-        """(each kept event's window end, its key, its position, the late events' positions) with
-        numpy: an event's window, the watermark before it (watermark.before_array), late or not."""
-        import numpy as np
-
-        n = len(ts)
-        t = np.fromiter(ts, dtype=np.int64, count=n) if times is None else times
-        size = self.size
-        end_array = t - t % size + size  # numpy's % floors as Python's does: pre-1970 times too
-        # before the first time (NO_WATERMARK) nothing is late: every end is far above it
-        late = end_array <= before_array(t, maxt, lateness)
-        if not late.any():
-            return (end_array if self.columnar else end_array.tolist()), ks, range(n), []
-        kept = np.flatnonzero(~late)
-        pos = kept.tolist()
-        end_array = end_array[kept]
-        return ((end_array if self.columnar else end_array.tolist()), [ks[i] for i in pos], pos,
-                np.flatnonzero(late).tolist())
-
-    def _hopping(self, ts: list[int], ks: list[bytes], maxt: int, lateness: int) -> tuple[list, list, list, list]:
-        """_tumbling for hopping windows: an event in each window holding it (a cell each), late
-        when one of them had closed."""
-        ends: list[int] = []
-        keys: list[bytes] = []
-        where: list[int] = []
-        lates: list[int] = []
-        for i, (t, k, wm) in enumerate(zip(ts, ks, before(ts, maxt, lateness), strict=True)):
-            dropped = False
-            for end in self.ends_of(t):
-                if end <= wm:
-                    dropped = True
-                else:
-                    ends.append(end)
-                    keys.append(k)
-                    where.append(i)
-            if dropped:
-                lates.append(i)
-        return ends, keys, where, lates
-
-    def _fold_states(self, groups: Iterable[tuple[tuple[int, bytes], list[int]]], cols: list[list | None],
-                     seq: int) -> None:
-        opened, new = self.open, self.plan.new
-        folds = []
-        last_end: int | None = None
-        d: dict[bytes, list] = {}
-        for (end, k), idx in groups:
-            if end != last_end:  # cells of one window mostly follow each other
-                last_end = end
-                got = opened.get(end)
-                if got is None:
-                    got = opened[end] = {}
-                    heapq.heappush(self.ends, end)
-                d = got
-            st = d.get(k)
-            if st is None:
-                st = d[k] = new()
-            folds.append((st, idx))
-        self.plan.fold_groups(folds, cols, seq)
-
-    def _fold_cells(self, ends: Any, ks: list[bytes], pos: Sequence[int], cols: list[list | None]) -> None:
-        """The events at `pos` (their windows' `ends`, a list or an int64 array; their groups `ks`) into
-        the open windows' cells: the batch sorted by window once (stable: each window's events stay in
-        input order, so its totals are the same left-to-right sums), each window's run folded at once."""
         import numpy as np
 
         from streamctl.processing.windows import cells
 
-        # the events kept (and repeated, for hopping windows)
-        kept = cols if isinstance(pos, range) else [None if col is None else [col[i] for i in pos] for col in cols]
-        numbers = cells.number_columns(self.plan.funcs, kept)
-        end_array = np.asarray(ends, dtype=np.int64)
-        if numbers is None:  # an int too large for a float64 total to stay exact
-            self.to_states()
-            groups = _group(list(zip(end_array.tolist(), ks, strict=True)), pos)
-            self._fold_states(groups, cols, 0)
-            return
-        n = len(end_array)
+        ts, ks, cols, seq, maxt, lateness = batch[:6]
+        n = len(ts)
         if not n:
-            return
+            return maxt, []
+        t = np.fromiter(ts, dtype=np.int64, count=n) if batch.times is None else batch.times
+        # the grid formula (ends_of) for a whole batch: each event's candidate windows, oldest first
+        k = (self.size - 1) // self.hop + 1
+        first = t - t % self.hop  # numpy's % floors as Python's does: pre-1970 times too
+        end_array = first[:, None] + (self.size - self.hop * np.arange(k - 1, -1, -1, dtype=np.int64))
+        holds = end_array > t[:, None] if k > 1 else None  # the windows that hold t
+        # before the first time (NO_WATERMARK) nothing is late: every end is far above it
+        closed = end_array <= before_array(t, maxt, lateness)[:, None]
+        late = closed if holds is None else closed & holds
+        keep = ~late if holds is None else ~closed & holds
+        lates = np.flatnonzero(late.any(axis=1)).tolist()
+        if not lates and holds is None:  # tumbling, nothing late: every event as it is
+            ends, pos, kept = end_array.reshape(-1), None, cols
+        else:
+            pos = np.nonzero(keep)[0]  # each kept (event, window), events in input order
+            ends = end_array[keep]
+            where = pos.tolist()
+            ks = list(map(ks.__getitem__, where))
+            kept = [None if col is None else list(map(col.__getitem__, where)) for col in cols]
+        numbers = cells.number_columns(self.plan.funcs, kept)
+        if numbers is None:  # an int too large for a float64 total to stay exact: Plan's states from now on
+            self.to_states()
+            return fold_events(self, batch, out)
+        if len(ends):
+            self._fold_cells(ends, ks, numbers)
+        maxt = max(maxt, int(t.max()))
+        self.close(maxt - lateness, out)
+        return maxt, lates
+
+    def _fold_cells(self, end_array: Any, ks: list[bytes], numbers: list) -> None:
+        """Events (their windows' ends, an int64 array; their groups `ks`; their aggregation inputs)
+        into the open windows' cells: the batch cut by window (stably: each window's events stay in
+        input order, so its totals are the same left-to-right sums), each window's run folded at once."""
+        from streamctl.processing.windows import cells
+
         if end_array[0] == end_array[-1] and (end_array == end_array[0]).all():
             runs = {int(end_array[0]): (ks, numbers)}
         else:
