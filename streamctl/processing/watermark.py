@@ -9,8 +9,8 @@ Two forms of the one definition, side by side:
 - the value form, `Watermark`: fold in one event time at a time (`observe`); what window's
   record path, the per-event fold of the window operators, the stream-stream and as-of joins
   and the Spark window job's replay use, and what a follow checkpoint keeps;
-- the array form, for a batch in input order: the watermark before each event (`before`,
-  `before_array`; an event is judged against the watermark before it, so it can never make
+- the array form, for a batch in input order: the watermark before each event
+  (`before_array`; an event is judged against the watermark before it, so it can never make
   itself late) or after each event (`after_array`, the joins' W(p)).
 
 tests/props/test_watermark.py holds the array forms to folding `Watermark.observe` over
@@ -20,9 +20,7 @@ over the input order (spark/join_job.py).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import accumulate
 from typing import Any
 
 NO_WATERMARK = -(1 << 62)  # before the first event time: nothing is late, nothing closes
@@ -53,19 +51,10 @@ class Watermark:
         return w
 
 
-def before(ts: Sequence[int], max_time: int, lateness: int) -> list[int]:
-    """The watermark before each event of a batch in input order: the largest time before it (or
-    `max_time`, the largest before the batch; NO_WATERMARK for none) minus the lateness, and
-    NO_WATERMARK while no time has been seen."""
-    prior = list(accumulate(ts, max, initial=max_time))
-    prior.pop()
-    if prior[0] == NO_WATERMARK:
-        return [NO_WATERMARK if m == NO_WATERMARK else m - lateness for m in prior]
-    return [m - lateness for m in prior]
-
-
 def before_array(t: Any, max_time: int, lateness: int) -> Any:
-    """before() with numpy: `t` a non-empty int64 array, the watermarks as an int64 array."""
+    """The watermark before each event of a batch in input order (`t`, a non-empty int64 array):
+    the largest time before it (or `max_time`, the largest before the batch; NO_WATERMARK for
+    none) minus the lateness, and NO_WATERMARK while no time has been seen; an int64 array."""
     import numpy as np
 
     prior = np.empty(len(t), dtype=np.int64)  # the largest time before each event

@@ -1,4 +1,4 @@
-"""The watermark's array forms (watermark.before, before_array, after_array: the window and join
+"""The watermark's array forms (watermark.before_array, after_array: the window and join
 kernels') against its value form (Watermark.observe folded over the same times, the reference)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamctl.processing.watermark import NO_WATERMARK, Watermark, after_array, before, before_array
+from streamctl.processing.watermark import NO_WATERMARK, Watermark, after_array, before_array
 
 times = st.lists(st.integers(-10**13, 10**13) | st.integers(0, 50), min_size=1, max_size=40)
 prior = st.one_of(st.just(None), st.integers(-10**13, 10**13), st.integers(0, 50))
@@ -32,7 +32,6 @@ def folded(ts: list[int], max_time: int | None, late: int) -> tuple[list[int], l
 def test_array_forms_are_the_value_form(ts, max_time, late):
     pre, post, clock = folded(ts, max_time, late)
     start = NO_WATERMARK if max_time is None else max_time
-    assert before(ts, start, late) == pre
     t = np.array(ts, dtype=np.int64)
     assert before_array(t, start, late).tolist() == pre
     wm, high = after_array(t, max_time, late)

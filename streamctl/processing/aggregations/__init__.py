@@ -20,7 +20,7 @@ runs it on the executors, so they fold exactly as the local engine does.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from streamctl.processing.aggregations import exact, sketches  # noqa: F401  (they register their classes)
@@ -29,7 +29,7 @@ from streamctl.storage import fieldpaths
 
 AGG_FUNCS = tuple(REGISTRY)
 
-__all__ = ["AGG_FUNCS", "Agg", "AggSpec", "AggSpecError", "Plan", "agg_class", "columnar", "getter", "parse_agg"]
+__all__ = ["AGG_FUNCS", "Agg", "AggSpec", "AggSpecError", "Plan", "agg_class", "columnar", "parse_agg"]
 
 
 class AggSpecError(ValueError):
@@ -66,16 +66,11 @@ def parse_agg(text: str, record_path: Any) -> AggSpec:
     return AggSpec(name or f"{func}_{parts[-1]}", func, parts)
 
 
-def getter(parts: tuple[str, ...]):
-    """The value at a record path (the one rule: streamctl.storage.fieldpaths)."""
-    return fieldpaths.getter(parts)
-
-
 class Plan:
     """The aggregations of one run: extract values per event, fold them into window states.
 
     A state is a list with one slot per aggregation; each operation asks each aggregation's class
-    (base.py): `new`, `add` (one event), `fold` / `fold_groups` (the events of a batch that fall
+    (base.py): `new`, `add` (one event), `fold_groups` (the events of a batch that fall
     into one window: the same state as adding them one by one), `merge`, `result`, `dump`/`load`.
     """
 
@@ -90,11 +85,10 @@ class Plan:
         self.specs = specs
         self.funcs = [s.func for s in specs]
         self.aggs: list[Agg] = [REGISTRY[s.func](s.func) for s in specs]
-        self.getters = [getter(s.path) if s.path is not None else None for s in specs]
+        self.getters = [fieldpaths.getter(s.path) if s.path is not None else None for s in specs]
         self.numeric = [a.numeric for a in self.aggs]
         self.non_numeric: dict[str, int] = {}
         self.n = len(specs)
-        self.uses_seq = any(a.by_seq for a in self.aggs)
         self.names = names
         self._adds = [a.add for a in self.aggs]
 
@@ -125,24 +119,17 @@ class Plan:
         for i, (add, v) in enumerate(zip(self._adds, vals, strict=True)):
             st[i] = add(st[i], v, seq)
 
-    def fold(self, st: list, cols: Sequence[list | None], idx: list[int], seq0: int) -> None:
-        """add() of the events at positions `idx` (ascending) of a batch whose columns are `cols`
-        (one per aggregation, None for a bare count) and whose first event has sequence number
-        seq0: one builtin call per aggregation instead of one add() per event."""
-        self.fold_groups([(st, idx)], cols, seq0)
-
     def fold_groups(self, groups: list[tuple[list, list[int]]], cols: Sequence[list | None], seq0: int) -> None:
-        """fold(st, cols, idx, seq0) for each (st, idx) of `groups`, an aggregation at a time: a batch
-        whose windows hold one or two events each (many keys, short windows) spends its time per
-        group, so each aggregation's loop over the groups is its own (Agg.fold_groups)."""
+        """add() of the events at positions `idx` (ascending) of a batch into `st`, for each (st, idx)
+        of `groups`: `cols` are the batch's columns (one per aggregation, None for a bare count), seq0
+        its first event's sequence number. An aggregation at a time: a batch whose windows hold one
+        or two events each spends its time per group, so each aggregation's loop over the groups is
+        its own (Agg.fold_groups)."""
         for i, (a, col) in enumerate(zip(self.aggs, cols, strict=True)):
             a.fold_groups(i, groups, col, seq0)  # type: ignore[arg-type]  # None: a bare count
 
     def result(self, st: list) -> dict:
         return {name: a.result(x) for name, a, x in zip(self.names, self.aggs, st, strict=True)}
-
-    def results(self, sts: Iterable[list]) -> list[dict]:
-        return list(map(self.result, sts))
 
     def result_of_events(self, events: list[tuple]) -> dict:
         """result() of a state built by add() over `events` [(t, seq, vals)] in that order (a sliding
@@ -151,10 +138,10 @@ class Plan:
         n = len(events)
         if n:
             cols = [None if s.path is None else [e[2][i] for e in events] for i, s in enumerate(self.specs)]
-            seqs = [e[1] for e in events] if self.uses_seq else []
             for i, (a, col) in enumerate(zip(self.aggs, cols, strict=True)):
-                if a.by_seq:  # events are in (time, seq) order: first and last go by seq
-                    st[i] = a.fold_seqs(st[i], col, seqs)  # type: ignore[arg-type]
+                if a.by_seq:  # events are in (time, seq) order: first and last go by seq, added one by one
+                    for e in events:
+                        st[i] = a.add(st[i], e[2][i], e[1])
                 else:
                     a.fold_groups(i, [(st, list(range(n)))], col, 0)  # type: ignore[arg-type]
         return self.result(st)

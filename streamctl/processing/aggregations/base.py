@@ -4,6 +4,7 @@ An aggregation is one class (exact.py, sketches.py) holding all of its rule:
 
     new()                      an empty state
     add(st, v, seq) -> st      one value (None: missing; seq: its place in the input order)
+                               fold() of [v], unless the result goes by seq (first, last)
     fold(st, vals) -> st       the non-null values of a batch's events in one window, in input
                                order: the same state as add() of each in turn (a property test
                                ties them, tests/props/test_aggregations.py)
@@ -89,11 +90,6 @@ class Agg:
             vals = non_null(col, idx)
             if vals:
                 st[i] = fold(st[i], vals)
-
-    def fold_seqs(self, st: Any, col: list, seqs: list[int]) -> Any:
-        """fold() of events given with their sequence numbers, in any order (by_seq classes use them)."""
-        vals = [v for v in col if v is not None]
-        return self.fold(st, vals) if vals else st
 
     def merge(self, a: Any, b: Any) -> Any:
         raise NotImplementedError

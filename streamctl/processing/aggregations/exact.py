@@ -31,9 +31,6 @@ class Count(Agg):
     def new(self) -> int:
         return 0
 
-    def add(self, st: int, v: Any, seq: int) -> int:
-        return st if v is None else st + 1
-
     def fold(self, st: int, vals: list) -> int:
         return st + len(vals)
 
@@ -72,12 +69,6 @@ class Sum(Agg):
 
     def new(self) -> list:
         return [0, 0]
-
-    def add(self, st: list, v: Any, seq: int) -> list:
-        if v is not None:
-            st[0] += v
-            st[1] += 1
-        return st
 
     def fold(self, st: list, vals: list) -> list:
         # reduce(add) adds left to right from the total so far: the same float as add() per
@@ -172,9 +163,6 @@ class Min(Agg):
     def new(self) -> Any:
         return None
 
-    def add(self, st: Any, v: Any, seq: int) -> Any:
-        return v if v is not None and (st is None or v < st) else st
-
     def fold(self, st: Any, vals: list) -> Any:
         m = min(vals)
         return m if st is None or m < st else st
@@ -196,9 +184,6 @@ class Max(Agg):
 
     def new(self) -> Any:
         return None
-
-    def add(self, st: Any, v: Any, seq: int) -> Any:
-        return v if v is not None and (st is None or v > st) else st
 
     def fold(self, st: Any, vals: list) -> Any:
         m = max(vals)
@@ -238,11 +223,6 @@ class Percentile(Agg):
 
     def new(self) -> list:
         return []
-
-    def add(self, st: list, v: Any, seq: int) -> list:
-        if v is not None:
-            st.append(v)
-        return st
 
     def fold(self, st: list, vals: list) -> list:
         st += vals
@@ -284,11 +264,6 @@ class Distinct(Agg):
 
     def new(self) -> set:
         return set()
-
-    def add(self, st: set, v: Any, seq: int) -> set:
-        if v is not None:
-            st.add(distinct_key(v))
-        return st
 
     def fold(self, st: set, vals: list) -> set:
         st.update(map(distinct_key, vals))
@@ -339,10 +314,6 @@ class First(Agg):
             x = st[i]
             if x is None or better(seq0 + j, x[0]):
                 st[i] = (seq0 + j, col[j])
-
-    def fold_seqs(self, st: Any, col: list, seqs: list[int]) -> Any:
-        j = (max if self.names[0] == "last" else min)(range(len(seqs)), key=seqs.__getitem__)
-        return self.add(st, col[j], seqs[j])
 
     def merge(self, a: Any, b: Any) -> Any:
         return b if a is None or (b is not None and self.better(b[0], a[0])) else a

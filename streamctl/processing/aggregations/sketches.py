@@ -63,11 +63,6 @@ class ApproxDistinct(Agg):
     def new(self) -> Any:
         return self.ds.hll_sketch(HLL_LG_K, self.kind)
 
-    def add(self, st: Any, v: Any, seq: int) -> Any:
-        if v is not None:
-            st.update(orjson.dumps(v, option=orjson.OPT_SORT_KEYS).decode())
-        return st
-
     def fold(self, st: Any, vals: list) -> Any:
         update, dumps, sort = st.update, orjson.dumps, orjson.OPT_SORT_KEYS
         for v in vals:
@@ -210,11 +205,6 @@ class ApproxQuantile(Agg):
 
     def new(self) -> Kll:
         return Kll()
-
-    def add(self, st: Kll, v: Any, seq: int) -> Kll:
-        if v is not None:
-            st.extend([float(v)])
-        return st
 
     def fold(self, st: Kll, vals: list) -> Kll:
         st.extend(list(map(float, vals)))

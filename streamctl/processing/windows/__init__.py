@@ -51,7 +51,7 @@ def fold_events(op, batch: Batch, out: list) -> tuple[int, list[int]]:
     """Fold a batch one event at a time: add() against the watermark before the event, then
     close() when the event moves the watermark. Returns (largest time, positions of late events).
     This is the whole of an operator's fold where rows depend on each single event (sliding,
-    sessions, `--emit update`, `--late correct`)."""
+    sessions, `--emit update`, `--late correct`), and grid windows' where a state is not slots."""
     ts, ks, cols, seq, maxt, lateness = batch[:6]
     add, close = op.add, op.close
     clock = Watermark(lateness)
@@ -206,7 +206,7 @@ class GridWindows:
                 out += zip(repeat(start), repeat(end), keys, d.results(self.plan.names, keys), repeat(None))
             return
         if not self.update:
-            out += zip(repeat(start), repeat(end), keys, self.plan.results(map(d.__getitem__, keys)), repeat(None))
+            out += zip(repeat(start), repeat(end), keys, map(self.plan.result, map(d.__getitem__, keys)), repeat(None))
         if self.correct:
             closed = self.closed
             for key in keys:

@@ -294,16 +294,10 @@ class SlotStates(Slots):
         return got
 
     def release(self, s: int) -> None:
-        for i in range(len(self.funcs)):
-            self.count[i][s] = 0
-            t, fl = self.total[i], self.floaty[i]
-            if t is not None and fl is not None:
-                t[s] = 0.0
-                fl[s] = False
-        self.free.append(s)
+        self.release_at(np.array([s], dtype=np.intp))
 
     def release_at(self, idx: np.ndarray) -> None:
-        """release() of the slots `idx`."""
+        """Zero the slots `idx` and hand them out again (new)."""
         for i in range(len(self.funcs)):
             self.count[i][idx] = 0
             t, fl = self.total[i], self.floaty[i]

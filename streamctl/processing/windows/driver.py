@@ -71,14 +71,10 @@ class WindowRun:
         self.seq = 0
         self.late_sink = late_sink
 
-    def feed(self, records: Iterable[dict], emit: Callable[[list], None],
-             source: str = "input", progress: Callable[[dict], None] | None = None) -> None:
+    def feed(self, records: Iterable[dict], emit: Callable[[list], None], source: str = "input") -> None:
         """Process records; `emit(rows)` gets each non-empty batch of rows as they are ready.
-
-        `progress(rec)` is called after each record is fully processed (follow
-        mode tracks input offsets with it). RecordBlocks go through feed_batches.
-        """
-        if isinstance(records, RecordBlocks) and progress is None:
+        RecordBlocks go through feed_batches."""
+        if isinstance(records, RecordBlocks):
             if self.columns is not None:
                 # numpy (the column step's time parse, the open windows' cells) loaded once, here,
                 # before the reading process is forked: not again in the child (~70 ms each)
@@ -104,12 +100,11 @@ class WindowRun:
                 if close is not None:
                     close()  # a read-ahead process is stopped and reaped now, not when collected
             return
-        self.feed_records(records, emit, source, progress)
+        self.feed_records(records, emit, source)
 
-    def feed_records(self, records: Iterable[dict], emit: Callable[[list], None],
-                     source: str = "input", progress: Callable[[dict], None] | None = None) -> None:
-        """feed() one record at a time (--processing-time reads the clock per record; follow mode
-        reports each record's progress): the operator's add() and close() per event."""
+    def feed_records(self, records: Iterable[dict], emit: Callable[[list], None], source: str = "input") -> None:
+        """feed() one record at a time (--processing-time reads the clock per record; the reference
+        the batches agree with): the operator's add() and close() per event."""
         op, stats, clock = self.op, self.stats, self.watermark
         add, close, prepare, observe = op.add, op.close, self.prepare, clock.observe
         late_sink = self.late_sink
@@ -121,8 +116,6 @@ class WindowRun:
                 t, key, vals = prepare(rec)
                 if t is None:
                     self._bad_time(rec, source, fail)
-                    if progress is not None:
-                        progress(rec)
                     continue
                 if add(key, t, seq, vals, clock.value, out):
                     stats.late += 1
@@ -134,8 +127,6 @@ class WindowRun:
                 if out:
                     emit(out)
                     out = []
-                if progress is not None:
-                    progress(rec)
         finally:
             stats.events += seq - self.seq
             self.seq = seq

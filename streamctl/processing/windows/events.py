@@ -15,6 +15,7 @@ import orjson
 from streamctl.errors import UsageError
 from streamctl.processing import aggregations, eventfields, inputorder
 from streamctl.processing import columns as fieldcolumns
+from streamctl.processing.aggregations.base import is_number
 from streamctl.processing.windows.config import WindowConfig, make_plan
 from streamctl.storage import fieldpaths
 from streamctl.timeparse import (
@@ -73,17 +74,10 @@ def time_getter(cfg: WindowConfig, is_log: bool) -> Callable[[dict], int | None]
     parts = eventfields.time_path(cfg.time_field, is_log)
     if parts == ("ts",):
         return event_time  # a log's append time
-    first, rest = parts[0], parts[1:]
 
     def event_time_column(recs: list[dict]) -> list[int | None]:
         """event_time of each record (the input-order merge reads a block's times at once)."""
-        # the field a level at a time (what `get` reads); a log's batch has its values already
-        if first == "value" and type(recs) is inputorder.RecordBatch:
-            col = recs.values
-        else:
-            col = list(map(dict.get, recs, repeat(first)))
-        col = fieldpaths.column(col, rest)
-        return [t if t is not None and lo <= t <= hi else None for t in event_times(col)]
+        return [t if t is not None and lo <= t <= hi else None for t in event_times(column(recs, parts))]
 
     event_time.column = event_time_column  # type: ignore[attr-defined]
     return event_time
@@ -122,21 +116,20 @@ def _numeric_column(col: list) -> tuple[list, int]:
                 return col, 0
         except OverflowError:
             pass
-    inf = (math.inf, -math.inf)
-    clean = [x if x is None or type(x) is int or (type(x) is float and x == x and x not in inf) else None
-             for x in col]
+    clean = [x if x is None or is_number(x) else None for x in col]
     return clean, clean.count(None) - col.count(None)
 
 
-def window_fields(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan) -> list[tuple[str, ...]] | None:
-    """The record fields a run reads (time, group key, aggregation inputs), when a log can give them
-    as columns (streamctl.processing.columns); None when it cannot (then whole records are read)."""
-    if cfg.processing_time or not is_log:
+def read_fields(cfg: WindowConfig, is_log: bool) -> list[tuple[str, ...]] | None:
+    """The record fields a run reads (time, group key, aggregation inputs), when the input can give
+    them as columns (streamctl.processing.columns: a FieldReader, a plain one for a plain file's
+    lines); None when it cannot (then whole records are read). A plain file's record
+    key is null: without --by it is read in full (rare: nothing to group by)."""
+    if cfg.processing_time or not (is_log or cfg.by):
         return None
-    fields = [fieldpaths.record_path(cfg.time_field)]
-    fields += [fieldpaths.record_path(p) for p in cfg.by] if cfg.by else [("key",)]
-    fields += [s.path for s in plan.specs if s.path is not None]
-    return fields if fieldcolumns.readable(fields) else None
+    fields = [eventfields.time_path(cfg.time_field, is_log), *eventfields.key_paths(cfg.by)]
+    fields += [s.path for s in make_plan(cfg).specs if s.path is not None]
+    return fields if fieldcolumns.readable(fields, plain=not is_log) else None
 
 
 def column(recs: Any, parts: tuple[str, ...]) -> list:
@@ -397,33 +390,20 @@ def records_of(path: str, cfg: WindowConfig | None = None) -> tuple[bool, Iterab
         # a block of lines at a time (feed takes the lists as they are); several partitions are
         # merged by the event time the window reads
         time_of = time_getter(cfg, True) if cfg is not None and not cfg.processing_time else None
-        fields = window_fields(cfg, True, make_plan(cfg)) if cfg is not None else None
+        fields = read_fields(cfg, True) if cfg is not None else None
         if fields is not None:
             from streamctl.processing import decoder
 
             hooks: dict = {}
             return True, RecordBlocks(decoder.log_batches(path, fields, hooks, time_of), hooks)
         return True, RecordBlocks(inputorder.log_batches(path, time_of=time_of))
-    fields = plain_fields(cfg, make_plan(cfg)) if cfg is not None else None
+    fields = read_fields(cfg, False) if cfg is not None else None
     if fields is not None:
         from streamctl.processing import decoder
 
         hooks = {}
         return False, RecordBlocks(decoder.plain_batches(path, fields, hooks), hooks)
     return False, inputorder.records(spec)
-
-
-def plain_fields(cfg: WindowConfig, plan: aggregations.Plan) -> list[tuple[str, ...]] | None:
-    """The fields a run reads from a plain file's lines, when they can be read as columns
-    (a plain columns.FieldReader); None when whole records are read."""
-    if cfg.processing_time:
-        return None
-    fields = [eventfields.time_path(cfg.time_field, is_log=False)]
-    if not cfg.by:
-        return None  # the record key: a plain file's is null, read in full (rare: nothing to group by)
-    fields += eventfields.key_paths(cfg.by)
-    fields += [s.path for s in plan.specs if s.path is not None]
-    return fields if fieldcolumns.readable(fields, plain=True) else None
 
 
 def key_texts(vals: list, key_json: Callable[[Any], bytes]) -> list[bytes]:
