@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 
 from streamctl.errors import DataError, UsageError
 from streamctl.processing import columns as fieldcolumns
-from streamctl.processing import inputorder
+from streamctl.processing import eventfields, inputorder
 from streamctl.processing.watermark import Watermark
 from streamctl.processing.windows import NO_WATERMARK, Batch
 from streamctl.processing.windows.config import (
@@ -35,7 +35,6 @@ from streamctl.processing.windows.events import (
     RecordBlocks,
     make_prepare,
     subset,
-    time_field_getter,
     time_range,
     unpacked_times,
 )
@@ -215,7 +214,7 @@ class WindowRun:
         if self.cfg.processing_time:
             return bad_time_reason(now_ms(), *time_range(self.cfg), epoch_ms=True)
         # a log's records carry their append time; a plain file's do not
-        get, epoch_ms = time_field_getter(self.cfg, rec.get("ts") is not None)
+        get, epoch_ms = eventfields.field_getter(self.cfg.time_field, rec.get("ts") is not None)
         return bad_time_reason(get(rec), *time_range(self.cfg), epoch_ms=epoch_ms)
 
     def tick(self, emit: Callable[[list], None]) -> None:

@@ -45,11 +45,6 @@ def key_json_cached(cache: dict[str, bytes] | None = None) -> Callable[[Any], by
     return key_json
 
 
-def key_getter(by: list[str]) -> Callable[[dict], bytes]:
-    """The group key as JSON text (eventfields.key_getter), strings' texts memoized."""
-    return eventfields.key_getter(by, key_json_cached())
-
-
 def time_range(cfg: WindowConfig) -> tuple[int, int]:
     """The event times this run can use (timeparse.usable_range): outside it, a time is a bad time."""
     lo, hi = usable_range(cfg.kind, cfg.size, cfg.hop)
@@ -57,11 +52,6 @@ def time_range(cfg: WindowConfig) -> tuple[int, int]:
         raise UsageError(f"--{cfg.kind} windows of {cfg.size} ms are too long: no event time has windows "
                          f"that fit in years 1..9999, where ISO-8601 can write their bounds")
     return lo, hi
-
-
-def time_field_getter(cfg: WindowConfig, is_log: bool) -> tuple[Callable[[dict], Any], bool]:
-    """The raw value of the event-time field, and whether it is epoch ms as it is (eventfields.field_getter)."""
-    return eventfields.field_getter(cfg.time_field, is_log)
 
 
 def time_getter(cfg: WindowConfig, is_log: bool) -> Callable[[dict], int | None]:
@@ -88,7 +78,7 @@ def make_prepare(cfg: WindowConfig, is_log: bool, plan: aggregations.Plan) -> Ca
     has no usable time: the per-record read (follow mode with --processing-time, and the reference
     the column read agrees with)."""
     event_time = time_getter(cfg, is_log)
-    key = key_getter(cfg.by)
+    key = eventfields.key_getter(cfg.by, key_json_cached())  # strings' texts memoized
     extract = plan.extract
 
     def prepare(r: dict) -> tuple:
