@@ -51,8 +51,9 @@ A plain file has no record key: join it on a value field. A changelog's table
 key is its join key; a tombstone (null value) deletes the key equal to its
 record key. Keys match when their JSON is equal ("7" is not 7); null keys
 never match. Event time: --time-field PATH or A=B (default ts, the append
-time); ISO-8601 or epoch s/ms/us numbers. A stream event without a usable
-time is skipped and counted on stderr.
+time; in a plain file, the value's own ts field, as in window); ISO-8601 or
+epoch s/ms/us numbers. A stream event without a usable time is skipped and
+counted on stderr.
 
 \b
 Watermark and lateness (--within, and --table --as-of event-time): the
@@ -108,7 +109,7 @@ def join(
     table: bool = typer.Option(False, "--table", help="Stream-table join: RIGHT is a changelog table."),
     tables: bool = typer.Option(False, "--tables", help="Table-table join: both inputs are changelogs; output is an upsert/delete changelog."),
     on: str | None = typer.Option(None, "--on", metavar="PATH[=PATH]", help="Join key: one path for both sides or LEFT=RIGHT (default: the record key)."),
-    time_field: str | None = typer.Option(None, "--time-field", metavar="PATH[=PATH]", help="Event time field(s) (default ts, the append time)."),
+    time_field: str | None = typer.Option(None, "--time-field", metavar="PATH[=PATH]", help="Event time field(s) (default ts, the append time; a plain file's value.ts)."),
     how: str | None = typer.Option(None, "--how", metavar="inner|left|right|outer", help="Which unmatched events to keep (default inner). --table takes inner|left; --tables is inner."),
     as_of: str | None = typer.Option(None, "--as-of", metavar="position|event-time", help="With --table: the row at the event's position in the input (default) or the version current at its event time."),
     table_retention: str | None = typer.Option(None, "--table-retention", callback=numbers.duration(), metavar="DUR", help="With --as-of event-time: keep table versions only back to watermark - DUR."),

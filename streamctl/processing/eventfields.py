@@ -21,10 +21,14 @@ from streamctl.timeparse import EPOCH_MS_BELOW, EPOCH_S_BELOW, event_time_ms
 
 
 def time_path(time_field: str, is_log: bool) -> tuple[str, ...]:
-    """The record path of the event time. In a log, `ts` is the append time (epoch ms as it is); a
-    plain file has no envelope ts, so there the default `ts` means the value's own `ts` field
-    (`{"ts": "2026-11-21T10:00:00Z", ...}` lines work as is)."""
-    parts = fieldpaths.record_path(time_field)
+    """The record path of the event time (see input_time_path)."""
+    return input_time_path(fieldpaths.record_path(time_field), is_log)
+
+
+def input_time_path(parts: tuple[str, ...], is_log: bool) -> tuple[str, ...]:
+    """The event time's record path for one input, in window and join alike. In a log, `ts` is the
+    append time (epoch ms as it is); a plain file has no envelope ts, so there `ts` means the
+    value's own `ts` field (`{"ts": "2026-11-21T10:00:00Z", ...}` lines work as is)."""
     return ("value", "ts") if parts == ("ts",) and not is_log else parts
 
 

@@ -410,8 +410,8 @@ def test_cli_enrichment_from_stdin_and_tables(tmp_path):
 
 @pytest.mark.parametrize("args,code,msg", [
     (["--within", "1s"], 2, "plain file: it has no key"),
-    (["--table", "--on", "id", "--as-of", "event-time"], 2, "LEFT"),
-    (["--within", "1h", "--on", "id", "--time-field", "at=ts"], 2, "RIGHT"),
+    (["--table", "--on", "id", "--as-of", "event-time", "--time-field", "key"], 2, "LEFT "),
+    (["--within", "1h", "--on", "id", "--time-field", "at=partition"], 2, "RIGHT "),
     (["--table", "--on", "id", "--output", "xml"], 2, "--output must be one of"),
 ])
 def test_cli_usage_errors(tmp_path, args, code, msg):

@@ -278,3 +278,19 @@ def test_partitioned_logs_with_bounded_disorder_join_like_brute_force(tmp_path_f
     stats = joining.run(spec, lambda k, lv, rv: rows.update([_row(k, lv, rv)]))
     assert stats.late == [0, 0]
     assert rows == brute_force(sides[0][1], sides[1][1], within, how, time=lambda v: v["at"])
+
+
+@pytest.mark.parametrize("kind", [["--within", "1m"], ["--table", "--as-of", "event-time"]])
+def test_plain_file_default_time_is_the_values_ts_as_in_window(tmp_path, kind):
+    """One event-time rule: in a plain file `ts` (the default, or given) is the value's own ts field,
+    in join as in window; an explicit value.ts gives the same rows."""
+    ev = tmp_path / "ev.jsonl"
+    ev.write_text('{"u":"a","ts":"2026-11-21T10:00:00Z"}\n{"u":"b","ts":"2026-11-21T10:00:30Z"}\n'
+                  '{"u":"a","ts":"2026-11-21T10:05:00Z"}\n')
+    explicit = run_cli("join", str(ev), str(ev), "--on", "u", *kind, "--time-field", "value.ts", check=True)
+    assert explicit.stdout.count(b"\n") >= 3
+    for given_ in ([], ["--time-field", "ts"]):
+        r = run_cli("join", str(ev), str(ev), "--on", "u", *kind, *given_)
+        assert (r.returncode, r.stdout, r.stderr) == (0, explicit.stdout, explicit.stderr)
+    w = run_cli("window", str(ev), "--tumbling", "1m", "--by", "u", check=True)
+    assert w.stdout.count(b"\n") == 3 and b"skipped" not in w.stderr

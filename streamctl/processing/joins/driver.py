@@ -37,6 +37,7 @@ import orjson
 
 from streamctl.errors import UsageError
 from streamctl.processing import inputorder
+from streamctl.processing.eventfields import input_time_path
 from streamctl.processing.joins import Emit, EmitOp, JoinSpec, JoinStats, feeders, gc_frozen, keep_heap
 from streamctl.processing.joins.keys import RememberedTime, block_column, block_times, time_getter
 from streamctl.storage import fieldpaths
@@ -89,8 +90,18 @@ def make_spec(left: str, right: str, *, within: str | None = None, table: bool =
     within_ms = parse_duration(within) if within is not None else None
     retention = parse_duration(table_retention) if table_retention is not None else None
     lateness_ms = parse_duration(lateness) if lateness is not None else 0
-    return JoinSpec(left, right, kind, split_pair(on, "key", "--on"), split_pair(time_field, "ts", "--time-field"),
-                    within_ms, how_, as_of_, retention, lateness_ms)
+    times = split_pair(time_field, "ts", "--time-field")
+    # the event time's one rule: in a plain file (no append times) `ts` is the value's own ts field
+    times = (input_time_path(times[0], not _plain_file(left)), input_time_path(times[1], not _plain_file(right)))
+    return JoinSpec(left, right, kind, split_pair(on, "key", "--on"), times, within_ms, how_, as_of_, retention,
+                    lateness_ms)
+
+
+def _plain_file(path: str) -> bool:
+    """A plain JSON-lines input (a log is a folder; a missing path is refused by check_inputs)."""
+    import os
+
+    return path == "-" or os.path.isfile(path)
 
 
 def check_inputs(spec: JoinSpec) -> list[inputorder.InputSpec]:
@@ -103,8 +114,9 @@ def check_inputs(spec: JoinSpec) -> list[inputorder.InputSpec]:
             raise UsageError(f"{side} {s.path} is a plain file: it has no {'.'.join(spec.on[i])}; "
                              f"join it on a value field with --on PATH (e.g. --on user.id)")
         if not s.is_log and needs_time[i] and spec.time_field[i][0] in ("ts", "offset", "partition", "key"):
-            raise UsageError(f"{side} {s.path} is a plain file without append times; "
-                             f"give its event time with --time-field PATH")
+            # `ts` alone became value.ts (make_spec); ts.x, offset, partition and key have nothing to read
+            raise UsageError(f"{side} {s.path} is a plain file: it has no {'.'.join(spec.time_field[i])} to "
+                             f"take event times from; give a value field with --time-field PATH")
     return specs
 
 
