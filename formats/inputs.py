@@ -47,18 +47,23 @@ def _loads(line: bytes) -> Any:
     return obj
 
 
-def _has_big_float(obj: Any) -> bool:
-    """Whether a parsed value holds a float that may stand for an integer beyond 64 bits."""
+def _any_leaf(obj: Any, test: Callable[[Any], bool]) -> bool:
+    """Whether any value nested in a parsed JSON value (itself included) passes `test`."""
     stack = [obj]
     while stack:
         o = stack.pop()
-        if isinstance(o, float) and o.is_integer() and abs(o) >= 2**63:
+        if test(o):
             return True
         if isinstance(o, dict):
             stack.extend(o.values())
         elif isinstance(o, list):
             stack.extend(o)
     return False
+
+
+def _has_big_float(obj: Any) -> bool:
+    """Whether a parsed value holds a float that may stand for an integer beyond 64 bits."""
+    return _any_leaf(obj, lambda o: isinstance(o, float) and o.is_integer() and abs(o) >= 2**63)
 
 
 def _has_big_int(line: bytes) -> bool:
@@ -72,16 +77,7 @@ def _has_big_int(line: bytes) -> bool:
         obj = json.loads(line, parse_float=lambda _text: None)
     except ValueError:
         return True  # an integer too long even for int(): beyond 64 bits, surely
-    stack = [obj]
-    while stack:
-        o = stack.pop()
-        if type(o) is int and not -(2**63) <= o < 2**64:
-            return True
-        if isinstance(o, dict):
-            stack.extend(o.values())
-        elif isinstance(o, list):
-            stack.extend(o)
-    return False
+    return _any_leaf(obj, lambda o: type(o) is int and not -(2**63) <= o < 2**64)
 
 
 def coerce_key(k: Any) -> str | None:
