@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import statistics
 import subprocess
@@ -138,6 +139,17 @@ def test_distinct_counts_json_types_apart():
     assert agg.result(agg.fold(agg.new(), [1, 1.0, "1", True, [1], {"a": 1}, 1, "1", {"a": 1}])) == 6
     hll = make("approx_distinct")
     assert hll.result(hll.fold(hll.new(), [1, 1.0, "1", True, [1], {"a": 1}, 1, "1", {"a": 1}])) == 6
+
+
+def test_distinct_checkpoint_does_not_depend_on_the_hash_seed():
+    """A set's order follows PYTHONHASHSEED; the dump is sorted, so its bytes are the same in every run."""
+    code = ("from streamctl.processing.aggregations import agg_class; import orjson; a = agg_class('distinct')('distinct');"
+            "print(orjson.dumps(a.dump(a.fold(a.new(), ['x%d' % i for i in range(50)] + [3, 1.5, [1], 'é']))).decode())")
+    outs = {subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed},
+                           capture_output=True, text=True, check=True).stdout for seed in ("1", "2", "3")}
+    assert len(outs) == 1
+    agg = make("distinct")
+    assert agg.result(agg.load(orjson.loads(outs.pop()))) == 54
 
 
 @given(values=st.lists(st.one_of(st.integers(-10**6, 10**6), st.floats(-1e6, 1e6)), max_size=30))

@@ -485,11 +485,14 @@ big_values = st.one_of(st.integers(-5, 5), st.floats(-10, 10, allow_nan=False), 
                     max_size=60),
        sizes=st.lists(st.integers(1, 9), max_size=12), cut_at=st.integers(0, 60), order=st.booleans())
 def test_columnar_windows_equal_records(kind, hop, evs, sizes, cut_at, order):
-    """count/sum/avg windows kept as columns (cells.py) give Plan's rows and checkpoints exactly,
-    ints past 2**31 included (they move the run to Plan's states), across a checkpoint."""
+    """Windows kept as columns (cells.py: count/sum/avg in arrays, the others as Python states) give
+    Plan's rows and checkpoints exactly,
+    ints past 2**31 included (they move that aggregation of their windows to Python states), across a
+    checkpoint."""
     if order:
         evs = sorted(evs, key=lambda e: e["ts"])
-    cfg = WindowConfig(kind=kind, size=M, hop=hop, by=["k"], aggs=["count", "n=count:v", "sum:v", "avg:v"])
+    cfg = WindowConfig(kind=kind, size=M, hop=hop, by=["k"],
+                       aggs=["count", "n=count:v", "sum:v", "avg:v", "first:v", "distinct:v", "max:v"])
     a, b = both(cfg, records(evs), sizes)
     assert a == b
     first = WindowRun(cfg, is_log=False)
@@ -513,7 +516,16 @@ def test_columnar_windows_really_run():
     assert run.op.columnar and all(isinstance(t, cells.Cells) for t in run.op.open.values()) and run.op.open
     run = WindowRun(cfg, is_log=False)
     run.feed_batches(cut(records(evs + [{"ts": T0, "k": "a", "v": 2**40}]), [7] * 10), lambda rows: None)
-    assert not run.op.columnar  # an int past 2**31: Plan's exact states from then on
+    # an int past 2**31: avg of the window holding it as exact Python states, that window only
+    (held,) = [t for end, t in run.op.open.items() if end - 10 * M <= T0 < end]
+    assert run.op.columnar and held.py == {1} and held.states()[b'"a"'][1][0] >= 2**40
+    assert all(t.py == set() for t in run.op.open.values() if t is not held)
+    run.feed_batches(cut(records([{"ts": T0 + 60 * M, "k": "a", "v": 1}]), [1]), lambda rows: None)
+    assert all(isinstance(t, cells.Cells) and t.py == set() for t in run.op.open.values()) and run.op.open
+    other = WindowRun(WindowConfig(kind="tumbling", size=10 * M, by=["k"], aggs=["p90:v", "count", "distinct:v"]),
+                      is_log=False)
+    other.feed_batches(cut(records(evs), [7] * 10), lambda rows: None)
+    assert all(isinstance(t, cells.Cells) and t.py == {0, 2} for t in other.op.open.values()) and other.op.open
     session = WindowRun(WindowConfig(kind="session", size=M, by=["k"], aggs=["count", "avg:v"]), is_log=False)
     session.feed_batches(cut(records(evs), [7] * 10), lambda rows: None)
     assert session.op.columnar and all(type(s[2]) is int for v in session.op.open.values() for s in v)

@@ -277,7 +277,8 @@ class Distinct(Agg):
         return len(st)
 
     def dump(self, st: set) -> list:
-        return [["s", v] if type(v) is str else ["j", str(v) if type(v) is int else v.decode()] for v in st]
+        # sorted: a set's order follows the run's string hash seed, a checkpoint's bytes should not
+        return sorted(["s", v] if type(v) is str else ["j", str(v) if type(v) is int else v.decode()] for v in st)
 
     def load(self, data: list) -> set:
         return {v if kind == "s" else _key_of_text(v) for kind, v in data}

@@ -43,7 +43,6 @@ from collections.abc import Iterator, Sequence
 from itertools import compress, repeat
 from typing import Any, NamedTuple
 
-from streamctl.processing.aggregations import columnar
 from streamctl.processing.watermark import NO_WATERMARK, Watermark, before_array
 
 
@@ -51,7 +50,7 @@ def fold_events(op, batch: Batch, out: list) -> tuple[int, list[int]]:
     """Fold a batch one event at a time: add() against the watermark before the event, then
     close() when the event moves the watermark. Returns (largest time, positions of late events).
     This is the whole of an operator's fold where rows depend on each single event (sliding,
-    sessions, `--emit update`, `--late correct`), and grid windows' where a state is not slots."""
+    sessions, `--emit update`, `--late correct`)."""
     ts, ks, cols, seq, maxt, lateness = batch[:6]
     add, close = op.add, op.close
     clock = Watermark(lateness)
@@ -90,10 +89,10 @@ class Batch(NamedTuple):
 
 
 def _window_runs(end_array: Any, ks: list[bytes], numbers: list) -> dict[int, tuple[list[bytes], list]]:
-    """A batch's events split by window: {window end: (keys, number columns)}, the windows in
-    first-seen order, each one's events in input order. Most events of a batch fall in one window
-    (stragglers are few): that one's keys are taken with one C pass (compress), the others' sorted
-    by window (stably) and cut."""
+    """A batch's events split by window: {window end: (keys, columns)}, the windows in first-seen
+    order, each one's events in input order (`numbers`: NumberColumns, numpy arrays or None, each
+    cut alike). Most events of a batch fall in one window (stragglers are few): that one's keys are
+    taken with one C pass (compress), the others' sorted by window (stably) and cut."""
     import numpy as np
 
     heads, first, inverse, counts = np.unique(end_array, return_index=True, return_inverse=True,
@@ -105,7 +104,7 @@ def _window_runs(end_array: Any, ks: list[bytes], numbers: list) -> dict[int, tu
     rest = rest[np.argsort(inverse[rest], kind="stable")]  # by window, each in input order
     cuts = np.cumsum(np.delete(counts, big)).tolist()
     rest_ks = list(map(ks.__getitem__, rest.tolist()))
-    rest_nums = [None if x is None else x.take(rest) for x in numbers]
+    rest_nums = [None if x is None else x[rest] for x in numbers]
     span = {}
     a = 0
     for w, b in zip([w for w in range(len(heads)) if w != big], cuts, strict=True):
@@ -115,10 +114,10 @@ def _window_runs(end_array: Any, ks: list[bytes], numbers: list) -> dict[int, tu
     for w in np.argsort(first, kind="stable").tolist():
         if w == big:
             runs[int(heads[w])] = (list(compress(ks, in_big.tolist())),
-                                   [None if x is None else x.take(in_big) for x in numbers])
+                                   [None if x is None else x[in_big] for x in numbers])
         else:
             sl = span[w]
-            runs[int(heads[w])] = (rest_ks[sl], [None if x is None else x.take(sl) for x in rest_nums])
+            runs[int(heads[w])] = (rest_ks[sl], [None if x is None else x[sl] for x in rest_nums])
     return runs
 
 
@@ -141,8 +140,9 @@ class GridWindows:
         self.ends: list[int] = []  # heap of the ends in `open`
         # --late correct only: closed windows kept so a late event can revise them
         self.closed: dict[tuple[int, bytes], list] = {}  # (end, key) -> [state, revision]
-        # rows only at close, and only count/sum/avg: open windows as columns (cells.py), folded with numpy
-        self.columnar = not update and not correct and columnar(plan.funcs)
+        # rows only at close: open windows as columns (cells.py), a batch folded a window at a time;
+        # rows per event come from Plan's states, folded one event at a time (fold_events)
+        self.columnar = not update and not correct
         # a closed window kept as columns written as its JSON lines (output.window_text), not a row
         # tuple each: set where the rows go to JSON lines (WindowRun's text_rows)
         self.text_rows = False
@@ -155,7 +155,7 @@ class GridWindows:
 
     def _add_one(self, end: int, key: bytes, seq: int, vals: tuple, wm: int, out: list) -> bool:
         plan = self.plan
-        if self.columnar:  # one event at a time (the per-record reading, the Spark replay): Plan's states
+        if self.columnar:  # the per-event interface (the Spark job's per-group replay): Plan's states
             self.to_states()
         if end <= wm:
             if self.correct:
@@ -217,10 +217,9 @@ class GridWindows:
 
     def fold(self, batch: Batch, out: list) -> tuple[int, list[int]]:
         """Fold a batch. Two routes: the reference, fold_events, where rows come per event (--emit
-        update, --late correct) or the aggregations are not all slots (or an int was too large for
-        one); otherwise the batch kernel: each event's windows (the late ones left out) with numpy,
-        the batch cut by window and each window's run folded into its cells at once, then the
-        windows the watermark passed close."""
+        update, --late correct); otherwise the batch kernel: each event's windows (the late ones
+        left out) with numpy, the batch cut by window and each window's run folded into its cells
+        at once, then the windows the watermark passed close."""
         if not self.columnar:
             return fold_events(self, batch, out)
         import numpy as np
@@ -243,46 +242,46 @@ class GridWindows:
         keep = ~late if holds is None else ~closed & holds
         lates = np.flatnonzero(late.any(axis=1)).tolist()
         if not lates and holds is None:  # tumbling, nothing late: every event as it is
-            ends, pos, kept = end_array.reshape(-1), None, cols
+            ends, pos, kept = end_array.reshape(-1), np.arange(n), cols
         else:
             pos = np.nonzero(keep)[0]  # each kept (event, window), events in input order
             ends = end_array[keep]
             where = pos.tolist()
             ks = list(map(ks.__getitem__, where))
             kept = [None if col is None else list(map(col.__getitem__, where)) for col in cols]
-        numbers = cells.number_columns(self.plan.funcs, kept)
-        if numbers is None:  # an int too large for a float64 total to stay exact: Plan's states from now on
-            self.to_states()
-            return fold_events(self, batch, out)
+        numbers, too_big = cells.number_columns(self.plan.funcs, kept)
         if len(ends):
-            self._fold_cells(ends, ks, numbers)
+            self._fold_cells(ends, ks, numbers, too_big, batch, pos)
         maxt = max(maxt, int(t.max()))
         self.close(maxt - lateness, out)
         return maxt, lates
 
-    def _fold_cells(self, end_array: Any, ks: list[bytes], numbers: list) -> None:
-        """Events (their windows' ends, an int64 array; their groups `ks`; their aggregation inputs)
-        into the open windows' cells: the batch cut by window (stably: each window's events stay in
-        input order, so its totals are the same left-to-right sums), each window's run folded at once."""
+    def _fold_cells(self, end_array: Any, ks: list[bytes], numbers: list, too_big: set[int], batch: Batch,
+                    pos: Any) -> None:
+        """Events (their windows' ends, an int64 array; their groups `ks`; their inputs in arrays,
+        `numbers`, and their positions `pos` in the batch, for the aggregations kept as Python
+        states and those in `too_big`) into the open windows' cells: the batch cut by window
+        (stably: each window's events stay in input order, so its totals are the same left-to-right
+        sums), each window's run folded at once."""
         from streamctl.processing.windows import cells
 
+        cols = [*numbers, pos]  # the positions cut by window with the rest
         if end_array[0] == end_array[-1] and (end_array == end_array[0]).all():
-            runs = {int(end_array[0]): (ks, numbers)}
+            runs = {int(end_array[0]): (ks, cols)}
         else:
-            runs = _window_runs(end_array, ks, numbers)
-        touched = []
-        for end, (run_ks, run_nums) in runs.items():
+            runs = _window_runs(end_array, ks, cols)
+        for end, (run_ks, run_cols) in runs.items():
             table = self.open.get(end)
             if table is None:
                 table = self.open[end] = cells.Cells(self.plan.funcs)
                 heapq.heappush(self.ends, end)
-            table.fold(run_ks, run_nums)
-            touched.append(table)
-        if not all(map(cells.Cells.fits, touched)):  # (the windows not touched were checked before)
-            self.to_states()
+            for i in too_big:
+                table.to_python(i)
+            table.fold(run_ks, run_cols[:-1], batch.cols, run_cols[-1], batch.seq)
+            table.keep_exact()
 
     def to_states(self) -> None:
-        """Move the open windows from columns to Plan's states (exact Python numbers), for good."""
+        """Move the open windows from columns to Plan's states, where events come one at a time."""
         self.columnar = False
         self.open = {end: (d if isinstance(d, dict) else d.states()) for end, d in self.open.items()}
 
@@ -316,8 +315,4 @@ class GridWindows:
         if self.columnar:
             from streamctl.processing.windows import cells
 
-            tables = {end: cells.Cells.from_states(self.plan.funcs, d) for end, d in self.open.items()}
-            if all(t is not None for t in tables.values()):
-                self.open = tables
-            else:
-                self.columnar = False
+            self.open = {end: cells.Cells.from_states(self.plan.funcs, d) for end, d in self.open.items()}

@@ -1,17 +1,25 @@
-"""Open grid windows (tumbling, hopping) kept as columns: a batch's count, sum and avg folded at once.
+"""Open grid windows (tumbling, hopping) kept as columns: a batch's events of a window folded at once.
 
-A window's groups are slots (key -> slot number) in numpy arrays, one set per
-aggregation: a count; or for sum/avg the total, how many numbers it holds and
-whether a float was among them. A batch's events of one window are folded
-with `np.add.at`, which adds in index order, one element at a time: each
-slot's total is the same left-to-right float sum that `Plan.add` makes event
-by event, so the rows are the same, bit for bit. Ints are exact in a float64
-total while every partial sum stays below 2**53: the columns hold ints of at
-most 2**31 in size, in windows of fewer than 2**21 numbers (`fits`); the
-first batch beyond that moves every open window to the exact Python states of
-`Plan` (GridWindows.to_states), which changes no result.
+A window's groups are slots (key -> slot number). Each aggregation keeps its
+states one of two ways:
+- in numpy arrays, for count, sum and avg: a count; or the total, how many
+  numbers it holds and whether a float was among them. A batch's events of
+  one window are folded with `np.add.at`, which adds in index order, one
+  element at a time: each slot's total is the same left-to-right float sum
+  that `Plan.add` makes event by event, so the rows are the same, bit for bit;
+- as the aggregation's own Python state, one per slot (percentiles, distinct,
+  first, last, min, max, stddev, sketches), folded a group at a time by the
+  class's `fold_groups` from the batch's raw column (the same state as its
+  `add` per event; tests/props/test_aggregations.py ties them).
 
-Which aggregations are kept this way is each one's class's word (its `slots`:
+Ints are exact in a float64 total while every partial sum stays below 2**53:
+the arrays hold ints of at most 2**31 in size, in windows of fewer than 2**21
+numbers. Where a batch brings a larger int, or a window reaches that many
+numbers, that aggregation of the windows concerned moves to its exact Python
+state (`to_python`), which changes no result; windows opened later start in
+arrays again.
+
+Which aggregations can be arrays is each one's class's word (its `slots`:
 count, sum and avg; aggregations.base), and what a slot's result and exact
 Python state are is the class's too (slot_results, slot_state, slot_values);
 nothing here goes by a function's name.
@@ -82,22 +90,29 @@ class NumberColumn:
         return NumberColumn(self.values[sel], None if self.present is None else self.present[sel],
                             None if self.floats is None else self.floats[sel])
 
+    __getitem__ = take  # selected as a numpy array is (windows._window_runs cuts both alike)
 
-def number_columns(funcs: Sequence[str], cols: Sequence[list | None]) -> list[NumberColumn | None] | None:
-    """A batch's aggregation inputs as NumberColumns (None for a bare count); None when an int is
-    too large to be kept exactly."""
+
+def number_columns(funcs: Sequence[str], cols: Sequence[list | None]) -> tuple[list[NumberColumn | None], set[int]]:
+    """A batch's inputs of the aggregations that can live in arrays as NumberColumns (None for a
+    bare count and for the others), and which of them hold an int too large to be kept exactly
+    (those fold as Python states instead: Slots.to_python)."""
     out: list[NumberColumn | None] = []
-    for col, func in zip(cols, funcs, strict=True):
-        if col is None:
-            out.append(None)
-        elif _counts_only(func):
-            out.append(NumberColumn.presence(col))
-        else:
-            number = NumberColumn.of(col)
+    too_big = set()
+    for i, (col, func) in enumerate(zip(cols, funcs, strict=True)):
+        number = None
+        if col is not None and agg_class(func).slots is not None:
+            number = NumberColumn.presence(col) if _counts_only(func) else NumberColumn.of(col)
             if number is None:
-                return None
-            out.append(number)
-    return out
+                too_big.add(i)
+        out.append(number)
+    return out, too_big
+
+
+def _slot_holds(agg: Agg, st: Any) -> bool:
+    """Whether an aggregation's Python state fits in its arrays exactly (Slots.set_state)."""
+    got = agg.slot_values(st)
+    return got is not None and (agg.slots == "count" or got[1] < COUNT_LIMIT)
 
 
 class Slots:
@@ -110,6 +125,11 @@ class Slots:
         # every value ever counted into a slot (folds, adds, loaded states): no count is above it, so
         # while it is below COUNT_LIMIT every total is exact without looking (fits)
         self.folded = 0
+        # the aggregations kept as Python states (module docstring), and those states: one list per
+        # slot, Plan's state shape (an entry per aggregation, those in arrays unused), so that each
+        # class's fold_groups folds into them as it does into Plan's
+        self.py = {i for i, a in enumerate(self.aggs) if a.slots is None}
+        self.rows: list[list] = []
         self._alloc(16)
 
     def _alloc(self, cap: int) -> None:
@@ -136,6 +156,8 @@ class Slots:
         for a bare count)."""
         self.folded += len(idx)
         for i, col in enumerate(cols):
+            if i in self.py:
+                continue
             if col is None:
                 np.add.at(self.count[i], idx, 1)
                 continue
@@ -155,10 +177,52 @@ class Slots:
             return True
         return all(int(c[:self.size].max(initial=0)) < COUNT_LIMIT for c in self.count)
 
+    def keep_exact(self) -> None:
+        """Move each aggregation whose totals could stop being exact (COUNT_LIMIT numbers in a
+        slot) to Python states."""
+        if self.folded >= COUNT_LIMIT:
+            for i, c in enumerate(self.count):
+                if self.total[i] is not None and i not in self.py and int(c[:self.size].max(initial=0)) >= COUNT_LIMIT:
+                    self.to_python(i)
+
+    def to_python(self, i: int) -> None:
+        """Keep aggregation i as Python states from now on: each slot's exact state (slot_state)."""
+        if i in self.py:
+            return
+        if not self.rows:
+            self.rows = [[None] * len(self.aggs) for _ in range(self.size)]
+        for s, row in enumerate(self.rows):
+            row[i] = self._slot_state(i, s)
+        self.py.add(i)
+
+    def _slot_state(self, i: int, s: int) -> Any:
+        t, fl = self.total[i], self.floaty[i]
+        if t is None or fl is None:
+            return self.aggs[i].slot_state(0.0, int(self.count[i][s]), False)
+        return self.aggs[i].slot_state(float(t[s]), int(self.count[i][s]), bool(fl[s]))
+
+    def fold_python(self, idx: np.ndarray, cols: Sequence[list | None], positions: np.ndarray, seq0: int) -> None:
+        """Fold events into the Python states of slots `idx` (one per event): the event at
+        `positions[j]` of the batch's raw columns `cols` (whose first event is number seq0) into slot
+        idx[j]; each slot's events in input order, a group per slot (Agg.fold_groups)."""
+        order = np.argsort(idx, kind="stable")
+        slot_of = idx[order]
+        cut = (np.flatnonzero(slot_of[1:] != slot_of[:-1]) + 1).tolist()
+        pos = positions[order].tolist()
+        rows = self.rows
+        groups = [(rows[s], pos[a:b]) for s, a, b in
+                  zip(slot_of[[0, *cut]].tolist(), [0, *cut], [*cut, len(pos)], strict=True)]
+        for i in sorted(self.py):
+            self.aggs[i].fold_groups(i, groups, cols[i], seq0)  # type: ignore[arg-type]  # None: a bare count
+
     def result_columns(self, idx: np.ndarray) -> list[list]:
         """Each aggregation's results (Plan.result's values) of the states in slots `idx`, a column each."""
         columns: list[list[Any]] = []
         for i, agg in enumerate(self.aggs):
+            if i in self.py:
+                rows = self.rows
+                columns.append([agg.result(rows[s][i]) for s in idx.tolist()])
+                continue
             count = self.count[i][idx]
             t, fl = self.total[i], self.floaty[i]
             if t is None or fl is None:
@@ -180,18 +244,15 @@ class Slots:
 
     def state_at(self, s: int) -> list:
         """Plan's state of slot s, exact."""
-        st: list = []
-        for i, a in enumerate(self.aggs):
-            t, fl = self.total[i], self.floaty[i]
-            if t is None or fl is None:
-                st.append(a.slot_state(0.0, int(self.count[i][s]), False))
-            else:
-                st.append(a.slot_state(float(t[s]), int(self.count[i][s]), bool(fl[s])))
-        return st
+        return [self.rows[s][i] if i in self.py else self._slot_state(i, s) for i in range(len(self.aggs))]
 
     def set_state(self, s: int, st: list) -> bool:
-        """Put Plan's state `st` into slot s; False when a total is beyond what a slot keeps exactly."""
+        """Put Plan's state `st` into slot s; False when a total is beyond what a slot keeps exactly
+        (Cells keep such an aggregation as Python states instead)."""
         for i, a in enumerate(self.aggs):
+            if i in self.py:
+                self.rows[s][i] = st[i]
+                continue
             got = a.slot_values(st[i])
             if got is not None:
                 self.folded += got[1]
@@ -224,15 +285,29 @@ class Cells(Slots):
         new = list(filterfalse(slot.__contains__, dict.fromkeys(keys)))
         if new:
             slot.update(zip(new, range(len(slot), len(slot) + len(new)), strict=True))
+            if self.py:
+                aggs = self.aggs
+                py = [(i, aggs[i].new) for i in sorted(self.py)]
+                for _ in new:
+                    row = [None] * len(aggs)
+                    for i, make in py:
+                        row[i] = make()
+                    self.rows.append(row)
         got = np.fromiter(map(slot.__getitem__, keys), dtype=np.intp, count=len(keys))
         self.size = len(slot)
         if self.size > self.cap:
             self._grow(self.size)
         return got
 
-    def fold(self, keys: list[bytes], cols: Sequence[NumberColumn | None]) -> None:
-        """Fold events (their group keys, one input column per aggregation, None for a bare count)."""
-        self.fold_at(self.slots(keys), cols)
+    def fold(self, keys: list[bytes], numbers: Sequence[NumberColumn | None], raw: Sequence[list | None],
+             positions: np.ndarray, seq0: int) -> None:
+        """Fold events: their group keys; the aggregations' inputs as NumberColumns (number_columns)
+        for those in arrays, and for those kept as Python states each event's position in the
+        batch's raw columns `raw`, whose first event is number seq0."""
+        idx = self.slots(keys)
+        self.fold_at(idx, numbers)
+        if self.py:
+            self.fold_python(idx, raw, positions, seq0)
 
     def results(self, names: Sequence[str], keys: list[bytes]) -> list[dict]:
         """Plan.result of each key's state, in the order of `keys`."""
@@ -246,13 +321,16 @@ class Cells(Slots):
         return {key: self.state_at(s) for key, s in self.slot.items()}
 
     @classmethod
-    def from_states(cls, funcs: Sequence[str], states: dict[bytes, list]) -> Cells | None:
-        """Cells holding Plan states (a checkpoint's), or None when a total is beyond what they keep exactly."""
+    def from_states(cls, funcs: Sequence[str], states: dict[bytes, list]) -> Cells:
+        """Cells holding Plan states (a checkpoint's); an aggregation whose total is beyond what
+        arrays keep exactly is kept as Python states."""
         cells = cls(funcs)
+        for i, agg in enumerate(cells.aggs):
+            if i not in cells.py and not all(_slot_holds(agg, st[i]) for st in states.values()):
+                cells.py.add(i)
         idx = cells.slots(list(states))
         for s, st in zip(idx.tolist(), states.values(), strict=True):
-            if not cells.set_state(s, st):
-                return None
+            cells.set_state(s, st)
         return cells
 
     def __len__(self) -> int:

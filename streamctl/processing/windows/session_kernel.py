@@ -229,8 +229,9 @@ class SessionKernel:
         if self.columnar:
             from streamctl.processing.windows.cells import number_columns
 
-            numbers = number_columns(self.plan.funcs, cols)
-            if numbers is None:  # an int too large for a float64 total to stay exact
+            numbers, too_big = number_columns(self.plan.funcs, cols)
+            if too_big:  # an int too large for a float64 total to stay exact
+                numbers = None
                 self.to_states()
         pos = np.arange(n) if keep is None else np.flatnonzero(keep)
         if not len(pos):
