@@ -628,3 +628,15 @@ def test_sessions_in_order_batches_really_use_arrays(monkeypatch, aggs):
     assert run.op.declined_events == 0  # no event went alone through add() either
     run.finish(rows.extend)
     assert [r[3]["count"] for r in rows] == [50, 50, 50, 50] + [1] * 20
+
+
+def test_a_late_correction_bridging_a_closed_and_an_open_session():
+    """--late correct: a late event within GAP of a closed session and of an open one merges the two."""
+    evs = [{"ts": T0, "k": "a", "v": 1}, {"ts": T0 + 19_000, "k": "a", "v": 2}, {"ts": T0 + 9_500, "k": "a", "v": 3}]
+    cfg = WindowConfig(kind="session", size=10_000, by=["k"], aggs=["count", "sum:v"], late="correct")
+    a, b = both(cfg, records(evs), [1, 1, 1])
+    assert a == b and a[5] is None
+    assert [(r[0], r[1], r[3], r[4]) for r in a[0]] == [
+        (T0, T0 + 10_000, {"count": 1, "sum_v": 1}, None),
+        (T0, T0 + 10_000, None, None),  # the closed session's row withdrawn
+        (T0, T0 + 29_000, {"count": 3, "sum_v": 6}, 1)]

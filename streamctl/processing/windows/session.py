@@ -53,19 +53,11 @@ from typing import Any
 
 from streamctl.processing.aggregations import columnar
 from streamctl.processing.windows import NO_WATERMARK
-from streamctl.processing.windows.session_kernel import LAST, REV, SHOWN, SID, START, STATE, SessionKernel
+from streamctl.processing.windows.session_kernel import SessionKernel, SessionWindow
 
 
-def _session_start(s: list) -> int:
-    return s[START]
-
-
-def _remove_session(sessions: list[list], s: list) -> None:
-    """Remove `s` itself (list.remove compares by value, states included)."""
-    for i, x in enumerate(sessions):
-        if x is s:
-            del sessions[i]
-            return
+def _session_start(s: SessionWindow) -> int:
+    return s.start
 
 
 class Session(SessionKernel):
@@ -78,10 +70,10 @@ class Session(SessionKernel):
         self.plan = plan
         self.update = update
         self.correct = correct
-        self.open: dict[bytes, list[list]] = {}  # key -> its open sessions
+        self.open: dict[bytes, list[SessionWindow]] = {}  # key -> its open sessions
         self.heap: list[tuple[int, int, bytes]] = []  # (end when pushed, session id, key)
         # --late correct: key -> every closed session of the group, by start
-        self.closed: dict[bytes, list[list]] = {}
+        self.closed: dict[bytes, list[SessionWindow]] = {}
         # --late drop: key -> last event time of the group's latest closed session, and
         # (last, key) in the order they closed, to forget them once no event can be within GAP
         self.closed_last: dict[bytes, int] = {}
@@ -111,9 +103,9 @@ class Session(SessionKernel):
             self.states = SlotStates(self.plan.funcs, self.plan.names)
             self.columnar = True
 
-    def _touching(self, sessions: list[list], t: int) -> list[list]:
+    def _touching(self, sessions: list[SessionWindow], t: int) -> list[SessionWindow]:
         gap = self.gap
-        return [s for s in sessions if s[START] - gap <= t <= s[LAST] + gap]
+        return [s for s in sessions if s.start - gap <= t <= s.last + gap]
 
     def _near_closed(self, key: bytes, t: int) -> bool:
         """Whether t (not late by t + GAP <= watermark) lies within GAP of a closed session of its group.
@@ -121,14 +113,14 @@ class Session(SessionKernel):
         latest one's last + GAP matters."""
         if self.correct:
             closed = self.closed.get(key)
-            return closed is not None and bool(closed) and t <= closed[-1][LAST] + self.gap
+            return closed is not None and bool(closed) and t <= closed[-1].last + self.gap
         last = self.closed_last.get(key)
         return last is not None and t <= last + self.gap
 
-    def _add_state(self, s: list, vals: tuple, seq: int) -> None:
-        if self.states.add(s[STATE], vals, seq) is False:  # beyond what slots keep exactly
+    def _add_state(self, s: SessionWindow, vals: tuple, seq: int) -> None:
+        if self.states.add(s.state, vals, seq) is False:  # beyond what slots keep exactly
             self.to_states()
-            self.states.add(s[STATE], vals, seq)
+            self.states.add(s.state, vals, seq)
 
     def add(self, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool:
         if self.arrays:
@@ -144,11 +136,11 @@ class Session(SessionKernel):
         sessions = self.open.get(key)
         if sessions is not None and len(sessions) == 1:
             s = sessions[0]
-            if s[START] <= t <= s[LAST] + gap:
+            if s.start <= t <= s.last + gap:
                 # the hot path: the event extends (or falls inside) the group's only session
                 self._add_state(s, vals, seq)
-                if t > s[LAST]:
-                    s[LAST] = t
+                if t > s.last:
+                    s.last = t
                 if self.update:
                     self._write(s, key, out)
                 return False
@@ -159,38 +151,38 @@ class Session(SessionKernel):
             s = touched[0]
             for other in touched[1:]:
                 self._absorb(s, other)
-                _remove_session(sessions, other)  # its heap entry goes stale
+                sessions.remove(other)  # its heap entry goes stale
         else:
             s = self._new(t)
             sessions.append(s)
-            heapq.heappush(self.heap, (t + gap, s[SID], key))
+            heapq.heappush(self.heap, (t + gap, s.sid, key))
         self._add_state(s, vals, seq)
-        if t < s[START]:
-            s[START] = t
-        elif t > s[LAST]:
-            s[LAST] = t
+        if t < s.start:
+            s.start = t
+        elif t > s.last:
+            s.last = t
         if self.update:
             self._write(s, key, out)
         return False
 
-    def _new(self, t: int) -> list:
-        return [t, t, self.states.new(), 0, self._sid(), None]
+    def _new(self, t: int) -> SessionWindow:
+        return SessionWindow(t, t, self.states.new(), self._sid())
 
     def _sid(self) -> int:
         sid = self.next_sid
         self.next_sid += 1
         return sid
 
-    def _absorb(self, s: list, other: list) -> None:
+    def _absorb(self, s: SessionWindow, other: SessionWindow) -> None:
         """Merge session `other` into `s` (its written windows become s's to withdraw)."""
-        self.states.merge(s[STATE], other[STATE])
-        if other[START] < s[START]:
-            s[START] = other[START]
-        if other[LAST] > s[LAST]:
-            s[LAST] = other[LAST]
-        s[REV] += other[REV]
-        if other[SHOWN]:
-            s[SHOWN] = (s[SHOWN] or []) + other[SHOWN]
+        self.states.merge(s.state, other.state)
+        if other.start < s.start:
+            s.start = other.start
+        if other.last > s.last:
+            s.last = other.last
+        s.rev += other.rev
+        if other.shown:
+            s.shown = (s.shown or []) + other.shown
 
     def _correct(self, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> None:
         """--late correct: the late event joins every session of its group it touches, open or closed."""
@@ -200,7 +192,7 @@ class Session(SessionKernel):
         # closed sessions are disjoint and sorted by start: the ones within GAP of t are a run
         hi = bisect.bisect_right(closed, t + gap, key=_session_start)
         lo = hi
-        while lo > 0 and closed[lo - 1][LAST] + gap >= t:
+        while lo > 0 and closed[lo - 1].last + gap >= t:
             lo -= 1
         near = closed[lo:hi]
         del closed[lo:hi]
@@ -213,12 +205,13 @@ class Session(SessionKernel):
             s, rest = self._new(t), []
         for other in rest:
             self._absorb(s, other)
-            _remove_session(opened, other)
+        for other in touched[1:]:  # (the closed ones in `near` are out of `closed` already)
+            opened.remove(other)
         self._add_state(s, vals, seq)
-        s[START] = min(s[START], t)
-        s[LAST] = max(s[LAST], t)
-        s[REV] += 1
-        end = s[LAST] + gap
+        s.start = min(s.start, t)
+        s.last = max(s.last, t)
+        s.rev += 1
+        end = s.last + gap
         if end < wm:
             # closed (an open session it touched would have an end at or past the watermark)
             bisect.insort(closed, s, key=_session_start)
@@ -226,20 +219,20 @@ class Session(SessionKernel):
             return
         if not touched:
             self.open.setdefault(key, []).append(s)
-            heapq.heappush(self.heap, (end, s[SID], key))
+            heapq.heappush(self.heap, (end, s.sid, key))
         if self.update:
             self._write(s, key, out)
 
-    def _write(self, s: list, key: bytes, out: list) -> None:
+    def _write(self, s: SessionWindow, key: bytes, out: list) -> None:
         """The session's row, after a delete row for each window written for it before under other bounds."""
-        window = (s[START], s[LAST] + self.gap)
-        shown = s[SHOWN]
+        window = (s.start, s.last + self.gap)
+        shown = s.shown
         if shown:
             for old in sorted(shown):
                 if old != window:
                     out.append((old[0], old[1], key, None, None))
-        out.append((window[0], window[1], key, self.states.result(s[STATE]), s[REV] or None))
-        s[SHOWN] = [window]
+        out.append((window[0], window[1], key, self.states.result(s.state), s.rev or None))
+        s.shown = [window]
 
     def close(self, wm: int, out: list) -> None:
         # Strictly after the end: an event at exactly last + GAP is "at most GAP apart"
@@ -259,13 +252,13 @@ class Session(SessionKernel):
             if not sessions:
                 continue
             for i, s in enumerate(sessions):
-                if s[SID] == sid:
-                    now_end = s[LAST] + gap
+                if s.sid == sid:
+                    now_end = s.last + gap
                     if now_end > end:
                         heapq.heappush(heap, (now_end, sid, key))  # it grew: check again then
                     else:
                         del sessions[i]
-                        batch.append((s[START], now_end, key, s))
+                        batch.append((s.start, now_end, key, s))
                     break
             if not sessions:
                 del self.open[key]
@@ -287,7 +280,7 @@ class Session(SessionKernel):
         if self.arrays:
             self._flush_arrays(out)
             return
-        batch = [(s[START], s[LAST] + self.gap, key, s) for key, sessions in self.open.items() for s in sessions]
+        batch = [(s.start, s.last + self.gap, key, s) for key, sessions in self.open.items() for s in sessions]
         self.open.clear()
         self.heap.clear()
         self._emit(batch, out)
@@ -302,7 +295,7 @@ class Session(SessionKernel):
                 bisect.insort(closed.setdefault(key, []), s, key=_session_start)
             return
         if not self.update:
-            states = [b[3][STATE] for b in batch]
+            states = [b[3].state for b in batch]
             if self.columnar:
                 import numpy as np
 
@@ -314,7 +307,7 @@ class Session(SessionKernel):
             out += [(start, end, key, res, None) for (start, end, key, _s), res in zip(batch, results, strict=True)]
         last_of, order = self.closed_last, self.closed_order
         for _start, _end, key, s in batch:
-            last = s[LAST]
+            last = s.last
             if last_of.get(key, NO_WATERMARK) < last:
                 last_of[key] = last
                 order.append((last, key))
@@ -327,7 +320,7 @@ class Session(SessionKernel):
         slots = self.states
         for sessions in self.open.values():  # (while arrays: the sessions _fold_one took out)
             for s in sessions:
-                s[STATE] = slots.state_at(s[STATE])
+                s.state = slots.state_at(s.state)
         if self.arrays:
             index = self.index
             for h in index.open_handles().tolist():
@@ -344,7 +337,7 @@ class Session(SessionKernel):
 
         def sessions(d: dict) -> list:
             # by key: a batch and one event at a time leave the same groups in another dict order
-            return [[k.decode(), [[s[START], s[LAST], dump(s[STATE]), s[REV], s[SHOWN]] for s in v]]
+            return [[k.decode(), [[s.start, s.last, dump(s.state), s.rev, s.shown] for s in v]]
                     for k, v in sorted(d.items())]
         # the closed sessions an event that is not late can still reach (the ones a watermark move
         # left for _forget's next turn are not: the batch kernel keeps them apart), by key
@@ -368,10 +361,10 @@ class Session(SessionKernel):
         for name in ("open", "closed"):
             target = getattr(self, name)
             for k, v in data[name]:
-                target[k.encode()] = [[a, b, load(st), r, self._sid(),
-                                       [tuple(w) for w in rest[0]] if rest and rest[0] else None]
+                target[k.encode()] = [SessionWindow(a, b, load(st), self._sid(), r,
+                                                    [tuple(w) for w in rest[0]] if rest and rest[0] else None)
                                       for a, b, st, r, *rest in v]
-        self.heap = [(s[LAST] + self.gap, s[SID], k) for k, v in self.open.items() for s in v]
+        self.heap = [(s.last + self.gap, s.sid, k) for k, v in self.open.items() for s in v]
         heapq.heapify(self.heap)
         self.closed_last = {k.encode(): last for k, last in data.get("closed_last", [])}
         self.closed_order = deque(sorted((last, k) for k, last in self.closed_last.items()))
@@ -380,7 +373,7 @@ class Session(SessionKernel):
 
             slots = SlotStates(self.plan.funcs, self.plan.names)
             moved = [(s, slots.new()) for v in self.open.values() for s in v]
-            if all(slots.set_state(slot, s[STATE]) for s, slot in moved):
+            if all(slots.set_state(slot, s.state) for s, slot in moved):
                 for s, slot in moved:
-                    s[STATE] = slot
+                    s.state = slot
                 self.states, self.columnar, self.slots_ok = slots, True, True

@@ -26,14 +26,25 @@ per-group replay goes through add() alone.
 from __future__ import annotations
 
 import heapq
+from dataclasses import dataclass
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from streamctl.processing.windows import NO_WATERMARK, Batch, fold_events
 
-# a session on the one-event path: [start, last, state, late events in it, id (its creation number),
-# windows written for it and still valid (or None)]
-START, LAST, STATE, REV, SID, SHOWN = range(6)
+
+@dataclass(slots=True, eq=False)  # eq=False: sessions compare (and list.remove finds them) by identity
+class SessionWindow:
+    """One session on the one-event path (the batch kernel keeps them as arrays, session_index.py)."""
+
+    start: int  # its first event time
+    last: int  # its last event time (the window is [start, last + GAP))
+    state: Any  # Plan's state, or its slot in cells.SlotStates
+    sid: int  # its creation number: a group's sessions are kept in creation order
+    rev: int = 0  # the late events in it (--late correct)
+    shown: list[tuple[int, int]] | None = None  # the windows written for it and still valid
+
+
 # the OpenIndex keeps an id for every key it has seen; once it holds this many more than four per
 # open group, it is made again from the open sessions and the closed ones still remembered
 # (memory bounded by the groups that matter)
@@ -59,7 +70,7 @@ class SessionKernel:
     plan: Any
     update: bool
     correct: bool
-    open: dict[bytes, list[list]]
+    open: dict[bytes, list[SessionWindow]]
     heap: list[tuple[int, int, bytes]]
     closed_last: dict[bytes, int]
     closed_order: Any
@@ -151,7 +162,7 @@ class SessionKernel:
         hs = index.of_group(g)
         if len(hs):
             states = index.slot[hs].tolist() if columnar else [index.state[h] for h in hs.tolist()]
-            self.open[k] = [[a, b, st, 0, sid, None] for a, b, st, sid in
+            self.open[k] = [SessionWindow(a, b, st, sid) for a, b, st, sid in
                             zip(index.start[hs].tolist(), index.last[hs].tolist(), states, index.sid[hs].tolist(),
                                 strict=True)]
             index.release(hs, not columnar)
@@ -168,8 +179,8 @@ class SessionKernel:
             self.to_states()
         return late, maxt
 
-    def _put_back(self, sessions: list[tuple[bytes, list]]) -> None:
-        """Open sessions (key, list) into the arrays."""
+    def _put_back(self, sessions: list[tuple[bytes, SessionWindow]]) -> None:
+        """Open sessions (key, session) into the arrays."""
         import numpy as np
 
         if not sessions:
@@ -178,14 +189,14 @@ class SessionKernel:
         i64 = np.int64
         group_id = index.group_id
         hs = index.add_open(np.array([group_id(k) for k, _s in sessions], dtype=i64),
-                            np.array([s[START] for _k, s in sessions], dtype=i64),
-                            np.array([s[LAST] for _k, s in sessions], dtype=i64),
-                            np.array([s[SID] for _k, s in sessions], dtype=i64))
+                            np.array([s.start for _k, s in sessions], dtype=i64),
+                            np.array([s.last for _k, s in sessions], dtype=i64),
+                            np.array([s.sid for _k, s in sessions], dtype=i64))
         if self.columnar:
-            index.slot[hs] = [s[STATE] for _k, s in sessions]
+            index.slot[hs] = [s.state for _k, s in sessions]
         else:
             for h, (_k, s) in zip(hs.tolist(), sessions, strict=True):
-                index.state[h] = s[STATE]
+                index.state[h] = s.state
 
     def _fold_batch(self, batch: Batch, out: list) -> tuple[int, list[int]] | int:
         """The batch kernel, or when it cannot take the batch (nothing changed) the position of the
@@ -352,7 +363,7 @@ class SessionKernel:
         index = self.index = OpenIndex()
         self.heap = []
         # each group's sessions in creation order (SID): the order of its list
-        self._put_back(sorted(((k, s) for k, v in self.open.items() for s in v), key=lambda x: x[1][SID]))
+        self._put_back(sorted(((k, s) for k, v in self.open.items() for s in v), key=lambda x: x[1].sid))
         self.open = {}
         for k, last in self.closed_last.items():
             index.closed[index.group_id(k)] = last
@@ -368,12 +379,12 @@ class SessionKernel:
             return
         index = self.index
         hs = index.open_handles()
-        opened: dict[bytes, list[list]] = {}
+        opened: dict[bytes, list[SessionWindow]] = {}
         states = index.slot[hs].tolist() if self.columnar else [index.state[h] for h in hs.tolist()]
         for g, a, b, st, sid in zip(index.group[hs].tolist(), index.start[hs].tolist(), index.last[hs].tolist(),
                                     states, index.sid[hs].tolist(), strict=True):
             k = index.gkey[g]
-            s = [a, b, st, 0, sid, None]
+            s = SessionWindow(a, b, st, sid)
             group = opened.get(k)
             if group is None:
                 opened[k] = [s]
@@ -382,7 +393,7 @@ class SessionKernel:
         self.open = opened
         self.closed_last = self._closed_in_arrays()
         self.closed_order.extend(sorted((last, k) for k, last in self.closed_last.items()))
-        self.heap = [(s[LAST] + self.gap, s[SID], k) for k, v in opened.items() for s in v]
+        self.heap = [(s.last + self.gap, s.sid, k) for k, v in opened.items() for s in v]
         heapq.heapify(self.heap)
         self.index = None
         self.arrays = False
