@@ -105,6 +105,9 @@ class Deduper:
         self.log = log
         self.state: dict[int, _PartitionState] = {}
         self._last_cache = 0.0
+        # records with no source to go by (no "source", no header, partition/offset without --source):
+        # appended as they are, and counted so that the summary says so
+        self.unsourced = 0
         appender.filter = self.filter
 
     def _st(self, p: int) -> _PartitionState:
@@ -126,7 +129,9 @@ class Deduper:
         for item, src in zip(items, sources, strict=False):
             if src is None:
                 out.append(item)
-                srcs.append(_source_of(item[2]))
+                got = _source_of(item[2])
+                self.unsourced += got is None
+                srcs.append(got)
                 continue
             sp = f"{src[0]}/{src[1]}"
             if src[2] <= marks.get(sp, -1):

@@ -111,6 +111,8 @@ def run(log: str, files: list[str] | None, *, key_field: str | None, key: str | 
             deduper = Deduper(lg, app_)
             opts.dedupe = deduper
         stats = run_produce(lg, opened, opts, app_)
+        if exactly_once:
+            stats.unsourced = deduper.unsourced
     if out is not None:
         out.flush()
     say(summary(log, stats, dead_letter))
@@ -127,6 +129,9 @@ def summary(log: str, stats: ProduceStats, dead_letter: str | None) -> str:
     msg = f"produced {stats.records} record(s) to {log}: {shown}"
     if stats.skipped_duplicates:
         msg += f"; {stats.skipped_duplicates} duplicate(s) skipped (--exactly-once)"
+    if stats.unsourced:
+        msg += (f"; {stats.unsourced} record(s) without a source appended as they are, not deduplicated "
+                "(--exactly-once goes by an envelope's \"source\", or its partition and offset with --source NAME)")
     if stats.rejected:
         where = f" (written to {dead_letter})" if dead_letter else ""
         msg += f"; {stats.rejected} bad line(s) rejected{where}"

@@ -71,6 +71,7 @@ class ProduceStats:
     rejected: int = 0
     ranges: dict[int, list[int]] = field(default_factory=dict)  # partition -> [first, last]
     skipped_duplicates: int = 0
+    unsourced: int = 0  # --exactly-once: records appended without a source to deduplicate by
     lane_batches: int = 0  # read batches that took their mode's lane
     line_batches: int = 0  # read batches that went line by line through the decoder
 

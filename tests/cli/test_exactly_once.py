@@ -79,9 +79,12 @@ def test_source_object_in_envelope_and_headers_kept(tmp_path) -> None:
     assert b"produced 0 record(s)" in r2.stderr and b"10 duplicate(s)" in r2.stderr
     recs = [json.loads(x) for x in run_cli("consume", b, check=True).stdout.splitlines()]
     assert [r["headers"] for r in recs] == [{"h": "v", "streamctl.source": f"orders/1/{i}"} for i in range(5)]
-    # a record without a source is appended as usual
-    run_cli("produce", b, "--envelope", "--exactly-once", input='{"key":"y","value":1}\n', check=True)
-    assert len(run_cli("consume", b, check=True).stdout.splitlines()) == 6
+    assert b"without a source" not in r1.stderr + r2.stderr
+    # a record without a source (partition/offset without --source too) is appended as usual, and counted
+    r3 = run_cli("produce", b, "--envelope", "--exactly-once",
+                 input='{"key":"y","value":1}\n{"key":"y","value":2,"partition":0,"offset":3}\n', check=True)
+    assert b"2 record(s) without a source appended as they are, not deduplicated" in r3.stderr
+    assert len(run_cli("consume", b, check=True).stdout.splitlines()) == 7
 
 
 def test_needs_envelope(tmp_path) -> None:
