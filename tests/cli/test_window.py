@@ -379,3 +379,19 @@ def test_state_is_bounded_by_open_windows_not_input_length(kind, size, hop):
         assert peak["windows"] <= 1100 and peak["events"] <= 7100
     else:
         assert peak["windows"] <= 20 * (size // hop if hop else 1) + 20
+
+
+@pytest.mark.parametrize("window", [["--tumbling", "1m"], ["--hopping", "2m/1m"], ["--session", "30s"]])
+def test_cli_rows_of_values_holding_commas(tmp_path, window):
+    """Aggregates that are any JSON value (first, last) written as JSON lines, commas inside them too."""
+    from tests.conftest import run_cli
+
+    vals = ["x,y", {"a": [1, 2], "b": "},{"}, [1, "2,3"], 4.5, None]
+    f = tmp_path / "in.jsonl"
+    f.write_text("".join(json.dumps({"ts": T0 + i * 1000, "k": f"k{i % 2}", "v": v}) + "\n"
+                         for i, v in enumerate(vals)))
+    p = run_cli("window", str(f), *window, "--by", "k", "--agg", "first:v", "--agg", "last:v", "--agg", "count")
+    assert p.returncode == 0, p.stderr
+    rows = [json.loads(line) for line in p.stdout.splitlines()]
+    got = {(r["key"], r["first_v"] == vals[0] or r["first_v"] == vals[1], json.dumps(r["last_v"])) for r in rows}
+    assert got == {("k0", True, json.dumps(vals[4])), ("k1", True, json.dumps(vals[3]))}

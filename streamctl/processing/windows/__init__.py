@@ -198,7 +198,7 @@ class GridWindows:
         start = end - self.size
         keys = sorted(d)
         if not isinstance(d, dict):  # cells.Cells
-            if self.text_rows:
+            if self.text_rows and not d.py:  # (window_text writes numbers and nulls: the states in arrays)
                 from streamctl.processing.windows.output import window_text
 
                 out.append(window_text(start, end, keys, self.plan.names, d.result_columns(d.slots_of(keys))))
