@@ -640,3 +640,22 @@ def test_a_late_correction_bridging_a_closed_and_an_open_session():
         (T0, T0 + 10_000, {"count": 1, "sum_v": 1}, None),
         (T0, T0 + 10_000, None, None),  # the closed session's row withdrawn
         (T0, T0 + 29_000, {"count": 3, "sum_v": 6}, 1)]
+
+
+def test_sessions_go_back_to_slots_once_the_states_fit(monkeypatch):
+    """An int past 2**31 moves the sessions' states to Plan's exact lists; once the session holding
+    it has closed, the states go back to slots (not for good), with the rows of the per-record path."""
+    from streamctl.processing.windows import session
+
+    monkeypatch.setattr(session, "RETRY_SLOTS", 2)
+    evs = [{"ts": T0 + i * 7_000, "k": "abc"[i % 3], "v": 2**60 if i == 13 else i} for i in range(200)]
+    cfg = WindowConfig(kind="session", size=30_000, by=["k"], aggs=["count", "sum:v"], lateness=10_000)
+    evs[100:100] = [{"ts": T0 + 99 * 7_000 + 200_000, "k": "abc"[i % 3], "v": 1} for i in range(3)]  # a gap: all close
+    run = WindowRun(cfg, is_log=False)
+    seen = []
+    for part in cut(records(evs), [5] * 41):
+        run.feed_batches([part], lambda rows: None)
+        seen.append(run.op.columnar)
+    assert seen[0] and not any(seen[3:20]) and seen[-1]  # exact while the session holding 2**60 is open
+    a, b = both(cfg, records(evs), [5] * 41)
+    assert a == b

@@ -55,6 +55,9 @@ from streamctl.processing.aggregations import columnar
 from streamctl.processing.windows import NO_WATERMARK
 from streamctl.processing.windows.session_kernel import SessionKernel, SessionWindow
 
+# with states beyond what slots keep, how many batches go by between two tries to move them back
+RETRY_SLOTS = 64
+
 
 def _session_start(s: SessionWindow) -> int:
     return s.start
@@ -94,14 +97,27 @@ class Session(SessionKernel):
         # batches the kernel declined (folded one event at a time instead), and their events
         self.declined = 0
         self.declined_events = 0
+        self.exact_batches = 0  # batches folded with Plan's states since slots were last tried
 
     def _use_slots(self) -> None:
-        if self.slots_ok and not self.columnar and not self.open_windows():
-            self._to_lists()
-            from streamctl.processing.windows.cells import SlotStates
+        """Keep the states in slots where they can be: from the first batch, and again after a move
+        to exact states (to_states) once every open session's state fits a slot (tried when nothing
+        is open, and every RETRY_SLOTS batches)."""
+        if not self.slots_ok or self.columnar:
+            return
+        if self.open_windows() and self.exact_batches < RETRY_SLOTS:
+            self.exact_batches += 1
+            return
+        self.exact_batches = 0
+        self._to_lists()
+        from streamctl.processing.windows.cells import SlotStates
 
-            self.states = SlotStates(self.plan.funcs, self.plan.names)
-            self.columnar = True
+        slots = SlotStates(self.plan.funcs, self.plan.names)
+        moved = [(s, slots.new()) for v in self.open.values() for s in v]
+        if all(slots.set_state(slot, s.state) for s, slot in moved):
+            for s, slot in moved:
+                s.state = slot
+            self.states, self.columnar = slots, True
 
     def _touching(self, sessions: list[SessionWindow], t: int) -> list[SessionWindow]:
         gap = self.gap
@@ -313,8 +329,8 @@ class Session(SessionKernel):
                 order.append((last, key))
 
     def to_states(self) -> None:
-        """Move every session's state from slots to Plan's lists (exact Python numbers), for good."""
-        self.slots_ok = False
+        """Move every session's state from slots to Plan's lists (exact Python numbers); _use_slots
+        moves them back once they fit."""
         if not self.columnar:
             return
         slots = self.states
@@ -376,4 +392,4 @@ class Session(SessionKernel):
             if all(slots.set_state(slot, s.state) for s, slot in moved):
                 for s, slot in moved:
                     s.state = slot
-                self.states, self.columnar, self.slots_ok = slots, True, True
+                self.states, self.columnar = slots, True
