@@ -110,6 +110,10 @@ class Session(SessionKernel):
             return
         self.exact_batches = 0
         self._to_lists()
+        self._into_slots()
+
+    def _into_slots(self) -> None:
+        """The open sessions' Plan states (the one-event path's lists) into numpy slots, where all fit."""
         from streamctl.processing.windows.cells import SlotStates
 
         slots = SlotStates(self.plan.funcs, self.plan.names)
@@ -385,11 +389,4 @@ class Session(SessionKernel):
         self.closed_last = {k.encode(): last for k, last in data.get("closed_last", [])}
         self.closed_order = deque(sorted((last, k) for k, last in self.closed_last.items()))
         if columnar:
-            from streamctl.processing.windows.cells import SlotStates
-
-            slots = SlotStates(self.plan.funcs, self.plan.names)
-            moved = [(s, slots.new()) for v in self.open.values() for s in v]
-            if all(slots.set_state(slot, s.state) for s, slot in moved):
-                for s, slot in moved:
-                    s.state = slot
-                self.states, self.columnar = slots, True
+            self._into_slots()
