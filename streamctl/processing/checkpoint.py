@@ -138,12 +138,13 @@ def _field(e: msgspec.ValidationError, prefix: str = "") -> str:
 
 
 def validate(raw: bytes, path: str) -> dict:
-    """The bytes of a checkpoint file -> its data (as orjson reads it), every field the loader uses
-    checked; StorageError naming `path` and the field otherwise."""
+    """The bytes of a checkpoint file -> its data, every field the loader uses checked; StorageError
+    naming `path` and the field otherwise. (msgspec reads an int beyond 64 bits, a sum's total,
+    exactly, where orjson would make it a float.)"""
     hint = "move it away to start over"
     try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as e:
+        data = msgspec.json.decode(raw)
+    except msgspec.DecodeError as e:
         raise StorageError(f"{path}: unreadable checkpoint ({e}); {hint}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or "run" not in data:
         raise StorageError(f"{path}: not a window checkpoint (overwritten by hand or by a group reset?); {hint}")
@@ -179,6 +180,15 @@ def validate(raw: bytes, path: str) -> dict:
                     except msgspec.ValidationError as e:
                         raise StorageError(f"{path}: damaged window checkpoint: {_field(e, where)}; {hint}") from None
     return data
+
+
+def encode(body: dict) -> bytes:
+    """A checkpoint's bytes: orjson's, or where an int is beyond 64 bits (which orjson refuses)
+    msgspec's, the same JSON with that int exact."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        return msgspec.json.encode(body)
 
 
 def load_checkpoint(path: str) -> dict | None:

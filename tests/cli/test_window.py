@@ -395,3 +395,17 @@ def test_cli_rows_of_values_holding_commas(tmp_path, window):
     rows = [json.loads(line) for line in p.stdout.splitlines()]
     got = {(r["key"], r["first_v"] == vals[0] or r["first_v"] == vals[1], json.dumps(r["last_v"])) for r in rows}
     assert got == {("k0", True, json.dumps(vals[4])), ("k1", True, json.dumps(vals[3]))}
+
+
+def test_cli_sum_beyond_64_bits_is_written_exactly(tmp_path):
+    """A sum of big ints passes 64 bits: written as its exact JSON number, no traceback, both outputs."""
+    from tests.conftest import run_cli
+
+    big = (1 << 63) - 1
+    f = tmp_path / "in.jsonl"
+    f.write_text("".join(json.dumps({"ts": T0 + i, "k": "a", "v": big}) + "\n" for i in range(3)))
+    p = run_cli("window", str(f), "--tumbling", "1m", "--by", "k", "--agg", "sum:v", "--agg", "last:v")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.endswith(b'"key":"a","sum_v":%d,"last_v":%d}\n' % (3 * big, big))
+    p = run_cli("window", str(f), "--tumbling", "1m", "--by", "k", "--agg", "sum:v", "--output", "csv")
+    assert p.returncode == 0 and p.stdout.splitlines()[1].endswith(b",a,%d" % (3 * big)), p.stderr

@@ -336,3 +336,17 @@ def test_committed_offset_past_the_end_is_refused(tmp_path, where):
         assert consume.returncode == p.returncode and consume.stderr == p.stderr
     else:
         assert ".g.window.json: move that checkpoint away too" in err
+
+
+def test_a_sum_beyond_64_bits_survives_a_restart(tmp_path):
+    """The checkpoint keeps a total past 64 bits exactly (orjson refuses such ints, and reads them as floats)."""
+    log = str(tmp_path / "log")
+    big = (1 << 63) - 1
+    lines = "".join(json.dumps({"k": "a", "ts": T0 + i, "v": big}) + "\n" for i in range(3))
+    args = ("window", log, "--tumbling", "1m", "--time-field", "value.ts", "--agg", "sum:value.v",
+            "--follow", "--group", "g", "--idle-timeout", "200ms")
+    for run in range(2):
+        run_cli("produce", log, "--key-field", "k", input=lines, check=True)
+        p = run_cli(*args)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.splitlines()[-1].endswith(b'"sum_v":%d}' % (3 * (run + 1) * big))

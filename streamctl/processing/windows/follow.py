@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from operator import itemgetter
 
-import orjson
-
 from streamctl.processing import inputorder
+from streamctl.processing.checkpoint import encode as encode_checkpoint
 from streamctl.processing.following import FOLLOW_BATCH, resume_positions, run_rounds, skip_deleted
 from streamctl.processing.windows.config import WindowConfig
 from streamctl.processing.windows.driver import WindowRun
@@ -96,7 +95,7 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
             flush_late()
         body = {"format": CHECKPOINT_FORMAT, "group": group, "offsets": {str(p): o for p, o in sorted(positions.items())},
                 "merge_keys": {str(p): h for p, h in sorted(highs.items())}, "run": run.dump()}
-        files.write(lg, ckpt, orjson.dumps(body))
+        files.write(lg, ckpt, encode_checkpoint(body))
         if positions:
             # the group file is for `stat` (lag); the checkpoint above is what a restart trusts
             assert group is not None  # a checkpoint is kept only with --group

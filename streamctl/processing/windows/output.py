@@ -56,7 +56,19 @@ def row_json(row: tuple) -> bytes:
         return head + b',"op":"delete"}\n'
     if revision is not None:
         values = {**values, "revision": revision}
-    return head + (b"," + orjson.dumps(values)[1:] if values else b"}") + b"\n"
+    try:
+        text = orjson.dumps(values)
+    except TypeError:  # an int beyond 64 bits (a sum of big ints): written exactly, as JSON allows
+        text = orjson.dumps({k: _int_text(v) for k, v in values.items()})
+    return head + (b"," + text[1:] if values else b"}") + b"\n"
+
+
+def _int_text(v: Any) -> Any:
+    """An int orjson cannot write (beyond 64 bits) as its exact JSON text; any other value as it is.
+    (Only orjson refuses such ints: the standard library's json, which may stand in, writes them.)"""
+    if type(v) is int and not -(1 << 63) <= v < 1 << 64:
+        return orjson.Fragment(b"%d" % v)
+    return v
 
 
 def rows_jsonl(rows: list) -> bytes:
