@@ -184,14 +184,14 @@ def _kernel_records(raw: list) -> list[tuple[int, dict]]:
        cache=st.integers(1, 5), kernel_first=st.booleans(), bulk=st.sampled_from([1, 2, 3, 4096]),
        per_json=st.integers(1, 4))
 def test_table_rows_kernel_writes_the_record_paths_bytes(raw, cuts, runs, which, cache, kernel_first, bulk, per_json):
-    """TableRowsFeed (the follower's kernel of --table --as-of position with JSON-lines rows), fed in
-    rounds of runs of any length with a checkpoint between rounds, writes byte for byte the rows of
-    TableFeed fed record by record; and a checkpoint of either one resumes in the other (a run with
-    --output table, which takes the record path, after one with JSON lines). `bulk` (store._BULK)
-    sends runs of that many keys past the cache (DiskTable._bulk_rows), and `per_json`
-    (store._ROWS_PER_JSON) cuts a flush into that many rows a json_each statement, a batch with a
-    NUL going the bound way."""
-    from streamctl.processing.joins.feeders import TableRowsFeed
+    """The follower's batches of the enrichment kernel (follow.enrich_batch: stream_table.enrich_sides over
+    a raw table on disk), fed Messages of any length with a checkpoint between rounds, write byte
+    for byte the rows of TableFeed fed record by record; and a checkpoint of either one resumes in
+    the other (a run with --output table, which takes the record path, after one with JSON
+    lines). `bulk` (store._BULK) sends runs of that many keys past the cache
+    (DiskTable._bulk_rows), and `per_json` (store._ROWS_PER_JSON) cuts a flush into that many rows
+    a json_each statement, a batch with a NUL going the bound way."""
+    from streamctl.processing.joins.follow import enrich_batch
 
     spec = KERNEL_SPECS[which]
     items = _kernel_records(raw)
@@ -212,12 +212,13 @@ def test_table_rows_kernel_writes_the_record_paths_bytes(raw, cuts, runs, which,
             stats = JoinStats()
             if (n % 2 == 0) == kernel_first:
                 t = store.DiskTable(db, "table_rows", raw=True)
-                f = TableRowsFeed(spec, live.append, stats, t)
+                f = TableFeed(spec, _no_rows, stats, table=t)  # the follower's state: dumped and loaded only
                 i = a
-                while i < b:  # runs of any length, as rounds of merged batches give them
+                while i < b:  # Messages of any length, as rounds of merged batches give them
                     step = runs[i % len(runs)]
-                    part = items[i:min(b, i + step)]
-                    f.feed(part)
+                    got = enrich_batch(t, *_message(spec, items, i, min(b, i + step)), spec, live.append)
+                    stats.records[0] += got[0]
+                    stats.records[1] += got[1]
                     i += step
             else:
                 t = store.DiskTable(db, "table_rows")
@@ -233,6 +234,28 @@ def test_table_rows_kernel_writes_the_record_paths_bytes(raw, cuts, runs, which,
     finally:
         store.CACHE_ENTRIES, store._BULK, store._ROWS_PER_JSON = old
     assert b"".join(live) == b"".join(whole)
+
+
+def _no_rows(*_args: object) -> None:
+    raise AssertionError("the kernel writes JSON lines")
+
+
+def _message(spec: JoinSpec, items: list[tuple[int, dict]], a: int, b: int) -> tuple[tuple, tuple]:
+    """Items a..b as a Message's two Blocks (follow_inputs.messages'): join keys (and the table's
+    record keys) as table_inputs.log_reader reads them, the table's values as their texts, the
+    events' as their rows' heads, and each record's place in the input order as its merge key."""
+    from streamctl.processing.joins.table_inputs import log_reader
+
+    blocks = []
+    for side in (0, 1):
+        recs = [rec for s, rec in items[a:b] if s == side]
+        values, keys, rkeys, _source = log_reader(spec.on[side], spec.time_field[side], side == 1)[0](recs)
+        if side:
+            texts = [None if v is None else orjson.dumps(v) for v in values]
+        else:
+            texts = [b'{"key":%b,"left":%b,"right":' % (orjson.dumps(k), orjson.dumps(v)) for k, v in zip(keys, values, strict=True)]
+        blocks.append((texts, keys, rkeys, [i for i in range(a, b) if items[i][0] == side]))
+    return blocks[0], blocks[1]
 
 
 text_key = st.text(st.characters(blacklist_categories=("Cs",)), max_size=6)

@@ -14,11 +14,7 @@ run, joins/store.DiskTable for a follower): the operators only get, set and pop.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, MutableMapping
-from itertools import chain, groupby, repeat
-from operator import itemgetter
 from typing import Any
-
-import orjson
 
 from streamctl.processing.joins import Emit, EmitOp, JoinSpec, JoinStats
 from streamctl.processing.joins.keys import RememberedTime, change_keys, key_getter, norm_key, time_getter, value_field
@@ -212,124 +208,6 @@ class TableFeed:
         if isinstance(self.join, TableAsOfTime):
             self.join.clock = Watermark.load(data["watermark"])
             self.join.waiting = [(int(t), int(pos), norm_key(key), key, value) for t, pos, key, value in data["waiting"]]
-
-
-class TableRowsFeed(TableFeed):
-    """--table --as-of position with JSON-lines rows, a run of records at a time: the follower's
-    kernel of TableFeed's record path (TableAtPosition fed record by record), which it equals row
-    for row and byte for byte (tests/props/test_join_follow_state.py holds the two together).
-
-    The table is a raw joins/store.DiskTable: each row is the JSON text orjson wrote for the
-    value (what a DiskTable of values stores too, so the two read each other's checkpoints), and
-    an event's row pastes that text where the record path would decode it and write it again.
-    A run of table changes goes to the table at once (the last change of a key in the run wins,
-    as one after another would), and a run of events reads its keys' rows in one prefetch and
-    writes its rows in a few calls of `write_jsonl`.
-
-    `run` and `feed_columns` are the two halves of `feed`: the first reads a run of records into
-    a Run (what it changes or looks up, and the text of each event's row up to its right side: no
-    records), the second joins Runs. The follower runs the first in a reading
-    process (joins/follow_inputs.py) and sends the Runs over a pipe: they hold only strings,
-    bytes and counts."""
-
-    def __init__(self, spec: JoinSpec, write_jsonl: Callable[[bytes], None], stats: JoinStats,
-                 table: Any, right_index: int = 1) -> None:
-        assert spec.kind == "table" and spec.as_of == "position" and getattr(table, "raw", False)
-        super().__init__(spec, _no_emit, stats, None, right_index, table)
-        self.table = table
-        self.write_jsonl = write_jsonl
-        self.left_field = value_field(spec.on[0])
-        self.left_is_record_key = spec.on[0] == ("key",)
-        # whether `run` reads the records themselves, or only their values and record keys
-        self.needs_records = not self.right_key_is_record_key or (self.left_field is None
-                                                                  and not self.left_is_record_key)
-
-    def feed(self, items: Items) -> None:
-        """Records in the input order: each run of one input's records is a Run (`run`)."""
-        right_index = self.right_index
-        self.feed_columns([self.run(i == right_index, [rec for _i, rec in run])
-                           for i, run in groupby(items, key=itemgetter(0))])
-
-    def run(self, changes: bool, records: list[Record], values: list[Any] | None = None,
-            rkeys: list[Any] | None = None) -> Run:
-        """A run of table changes (`changes`) or of events as a Run: (CHANGES, {normalized key: value
-        text, None to delete}, how many records), or (EVENTS, normalized join keys, heads): each
-        event's row up to its right side (`_rows`). `values` and `rkeys` are the records' values
-        and record keys where the caller has them as columns."""
-        if values is None:
-            values = [rec["value"] for rec in records]
-        if changes:
-            return CHANGES, self._changes(records, values, rkeys), len(values)
-        if self.left_field is not None:
-            f = self.left_field
-            keys = [v.get(f) if v.__class__ is dict else None for v in values]
-        elif self.left_is_record_key:
-            # key_getter(("key",)) a column at a time
-            keys = rkeys if rkeys is not None else list(map(dict.get, records, repeat("key")))
-        else:
-            keys = list(map(self.left_key, records))
-        dumps = orjson.dumps
-        # what orjson.dumps writes for the row {"key": k, "left": v, "right": ...} before the right side
-        # (it writes a value inside an object as it writes it alone)
-        heads = [b'{"key":%b,"left":%b,"right":' % (dumps(k), dumps(v)) for k, v in zip(keys, values, strict=True)]
-        return EVENTS, [k if k.__class__ is str or k is None else norm_key(k) for k in keys], heads
-
-    def feed_columns(self, runs: list[Run]) -> None:
-        """Join the runs `runs` made, in order."""
-        counts = self.stats.records
-        for kind, what, more in runs:
-            if kind == CHANGES:
-                self.table.apply(what)
-                counts[1] += more
-            else:
-                self._rows(what, more)
-                counts[0] += len(what)
-
-    def _changes(self, run: list[Record], values: list[Any], rkeys: list[Any] | None) -> dict[Any, bytes | None]:
-        dumps = orjson.dumps
-        # a copy of each text: orjson's result keeps its whole write buffer (4 KiB) alive with it
-        raws = [None if v is None else b"%b" % dumps(v) for v in values]
-        if self.right_key_is_record_key:
-            # change_keys of a table keyed by its record key: that key (a string), or none; the last
-            # change of a key wins, as one after another would
-            changes = dict(zip(rkeys if rkeys is not None else map(dict.get, run, repeat("key")), raws, strict=True))
-            changes.pop(None, None)
-            return changes
-        changes = {}
-        right_key, by_value_path = self.right_key, self.by_value_path
-        for rec, raw in zip(run, raws, strict=True):
-            for nk, _k in change_keys(rec, right_key, by_value_path):
-                changes[nk] = raw
-        return changes
-
-    def _rows(self, nkeys: list[Any], heads: list[bytes]) -> None:
-        """The rows of a run of events, each its head, its key's stored row text (null where there is
-        none; with --how inner, no row) and the closing brace and newline: the text orjson.dumps
-        writes for {"key": k, "left": v, "right": orjson.Fragment(row) or None} with
-        OPT_APPEND_NEWLINE."""
-        rows = self.table.rows(nkeys)
-        write = self.write_jsonl
-        if self.inner:
-            kept = [(h, r) for h, r in zip(heads, rows, strict=True) if r is not None]
-            heads, rows = [h for h, _r in kept], [r for _h, r in kept]
-        else:
-            rows = [_NULL if r is None else r for r in rows]
-        for i in range(0, len(heads), _ROWS_AT_ONCE):
-            j = i + _ROWS_AT_ONCE
-            write(b"".join(chain.from_iterable(zip(heads[i:j], rows[i:j], _ENDS, strict=False))))  # _ENDS: endless
-
-
-# A Run of TableRowsFeed.run: (CHANGES, changes, how many records) or (EVENTS, normalized keys, heads)
-Run = tuple[int, Any, Any]
-CHANGES, EVENTS = 0, 1
-_NULL = b"null"
-_ENDS = repeat(b"}\n")
-# rows joined into one write
-_ROWS_AT_ONCE = 8192
-
-
-def _no_emit(key: Any, left: Any, right: Any) -> None:
-    raise AssertionError("TableRowsFeed writes its rows with write_jsonl")
 
 
 class TablesFeed:

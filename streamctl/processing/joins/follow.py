@@ -36,8 +36,9 @@ from streamctl.errors import Interrupted, StorageError, UsageError
 from streamctl.processing import following
 from streamctl.processing.joins import Emit, EmitOp, JoinSpec, JoinStats, feeders, follow_inputs, gc_frozen
 from streamctl.processing.joins.driver import late_line
-from streamctl.processing.joins.keys import RememberedTime, time_getter
+from streamctl.processing.joins.keys import RememberedTime, norm_key, time_getter
 from streamctl.processing.joins.store import DiskTable, open_db
+from streamctl.processing.joins.table_inputs import Block, Side
 from streamctl.processing.mergeorder import merge_lanes
 from streamctl.storage import log as logmod
 
@@ -102,6 +103,49 @@ def _tables(spec: JoinSpec, db: sqlite3.Connection, raw: bool) -> list[DiskTable
     return []
 
 
+def enrich_batch(disk: DiskTable, events: Block, changes: Block, spec: JoinSpec,
+                 write_jsonl: Callable[[bytes], None]) -> tuple[int, int]:
+    """A Message (follow_inputs.py: each side's records as one Block, values as texts) joined by the
+    batch run's kernel (stream_table.enrich_sides) against the follower's raw table on disk:
+    the kernel's table starts as the rows the events' keys have there, and what the changes set
+    or delete goes back to it (_BatchTable). A Message without table changes (a live join's
+    usual one) has every event see the table as it stands: its rows are pasted from the rows
+    read, without the table the kernel would make of them. Returns (events, changes)."""
+    from streamctl.processing.joins.stream_table import enrich_sides, paste_rows
+
+    heads, keys = events[0], events[1]
+    nks = keys if {*map(type, keys)} <= _STR else [k if k.__class__ is str or k is None else norm_key(k) for k in keys]
+    rows = disk.rows(nks)
+    if not changes[0]:
+        paste_rows(heads, rows, spec.how == "inner", write_jsonl)
+        return len(heads), 0
+    table = _BatchTable(zip(nks, rows, strict=True))
+    n_events, n_changes, _size = enrich_sides(Side(iter([events]), None, heads=True), Side(iter([changes]), None),
+                                              spec.how == "inner", write_jsonl, spec.on[1] != ("key",), table)
+    disk.apply(table.changed)
+    return n_events, n_changes
+
+
+_STR = {str}
+
+
+class _BatchTable(dict[Any, Any]):
+    """The table a follower's batch joins against (follow.py's _enrich_batch): the rows its events
+    read, with every row its changes set (a Fragment) or delete (None) kept in `changed`, in order."""
+
+    def __init__(self, rows: Any) -> None:
+        super().__init__(rows)
+        self.changed: dict[Any, Any] = {}
+
+    def __setitem__(self, nkey: Any, row: Any) -> None:
+        dict.__setitem__(self, nkey, row)
+        self.changed[nkey] = row
+
+    def pop(self, nkey: Any, default: Any = None) -> Any:
+        self.changed[nkey] = None
+        return dict.pop(self, nkey, default)
+
+
 class JoinFollower:
     def __init__(self, spec: JoinSpec, group: str | None, emit: Emit, emit_op: EmitOp,
                  late: Callable[[int, bytes], None] | None, notice: Notice | None,
@@ -129,7 +173,7 @@ class JoinFollower:
             self.db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID")
             if group is None:
                 self.db.execute("PRAGMA synchronous=OFF")  # a scratch file, removed at exit: nothing to make durable
-            # --table --as-of position with JSON-lines rows: the kernel of TableFeed (feeders.TableRowsFeed)
+            # --table --as-of position with JSON-lines rows: the batch run's kernel (stream_table.enrich_sides)
             self.kernel = write_jsonl is not None and spec.kind == "table" and spec.as_of == "position"
             self.tables = _tables(spec, self.db, self.kernel)
         except sqlite3.DatabaseError as e:
@@ -137,12 +181,9 @@ class JoinFollower:
             raise StorageError(f"{path}: not a join checkpoint ({e}); {HINT}") from None
         sink = None if late is None else (lambda side, rec: late(side, late_line(rec, True)))
         self.times = (RememberedTime(time_getter(spec.time_field[0])), RememberedTime(time_getter(spec.time_field[1])))
-        self.feeder: feeders.StreamFeed | feeders.TableFeed | feeders.TablesFeed
-        if self.kernel:
-            assert write_jsonl is not None
-            self.feeder = feeders.TableRowsFeed(spec, write_jsonl, self.stats, self.tables[0])
-        else:
-            self.feeder = feeders.make(spec, self.stats, emit, emit_op, sink, self.times, 1, self.tables)
+        self.write_jsonl = write_jsonl
+        # the operator's state in the checkpoint (with the kernel, the feeder only dumps and loads it)
+        self.feeder = feeders.make(spec, self.stats, emit, emit_op, sink, self.times, 1, self.tables)
 
     def _lock(self, group: str) -> None:
         from streamctl.groups import files
@@ -254,7 +295,6 @@ class JoinFollower:
         got = 0
         batches = merge_lanes(lanes)
         feeder = self.feeder
-        assert not isinstance(feeder, feeders.TableRowsFeed)
         prefetch = self.tables and isinstance(feeder, (feeders.TableFeed, feeders.TablesFeed))
         try:
             for batch in batches:
@@ -278,20 +318,17 @@ class JoinFollower:
 
     def _kernel_round(self, limit: int) -> int:
         """The kernel's round: Messages from the reader of the current plan (follow_inputs), a new plan
-        once it is read to its end. A plan outlasts rounds: the reader goes on where the last
-        round stopped, its lanes' merge keys with it."""
+        once it is read to its end, each joined by `enrich_batch`. A plan outlasts rounds: the
+        reader goes on where the last round stopped, its lanes' merge keys with it."""
         from streamctl.processing import decoder
 
         spec, inputs = self.spec, self.inputs
-        feeder = self.feeder
-        assert isinstance(feeder, feeders.TableRowsFeed)
         if self.reader is None:
             the_plan = self._plan()
             if not the_plan:
                 return 0
-            self.reader = follow_inputs.KernelReader(feeder, (spec.left, spec.right), the_plan, inputs.highs,
-                                                     self.times, (spec.time_field[0] == ("ts",), spec.time_field[1] == ("ts",)),
-                                                     RUN, decoder.can_fork(), self.lock_fd)
+            self.reader = follow_inputs.KernelReader((spec.left, spec.right), the_plan, inputs.highs, spec.on,
+                                                     spec.time_field, RUN, decoder.can_fork(), self.lock_fd)
         got = 0
         positions, highs = inputs.positions, inputs.highs
         try:
@@ -305,8 +342,11 @@ class JoinFollower:
                 if msg is None:
                     self._close_reader()
                     break
-                runs, n, ends, lane_highs = msg
-                feeder.feed_columns(runs)
+                events, changes, n, ends, lane_highs = msg
+                n_events, n_changes = enrich_batch(self.tables[0], events, changes, spec,
+                                                   self.write_jsonl)  # type: ignore[arg-type]
+                self.stats.records[0] += n_events
+                self.stats.records[1] += n_changes
                 # the positions move only past records joined: a checkpoint covers exactly those
                 for side, p, off in ends:
                     positions[side][p] = off
@@ -342,7 +382,7 @@ def follow(spec: JoinSpec, group: str | None, emit: Emit, emit_op: EmitOp, flush
            flush_late: Callable[[], None] | None = None, notice: Notice | None = None,
            write_jsonl: Callable[[bytes], None] | None = None) -> JoinStats:
     """Run the join on two logs until a stop signal or `idle_timeout` seconds without new records.
-    With `write_jsonl` (rows as JSON lines), --table --as-of position runs feeders.TableRowsFeed."""
+    With `write_jsonl` (rows as JSON lines), --table --as-of position runs the batch run's kernel."""
     from streamctl.live.wait import Waiter
 
     f = JoinFollower(spec, group, emit, emit_op, late, notice, write_jsonl)

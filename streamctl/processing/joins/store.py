@@ -17,8 +17,8 @@ changed since the last one.
   statements of up to _CHUNK keys (SQLite walks the B-tree in key order, reading each
   page once for all the keys on it).
 - A raw table (`raw=True`) keeps each value as the JSON text it is stored as: the
-  follower's enrichment kernel (joins/feeders.py:TableRowsFeed) pastes that text into
-  its rows and changes it with `apply`, and reads it with `rows`.
+  follower's batches of the enrichment kernel (joins/follow.py, stream_table.enrich_sides) paste
+  that text into their rows, read it with `rows` and change it with `apply`.
 - A table of mutable values (a key's versions, stream_table._History) writes back
   every value read since the last flush, since the operator changes it in place.
 """

@@ -44,7 +44,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, MutableMapping
-from itertools import repeat
+from itertools import chain, repeat
 from typing import Any
 
 import orjson
@@ -215,19 +215,27 @@ def enrich(left: str, right: str, on: tuple[Path, Path], time_field: tuple[Path,
     ev, tb = (table_inputs.log_side(path, on[i], time_field[i], i == 1, ahead and i == 0) if logs[i]
               else table_inputs.plain_side(path, on[i], time_field[i], piece) for i, path in enumerate((left, right)))
     try:
-        return _enrich(ev, tb, inner, write_jsonl, on[1] != ("key",))
+        return enrich_sides(ev, tb, inner, write_jsonl, on[1] != ("key",))
     finally:
         for close in ev.closers:
             close()  # reading processes are stopped and reaped now, whatever a traceback keeps alive
 
 
-def _enrich(ev: table_inputs.Side, tb: table_inputs.Side, inner: bool, write_jsonl: Callable[[bytes], None],
-            by_value_path: bool) -> tuple[int, int, int]:
+def enrich_sides(ev: table_inputs.Side, tb: table_inputs.Side, inner: bool, write_jsonl: Callable[[bytes], None],
+            by_value_path: bool, table: dict[Any, Any] | None = None) -> tuple[int, int, int]:
     """The rows of TableAtPosition over two sides; a table record changes the rows
     keys.changed_rows names. Events read their times only while the table has changes left:
     once it is read to its end, the rest of the events are enriched in their own order (a log
-    of events whose blocks come with their merge keys, merged or read ahead, has them anyway)."""
-    table: dict[Any, Any] = {}
+    of events whose blocks come with their merge keys, merged or read ahead, has them anyway).
+
+    A follower runs this on each of its small batches (joins/follow.py:enrich_batch): `table` is
+    where its table starts (the rows the batch's events read from the table on disk), its
+    table changes come as their values' texts, and its events (a Side with `heads`) as the text
+    of each row up to its right side, made by its reading process: each row is then pasted
+    together from its head and its table row's text, the bytes the rows of events read here
+    would be."""
+    if table is None:
+        table = {}
     dumps, fragment = orjson.dumps, orjson.Fragment
     nl = orjson.OPT_APPEND_NEWLINE
     n_events = n_changes = 0
@@ -244,7 +252,9 @@ def _enrich(ev: table_inputs.Side, tb: table_inputs.Side, inner: bool, write_jso
             k = keys[x]
             if k is not None:
                 # a copy of the text: orjson's result keeps its whole write buffer (4 KiB) alive with it
-                table[k if k.__class__ is str else norm_key(k)] = fragment(b"%b" % dumps(value))
+                # (a follower's change is its value's text already, bytes: no JSON value is)
+                table[k if k.__class__ is str else norm_key(k)] = (
+                    value if value.__class__ is bytes else fragment(b"%b" % dumps(value)))
         n_changes += j - tb.i
         tb.i = j
 
@@ -255,13 +265,16 @@ def _enrich(ev: table_inputs.Side, tb: table_inputs.Side, inner: bool, write_jso
         values = ev.values[i:j] if i or j < ev.n else ev.values
         get = table.get
         rights = [get(k) if k.__class__ is str else (get(norm_key(k)) if k is not None else None) for k in keys]
-        if inner:
-            rows = [{"key": k, "left": v, "right": r} for k, v, r in zip(keys, values, rights, strict=True)
-                    if r is not None]
+        if ev.heads:
+            paste_rows(values, rights, inner, write_jsonl)
         else:
-            rows = [{"key": k, "left": v, "right": r} for k, v, r in zip(keys, values, rights, strict=True)]
-        if rows:
-            write_jsonl(b"".join(map(dumps, rows, repeat(None), repeat(nl))))
+            if inner:
+                rows = [{"key": k, "left": v, "right": r} for k, v, r in zip(keys, values, rights, strict=True)
+                        if r is not None]
+            else:
+                rows = [{"key": k, "left": v, "right": r} for k, v, r in zip(keys, values, rights, strict=True)]
+            if rows:
+                write_jsonl(b"".join(map(dumps, rows, repeat(None), repeat(nl))))
         n_events += j - i
         ev.i = j
 
@@ -283,3 +296,23 @@ def _enrich(ev: table_inputs.Side, tb: table_inputs.Side, inner: bool, write_jso
         apply(tb.n)
         tb.next_block(True)
     return n_events, n_changes, len(table)
+
+
+def paste_rows(heads: list[bytes], rights: list[bytes | None], inner: bool, write: Callable[[bytes], None]) -> None:
+    """The rows of events that come as their heads (each row's text up to its right side) with their
+    table rows' texts (None: no row; with --how inner, no row out): the text orjson.dumps writes
+    for {"key": k, "left": v, "right": orjson.Fragment(row) or None} with OPT_APPEND_NEWLINE."""
+    texts: list[bytes]
+    if inner:
+        kept = [(h, r) for h, r in zip(heads, rights, strict=True) if r is not None]
+        heads, texts = [h for h, _r in kept], [r for _h, r in kept]
+    else:
+        texts = [_NULL if r is None else r for r in rights]
+    for i in range(0, len(heads), _ROWS_AT_ONCE):
+        j = i + _ROWS_AT_ONCE
+        write(b"".join(chain.from_iterable(zip(heads[i:j], texts[i:j], _ENDS, strict=False))))  # _ENDS: endless
+
+
+_NULL = b"null"
+_ENDS = repeat(b"}\n")
+_ROWS_AT_ONCE = 8192  # rows joined into one write

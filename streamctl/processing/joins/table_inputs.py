@@ -45,8 +45,11 @@ class Side:
     the merge keys when asked, and the position of the next record in the block."""
 
     def __init__(self, blocks: Iterator[Block], times_of: TimesOf | None,
-                 closers: list[Callable[[], None]] | None = None) -> None:
+                 closers: list[Callable[[], None]] | None = None, heads: bool = False) -> None:
         self.blocks = blocks
+        # events whose values are the texts of their rows up to the right side (a follower's batch:
+        # stream_table.enrich_sides says how)
+        self.heads = heads
         self.closers = closers or []  # what stops the side's reading processes
         self.times_of = times_of  # None: a block's source is its merge keys already (a merged log)
         self.high = mergeorder.NO_TIME
@@ -78,6 +81,24 @@ def log_side(path: str, on: Path, time_field: Path, table: bool, ahead: bool = F
     path), its times read from `time_field` (the append time `ts` by default); its record keys
     are kept for a table (tombstones), not for events. With `ahead`, read on other cores
     (_read_ahead, _partition_readers)."""
+    columns, times_of = log_reader(on, time_field, table)
+    parts = inputorder.log_partitions(path)
+    if len(parts) <= 1:  # one lane: its stored order
+        blocks = (columns(b) for _p, part in parts for b in part if b)
+        side = Side(blocks, times_of)
+        return _read_ahead(side, path) if ahead else side
+
+    lanes = [log_lane(part, columns, times_of) for _p, part in parts]
+    if ahead and len(parts) <= MAX_READERS:
+        return _partition_readers(lanes, path)
+    side = Side(_merged([mergeorder.Lane(lane) for lane in lanes]), None)
+    return _read_ahead(side, path) if ahead else side
+
+
+def log_reader(on: Path, time_field: Path, table: bool) -> tuple[Callable[[list[Record]], Block], TimesOf]:
+    """How a log's blocks of records become a side's Blocks (joined on `on`, record keys kept for a
+    table), and how a Block's source gives its times (read from `time_field`): for log_side, and
+    for the follower's lanes (joins/follow_inputs.py)."""
     if on == ("key",):
         key_of = None
     elif on[0] == "value":
@@ -95,22 +116,16 @@ def log_side(path: str, on: Path, time_field: Path, table: bool, ahead: bool = F
         values, rkeys = log_columns(batch)
         return values, (rkeys if key_of is None else key_of(batch, values)), rkeys if table else None, (batch, values)
 
-    parts = inputorder.log_partitions(path)
-    if len(parts) <= 1:  # one lane: its stored order
-        blocks = (columns(b) for _p, part in parts for b in part if b)
-        side = Side(blocks, lambda source: times_of(*source))
-        return _read_ahead(side, path) if ahead else side
+    return columns, lambda source: times_of(*source)
 
-    def lane(part: Iterator[list[Record]]) -> Iterator[tuple[Sequence[int | None], Block]]:
-        for b in part:
-            if b:
-                block = columns(b)
-                yield times_of(*block[3]), block
 
-    if ahead and len(parts) <= MAX_READERS:
-        return _partition_readers([lane(part) for _p, part in parts], path)
-    side = Side(_merged([mergeorder.Lane(lane(part)) for _p, part in parts]), None)
-    return _read_ahead(side, path) if ahead else side
+def log_lane(part: Iterator[list[Record]], columns: Callable[[list[Record]], Block],
+             times_of: TimesOf) -> Iterator[tuple[Sequence[int | None], Block]]:
+    """A partition's blocks as a mergeorder.Lane takes them: (times, Block) each."""
+    for b in part:
+        if b:
+            block = columns(b)
+            yield times_of(block[3]), block
 
 
 # A log of events of up to this many partitions is read by a process per partition
@@ -147,15 +162,20 @@ def _texts(block: Block) -> tuple[list[bytes], list[Any]]:
 def _merged(lanes: list[mergeorder.Lane]) -> Iterator[Block]:
     """The lanes' columns in input order (mergeorder.merge), each block's source its merge keys."""
     for parts, order in mergeorder.merge(lanes):
-        values, keys, rkeys = gather(lanes, parts, order, (0, 1, 2))
-        if order is None:
-            k, s, e = parts[0]
-            marks = lanes[k].keys
-            yield values, keys, rkeys, marks if not s and e == len(marks) else marks[s:e]
-            continue
-        marks = [m for k, s, e in parts for m in lanes[k].keys[s:e]]
-        marks.sort()  # the merge keys in the order's order: `order` is their stable sort
-        yield values, keys, rkeys, marks
+        yield merged_block(lanes, parts, order)
+
+
+def merged_block(lanes: list[mergeorder.Lane], parts: list[tuple[int, int, int]], order: Any) -> Block:
+    """A round of mergeorder.merge over lanes of Blocks as one Block in input order, its source the
+    records' merge keys."""
+    values, keys, rkeys = gather(lanes, parts, order, (0, 1, 2))
+    if order is None:
+        k, s, e = parts[0]
+        marks = lanes[k].keys
+        return values, keys, rkeys, marks if not s and e == len(marks) else marks[s:e]
+    marks = [m for k, s, e in parts for m in lanes[k].keys[s:e]]
+    marks.sort()  # the merge keys in the order's order: `order` is their stable sort
+    return values, keys, rkeys, marks
 
 
 def gather(lanes: list[mergeorder.Lane], parts: list[tuple[int, int, int]], order: Any,
