@@ -101,7 +101,6 @@ class TableFeed:
         self.right_index = right_index
         self.left_key, self.right_key = key_getter(spec.on[0]), key_getter(spec.on[1])
         self.by_value_path = spec.on[1] != ("key",)
-        self.right_key_is_record_key = spec.on[1] == ("key",)
         self.inner = spec.how == "inner"
         self.at_position = spec.as_of == "position"
         self.times = (time_getter(spec.time_field[0]), time_getter(spec.time_field[1]))

@@ -102,16 +102,16 @@ def messages(paths: tuple[str, str], the_plan: Plan, highs: tuple[dict[int, int]
             texts, all_keys, all_rkeys, all_marks = cols[side]
             if side:
                 # a copy of each text: orjson's result keeps its whole write buffer (4 KiB) alive with it
-                texts += [None if v is None else b"%b" % dumps(v) for v in values]
+                texts.extend([None if v is None else b"%b" % dumps(v) for v in values])
+                assert rkeys is not None  # (a table side keeps its record keys: tombstones)
+                all_rkeys.extend(rkeys)
             else:
                 # what orjson.dumps writes for the row {"key": k, "left": v, "right": ...} before the
                 # right side (it writes a value inside an object as it writes it alone)
-                texts += [b'{"key":%b,"left":%b,"right":' % (dumps(k), dumps(v)) for k, v in zip(keys, values,
-                                                                                                  strict=True)]
-            all_keys += keys
-            if rkeys is not None:  # the table's
-                all_rkeys += rkeys
-            all_marks += marks
+                texts.extend([b'{"key":%b,"left":%b,"right":' % (dumps(k), dumps(v))
+                              for k, v in zip(keys, values, strict=True)])
+            all_keys.extend(keys)
+            all_marks.extend(marks)
         for k, s, e in parts:
             lane = the_lanes[k]
             batch = lane.payload[3][0]
