@@ -64,6 +64,11 @@ class Where:
     regex: re.Pattern[str] | None = None
 
 
+# a VALUE that is not JSON is taken as a string when it is one word: no whitespace, and not
+# starting with a quote, a bracket or an operator's character (a regex after ~ is taken as it is)
+_BARE_WORD = re.compile(r"""[^\s"'{\[=<>!~][^\s]*""")
+
+
 def parse_where(text: str) -> Where:
     m = _WHERE.match(text)
     if m is None:
@@ -79,6 +84,9 @@ def parse_where(text: str) -> Where:
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
+        if op != "~" and not _BARE_WORD.fullmatch(raw):  # `x === 1`, `x == 1 and y`, `x == "a`: a typo
+            raise UsageError(f"--where {text!r}: VALUE {raw!r} is neither JSON nor a bare word (a string "
+                             f"with spaces or quotes is written as JSON: '{path_text} {op} \"a b\"')") from None
         value = raw
     if op == "~":
         pattern = value if isinstance(value, str) else raw

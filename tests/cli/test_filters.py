@@ -188,7 +188,8 @@ def test_cli_consume_filters_one_and_several_partitions(logdir, tmp_path):
 def test_cli_bad_filter_exits_2_naming_it(logdir):
     make_log(logdir, 3)
     for args, named in ((["--where", "value.i >"], "value.i >"), (["--where", "i ~ [a"], "i ~ [a"),
-                        (["--header", "x"], "'x'")):
+                        (["--header", "x"], "'x'"), (["--where", "i === 1"], "neither JSON nor a bare word"),
+                        (["--where", "c == JP and i > 1"], "'JP and i > 1'"), (["--where", 'c == "JP'], "'\"JP'")):
         for cmd in ("consume", "tail", "replay"):
             p = run_cli(cmd, logdir, *args)
             assert p.returncode == 2, (cmd, args)
