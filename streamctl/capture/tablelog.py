@@ -46,9 +46,10 @@ def _headers(op: str, lsn: int, txid: int | None) -> bytes:
     return b'{"op":"%s","lsn":"%X/%X","txid":"%d"}' % (op.encode(), lsn >> 32, lsn & 0xFFFFFFFF, txid)
 
 
-def _lines_backwards(log: Log, p: int) -> Iterator[bytes]:
-    """Partition p's records, newest first (whole segments are read: used once per run)."""
-    for seg in reversed(list_segments(log.partition_dir(p))):
+def _lines(log: Log, p: int, newest_first: bool = False) -> Iterator[bytes]:
+    """Partition p's records, oldest (or newest) first; whole segments are read (used once per run)."""
+    segs = list_segments(log.partition_dir(p))
+    for seg in reversed(segs) if newest_first else segs:
         try:
             fd = os.open(seg.path, os.O_RDONLY)
         except FileNotFoundError:
@@ -58,21 +59,8 @@ def _lines_backwards(log: Log, p: int) -> Iterator[bytes]:
             data = os.pread(fd, end, 0)
         finally:
             os.close(fd)
-        yield from reversed(data.splitlines())
-
-
-def _lines(log: Log, p: int) -> Iterator[bytes]:
-    for seg in list_segments(log.partition_dir(p)):
-        try:
-            fd = os.open(seg.path, os.O_RDONLY)
-        except FileNotFoundError:
-            continue
-        try:
-            end = visible_end(fd, os.fstat(fd).st_size)
-            data = os.pread(fd, end, 0)
-        finally:
-            os.close(fd)
-        yield from data.splitlines()
+        lines = data.splitlines()
+        yield from reversed(lines) if newest_first else lines
 
 
 def _op_lsn(rec: dict) -> tuple[str, int] | None:
@@ -145,7 +133,7 @@ class TableLog:
         for p in range(self.log.partitions):
             last: int | None = None
             held = 0
-            for line in _lines_backwards(self.log, p):
+            for line in _lines(self.log, p, newest_first=True):
                 ol = _op_lsn(record.parse(line))
                 if ol is None or ol[0] == "r":
                     break
@@ -332,7 +320,7 @@ class TableLog:
         fill()
         p = self.part(key)
         kj = orjson.dumps(key)
-        for line in _lines_backwards(self.log, p):
+        for line in _lines(self.log, p, newest_first=True):
             if kj not in line:
                 continue
             rec = record.parse(line)
