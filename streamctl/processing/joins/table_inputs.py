@@ -234,7 +234,8 @@ _ts = itemgetter("ts")
 
 
 def _ts_column(batch: list[Record], _values: list[Any]) -> list[int | None]:
-    return list(map(_ts, batch))
+    tss = getattr(batch, "tss", None)  # a decoded block's column of append times
+    return tss if tss is not None else list(map(_ts, batch))
 
 
 def _no_times(values: list[Any]) -> list[int | None]:
