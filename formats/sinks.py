@@ -4,17 +4,20 @@ follower makes durable before each checkpoint."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import IO
 
 from streamctl.errors import UsageError
 
 
-def late_file(late_out: str | None, append: bool = False) -> IO[bytes] | None:
-    """The --late-out file (None without it), emptied first unless `append` (a follower's earlier
-    runs' late records stay)."""
+@contextmanager
+def late_file(late_out: str | None, append: bool = False) -> Iterator[IO[bytes] | None]:
+    """The --late-out file (None without it) for a run, closed after it; emptied first unless
+    `append` (a follower's earlier runs' late records stay)."""
     if late_out is None:
-        return None
+        yield None
+        return
     from streamctl.storage.fsutil import NOFOLLOW
 
     mode = os.O_APPEND if append else os.O_TRUNC
@@ -22,7 +25,8 @@ def late_file(late_out: str | None, append: bool = False) -> IO[bytes] | None:
         fd = os.open(late_out, os.O_WRONLY | os.O_CREAT | mode | NOFOLLOW, 0o644)
     except OSError as e:
         raise UsageError(f"--late-out {late_out}: cannot open: {e.strerror}") from None
-    return os.fdopen(fd, "ab" if append else "wb")
+    with os.fdopen(fd, "ab" if append else "wb") as f:
+        yield f
 
 
 def follow_flushes(group: str | None, flush_rows: Callable[[], None], late: IO[bytes] | None,

@@ -28,11 +28,11 @@ def session(params, job):
     }
     if (params.get("master") or "").startswith("local"):
         conf["spark.ui.enabled"] = "false"  # nobody browses a local one-shot job's UI; it costs start-up
-    # The job says how much heap the driver needs (driver_memory): one that receives the
-    # result partition by partition (toLocalIterator) needs more than Spark's 1 GiB default.
-    # Only takes effect when this process starts the JVM (python job.py, streamctl itself);
-    # spark-submit's --driver-memory wins.
-    memory = job.driver_memory(params)
+    # The driver's heap: a job whose result comes back partition by partition (toLocalIterator:
+    # window, join) needs more than Spark's 1 GiB default; a job that knows better says so
+    # (driver_memory: replay). Only takes effect when this process starts the JVM (python
+    # job.py, streamctl itself); spark-submit's --driver-memory wins.
+    memory = job.driver_memory(params) if hasattr(job, "driver_memory") else "4g"
     if memory:
         conf["spark.driver.memory"] = memory
     conf.update(params.get("spark_conf") or {})
@@ -160,8 +160,8 @@ def record_times(started, ready):
 
 
 def run(params, job, code_zip, started=None):
-    """Run `job` (a job module: main(spark, params, out) and driver_memory(params)) as the
-    program: results to the real stdout or params["output"]; returns the exit status.
+    """Run `job` (a job module: main(spark, params, out), and driver_memory(params) where the
+    session's default does not fit) as the program: results to the real stdout or params["output"]; returns the exit status.
 
     `code_zip` is the zip the job's modules were imported from: the executors get it too
     (SparkContext.addPyFile), so they run the same code without streamctl installed."""

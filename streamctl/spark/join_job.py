@@ -252,11 +252,6 @@ def table_table(recs, params):
     return df.orderBy("pos", "sub")
 
 
-def driver_memory(params):
-    """The driver's heap (streamctl.spark.jobentry): the rows come back through it (toLocalIterator)."""
-    return "4g"
-
-
 def main(spark, params, out):
     recs = records(spark, params)
     kind = params["kind"]

@@ -98,12 +98,8 @@ def run_local(spec: joining.JoinSpec, output: str, late_out: str | None, out: Ou
     from streamctl.formats.sinks import late_file
 
     rows = JoinRows(spec, output, out)
-    f = late_file(late_out)
-    try:
+    with late_file(late_out) as f:
         stats = joining.run(spec, rows.emit, rows.emit_op, write_jsonl=rows.write_jsonl, late=late_sink(f))
-    finally:
-        if f is not None:
-            f.close()
     rows.finish()
     return stats
 
@@ -118,15 +114,11 @@ def run_follow(spec: joining.JoinSpec, output: str, group: str | None, idle: flo
 
     out = Output(unbuffered=True if unbuffered else None)
     rows = JoinRows(spec, output, out)
-    f = late_file(late_out, append=True)
-    flush_rows, flush_late = follow_flushes(group, out.flush, f, late_out)
-    stopflag.install()
-    try:
+    with late_file(late_out, append=True) as f:
+        flush_rows, flush_late = follow_flushes(group, out.flush, f, late_out)
+        stopflag.install()
         stats = follow(spec, group, rows.emit, rows.emit_op, flush_rows, idle, late_sink(f), flush_late, say,
                        rows.write_jsonl)
-    finally:
-        if f is not None:
-            f.close()
     rows.finish()
     report(spec, stats, late_out, say)
     stopflag.end("interrupted; join state and offsets were checkpointed" if group else "interrupted")

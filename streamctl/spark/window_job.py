@@ -42,17 +42,18 @@ from itertools import groupby as _groupby
 from itertools import islice as _islice
 
 from streamctl.processing import eventfields
-from streamctl.processing.aggregations import AggSpec, Plan
 from streamctl.processing.mergeorder import NO_TIME, merge_keys
 from streamctl.processing.watermark import Watermark
+from streamctl.processing.windows.config import WindowConfig, make_plan, time_range
 from streamctl.processing.windows.kinds import make_operator
 from streamctl.processing.windows.output import row_json
 from streamctl.spark.jobentry import report
 from streamctl.spark.replay_job import input_records
 
 
-def _plan(params):
-    return Plan([AggSpec(name, func, tuple(path) if path else None) for name, func, path in params["aggs"]])
+def _config(params):
+    """The window's options (PARAMS["window"]: the WindowConfig fields the job applies)."""
+    return WindowConfig(**params["window"])
 
 
 def _is_log(params):
@@ -72,10 +73,10 @@ def _prepare(params):
     """("ev", place, (time, key JSON, aggregation inputs)) per timed record, ("bad", place, None) per
     record without a usable time, and one ("nn", None, counts of non-numbers) per Spark partition."""
     def prepare(records):
-        plan = _plan(params)
-        lo, hi = params["time_range"]  # the local engine's: windows.events.time_range
-        time_of = eventfields.time_getter(params["time_field"], _is_log(params), lo, hi)
-        key_of = eventfields.key_getter(params["by"])
+        cfg = _config(params)
+        plan = make_plan(cfg)
+        time_of = eventfields.time_getter(cfg.time_field, _is_log(params), *time_range(cfg))
+        key_of = eventfields.key_getter(cfg.by)
         for place, rec in records:
             t = time_of(rec)
             if type(t) is not int:
@@ -119,7 +120,7 @@ def _in_input_order(sc, params, places, bad_count):
     """
     if not _is_log(params):
         return places, None  # one partition whose running max never falls: line order
-    if eventfields.time_path(params["time_field"], True) == ("ts",) and not bad_count:
+    if eventfields.time_path(params["window"]["time_field"], True) == ("ts",) and not bad_count:
         # the append time is non-decreasing within a partition: it is its own running max (an
         # append time outside the windows' range is a bad time, whose key the general way finds)
         return places.map(lambda x: ((x[1][0], *x[0]), x[1])), None
@@ -149,13 +150,14 @@ def _in_input_order(sc, params, places, bad_count):
 
 def _replay(params):
     """Per partition of groups: run the window operator over each group's events in input order."""
+    cfg = _config(params)
     # sliding rows and sessions close only once the watermark is strictly past their end
-    strict = params["kind"] in ("sliding", "session")
+    strict = cfg.kind in ("sliding", "session")
 
     def replay(groups):
-        plan = _plan(params)
+        plan = make_plan(cfg)
         for key, events in groups:
-            op = make_operator(params["kind"], params["size"], params["hop"], plan)
+            op = make_operator(cfg.kind, cfg.size, cfg.hop, plan)
             out = []
             late = 0
             for seq, t, vals, wm in sorted(events, key=lambda e: e[0]):
@@ -171,14 +173,9 @@ def _replay(params):
     return replay
 
 
-def driver_memory(params):
-    """The driver's heap (streamctl.spark.jobentry): the windows come back through it (toLocalIterator)."""
-    return "4g"
-
-
 def main(spark, params, out):
     sc = spark.sparkContext
-    lateness = params["lateness"]
+    lateness = params["window"]["lateness"]
     prepared = _records(spark, params).mapPartitions(_prepare(params)).persist()
     non_numeric = {}
     for counts in prepared.filter(lambda x: x[0] == "nn").map(lambda x: x[2]).collect():
@@ -241,7 +238,7 @@ def main(spark, params, out):
 
 def _where(params, order):
     """Where the first record without a usable time is, from its order key."""
-    path = params["inputs"][0]["path"]
+    path, field = params["inputs"][0]["path"], params["window"]["time_field"]
     if _is_log(params):
-        return f"{path}: partition {order[1]} offset {order[2]}: no usable time in {params['time_field']!r}"
-    return f"{path}: record {order[0]}: no usable time in {params['time_field']!r}"
+        return f"{path}: partition {order[1]} offset {order[2]}: no usable time in {field!r}"
+    return f"{path}: record {order[0]}: no usable time in {field!r}"

@@ -15,7 +15,7 @@ from streamctl.errors import UsageError
 from streamctl.formats.rows import Rows, flat_table
 from streamctl.processing.windows.config import WindowConfig, make_plan
 from streamctl.processing.windows.driver import WindowRun
-from streamctl.processing.windows.events import records_of, time_range
+from streamctl.processing.windows.events import records_of
 from streamctl.processing.windows.follow import follow
 from streamctl.spark.engine import LATE_OUT, STDIN, Say, follow_options, is_uri, job_inputs, pick_engine
 
@@ -106,24 +106,21 @@ def run_local(path: str, cfg: WindowConfig, late_out: str | None, output: str, s
     from streamctl.formats.sinks import late_file
 
     is_log, recs = records_of(path, cfg)
-    f = late_file(late_out)
-    rows = WindowRows(output, cfg)
-    run = WindowRun(cfg, is_log, late_sink(f, is_log), text_rows=output == "jsonl")
-    try:
-        run.feed(recs, rows, source=path if path != "-" else "<stdin>")
-        run.finish(rows)
-        rows.finish()
-    except DataError:
-        # bad input stops the run (exit 65); the windows closed before it are still written, as jq would
+    with late_file(late_out) as f:
+        rows = WindowRows(output, cfg)
+        run = WindowRun(cfg, is_log, late_sink(f, is_log), text_rows=output == "jsonl")
         try:
+            run.feed(recs, rows, source=path if path != "-" else "<stdin>")
+            run.finish(rows)
             rows.finish()
-        except StreamctlError:
-            pass
-        report(cfg, run, late_out, say)
-        raise
-    finally:
-        if f is not None:
-            f.close()
+        except DataError:
+            # bad input stops the run (exit 65); the windows closed before it are still written, as jq would
+            try:
+                rows.finish()
+            except StreamctlError:
+                pass
+            report(cfg, run, late_out, say)
+            raise
     report(cfg, run, late_out, say)
 
 
@@ -136,16 +133,12 @@ def run_follow(path: str, cfg: WindowConfig, group: str | None, idle: float | No
     spec = inputorder.classify(path)
     if not spec.is_log:
         raise UsageError("--follow needs a log, not a plain file")
-    f = late_file(late_out, append=True)
-    rows = WindowRows(output, cfg, unbuffered=None)
-    flush_rows, flush_late = follow_flushes(group, rows.finish, f, late_out)
-    stopflag.install()
-    try:
+    with late_file(late_out, append=True) as f:
+        rows = WindowRows(output, cfg, unbuffered=None)
+        flush_rows, flush_late = follow_flushes(group, rows.finish, f, late_out)
+        stopflag.install()
         run = follow(path, group, cfg, rows, flush_rows, idle, late_sink(f, True), flush_late=flush_late,
                      notice=say)
-    finally:
-        if f is not None:
-            f.close()
     rows.finish()
     report(cfg, run, late_out, say)
     stopflag.end("interrupted; window state and offsets were checkpointed")
@@ -191,11 +184,11 @@ def spark_job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool
     from streamctl.spark import jobgen
 
     params: dict[str, Any] = {
-        "inputs": job_inputs([path], snapshot), "kind": cfg.kind, "size": cfg.size, "hop": cfg.hop,
-        "lateness": cfg.lateness, "time_field": cfg.time_field, "by": cfg.by,
-        "aggs": [[s.name, s.func, list(s.path) if s.path else None] for s in make_plan(cfg).specs],
+        "inputs": job_inputs([path], snapshot),
+        # the WindowConfig the job runs: the options its rows depend on (spark_blocker refuses the rest)
+        "window": {"kind": cfg.kind, "size": cfg.size, "hop": cfg.hop, "by": cfg.by, "time_field": cfg.time_field,
+                   "aggs": cfg.aggs, "lateness": cfg.lateness},
         "stats_line": stats_line,
-        "time_range": list(time_range(cfg)),  # the job's time getter applies the same rule
         **jobgen.entry_params("streamctl-window", master),
     }
     what = {"tumbling": f"tumbling windows of {cfg.size} ms", "hopping": f"hopping windows {cfg.size}/{cfg.hop} ms",

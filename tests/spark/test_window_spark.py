@@ -302,7 +302,7 @@ def test_merge_keys_across_spark_partitions(spark, slices):
     shuffled = places[:]
     rnd.shuffle(shuffled)
     rdd = spark.sparkContext.parallelize(shuffled, slices)
-    params = {"inputs": [{"is_log": True}], "time_field": "value.at"}
+    params = {"inputs": [{"is_log": True}], "window": {"time_field": "value.at"}}
     got, _sorted = window_job._in_input_order(spark.sparkContext, params, rdd, 1)
     assert sorted(got.collect()) == sorted(want)
 

@@ -1,5 +1,6 @@
-"""A window run's options (WindowConfig, checked by WindowRun), its counters, and the plan and
-operator they make (the operators themselves: windows.kinds)."""
+"""A window run's options (WindowConfig, checked by WindowRun), its counters, and the plan, usable
+event times and operator they make (the operators themselves: windows.kinds). The Spark window
+job builds its run from a WindowConfig here too (spark/window_job.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from streamctl.errors import UsageError
 from streamctl.processing import aggregations
 from streamctl.processing.windows import kinds
 from streamctl.storage import fieldpaths
+from streamctl.timeparse import usable_range
 
 LATE_POLICIES = ("drop", "correct")
 EMIT_MODES = ("final", "update")
@@ -62,6 +64,15 @@ def make_plan(cfg: WindowConfig) -> aggregations.Plan:
         return aggregations.Plan([aggregations.parse_agg(a, fieldpaths.record_path) for a in cfg.aggs])
     except aggregations.AggSpecError as e:
         raise UsageError(str(e)) from None
+
+
+def time_range(cfg: WindowConfig) -> tuple[int, int]:
+    """The event times this run can use (timeparse.usable_range): outside it, a time is a bad time."""
+    lo, hi = usable_range(cfg.kind, cfg.size, cfg.hop)
+    if lo > hi:
+        raise UsageError(f"--{cfg.kind} windows of {cfg.size} ms are too long: no event time has windows "
+                         f"that fit in years 1..9999, where ISO-8601 can write their bounds")
+    return lo, hi
 
 
 def make_operator(cfg: WindowConfig, plan: aggregations.Plan):

@@ -28,6 +28,7 @@ from streamctl.processing.windows.config import (
     WindowStats,
     make_operator,
     make_plan,
+    time_range,
 )
 from streamctl.processing.windows.events import (
     EventColumns,
@@ -35,7 +36,6 @@ from streamctl.processing.windows.events import (
     RecordBlocks,
     make_prepare,
     subset,
-    time_range,
     unpacked_times,
 )
 from streamctl.timeparse import bad_time_reason, now_ms

@@ -12,17 +12,15 @@ from typing import Any
 
 import orjson
 
-from streamctl.errors import UsageError
 from streamctl.processing import aggregations, eventfields, inputorder
 from streamctl.processing import columns as fieldcolumns
 from streamctl.processing.aggregations.base import is_number
-from streamctl.processing.windows.config import WindowConfig, make_plan
+from streamctl.processing.windows.config import WindowConfig, make_plan, time_range
 from streamctl.storage import fieldpaths
 from streamctl.timeparse import (
     epoch_ms_column,
     event_times,
     now_ms,
-    usable_range,
 )
 
 
@@ -43,15 +41,6 @@ def key_json_cached(cache: dict[str, bytes] | None = None) -> Callable[[Any], by
             return j
         return b"null" if k is None else b"%b" % dumps(k)
     return key_json
-
-
-def time_range(cfg: WindowConfig) -> tuple[int, int]:
-    """The event times this run can use (timeparse.usable_range): outside it, a time is a bad time."""
-    lo, hi = usable_range(cfg.kind, cfg.size, cfg.hop)
-    if lo > hi:
-        raise UsageError(f"--{cfg.kind} windows of {cfg.size} ms are too long: no event time has windows "
-                         f"that fit in years 1..9999, where ISO-8601 can write their bounds")
-    return lo, hi
 
 
 def time_getter(cfg: WindowConfig, is_log: bool) -> Callable[[dict], int | None]:
