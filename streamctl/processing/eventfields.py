@@ -55,6 +55,12 @@ def key_getter(by: list[str], key_json: Callable[[Any], bytes] = key_json) -> Ca
     return lambda r: b"%b" % dumps([g(r) for g in getters])  # a copy, as in key_json
 
 
+def bad_time_place(source: str, partition: Any, offset: Any, is_log: bool, time_field: str) -> str:
+    """Where a record without a usable time is, as a run names the first one (both engines)."""
+    place = f"partition {partition} offset {offset}" if is_log else f"record {offset}"
+    return f"{source}: {place}: no usable time in {time_field!r}"
+
+
 def field_getter(time_field: str, is_log: bool) -> tuple[Callable[[dict], Any], bool]:
     """The raw value of the event-time field, and whether it is epoch ms as it is (a log's append
     time) rather than a value timeparse.event_time_ms reads."""

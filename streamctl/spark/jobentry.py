@@ -43,6 +43,13 @@ def session(params, job):
     return spark
 
 
+def hadoop_file(spark, uri):
+    """(Hadoop FileSystem, Path) of the file or folder a Spark URI (hdfs://, s3a://, file://) or a
+    local path names."""
+    path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(uri)
+    return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path
+
+
 class Output:
     """Result lines, batched: to a local file, a Hadoop URI (hdfs://, s3a://), or stdout."""
 
@@ -52,9 +59,7 @@ class Output:
         self._java = None
         self._file = None
         if target and "://" in target and not target.startswith("file://"):
-            jvm = spark.sparkContext._jvm
-            path = jvm.org.apache.hadoop.fs.Path(target)
-            fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+            fs, path = hadoop_file(spark, target)
             self._java = fs.create(path, True)
         elif target and target != "-":
             self._file = open(target.removeprefix("file://"), "wb")

@@ -109,8 +109,10 @@ def records(spark, params):
     return df.persist(StorageLevel.DISK_ONLY)
 
 
-def first_pos_above(df, value_col, steps):
-    """Adds `first_p`: the first position whose watermark is above the row's value_col (null: none)."""
+def passed_at(df, value_col, recs):
+    """Adds `at`: the position where the watermark passes the row's value_col, the first one whose
+    watermark is above it, but not before the row's own `pos` (END: never). `qid` names a row."""
+    steps = recs.where(F.col("W").isNotNull()).groupBy("W").agg(F.min("pos").alias("p"))
     q = df.select("qid", F.col(value_col).alias("val"), F.lit(1).alias("kind"), F.lit(None).cast("long").alias("p"))
     s = steps.select(F.lit(None).cast("long").alias("qid"), F.col("W").alias("val"), F.lit(0).alias("kind"), "p")
     # Descending, so the steps above a value are the rows before it: a growing frame, which Spark
@@ -119,11 +121,16 @@ def first_pos_above(df, value_col, steps):
     # positions of steps grow with W, so the nearest one is the smallest.
     w = Window.orderBy(F.desc("val"), F.desc("kind"), F.desc("qid")).rowsBetween(Window.unboundedPreceding, -1)
     u = q.unionByName(s).withColumn("first_p", F.min("p").over(w))
-    return df.join(u.where(F.col("kind") == 1).select("qid", "first_p"), "qid")
+    df = df.join(u.where(F.col("kind") == 1).select("qid", "first_p"), "qid")
+    return df.withColumn("at", F.greatest(F.col("pos"), F.coalesce(F.col("first_p"), F.lit(END))))
 
 
-def watermark_steps(recs):
-    return recs.where(F.col("W").isNotNull()).groupBy("W").agg(F.min("pos").alias("p"))
+def before(side):
+    """The value of the last change of `side` (0 LEFT, 1 RIGHT) to the row's key before the row:
+    that side's table row as it stood then (null: none yet, or deleted)."""
+    change = F.when(F.col("side") == side, F.struct(F.col("value_j").alias("v")))
+    by_key = Window.partitionBy("nkey").orderBy("pos", "sub").rowsBetween(Window.unboundedPreceding, -1)
+    return F.last(change, ignorenulls=True).over(by_key).getField("v")
 
 
 def late_flag(params):
@@ -174,11 +181,9 @@ def stream_stream(recs, params):
     if keep:
         matched = pairs.select(F.col("pa").alias("pos")).union(pairs.select(F.col("pb").alias("pos"))).distinct()
         lone = ev.where(F.col("side").isin(keep)).join(matched, "pos", "left_anti")
-        lone = first_pos_above(lone.withColumn("qid", F.col("pos")).withColumn("v", F.col("t") + within), "v",
-                               watermark_steps(recs))
-        evict = F.greatest(F.col("pos"), F.coalesce(F.col("first_p"), F.lit(END)))
+        lone = passed_at(lone.withColumn("qid", F.col("pos")).withColumn("v", F.col("t") + within), "v", recs)
         # (eviction position, 1, time, position): s3 packs (time, position) as a pair of columns
-        lone = lone.select(evict.alias("s1"), F.lit(1).cast("long").alias("s2"), F.col("t").alias("s3"),
+        lone = lone.select(F.col("at").alias("s1"), F.lit(1).cast("long").alias("s2"), F.col("t").alias("s3"),
                            F.col("pos").alias("s4"), "key_j",
                            F.when(F.col("side") == 0, F.col("value_j")).alias("left_j"),
                            F.when(F.col("side") == 1, F.col("value_j")).alias("right_j"))
@@ -189,27 +194,18 @@ def stream_stream(recs, params):
 
 
 def stream_table_position(recs, params):
-    inner = params["how"] == "inner"
-    by_key = Window.partitionBy("nkey").orderBy("pos", "sub").rowsBetween(Window.unboundedPreceding, -1)
-    change = F.when(F.col("side") == 1, F.struct(F.col("value_j").alias("v")))
-    df = recs.where(F.col("nkey").isNotNull()).withColumn("row", F.last(change, ignorenulls=True).over(by_key))
-    ev = df.where(F.col("side") == 0).select("pos", "key_j", F.col("value_j").alias("left_j"),
-                                             F.col("row.v").alias("right_j"))
+    df = recs.where(F.col("nkey").isNotNull()).withColumn("right_j", before(1))
+    ev = df.where(F.col("side") == 0).select("pos", "key_j", F.col("value_j").alias("left_j"), "right_j")
     nokey = recs.where((F.col("side") == 0) & F.col("nkey").isNull()).select(
         "pos", "key_j", F.col("value_j").alias("left_j"), F.lit(None).cast("string").alias("right_j"))
-    out = ev.unionByName(nokey)
-    if inner:
-        out = out.where(F.col("right_j").isNotNull())
-    return out.orderBy("pos")
+    return ev.unionByName(nokey).orderBy("pos")
 
 
 def stream_table_as_of(recs, params):
-    inner = params["how"] == "inner"
     retention = params.get("retention")
     ev = recs.where((F.col("side") == 0) & F.col("t").isNotNull()).select(
         F.col("pos").alias("qid"), "pos", "nkey", "key_j", "t", F.col("value_j").alias("left_j"))
-    ev = first_pos_above(ev, "t", watermark_steps(recs))
-    ev = ev.withColumn("r", F.greatest(F.col("pos"), F.coalesce(F.col("first_p"), F.lit(END))))
+    ev = passed_at(ev, "t", recs).withColumnRenamed("at", "r")
     last_w = recs.agg(F.max("W")).first()[0]
     w_at = recs.groupBy("pos").agg(F.max("W").alias("W_r"))
     ev = ev.join(w_at.withColumnRenamed("pos", "r"), "r", "left").withColumn(
@@ -227,19 +223,12 @@ def stream_table_as_of(recs, params):
     right = F.col("best.vval")
     if retention is not None:
         right = F.when(F.col("dropped") == 1, F.lit(None)).otherwise(right)
-    res = res.select("r", "t", "pos", "key_j", "left_j", right.alias("right_j"))
-    if inner:
-        res = res.where(F.col("right_j").isNotNull())
-    return res.orderBy("r", "t", "pos")
+    return res.select("r", "t", "pos", "key_j", "left_j", right.alias("right_j")).orderBy("r", "t", "pos")
 
 
 def table_table(recs, params):
-    by_key = Window.partitionBy("nkey").orderBy("pos", "sub").rowsBetween(Window.unboundedPreceding, -1)
-    df = recs.where(F.col("nkey").isNotNull())
-    # each side's row as it stood before this change: the last change of that side (a delete = null v)
-    for s, name in ((0, "l_before"), (1, "r_before")):
-        mark = F.when(F.col("side") == s, F.struct(F.col("value_j").alias("v")))
-        df = df.withColumn(name, F.last(mark, ignorenulls=True).over(by_key).getField("v"))
+    # each side's row as it stood before this change
+    df = recs.where(F.col("nkey").isNotNull()).withColumn("l_before", before(0)).withColumn("r_before", before(1))
     mine = F.when(F.col("side") == 0, F.col("l_before")).otherwise(F.col("r_before"))
     theirs = F.when(F.col("side") == 0, F.col("r_before")).otherwise(F.col("l_before"))
     upsert = F.col("value_j").isNotNull() & theirs.isNotNull()
@@ -263,6 +252,8 @@ def main(spark, params, out):
         rows = stream_table_as_of(recs, params)
     else:
         rows = stream_table_position(recs, params)
+    if kind == "table" and params["how"] == "inner":  # an event without a table row has no row
+        rows = rows.where(F.col("right_j").isNotNull())
     with_op = kind == "tables"
     stats = counts(recs, params)
     size_result_partitions(spark, 0, params)  # they come to the driver one at a time: small ones

@@ -1,10 +1,8 @@
 """A join as `streamctl join LEFT RIGHT` runs it: which engine, and where the rows go.
 
-It lives with the Spark engine because it chooses between the engines (spark.engine):
-the local one is streamctl.processing.joins.driver.run, the Spark one the job it
-generates (job_params, job_text), run by spark.runner. Rows go to stdout through
-the one writer (formats.writer) as JSON lines, CSV or a table; late records to
---late-out. Diagnostics go to the `say` callback.
+The local engine is streamctl.processing.joins.driver.run, the Spark one join_job
+(job_params, job_text). Rows go to stdout through the one writer (formats.writer)
+as JSON lines, CSV or a table; late records to --late-out.
 """
 
 from __future__ import annotations

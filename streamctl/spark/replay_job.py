@@ -3,8 +3,9 @@
 A generated job file (streamctl.spark.jobgen) carries this module whole and
 runs its main(spark, params, out); the window and join jobs read their inputs
 with its input_records(). It imports only pyspark, the standard library
-(orjson when present, for the records those jobs parse) and streamctl's record
-layout (storage.record: the offset of a stored line). It gives the same lines in the same order as `streamctl replay --engine local`:
+(orjson when present, for the records those jobs parse), streamctl's record
+layout (storage.record: the offset of a stored line) and jobentry (the files a
+URI names). It gives the same lines in the same order as `streamctl replay --engine local`:
 
 1. List the log's segment files (LOG/pN/<20-digit base>.jsonl) through Hadoop's
    FileSystem API, so LOG may be a local folder or any Spark URI (hdfs://,
@@ -52,6 +53,7 @@ try:
 except ImportError:  # a cluster without orjson: the standard library, the same values
     from streamctl import orjson_fallback as orjson  # type: ignore[no-redef]
 
+from streamctl.spark.jobentry import hadoop_file
 from streamctl.storage.record import offset_of
 
 SEGMENT_FILE = re.compile(r"^(\d{20})\.jsonl$")
@@ -60,12 +62,9 @@ PARTITION_DIR = re.compile(r"^p(\d+)$")
 
 def list_segments(spark, log):
     """{partition: [(base offset, path string, length)]}, oldest segment first."""
-    sc = spark.sparkContext
-    hadoop_path = sc._jvm.org.apache.hadoop.fs.Path
-    root = hadoop_path(log)
-    fs = root.getFileSystem(sc._jsc.hadoopConfiguration())
+    fs, root = hadoop_file(spark, log)
     found = {}
-    for status in fs.globStatus(hadoop_path(root, "p*/*.jsonl")) or []:
+    for status in fs.globStatus(spark.sparkContext._jvm.org.apache.hadoop.fs.Path(root, "p*/*.jsonl")) or []:
         path = status.getPath()
         seg = SEGMENT_FILE.match(path.getName())
         part = PARTITION_DIR.match(path.getParent().getName())
@@ -75,8 +74,8 @@ def list_segments(spark, log):
 
 
 def _read_range(spark, fs, path, start, length):
-    hadoop_path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path
-    stream = fs.open(hadoop_path(path))
+    """`length` bytes at `start` of the file at `path` (a string)."""
+    stream = fs.open(spark.sparkContext._jvm.org.apache.hadoop.fs.Path(path))
     try:
         stream.seek(start)
         return bytes(spark.sparkContext._jvm.org.apache.commons.io.IOUtils.toByteArray(stream, length))
@@ -333,28 +332,22 @@ def _part_order(name):
 
 
 def _copy_parts(spark, fs, folder, local, out):
-    """Hand the sorted part files, in part order, to the job's own Output (jobentry.Output): local
+    """Hand the sorted part files in `folder` (a Hadoop Path), in part order, to the job's own Output (jobentry.Output): local
     ones are copied by the kernel (copy_file: sendfile), others read through Hadoop's FileSystem."""
-    jvm = spark.sparkContext._jvm
     parts = []
-    for status in fs.listStatus(jvm.org.apache.hadoop.fs.Path(folder)):
+    for status in fs.listStatus(folder):
         key = _part_order(status.getPath().getName())
         if key is not None and status.isFile():
             parts.append((key, status.getPath(), status.getLen()))
-    read = jvm.org.apache.commons.io.IOUtils.toByteArray
     for _, path, size in sorted(parts, key=lambda part: part[0]):
         if local:
             out.copy_file(os.path.join(local, path.getName()))
             continue
-        stream = fs.open(path)
-        try:
-            done = 0
-            while done < size:
-                data = bytes(read(stream, min(BLOCK, size - done)))
-                done += len(data)
-                out.write_bytes(data)
-        finally:
-            stream.close()
+        done = 0
+        while done < size:  # a block at a time: the driver holds one
+            data = _read_range(spark, fs, path.toString(), done, min(BLOCK, size - done))
+            done += len(data)
+            out.write_bytes(data)
 
 
 def driver_memory(params):
@@ -383,13 +376,12 @@ def main(spark, params, out):
             out(row[0])
         return
     folder, local = scratch
-    hadoop_path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path
-    fs = hadoop_path(folder).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    fs, path = hadoop_file(spark, folder)
     try:
         ordered.write.mode("errorifexists").option("compression", "none").option("lineSep", "\n").text(folder)
-        _copy_parts(spark, fs, folder, local, out)
+        _copy_parts(spark, fs, path, local, out)
     finally:
         if local and params.get("scratch") is None:
             shutil.rmtree(os.path.dirname(local), ignore_errors=True)  # the mkdtemp folder
         else:
-            fs.delete(hadoop_path(folder), True)
+            fs.delete(path, True)

@@ -1,13 +1,11 @@
 """A range replay or snapshot as `streamctl replay LOG` runs it: which engine, and where the lines go.
 
-It lives with the Spark engine because it chooses between the engines (spark.engine):
-the local one is streamctl.clients.replay, the Spark one the job module
-streamctl/spark/replay_job.py (job_params), run by spark.runner. Run here, the job
-reads each active segment from a copy taken up to the replay's end snapshot
-(clients.replay.copy_active_segments), made in a temp folder and removed when the
-job ends. One partition's stored lines, unchanged, to stdout are copied by the
-kernel (sendfile); with --out the lines are appended to another log. Diagnostics
-go to the `say` callback.
+The local engine is streamctl.clients.replay, the Spark one replay_job
+(job_params). Run here, the job reads each active segment from a copy taken up to
+the replay's end snapshot (clients.replay.copy_active_segments), made in a temp
+folder and removed when the job ends. One partition's stored lines, unchanged, to
+stdout are copied by the kernel (sendfile); with --out the lines are appended to
+another log.
 """
 
 from __future__ import annotations

@@ -238,7 +238,6 @@ def main(spark, params, out):
 
 def _where(params, order):
     """Where the first record without a usable time is, from its order key."""
-    path, field = params["inputs"][0]["path"], params["window"]["time_field"]
-    if _is_log(params):
-        return f"{path}: partition {order[1]} offset {order[2]}: no usable time in {field!r}"
-    return f"{path}: record {order[0]}: no usable time in {field!r}"
+    place = order[1:] if _is_log(params) else (None, order[0])
+    return eventfields.bad_time_place(params["inputs"][0]["path"], *place, _is_log(params),
+                                      params["window"]["time_field"])

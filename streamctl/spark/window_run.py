@@ -1,10 +1,8 @@
 """A window as `streamctl window INPUT` runs it: which engine, follow mode, and where the rows go.
 
-It lives with the Spark engine because it chooses between the engines (spark.engine):
-the local one is streamctl.processing.windows.driver, the Spark one the job it
-generates (spark_job), run by spark.runner. Rows go to stdout through the one
-writer (formats.writer) as JSON lines, CSV or a table; late events to --late-out.
-Diagnostics go to the `say` callback.
+The local engine is streamctl.processing.windows.driver, the Spark one window_job
+(spark_job). Rows go to stdout through the one writer (formats.writer) as JSON
+lines, CSV or a table; late events to --late-out.
 """
 
 from __future__ import annotations

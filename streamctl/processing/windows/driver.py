@@ -202,10 +202,10 @@ class WindowRun:
         st = self.stats
         st.bad_time += 1
         if st.bad_time_example is None:
-            where = f"{source}: partition {rec.get('partition')} offset {rec.get('offset')}"
-            if rec.get("ts") is None:
-                where = f"{source}: record {rec.get('offset')}"
-            st.bad_time_example = f"{where}: no usable time in {self.cfg.time_field!r}: {self._bad_reason(rec)}"
+            # a log's records carry their append time; a plain file's do not
+            where = eventfields.bad_time_place(source, rec.get("partition"), rec.get("offset"),
+                                               rec.get("ts") is not None, self.cfg.time_field)
+            st.bad_time_example = f"{where}: {self._bad_reason(rec)}"
         if fail:
             raise DataError(f"{st.bad_time_example} (--on-bad-time skip counts and skips such records)")
 
