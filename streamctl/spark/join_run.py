@@ -155,10 +155,7 @@ def run_spark(spec: joining.JoinSpec, specs: list[inputorder.InputSpec], master:
     params = job_params(spec, specs, master or "local[*]")
     params["stats_line"] = True
     counts = run_job(job_text(params), JoinRows(spec, output, out), say, master=master, what="Spark join job")
-    stats = joining.JoinStats()
-    stats.no_time = list(counts.get("no_time", [0, 0]))
-    stats.late = list(counts.get("late", [0, 0]))
-    return stats
+    return joining.JoinStats(**counts)  # its fields (join_job.counts)
 
 
 def side_table(rows: list[dict]) -> bytes:

@@ -149,9 +149,8 @@ def run_spark(path: str, cfg: WindowConfig, master: str | None, output: str, say
 
     counts = run_job(spark_job(path, cfg, master, stats_line=True), WindowRows(output, cfg), say, master=master)
     run = WindowRun(cfg, True)
-    run.stats = WindowStats(counts.get("events", 0), counts.get("late", 0), counts.get("bad_time", 0),
-                            counts.get("bad_time_example"))
-    run.plan.non_numeric = counts.get("non_numeric", {})
+    run.plan.non_numeric = counts.pop("non_numeric", {})
+    run.stats = WindowStats(**counts)  # the rest are its fields (window_job.main)
     report(cfg, run, None, say)
 
 
