@@ -63,7 +63,7 @@ class WindowRows(Rows):
             try:
                 write(rows_jsonl(rows))
             except (TypeError, ValueError):
-                for r in rows:  # raises at the row orjson cannot write, after the rows before it
+                for r in rows:  # exact ints past 64 bits; raises at a row it cannot write, after the rows before it
                     write(row_json(r))
         else:
             self.dicts(map(row_dict, rows))

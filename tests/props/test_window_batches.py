@@ -287,12 +287,14 @@ def test_iso_many_raises_outside_years_1_to_9999():
             iso_many([0, bad])
 
 
-def test_rows_jsonl_raises_where_row_json_does():
-    rows = [(0, M, b'"a"', {"sum": 1}, None), (0, M, b'"b"', {"sum": 2**70}, None)]
-    with pytest.raises(TypeError):
-        row_json(rows[1])
+def test_rows_jsonl_raises_where_orjson_cannot_write_and_row_json_writes_it():
+    """A sum past 64 bits: the batch's one orjson call refuses it (the caller then goes row by row),
+    row_json writes the exact integer."""
+    rows = [(0, M, b'"a"', {"sum": 1}, None), (0, M, b'"b"', {"sum": 2**70, "n": 1.5}, None)]
     with pytest.raises(TypeError):
         rows_jsonl(rows)
+    assert row_json(rows[1]).endswith(b'"key":"b","sum":%d,"n":1.5}\n' % 2**70)
+    assert row_json(rows[0]) == rows_jsonl(rows[:1])
 
 
 # -- log_batches against records ------------------------------------------------------------------

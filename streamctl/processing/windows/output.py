@@ -80,8 +80,10 @@ def rows_jsonl(rows: list) -> bytes:
     holding `},{` would make more). A row is then `{"window":...,"key":`, the
     key's JSON text, `,`, its piece and `}`. Batches with a revised or a delete
     row (values None) go a window at a time, those rows through row_json.
-    Raises where row_json would (a value orjson cannot write); the caller then
-    writes row by row, so the rows before it still come out.
+    Raises where orjson cannot write a value (an int beyond 64 bits, which
+    row_json writes exactly; a bound outside years 1..9999, where row_json
+    raises too); the caller then writes row by row, so the rows before it
+    still come out.
     """
     if not rows:
         return b""
