@@ -70,23 +70,37 @@ def field_getter(time_field: str, is_log: bool) -> tuple[Callable[[dict], Any], 
     return fieldpaths.getter(parts), False
 
 
-def time_getter(time_field: str, is_log: bool, lo: int, hi: int) -> Callable[[dict], int | None]:
-    """Event time in ms, or None when missing, unparseable or outside [lo, hi] (the run's usable
-    range, timeparse.usable_range: where every window bound can be written as ISO-8601)."""
-    get, append_time = field_getter(time_field, is_log)
-    if append_time:
-        def appended(r: dict) -> int | None:
-            t = get(r)
-            return t if type(t) is int and lo <= t <= hi else None
-        return appended
-
+def record_time(parts: tuple[str, ...]) -> Callable[[dict], int | None]:
+    """A record's event time at a record path, in epoch ms (timeparse.event_time_ms of the value;
+    None when it is no time); `ts`, a log's append time, as it is. Each join side's times are read
+    here, and a window's (time_getter)."""
+    if parts == ("ts",):
+        return lambda r: r.get("ts")
+    get = fieldpaths.getter(parts)
     s_below, ms_below = EPOCH_S_BELOW, EPOCH_MS_BELOW
 
-    def event_time(r: dict) -> int | None:
+    def time_of(r: dict) -> int | None:
         v = get(r)
-        if type(v) is not int or not s_below <= v < ms_below:  # timeparse.is_epoch_ms, inline
-            v = event_time_ms(v)  # (epoch ms, the common case, skips the general parse)
-            if v is None:
-                return None
-        return v if lo <= v <= hi else None
+        # epoch milliseconds, the common case, without event_time_ms's checks (timeparse.is_epoch_ms, inline)
+        if v.__class__ is int and s_below <= v < ms_below:
+            return v
+        return event_time_ms(v)
+    return time_of
+
+
+def time_getter(time_field: str, is_log: bool, lo: int, hi: int) -> Callable[[dict], int | None]:
+    """A window's event time in ms (record_time of the window's field, time_path), or None when
+    missing, unparseable or outside [lo, hi] (the run's usable range, timeparse.usable_range: where
+    every window bound can be written as ISO-8601)."""
+    parts = time_path(time_field, is_log)
+    if parts == ("ts",):
+        def appended(r: dict) -> int | None:
+            t = r.get("ts")
+            return t if type(t) is int and lo <= t <= hi else None
+        return appended
+    get = record_time(parts)
+
+    def event_time(r: dict) -> int | None:
+        t = get(r)
+        return t if t is not None and lo <= t <= hi else None
     return event_time

@@ -26,8 +26,9 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from streamctl.processing.eventfields import record_time
 from streamctl.processing.joins import MIN_TIME
-from streamctl.processing.joins.keys import change_keys, key_getter, norm_text, time_getter
+from streamctl.processing.joins.keys import change_keys, key_getter, norm_text
 from streamctl.processing.mergeorder import NO_TIME
 from streamctl.spark.jobentry import report
 from streamctl.spark.replay_job import input_records, size_result_partitions
@@ -61,7 +62,7 @@ def _extractor(params, side):
     by_value_path = is_table and on != ("key",)
     rank = (1 - side) if kind == "table" else side  # the table side wins ties in a stream-table join
 
-    time_of, key_of = time_getter(tf), key_getter(on)
+    time_of, key_of = record_time(tf), key_getter(on)
 
     def rows(rec, part, off):
         # the rows a table record changes (a tombstone's may be two, or none), else the record's key;

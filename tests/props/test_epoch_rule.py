@@ -33,3 +33,19 @@ def test_epoch_ms_column_and_event_times_follow_event_time_ms(col):
     else:
         assert not col or not all(map(is_epoch_ms, col))
     assert event_times(col) == [event_time_ms(v) for v in col]
+
+
+@settings(max_examples=300, deadline=None)
+@given(numbers, st.sampled_from([("value", "t"), ("value", "a", "t"), ("value", "0"), ("headers", "t")]))
+def test_a_records_time_is_event_time_ms_of_its_field(v, parts):
+    """eventfields.record_time, which every join side and every window reads times with, is the
+    rule itself on the field's value; a log's `ts` is the append time as it is."""
+    from streamctl.processing.eventfields import record_time, time_getter
+    from streamctl.storage import fieldpaths
+
+    rec = {"ts": 7, "value": {"t": v, "a": {"t": v}, "0": v}, "headers": {"t": v}}
+    assert record_time(parts)(rec) == event_time_ms(fieldpaths.get(rec, parts))
+    assert record_time(("ts",))(rec) == 7
+    window_time = time_getter(".".join(parts), True, 0, 10**13)(rec)
+    t = event_time_ms(fieldpaths.get(rec, parts))
+    assert window_time == (t if t is not None and 0 <= t <= 10**13 else None)

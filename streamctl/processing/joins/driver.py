@@ -37,9 +37,9 @@ import orjson
 
 from streamctl.errors import UsageError
 from streamctl.processing import inputorder
-from streamctl.processing.eventfields import input_time_path
+from streamctl.processing.eventfields import input_time_path, record_time
 from streamctl.processing.joins import Emit, EmitOp, JoinSpec, JoinStats, feeders, gc_frozen, keep_heap
-from streamctl.processing.joins.keys import RememberedTime, block_column, block_times, time_getter
+from streamctl.processing.joins.keys import RememberedTime, block_column, block_times
 from streamctl.storage import fieldpaths
 
 HOWS_STREAM = ("inner", "left", "right", "outer")
@@ -127,7 +127,7 @@ def read_inputs(spec: JoinSpec, specs: list[inputorder.InputSpec],
     --as-of event-time's "at or before", and a table file without times is loaded before a
     stream file without times), and its records carry index 0, the events' 1."""
     if times is None:
-        times = [time_getter(spec.time_field[0]), time_getter(spec.time_field[1])]
+        times = [record_time(spec.time_field[0]), record_time(spec.time_field[1])]
     if spec.kind == "table":
         return inputorder.merged([specs[1], specs[0]], [times[1], times[0]])
     return inputorder.merged(specs, times)
@@ -157,8 +157,8 @@ def run(spec: JoinSpec, emit: Emit | None = None, emit_op: EmitOp | None = None,
     """
     keep_heap()
     right_index = 1
-    remembered = (RememberedTime(time_getter(spec.time_field[0])),
-                  RememberedTime(time_getter(spec.time_field[1])))
+    remembered = (RememberedTime(record_time(spec.time_field[0])),
+                  RememberedTime(record_time(spec.time_field[1])))
     logs = (True, True)
     if items is None:
         specs = check_inputs(spec)

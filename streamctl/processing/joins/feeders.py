@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any
 
+from streamctl.processing.eventfields import record_time
 from streamctl.processing.joins import Emit, EmitOp, JoinSpec, JoinStats
-from streamctl.processing.joins.keys import RememberedTime, change_keys, key_getter, norm_key, time_getter, value_field
+from streamctl.processing.joins.keys import RememberedTime, change_keys, key_getter, norm_key, value_field
 from streamctl.processing.watermark import Watermark
 
 Record = dict[str, Any]
@@ -37,8 +38,8 @@ class StreamFeed:
         self.join = StreamStreamJoin(spec.within, spec.how, emit, spec.lateness)
         self.stats = stats
         self.late = late
-        self.times = times or (RememberedTime(time_getter(spec.time_field[0])),
-                               RememberedTime(time_getter(spec.time_field[1])))
+        self.times = times or (RememberedTime(record_time(spec.time_field[0])),
+                               RememberedTime(record_time(spec.time_field[1])))
         self.keys = (key_getter(spec.on[0]), key_getter(spec.on[1]))
         self.kfields = (value_field(spec.on[0]), value_field(spec.on[1]))
         self.pos = 0
@@ -103,7 +104,7 @@ class TableFeed:
         self.by_value_path = spec.on[1] != ("key",)
         self.inner = spec.how == "inner"
         self.at_position = spec.as_of == "position"
-        self.times = (time_getter(spec.time_field[0]), time_getter(spec.time_field[1]))
+        self.times = (record_time(spec.time_field[0]), record_time(spec.time_field[1]))
         self.pos = 0
         self.in_memory = table is None  # the state's size is counted only in memory (a table on disk is not scanned)
         self.join: TableAtPosition | TableAsOfTime

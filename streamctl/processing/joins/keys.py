@@ -1,5 +1,5 @@
 """A join's keys and times, read the same way by every join kind and kernel: the join key (a field
-path), the event time, the normalized key two keys compare by (JSON equality), the rows a table
+path), the event time (eventfields.record_time, a window's too), the normalized key two keys compare by (JSON equality), the rows a table
 record changes (its key, or a tombstone's), and the same reads over a block of plain-file values
 for the batch kernels."""
 
@@ -14,7 +14,7 @@ except ImportError:  # the Spark join job on a cluster without orjson: the stand
     from streamctl import orjson_fallback as orjson  # type: ignore[no-redef]
 
 from streamctl.storage import fieldpaths
-from streamctl.timeparse import EPOCH_MS_BELOW, EPOCH_S_BELOW, epoch_ms_column, event_time_ms
+from streamctl.timeparse import epoch_ms_column
 
 Record = dict[str, Any]
 
@@ -27,29 +27,6 @@ def value_field(parts: tuple[str, ...]) -> str | None:
     """The object key when the path is one key under value (the fast path), else None (an index
     into an array, or a deeper path, goes through fieldpaths)."""
     return parts[1] if len(parts) == 2 and parts[0] == "value" and not fieldpaths.is_index(parts[1]) else None
-
-
-def time_getter(parts: tuple[str, ...]) -> Callable[[Record], int | None]:
-    """A record's event time at a record path, in epoch ms (timeparse.event_time_ms of the value; None
-    when it is no time); `ts`, a log's append time, as it is. Each join side's times, and the Spark
-    window job's (which keeps them within its run's usable range), are read here."""
-    if parts == ("ts",):
-        return lambda rec: rec.get("ts")
-    fname = value_field(parts)
-    get = key_getter(parts)
-
-    def time_of(rec: Record) -> int | None:
-        if fname is not None:
-            v = rec["value"]
-            v = v.get(fname) if v.__class__ is dict else None
-        else:
-            v = get(rec)
-        # epoch milliseconds, the common case, without event_time_ms's checks (timeparse.is_epoch_ms, inline)
-        if v.__class__ is int and EPOCH_S_BELOW <= v < EPOCH_MS_BELOW:
-            return v
-        return event_time_ms(v)
-
-    return time_of
 
 
 class RememberedTime:
@@ -103,7 +80,7 @@ def norm_key(k: Any) -> Any:
 
 
 def block_times(parts: tuple[str, ...]) -> Callable[[list[Any]], list[int | None]]:
-    """The event times of a block of plain-file values (what time_getter reads from each record)."""
+    """The event times of a block of plain-file values (what eventfields.record_time reads from each record)."""
     from streamctl.processing.timecolumns import iso_column_ms
 
     raw = block_column(parts)

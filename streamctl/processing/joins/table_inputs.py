@@ -10,7 +10,8 @@ from typing import Any
 import orjson
 
 from streamctl.processing import inputorder, mergeorder
-from streamctl.processing.joins.keys import block_column, block_times, key_getter, time_getter
+from streamctl.processing.eventfields import record_time
+from streamctl.processing.joins.keys import block_column, block_times, key_getter
 
 Record = dict[str, Any]
 
@@ -29,7 +30,7 @@ Record = dict[str, Any]
 #
 # Keys and times are read as the record path reads them (joins/keys.py): a value path a column at
 # a time (block_column, block_times); the record key and `ts` from the records; any other record
-# path (offset, partition, headers...) by key_getter / time_getter on each record -- for a plain
+# path (offset, partition, headers...) by key_getter / record_time on each record -- for a plain
 # file, on the records inputorder.plain_records_of makes of its lines (offset = record number,
 # partition 0, no key, no ts), so `--time-field offset` means what it means on the record path.
 
@@ -110,7 +111,7 @@ def log_reader(on: Path, time_field: Path, table: bool) -> tuple[Callable[[list[
     elif time_field[0] == "value":
         times_of = _on_values(block_times(time_field))
     else:
-        times_of = _on_records(time_getter(time_field))
+        times_of = _on_records(record_time(time_field))
 
     def columns(batch: list[Record]) -> Block:
         values, rkeys = log_columns(batch)
@@ -216,7 +217,7 @@ def plain_side(path: str, on: Path, time_field: Path, piece: int) -> Side:
     elif time_field == ("ts",):
         times_of = _first(_no_times)  # a plain record has no ts: with the default time field the file has none
     else:
-        get = time_getter(time_field)
+        get = record_time(time_field)
 
         def times_of(source: tuple[list[Any], int]) -> list[int | None]:
             return list(map(get, inputorder.plain_records_of(*source)))
