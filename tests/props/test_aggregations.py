@@ -262,3 +262,16 @@ def test_approx_distinct_state_does_not_grow():
     per_value = float(subprocess.run([sys.executable, "-c", MEMORY, "ints", "200000", "approx_distinct"],
                                      capture_output=True, text=True, check=True).stdout)
     assert per_value < 1, per_value
+
+
+@pytest.mark.parametrize("func,pick", [("min", min), ("max", max)])
+@SETTINGS
+@given(values=st.lists(json_value, max_size=40))
+def test_min_and_max_keep_the_first_of_equal_numbers(func, pick, values):
+    """min and max give the extreme number of its own type, the first of equal ones (0 before 0.0)."""
+    agg = make(func)
+    col = inputs(func, values)
+    numbers = [v for v in col if v is not None]
+    got = agg.result(by_add(agg, col))
+    want = pick(numbers) if numbers else None
+    assert got == want and type(got) is type(want)

@@ -153,48 +153,41 @@ def _none_where_empty(out: list, count: Any) -> list:
     return out
 
 
+class _Extreme(Agg):
+    """min or max (`pick`): one number of its own type, the first of equal ones (Python's min and
+    max return the first of equal arguments)."""
+
+    numeric = True
+    pick: Any = staticmethod(min)
+
+    def new(self) -> Any:
+        return None
+
+    def fold(self, st: Any, vals: list) -> Any:
+        m = self.pick(vals)
+        return m if st is None else self.pick(st, m)
+
+    def merge(self, a: Any, b: Any) -> Any:
+        return b if a is None else a if b is None else self.pick(a, b)
+
+    @classmethod
+    def state_type(cls, t: Any) -> Any:
+        return t.Number | None
+
+
 @register
-class Min(Agg):
-    """`min:PATH`: the smallest number, of its own type (the first of equal ones)."""
+class Min(_Extreme):
+    """`min:PATH`: the smallest number."""
 
     names = ("min",)
-    numeric = True
-
-    def new(self) -> Any:
-        return None
-
-    def fold(self, st: Any, vals: list) -> Any:
-        m = min(vals)
-        return m if st is None or m < st else st
-
-    def merge(self, a: Any, b: Any) -> Any:
-        return b if a is None or (b is not None and b < a) else a
-
-    @classmethod
-    def state_type(cls, t: Any) -> Any:
-        return t.Number | None
 
 
 @register
-class Max(Agg):
-    """`max:PATH`: the largest number, of its own type (the first of equal ones)."""
+class Max(_Extreme):
+    """`max:PATH`: the largest number."""
 
     names = ("max",)
-    numeric = True
-
-    def new(self) -> Any:
-        return None
-
-    def fold(self, st: Any, vals: list) -> Any:
-        m = max(vals)
-        return m if st is None or m > st else st
-
-    def merge(self, a: Any, b: Any) -> Any:
-        return b if a is None or (b is not None and b > a) else a
-
-    @classmethod
-    def state_type(cls, t: Any) -> Any:
-        return t.Number | None
+    pick = staticmethod(max)
 
 
 def percentile(values: list, q: float) -> float | None:
