@@ -1,5 +1,5 @@
-"""What every follower of a log shares (`window --follow`, `join --follow`): the rounds and their
-checkpoint cadence, where a group resumes, and what to do when retention deleted the records a
+"""What every follower of a log shares (`window --follow`, `join --follow`): one follower a group
+(its lock), the rounds and their checkpoint cadence, where a group resumes, and what to do when retention deleted the records a
 follower was about to read."""
 
 from __future__ import annotations
@@ -11,6 +11,22 @@ from streamctl.storage.log import Log
 
 FOLLOW_BATCH = 50_000  # records per round between checkpoints on a large backlog
 CHECKPOINT_INTERVAL = 1.0  # seconds; at most this much output is repeated after a kill -9
+
+
+def lock_group(lg: Log, group: str, command: str) -> int:
+    """The group's lock for `command --follow` on this log (a file in groups/, never reached through
+    a symlink), held until the descriptor is closed: a second follower of the group is refused."""
+    import os
+
+    from streamctl.errors import StorageError
+    from streamctl.groups import files
+    from streamctl.storage import fsutil
+
+    fd = files.open_lock(lg, group, f"{command}.lock")
+    if not fsutil.flock(fd, True, 0):
+        os.close(fd)
+        raise StorageError(f"another `{command} --follow --group {group}` is running on {lg.path}")
+    return fd
 
 
 class Waits(Protocol):

@@ -162,7 +162,7 @@ class JoinFollower:
         self.ckpt: str | None = None
         if group is not None:
             self.ckpt = checkpoint_path(self.inputs.logs[0], group)
-            self._lock(group)
+            self.lock_fd = following.lock_group(self.inputs.logs[0], group, "join")
             path = self.ckpt
         else:
             import tempfile
@@ -185,16 +185,6 @@ class JoinFollower:
         self.write_jsonl = write_jsonl
         # the operator's state in the checkpoint (with the kernel, the feeder only dumps and loads it)
         self.feeder = feeders.make(spec, self.stats, emit, emit_op, sink, self.times, 1, self.tables)
-
-    def _lock(self, group: str) -> None:
-        from streamctl.groups import files
-        from streamctl.storage import fsutil
-
-        fd = files.open_lock(self.inputs.logs[0], group, "join.lock")
-        if not fsutil.flock(fd, True, 0):
-            os.close(fd)
-            raise StorageError(f"another `join --follow --group {group}` is running on {self.spec.left}")
-        self.lock_fd = fd
 
     # -- the checkpoint --
     def resume(self) -> None:

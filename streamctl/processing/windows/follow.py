@@ -7,7 +7,7 @@ from operator import itemgetter
 
 from streamctl.processing import inputorder
 from streamctl.processing.checkpoint import encode as encode_checkpoint
-from streamctl.processing.following import FOLLOW_BATCH, resume_positions, run_rounds, skip_deleted
+from streamctl.processing.following import FOLLOW_BATCH, lock_group, resume_positions, run_rounds, skip_deleted
 from streamctl.processing.windows.config import WindowConfig
 from streamctl.processing.windows.driver import WindowRun
 from streamctl.processing.windows.events import time_getter
@@ -46,7 +46,6 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
     from streamctl.groups import files, offsets
     from streamctl.live.wait import Waiter
     from streamctl.processing import inputorder, mergeorder
-    from streamctl.storage import fsutil
     from streamctl.storage import log as logmod
 
     lg = logmod.open_log(path)
@@ -60,10 +59,7 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
     lock_fd = None
     if group is not None:
         ckpt = checkpoint_path(lg, group)
-        lock_fd = files.open_lock(lg, group, "window.lock")  # in groups/, never through a symlink
-        if not fsutil.flock(lock_fd, True, 0):
-            os.close(lock_fd)
-            raise StorageError(f"another `window --follow --group {group}` is running on {path}")
+        lock_fd = lock_group(lg, group, "window")
         try:
             from streamctl.processing.checkpoint import load_checkpoint
 
