@@ -341,6 +341,12 @@ def plain_records_of(values: list[Any], base: int) -> list[Record]:
     return [{"offset": o, "partition": 0, "key": None, "value": v} for o, v in enumerate(values, base)]
 
 
+def late_line(rec: Record, is_log: bool) -> bytes:
+    """A late record as --late-out keeps it (window and join alike): the record (log) or the
+    value line (plain file), the form its input holds it in."""
+    return orjson.dumps(rec if is_log else rec.get("value")) + b"\n"
+
+
 def records(spec: InputSpec) -> Iterator[Record]:
     """One input's records in its own order (a log's partitions merged by ts)."""
     return chain.from_iterable(log_batches(spec.path) if spec.is_log else plain_record_blocks(spec.path))

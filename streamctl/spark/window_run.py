@@ -73,7 +73,7 @@ def late_sink(f: Any, is_log: bool) -> Any:
     """Writes a late record's line to the --late-out file `f` (None without one)."""
     if f is None:
         return None
-    from streamctl.processing.windows.output import late_line
+    from streamctl.processing.inputorder import late_line
 
     return lambda rec: f.write(late_line(rec, is_log))
 

@@ -136,11 +136,6 @@ def read_inputs(spec: JoinSpec, specs: list[inputorder.InputSpec],
 LateSink = Callable[[int, bytes], None]
 
 
-def late_line(rec: Record, is_log: bool) -> bytes:
-    """A late record as --late-out keeps it: the record (log) or the value line (plain file)."""
-    return orjson.dumps(rec if is_log else rec.get("value")) + b"\n"
-
-
 def run(spec: JoinSpec, emit: Emit | None = None, emit_op: EmitOp | None = None,
         items: Iterator[tuple[int, Record]] | None = None,
         write_jsonl: Callable[[bytes], None] | None = None, block_bytes: int | None = None,
@@ -152,7 +147,7 @@ def run(spec: JoinSpec, emit: Emit | None = None, emit_op: EmitOp | None = None,
     emit's rows make with orjson.dumps and a newline) instead of emit where a batch kernel
     computes the join (_kernel); other joins still go to emit. `block_bytes` sets how
     much of a plain file is read at a time (tests use small blocks). `late(side, line)`
-    gets each late record as late_line writes it (records fed through `items` count as
+    gets each late record as inputorder.late_line writes it (records fed through `items` count as
     log records).
     """
     keep_heap()
@@ -171,7 +166,7 @@ def run(spec: JoinSpec, emit: Emit | None = None, emit_op: EmitOp | None = None,
             items, right_index = read_inputs(spec, specs), 0
         else:
             items = read_inputs(spec, specs, [remembered[0].remember, remembered[1].remember])
-    sink = None if late is None else (lambda side, rec: late(side, late_line(rec, logs[side])))
+    sink = None if late is None else (lambda side, rec: late(side, inputorder.late_line(rec, logs[side])))
     stats = JoinStats()
     feeder = feeders.make(spec, stats, emit, emit_op, sink, remembered, right_index)
     with gc_frozen():

@@ -33,10 +33,9 @@ import orjson
 
 from streamctl import stopflag
 from streamctl.errors import Interrupted, StorageError, UsageError
-from streamctl.processing import following
+from streamctl.processing import following, inputorder
 from streamctl.processing.eventfields import record_time
 from streamctl.processing.joins import Emit, EmitOp, JoinSpec, JoinStats, feeders, follow_inputs, gc_frozen
-from streamctl.processing.joins.driver import late_line
 from streamctl.processing.joins.keys import RememberedTime, norm_key
 from streamctl.processing.joins.store import DiskTable, open_db
 from streamctl.processing.joins.table_inputs import Block, Side
@@ -180,7 +179,7 @@ class JoinFollower:
         except sqlite3.DatabaseError as e:
             self.close()
             raise StorageError(f"{path}: not a join checkpoint ({e}); {HINT}") from None
-        sink = None if late is None else (lambda side, rec: late(side, late_line(rec, True)))
+        sink = None if late is None else (lambda side, rec: late(side, inputorder.late_line(rec, True)))
         self.times = (RememberedTime(record_time(spec.time_field[0])), RememberedTime(record_time(spec.time_field[1])))
         self.write_jsonl = write_jsonl
         # the operator's state in the checkpoint (with the kernel, the feeder only dumps and loads it)

@@ -192,8 +192,3 @@ _row_window = itemgetter(0, 1)
 _row_start, _row_end, _row_key, _row_values, _row_revision = (itemgetter(0), itemgetter(1), itemgetter(2),
                                                                itemgetter(3), itemgetter(4))
 _NONE = {None}
-
-
-def late_line(rec: dict, is_log: bool) -> bytes:
-    """A late event as written to --late-out: the record (log) or the value line (plain file)."""
-    return orjson.dumps(rec if is_log else rec.get("value")) + b"\n"
