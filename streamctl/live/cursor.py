@@ -467,9 +467,9 @@ def consume_live(log: Log, opts: LiveOptions, sink: Sink, committer: Committer,
         for note in pl.notices:
             say(note)
         limit = opts.max_records
-        done = False
+        done = limit is not None and limit <= 0  # --max 0: nothing is written, nothing committed
         for p, nxt, data in stream(log, pl, merge=True, per_line=sink.per_line or limit is not None):
-            if stopflag.is_set():
+            if stopflag.is_set() or done:
                 break
             res.records += sink.put(p, nxt, data)
             if limit is not None and res.records >= limit:

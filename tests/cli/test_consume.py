@@ -85,6 +85,17 @@ def test_from_time_and_offset_across_many_segments(logdir):
     assert got == list(range(383, 400))
 
 
+def test_max_zero_writes_and_commits_nothing(logdir):
+    """--max 0 stops before the first record: with a group or --follow too, nothing is written
+    and no offset is committed."""
+    make_log(logdir, 6, partitions=3)
+    assert run_cli("consume", logdir, "--max", "0", check=True).stdout == b""
+    assert run_cli("consume", logdir, "--group", "m0", "--max", "0", check=True).stdout == b""
+    assert not os.path.exists(os.path.join(logdir, "groups", "m0.json"))
+    assert run_cli("consume", logdir, "--max", "0", "--follow", "--idle-timeout", "1s", check=True).stdout == b""
+    assert len(lines_of(run_cli("consume", logdir, "--group", "m0", check=True))) == 6
+
+
 def test_group_commits_and_resumes(logdir):
     make_log(logdir, 10, partitions=2)
     first = lines_of(run_cli("consume", logdir, "--group", "g1", "--max", "4", check=True))
