@@ -106,6 +106,17 @@ def test_password_never_printed(pg: PgServer, db: str, tmp_path: Path) -> None:
     assert len(log_records(log)) == 1
 
 
+@pytest.mark.parametrize("dsn", ["postgres://app:sek%rit@[::1", "host=127.0.0.1 password='sek rit",
+                                 "postgresql://h/db?password=sek%rit&x=1", "host=h password=sekrit port=x"])
+def test_a_bad_dsn_is_named_without_its_password(dsn: str, tmp_path: Path) -> None:
+    """A DSN libpq refuses is a usage error naming it, with no piece of the password in the line,
+    even where libpq's own message quotes the piece it could not read."""
+    p = run_cli("capture", dsn, str(tmp_path / "e"), "--table", "orders")
+    assert p.returncode == 2 and p.stderr.startswith(b"streamctl: bad DSN")
+    assert b"sek" not in p.stderr and b"rit" not in p.stderr
+    assert not (tmp_path / "e").exists()
+
+
 def test_drop_slot_and_stat(pg: PgServer, db: str, tmp_path: Path) -> None:
     pg.sql("create table s (id int primary key)", db)
     pg.sql("insert into s values (1)", db)
