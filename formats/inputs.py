@@ -41,9 +41,16 @@ def _loads(line: bytes) -> Any:
         if "UTF-8" in msg or "surrogate" in msg:
             raise BadLine(f"invalid UTF-8 or lone surrogate: {msg}") from None
         raise BadLine(f"invalid JSON: {msg}") from None
-    # orjson turns integers beyond 64 bits into floats; refuse rather than round.
-    if _BIG in line.translate(_DIGITS) and _has_big_float(obj) and _has_big_int(line):
-        raise BadLine("integer too large (more than 64 bits); quote it as a string")
+    # orjson reads an integer beyond 64 bits as a float: such a line is read again by the standard
+    # library, which keeps integers exact (a key taken from one is its exact decimal text); the
+    # value itself is stored as written either way
+    if _BIG in line.translate(_DIGITS) and _has_big_float(obj):
+        import json
+
+        try:
+            return json.loads(line)
+        except (ValueError, RecursionError):  # past int()'s digit limit or the stdlib's nesting
+            return obj
     return obj
 
 
@@ -66,24 +73,12 @@ def _has_big_float(obj: Any) -> bool:
     return _any_leaf(obj, lambda o: isinstance(o, float) and o.is_integer() and abs(o) >= 2**63)
 
 
-def _has_big_int(line: bytes) -> bool:
-    """Whether the JSON text holds an integer (no fraction, no exponent) outside what orjson reads
-    exactly, [-2**63, 2**64 - 1]. A number written with a fraction or an exponent is a float in
-    any case (`12345678901234567890.5`, a numeric that capture wrote), never refused here. The
-    standard library's parser keeps integers exact; only lines _has_big_float flagged get here."""
-    import json
-
-    try:
-        obj = json.loads(line, parse_float=lambda _text: None)
-    except ValueError:
-        return True  # an integer too long even for int(): beyond 64 bits, surely
-    return _any_leaf(obj, lambda o: type(o) is int and not -(2**63) <= o < 2**64)
-
-
 def coerce_key(k: Any) -> str | None:
     if k is None or isinstance(k, str):
         return k
-    if isinstance(k, (bool, int, float)):
+    if type(k) is int:
+        return str(k)  # its JSON text, exact at any size
+    if isinstance(k, (bool, float)):
         return orjson.dumps(k).decode()
     raise BadLine("key must be a string, a number or null, not an object or array")
 

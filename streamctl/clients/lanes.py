@@ -22,10 +22,9 @@ when the batch holds
   than objects (an array, a number); envelope headers that are not an object of strings;
   an envelope "source" that is an object;
 - invalid UTF-8 anywhere in the batch (msgspec does not check it inside strings);
-- a number the per-line decoder refuses (orjson overflows it, or it is an integer beyond
-  64 bits): the lane hands every line with a run of 20 digits, or a number with an exponent
-  of 3 or more digits, to the per-line decoder, and one it rejects sends the batch down
-  the per-line path.
+- a number the per-line decoder refuses (orjson overflows it: beyond a double's range): the
+  lane hands every line with a run of 20 digits, or a number with an exponent of 3 or more
+  digits, to the per-line decoder, and one it rejects sends the batch down the per-line path.
 
 --fsync always and --exactly-once take the per-line path for every batch (producer.py).
 ProduceStats counts the batches of each path.
