@@ -275,7 +275,7 @@ def check_active_segments(log: Log) -> None:
                 raise bad[1]
             record.envelope(last)
         except record.BadRecord as e:
-            raise StorageError(f"{active.path}: byte {end - len(last)}: the last line of the active segment is "
+            raise StorageError(f"{segment.place(active.path, end - len(last))}: the last line of the active segment is "
                                f"not a record ({e}); nothing was compacted. Run `streamctl check` on the log, "
                                "then move the damaged line out of the segment") from None
 

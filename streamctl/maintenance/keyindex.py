@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 
 from streamctl.errors import StorageError
-from streamctl.storage import record
+from streamctl.storage import reader, record
 from streamctl.storage.fsutil import NOFOLLOW
 
 PLACE_BITS = 40  # byte positions below 1 TiB: far above any segment size
@@ -62,8 +62,7 @@ class SegmentKeys:
 
 
 def corrupt(path: str, pos: int | None, e: Exception) -> StorageError:
-    where = f"{path}: byte {pos}" if pos is not None else path
-    return StorageError(f"{where}: corrupt record ({e}); run `streamctl check` on the log before compacting")
+    return reader.corrupt(path, pos, e, " before compacting")
 
 
 class _Scan:

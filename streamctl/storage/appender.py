@@ -24,7 +24,15 @@ from streamctl.storage import record
 from streamctl.storage.fsutil import NOFOLLOW, flock, fsync_dir, open_dir, unlock, write_all
 from streamctl.storage.log import Log
 from streamctl.storage.replace import recover as _finish_interrupted_swaps
-from streamctl.storage.segment import cut_torn_tail, last_line, list_segments, segment_name, visible_end, write_manifest
+from streamctl.storage.segment import (
+    cut_torn_tail,
+    last_line,
+    list_segments,
+    place,
+    segment_name,
+    visible_end,
+    write_manifest,
+)
 from streamctl.timeparse import now_ms
 
 FSYNC_POLICIES = ("always", "batch", "never")
@@ -84,7 +92,7 @@ def _last_envelope(path: str, line: bytes, end: int, fd: int = -1) -> tuple[int,
     except record.BadRecord as e:
         if fd >= 0:
             os.close(fd)
-        raise StorageError(f"{path}: byte {end - len(line)}: the last line of the segment is not a record ({e}), "
+        raise StorageError(f"{place(path, end - len(line))}: the last line of the segment is not a record ({e}), "
                            "so the next offset is unknown and nothing was appended; run `streamctl check` on the "
                            "log, then move the damaged line out of the segment") from None
 

@@ -30,9 +30,10 @@ class PartitionInfo:
     last_ts: int | None
 
 
-def corrupt(path: str, pos: int | None, e: Exception) -> StorageError:
-    where = f"{path}: byte {pos}" if pos is not None else path
-    return StorageError(f"{where}: corrupt record ({e}); run `streamctl check` on the log")
+def corrupt(path: str, pos: int | None, e: Exception, hint: str = "") -> StorageError:
+    """A stored line that is not a record: its file, line and byte, and the reason."""
+    where = path if pos is None else segment.place(path, pos)
+    return StorageError(f"{where}: corrupt record ({e}); run `streamctl check` on the log{hint}")
 
 
 def check_block(path: str, pos: int, block: bytes | bytearray, start: int = 0, end: int | None = None) -> None:

@@ -266,7 +266,7 @@ def validate_swap(pdir: str, base: int, end: int, swap: str) -> str | None:
                     off = record.offset_of(line)
                     key = record.key_bytes(line)
                 except record.BadRecord as e:
-                    return f"{s.path}: byte {pos}: a segment it would replace is corrupt ({e}), so it cannot be checked"
+                    return f"{segment.place(s.path, pos)}: a segment it would replace is corrupt ({e}), so it cannot be checked"
                 if key == b"null":
                     nulls.append(off)
                 else:

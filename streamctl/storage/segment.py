@@ -309,3 +309,20 @@ def offset_key(line: bytes) -> int:
 
 def ts_key(line: bytes) -> int:
     return record.envelope(line)[2]
+
+
+def place(path: str, pos: int) -> str:
+    """Where the line at byte `pos` of a segment is, for a message: `PATH:LINE: byte POS` (the line
+    counted from 1 on this error path; `PATH: byte POS` when the file cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            line, left = 1, pos
+            while left > 0:
+                block = f.read(min(left, 1 << 20))
+                if not block:
+                    return f"{path}: byte {pos}"
+                line += block.count(b"\n")
+                left -= len(block)
+    except OSError:
+        return f"{path}: byte {pos}"
+    return f"{path}:{line}: byte {pos}"

@@ -331,11 +331,11 @@ def test_parallel_key_scan_reports_a_corrupt_segment(tmp_path) -> None:
     with open(victim, "r+b") as f:
         f.seek(data.index(b"\n") + 1)  # the second line: found by the worker's scan
         f.write(b"X")
-    with pytest.raises(StorageError, match=os.path.basename(victim) + ": byte .*corrupt record"):
+    with pytest.raises(StorageError, match=os.path.basename(victim) + r":\d+: byte .*corrupt record"):
         compact(open_log(path), CompactOptions(roll=True, workers=3), now=30 * H)
     with open(victim, "r+b") as f:
         f.write(b"X")  # the first line: found while planning the scan
-    with pytest.raises(StorageError, match=os.path.basename(victim) + ": byte 0: corrupt record"):
+    with pytest.raises(StorageError, match=os.path.basename(victim) + ":1: byte 0: corrupt record"):
         compact(open_log(path), CompactOptions(roll=True, workers=3), now=30 * H)
 
 

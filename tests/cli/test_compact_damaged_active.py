@@ -55,7 +55,8 @@ def test_compact_names_the_segment_and_byte_and_changes_nothing(tmp_path, bad):
         assert p.returncode == 1, (args, err)
         assert "Traceback" not in err
         assert err.startswith("streamctl: ") and err.count("\n") == 1, err
-        assert f"{active}: byte {at}: " in err, (args, err)
+        line = open(active, "rb").read()[:at].count(b"\n") + 1
+        assert f"{active}:{line}: byte {at}: " in err, (args, err)
         assert "not a record" in err
         assert p.stdout == b""
         assert tree(log) == before, args
@@ -72,7 +73,7 @@ def test_a_bad_line_in_a_closed_segment_is_still_named_by_the_scan(tmp_path):
     cut = data.index(b"\n") + 1
     open(closed, "wb").write(data[:cut] + b"garbage\n" + data[cut:])
     p = run_cli("compact", log)
-    assert p.returncode == 1 and f"{closed}: byte {cut}: " in p.stderr.decode(), p.stderr.decode()
+    assert p.returncode == 1 and f"{closed}:2: byte {cut}: " in p.stderr.decode(), p.stderr.decode()
     open(closed, "wb").write(data)
     p = run_cli("compact", log, "--roll")
     assert p.returncode == 0, p.stderr.decode()

@@ -368,7 +368,7 @@ def test_window_and_join_on_a_corrupt_log_exit_1_naming_the_segment(made, tmp_pa
                  ["join", str(log), str(log), "--within", "1m"], ["join", str(log), str(log), "--table"]):
         code, _out, err = cli(capfd, *args)
         assert code == 1, (args, err)
-        assert f"{seg}: byte {at}: corrupt record" in err and "Traceback" not in err, (args, err)
+        assert f"{seg}:2: byte {at}: corrupt record" in err and "Traceback" not in err, (args, err)
 
 
 # -- last: nothing above printed a traceback -----------------------------------------------------

@@ -127,7 +127,7 @@ def test_garbage_last_line_names_segment_and_byte(tmp_path):
         f.write(b"not a record\n")
     proc = run_cli("produce", path, input='{"a":2}\n')
     assert proc.returncode == 1
-    assert f"{seg}: byte {size}: the last line of the segment is not a record".encode() in proc.stderr
+    assert f"{seg}:2: byte {size}: the last line of the segment is not a record".encode() in proc.stderr
     assert b"Traceback" not in proc.stderr
     assert os.path.getsize(seg) == size + 13, "nothing appended"
 
@@ -193,7 +193,8 @@ def test_every_reader_refuses_a_corrupt_line(corrupt_log, args):
     argv = [args[0], path, path, "--within", "1m", "--on", "k"] if args[0] == "join" else [args[0], path, *args[1:]]
     proc = run_cli(*argv)
     assert proc.returncode == 1, (proc.returncode, proc.stderr)
-    assert f"{seg}: byte {at}: corrupt record".encode() in proc.stderr
+    line = open(seg, "rb").read()[:at].count(b"\n") + 1
+    assert f"{seg}:{line}: byte {at}: corrupt record".encode() in proc.stderr
     assert b"Traceback" not in proc.stderr
     assert b"\x00" not in proc.stdout, "the corrupt line is never passed on"
 

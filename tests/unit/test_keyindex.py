@@ -93,7 +93,7 @@ def test_a_damaged_line_is_named_even_in_a_gapless_segment(tmp_path) -> None:
     lines[4] = b'{"offset":4,"partition":0,"ts":1000,"key":"k","value":\n'  # truncated: not a record
     lines[5] = b"X" + lines[5][1:]
     jobs = _jobs(tmp_path, [lines])
-    with pytest.raises(StorageError, match=r"0000\.jsonl: byte \d+: corrupt record"):
+    with pytest.raises(StorageError, match=r"0000\.jsonl:\d+: byte \d+: corrupt record"):
         keyindex.scan_chunk(jobs, None)
 
 
