@@ -213,7 +213,10 @@ def stream_table_as_of(recs, params):
         "W_r", F.coalesce(F.col("W_r"), F.lit(last_w).cast("long")))
     versions = recs.where((F.col("side") == 1) & F.col("nkey").isNotNull()).select(
         F.col("nkey").alias("vkey"), F.col("pos").alias("vpos"), F.col("sub").alias("vsub"),
-        F.coalesce(F.col("t"), F.lit(MIN_TIME)).alias("vt"), F.col("value_j").alias("vval"))
+        # a version without a time is valid from the beginning; a tombstone without one deletes from the
+        # largest time before it (W + lateness: the running max, which its own null time leaves as it was)
+        F.coalesce(F.col("t"), F.when(F.col("value_j").isNull(), F.col("W") + F.lit(int(params.get("lateness") or 0))),
+                   F.lit(MIN_TIME)).alias("vt"), F.col("value_j").alias("vval"))
     cand = ev.join(versions, (F.col("nkey") == F.col("vkey")) & (F.col("vpos") <= F.col("r")), "left")
     best = F.max(F.when(F.col("vt") <= F.col("t"), F.struct("vt", "vpos", "vsub", "vval")))
     aggs = [best.alias("best")]

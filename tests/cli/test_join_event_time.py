@@ -240,6 +240,25 @@ def test_as_of_late_table_change_is_counted_and_kept(tmp_path):
     assert plans == ["free"] * 3 + ["trial"] * 6 + ["pro"] and ok.stderr == b""
 
 
+def test_as_of_tombstone_deletes_from_the_time_before_it(tmp_path):
+    """A tombstone's null value has no time field: it deletes the key from the largest event time
+    seen before it in the input order (later events get no row), not from the beginning of time
+    (where every version after it would outrank it)."""
+    table = str(tmp_path / "table")
+    changes = [{"key": "u1", "value": {"name": "A1", "at": iso(T0)}},
+               {"key": "u2", "value": {"name": "B1", "at": iso(T0)}},
+               {"key": "u1", "value": {"name": "A2", "at": iso(T0 + 10 * MIN)}},
+               {"key": "u2", "value": None}]
+    run_cli("produce", table, "--envelope", input=b"".join(orjson.dumps(c) + b"\n" for c in changes), check=True)
+    ev = tmp_path / "ev.jsonl"
+    ev.write_bytes(b"".join(orjson.dumps({"user": "u2", "at": iso(T0 + m * MIN)}) + b"\n" for m in (5, 20)))
+    p = run_cli("join", str(ev), table, "--table", "--on", "user=key", "--how", "left", "--as-of", "event-time",
+                "--time-field", "at=at", "--engine", "local", check=True)
+    rows = [orjson.loads(line) for line in p.stdout.splitlines()]
+    assert [(r["left"]["at"], r["right"] and r["right"]["name"]) for r in rows] == \
+        [(iso(T0 + 5 * MIN), "B1"), (iso(T0 + 20 * MIN), None)]
+
+
 # ---------------------------------------------------------------- property
 
 lane_events = st.lists(st.tuples(st.integers(0, 2), st.sampled_from("abc"), st.integers(0, 30), st.integers(0, 6)),

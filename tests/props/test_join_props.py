@@ -158,18 +158,27 @@ def ref_as_of(evs: list[tuple[int, Any, int | None, Any]], retention: int | None
               lateness: int = 0) -> tuple[list[tuple], int]:
     """LEFT event e resolves at r = max(e, first p with W(p) > t_e) (or the end) and joins the version
     with max (time, position) among RIGHT records up to r with the same key and time <= t_e
-    (no time = the beginning); with retention, nothing if a version up to r has a time in
+    (no time: the beginning, for a tombstone the largest time before it); with retention, nothing if a version up to r has a time in
     (t_e, W(r) - retention]. Rows by (r, t_e, e). W is lateness-shifted; a RIGHT record with a
     time behind W and a key is a late change (returned: the count)."""
     n = len(evs)
     W = watermarks([t if not (s == L and t is None) else None for s, _, t, _ in evs], lateness)
+
+    def version_time(p: int) -> int:
+        """A RIGHT record's time; without one, a version's is the beginning and a tombstone's the
+        largest time before it."""
+        t, value = evs[p][2], evs[p][3]
+        if t is not None:
+            return t
+        seen = [tv for _s, _k, tv, _v in evs[:p] if tv is not None]
+        return max(seen) if value is None and seen else MIN_TIME
     out = []
     for e, (s, k, t, v) in enumerate(evs):
         if s != L or t is None:
             continue
         r = next((p for p in range(e, n) if W[p] is not None and W[p] > t), n)
         w_r = W[r] if r < n else W[-1]
-        cands = [(MIN_TIME if tv is None else tv, p, vv) for p, (sv, kv, tv, vv) in enumerate(evs[:r + 1])
+        cands = [(version_time(p), p, vv) for p, (sv, kv, _tv, vv) in enumerate(evs[:r + 1])
                  if sv == R and k is not None and kv == k]
         best = max((c for c in cands if c[0] <= t), default=None)
         row = best[2] if best else None

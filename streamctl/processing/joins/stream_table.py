@@ -155,11 +155,17 @@ class TableAsOfTime:
         return t is not None and wm is not None and t < wm
 
     def change(self, nkey: Any, t: int | None, value: Any, pos: int) -> None:
-        """A table version; t None = no time: valid from the beginning, does not move the watermark."""
+        """A table version; t None = no time, which does not move the watermark: a version is then
+        valid from the beginning, and a tombstone (whose null value has no time field to read)
+        deletes from the largest event time seen before it in the input order."""
         h = self.history.get(nkey)
         if h is None:
             h = self.history[nkey] = _History()
-        h.add(MIN_TIME if t is None else t, pos, value)
+        if t is None:
+            seen = self.clock.max_time
+            h.add(seen if value is None and seen is not None else MIN_TIME, pos, value)
+        else:
+            h.add(t, pos, value)
         if self.retention is not None and self.watermark is not None:
             h.prune(self.watermark - self.retention)
         if t is not None:
