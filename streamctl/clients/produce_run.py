@@ -23,6 +23,7 @@ def run(log: str, files: list[str] | None, *, key_field: str | None, key: str | 
     With `follow`, `files` are names or globs followed as they grow (streamctl.ingest.follow) until a
     stop signal or `idle_timeout` seconds without new lines."""
     import os
+    import stat
     import sys
 
     from streamctl.clients.producer import EnvelopeLane, Input, ProduceOptions, RawLane, validate_values
@@ -45,10 +46,7 @@ def run(log: str, files: list[str] | None, *, key_field: str | None, key: str | 
     if partition is not None and not logmod.is_log(log):
         # a usage error creates nothing: --partition is checked against the log this run would make
         check_partition(partition, partitions or 1)
-    lg = logmod.open_or_create(log, partitions, segment_bytes, now_ms())
-    if partition is not None:
-        check_partition(partition, lg.partitions)
-
+    # the inputs are opened first: one that cannot be read is a usage error, and creates no log
     opened: list[Input] = []
     names = [] if follow else files or ["-"]
     for name in names:
@@ -56,9 +54,16 @@ def run(log: str, files: list[str] | None, *, key_field: str | None, key: str | 
             opened.append(Input("<stdin>", sys.stdin.fileno()))
             continue
         try:
-            opened.append(Input(name, os.open(name, os.O_RDONLY)))
+            fd = os.open(name, os.O_RDONLY)
         except OSError as e:
             raise UsageError(f"{name}: cannot open: {e.strerror}") from None
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise UsageError(f"{name}: cannot open: Is a directory")
+        opened.append(Input(name, fd))
+    lg = logmod.open_or_create(log, partitions, segment_bytes, now_ms())
+    if partition is not None:
+        check_partition(partition, lg.partitions)
 
     out = None
     echo_fn = None

@@ -541,3 +541,12 @@ def test_envelope_bad_line_after_many_good_ones(logdir, tmp_path):
     assert p.returncode == 0 and b"1 bad line(s) rejected" in p.stderr
     assert [_json.loads(x)["line"] for x in dl.read_text().splitlines()] == [1501]
     assert len(read_log(logdir + "2")) == 3000
+
+
+def test_an_input_that_cannot_be_read_is_named_and_creates_no_log(tmp_path):
+    """A missing FILE or a directory is a usage error naming it (exit 2), before the log is made."""
+    log = str(tmp_path / "new")
+    for bad, reason in ((str(tmp_path), b"Is a directory"), (str(tmp_path / "missing.jsonl"), b"No such file")):
+        p = run_cli("produce", log, bad)
+        assert p.returncode == 2 and p.stderr.startswith(f"streamctl: {bad}: cannot open: ".encode()), p.stderr
+        assert reason in p.stderr and not os.path.exists(log)
