@@ -46,8 +46,9 @@ updated row with "revision": n (--late correct, which keeps closed windows in
 memory to revise them), and with --late-out FILE it is also written to FILE.
 With --emit update or --late correct, a session whose bounds change withdraws
 its old row with {"window": OLD, "key": K, "op": "delete"}.
-Rows come out in window-close order, ties by window start, then the key's
-JSON text.
+Rows come out in window-close order, ties by window start, then group key
+(null, false, true, numbers by value, strings by code point, arrays element by
+element, objects).
 
 Input order: each partition keeps its stored order, and partitions are merged
 by event time (a record sorts by the largest event time in its partition up to

@@ -225,7 +225,7 @@ def main(spark, params, out):
     never = 1 << 62
 
     def order_key(r):
-        return close_seq.value.get(r[0], never), r[1], r[3]
+        return close_seq.value.get(r[0], never), r[1], eventfields.key_rank(r[3])
 
     for _close_at, start, end, key, values in rows.sortBy(order_key, numPartitions=n_parts).toLocalIterator():
         out(row_json((start, end, key, values, None))[:-1].decode())  # the local engine's line

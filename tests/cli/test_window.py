@@ -409,3 +409,25 @@ def test_cli_sum_beyond_64_bits_is_written_exactly(tmp_path):
     assert p.stdout.endswith(b'"key":"a","sum_v":%d,"last_v":%d}\n' % (3 * big, big))
     p = run_cli("window", str(f), "--tumbling", "1m", "--by", "k", "--agg", "sum:v", "--output", "csv")
     assert p.returncode == 0 and p.stdout.splitlines()[1].endswith(b",a,%d" % (3 * big)), p.stderr
+
+
+KEYS_IN_ORDER = [None, False, True, -1, 2.5, 9, 10, "a\"b", "ab", "ab!", "u10", "u2", "é", [1, 9], [1, 10], {"a": 1}]
+
+
+@pytest.mark.parametrize("kind", [("--tumbling", "1m"), ("--hopping", "1m/30s"), ("--session", "1m"),
+                                  ("--sliding", "1m")], ids=lambda k: k[0])
+def test_rows_closing_together_come_by_group_key(tmp_path, kind):
+    """Ties by window start, then group key: null, false, true, numbers by value (9 before 10),
+    strings by code point ("ab" before "ab!"), arrays element by element, objects; whatever order
+    the keys arrived in."""
+    from conftest import run_cli
+
+    path = tmp_path / "k.jsonl"
+    shuffled = KEYS_IN_ORDER[::-1][1::2] + KEYS_IN_ORDER[::-1][::2]
+    path.write_bytes(b"".join(orjson.dumps({"t": "2026-01-01T00:00:01Z", "k": k}) + b"\n" for k in shuffled))
+    p = run_cli("window", str(path), *kind, "--time-field", "t", "--by", "k", check=True)
+    rows = [orjson.loads(line) for line in p.stdout.splitlines()]
+    by_start: dict = {}
+    for r in rows:
+        by_start.setdefault(r["window"]["start"], []).append(r["key"])
+    assert by_start and all(keys == KEYS_IN_ORDER for keys in by_start.values()), by_start

@@ -661,3 +661,23 @@ def test_sessions_go_back_to_slots_once_the_states_fit(monkeypatch):
     assert seen[0] and not any(seen[3:20]) and seen[-1]  # exact while the session holding 2**60 is open
     a, b = both(cfg, records(evs), [5] * 41)
     assert a == b
+
+
+json_keys = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-20, 20), st.floats(-5, 5),
+                                   st.text(alphabet='ab!" \\é\x01', max_size=4)),
+                         lambda inner: st.lists(inner, max_size=3), max_leaves=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(json_keys, max_size=12), st.booleans())
+def test_key_order_is_the_group_key_rank(keys, strings_only):
+    """key_order (strings without escapes sorted by their bytes, no key parsed) is sorted() by
+    key_rank, the group-key order's definition; and key_rank orders strings by code point."""
+    from streamctl.processing.eventfields import key_order, key_rank
+
+    if strings_only:
+        keys = [k for k in keys if isinstance(k, str)]
+    texts = list(dict.fromkeys(orjson.dumps(k) for k in keys))
+    assert key_order(texts) == sorted(texts, key=key_rank)
+    strs = sorted({k for k in keys if isinstance(k, str)})
+    assert key_order([orjson.dumps(s) for s in strs]) == [orjson.dumps(s) for s in strs]

@@ -364,3 +364,17 @@ def late_notes(stderr: bytes) -> list[bytes]:
     mark = b"no usable time in 'at'"
     return [ln[:ln.index(mark) + len(mark)] if mark in ln else ln
             for ln in stderr.splitlines() if b"late" in ln or mark in ln]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("kind", ["tumbling", "session"])
+def test_parity_rows_closing_together_by_group_key(spark, tmp_path, kind):
+    """Rows that close together come by group key on both engines: numbers by value, then strings."""
+    path = tmp_path / "keys.jsonl"
+    keys = [10, "ab!", 9, None, -1, "ab", [1, 10], 2.5, [1, 9], True]
+    path.write_bytes(b"".join(orjson.dumps({"at": 1_000, "k": k}) + b"\n" for k in keys))
+    cfg = WindowConfig(kind=kind, size=60_000, time_field="at", by=["k"], aggs=["count"])
+    want_rows, want_stats = local(str(path), cfg)
+    assert [orjson.loads(r)["key"] for r in want_rows] == [None, True, -1, 2.5, 9, 10, "ab", "ab!", [1, 9], [1, 10]]
+    got_rows, got_stats = on_spark(spark, str(path), cfg)
+    assert got_rows == want_rows and got_stats == want_stats

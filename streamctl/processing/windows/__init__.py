@@ -43,6 +43,7 @@ from collections.abc import Iterator, Sequence
 from itertools import compress, repeat
 from typing import Any, NamedTuple
 
+from streamctl.processing.eventfields import key_order
 from streamctl.processing.watermark import NO_WATERMARK, Watermark, before_array
 
 
@@ -196,7 +197,7 @@ class GridWindows:
         """One closed window's rows, by key. Windows close in end order and start = end - size, so
         rows come out by (start, key) within a close (the order the module docstring promises)."""
         start = end - self.size
-        keys = sorted(d)
+        keys = key_order(d)
         if not isinstance(d, dict):  # cells.Cells
             if self.text_rows and not d.py:  # (window_text writes numbers and nulls: the states in arrays)
                 from streamctl.processing.windows.output import window_text

@@ -52,6 +52,7 @@ from collections import deque
 from typing import Any
 
 from streamctl.processing.aggregations import columnar
+from streamctl.processing.eventfields import key_positions
 from streamctl.processing.windows import NO_WATERMARK
 from streamctl.processing.windows.session_kernel import SessionKernel, SessionWindow
 
@@ -306,7 +307,8 @@ class Session(SessionKernel):
         self._emit(batch, out)
 
     def _emit(self, batch: list, out: list) -> None:
-        batch.sort(key=lambda r: (r[0], r[2]))
+        place = key_positions(r[2] for r in batch)
+        batch.sort(key=lambda r: (r[0], place[r[2]]))
         if self.correct:
             closed = self.closed
             for _start, _end, key, s in batch:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
+from streamctl.processing.eventfields import key_positions
 from streamctl.processing.windows import NO_WATERMARK, Batch, fold_events
 
 
@@ -331,7 +332,8 @@ class SessionKernel:
         ks = list(map(index.gkey.__getitem__, groups.tolist()))
         same = (at[1:] == at[:-1]) & (starts[1:] == starts[:-1])
         if same.any():  # one close, one start, several groups: by key, as close() sorts them
-            fix = sorted(range(len(hs)), key=lambda i: (int(at[i]), int(starts[i]), ks[i]))
+            place = key_positions(ks)
+            fix = sorted(range(len(hs)), key=lambda i: (int(at[i]), int(starts[i]), place[ks[i]]))
             hs, starts, groups = hs[fix], starts[fix], groups[fix]
             ks = [ks[i] for i in fix]
         lasts = index.last[hs]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right, insort
 
+from streamctl.processing.eventfields import key_positions
 from streamctl.processing.windows import Batch, fold_events
 
 
@@ -90,7 +91,8 @@ class Sliding:
             self.events.clear()
 
     def _emit(self, batch: list, out: list) -> None:
-        batch.sort(key=lambda r: (r[0], r[2]))
+        place = key_positions(r[2] for r in batch)
+        batch.sort(key=lambda r: (r[0], place[r[2]]))
         cache: dict = {}
         for start, t, key in batch:
             # events of one group at the same time share a row: compute it once
