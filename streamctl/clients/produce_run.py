@@ -46,24 +46,25 @@ def run(log: str, files: list[str] | None, *, key_field: str | None, key: str | 
     if partition is not None and not logmod.is_log(log):
         # a usage error creates nothing: --partition is checked against the log this run would make
         check_partition(partition, partitions or 1)
-    # the inputs are opened first: one that cannot be read is a usage error, and creates no log
-    opened: list[Input] = []
+    # the input files are opened first: one that cannot be read is a usage error, and creates no log
     names = [] if follow else files or ["-"]
+    fds: list[int | None] = []  # (stdin's is taken once the log is open)
     for name in names:
         if name == "-":
-            opened.append(Input("<stdin>", sys.stdin.fileno()))
+            fds.append(None)
             continue
         try:
             fd = os.open(name, os.O_RDONLY)
         except OSError as e:
             raise UsageError(f"{name}: cannot open: {e.strerror}") from None
         if stat.S_ISDIR(os.fstat(fd).st_mode):
-            os.close(fd)
             raise UsageError(f"{name}: cannot open: Is a directory")
-        opened.append(Input(name, fd))
+        fds.append(fd)
     lg = logmod.open_or_create(log, partitions, segment_bytes, now_ms())
     if partition is not None:
         check_partition(partition, lg.partitions)
+    opened = [Input("<stdin>", sys.stdin.fileno()) if fd is None else Input(name, fd)
+              for name, fd in zip(names, fds, strict=True)]
 
     out = None
     echo_fn = None
