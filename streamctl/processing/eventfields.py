@@ -86,7 +86,10 @@ def key_order(keys: Iterable[bytes]) -> list[bytes]:
         # every key a string without an escape (the common case): its UTF-8 bytes between the
         # quotes sort as its code points, with no key parsed
         return sorted(keys, key=_between_quotes)
-    return sorted(keys, key=key_rank)
+    try:
+        return sorted(keys, key=int)  # every key an integer (int() reads its JSON text as it is)
+    except ValueError:
+        return sorted(keys, key=key_rank)
 
 
 def key_positions(keys: Iterable[bytes]) -> dict[bytes, int]:
