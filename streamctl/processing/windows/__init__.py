@@ -18,8 +18,8 @@ each watermark move (`fold_events` does exactly that, and is the fold of the
 operators whose rows depend on single events); grid windows fold a batch by
 window and key at once.
 
-`key` is the group key's JSON text (bytes: hashable for any JSON value, and
-its byte order is the documented tie-break), `t` the event time in ms, `seq`
+`key` is the group key's JSON text (bytes: hashable for any JSON value; rows
+that close together are ordered by eventfields.key_order), `t` the event time in ms, `seq`
 the event's position in the input order (first/last use it), `vals` what
 `aggregations.Plan.extract` pulled out of the event, `wm` the watermark
 before this event. Rows appended to `out` are `(start, end, key, values, revision)`;
@@ -32,7 +32,7 @@ update` the rows of `--emit final`, and with `--late correct` the rows of a run
 whose lateness let nothing be late.
 
 A batch of windows closed by one watermark move comes out sorted by
-(start, key): with the watermark's monotony that gives the spec's
+(start, key in the group-key order): with the watermark's monotony that gives the spec's
 "window-close order, ties by window start, then group key".
 """
 
