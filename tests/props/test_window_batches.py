@@ -38,7 +38,7 @@ times = st.one_of(
 
 def events_strategy(bad: bool):
     t = times if bad else ms
-    ev = st.fixed_dictionaries({"ts": t, "k": st.sampled_from(["a", "b", "c", None, 7, "x,y", [1, 2], {"o": 1}]),
+    ev = st.fixed_dictionaries({"ts": t, "k": st.sampled_from(["a", "b", "c", None, 7, 10, -1, 2.5, "x,y", [1, 2], {"o": 1}]),
                                 "v": values})
     return st.lists(ev, max_size=60)
 
