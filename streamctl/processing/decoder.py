@@ -31,6 +31,7 @@ import os
 import pickle
 import signal
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from streamctl import parallel, stopflag
@@ -266,19 +267,16 @@ def _merged_log_batches(path: str, lg: Any, ranges: list[tuple[int, int, int | N
     def merged() -> Iterator[tuple]:  # in the child
         lanes = [mergeorder.Lane(lane(p, start, end), array=True) for p, start, end in ranges]
         for where, order in mergeorder.merge(lanes):
-            parts = [(lanes[k].payload, s, e) for k, s, e in where]
-            idx = None if order is None else order.tolist()
-            if all(lp.clean for lp, _s, _e in parts):
-                pre = [lp.pre for lp, _s, _e in parts]
-                ts, ks = _cat([x[0] for x in pre], parts, idx), _cat([x[1] for x in pre], parts, idx)
-                cols = [None if pre[0][2][j] is None else _cat([x[2][j] for x in pre], parts, idx)
-                        for j in range(len(pre[0][2]))]
-                text = None
-                if keep:
-                    text = b"\n".join(_cat([lp.lines() for lp, _s, _e in parts], parts, idx)) + b"\n"
+            # each column of the round's pieces in input order (lane.payload: the lane's _LanePiece)
+            cat = partial(mergeorder.gather, lanes, where, None if order is None else order.tolist())
+            if all(lanes[k].payload.clean for k, _s, _e in where):
+                pre = lanes[where[0][0]].payload.pre
+                ts, ks = cat(lambda lane: lane.payload.pre[0]), cat(lambda lane: lane.payload.pre[1])
+                cols = [cat(partial(_pre_column, j)) for j in range(len(pre[2]))]
+                text = b"\n".join(cat(lambda lane: lane.payload.lines())) + b"\n" if keep else None
                 yield ("c", text, len(ts), (ts, ks, cols, ()))
             else:
-                yield ("r", _cat([list(lp.records()) for lp, _s, _e in parts], parts, idx))
+                yield ("r", cat(lambda lane: list(lane.payload.records())))
 
     FieldBatch = columns.FieldBatch
     for msg in items(merged, path):
@@ -288,12 +286,9 @@ def _merged_log_batches(path: str, lg: Any, ranges: list[tuple[int, int, int | N
             yield msg[1]
 
 
-def _cat(whole: list[list], parts: list[tuple[Any, int, int]], idx: list[int] | None) -> list:
-    """The parts' slices of these lists, one after the other, then put in the order idx."""
-    out: list = []
-    for col, (_lp, s, e) in zip(whole, parts, strict=True):
-        out += col[s:e]
-    return out if idx is None else list(map(out.__getitem__, idx))
+def _pre_column(j: int, lane: mergeorder.Lane) -> Any:
+    """Aggregation column j of a lane's current piece (its _LanePiece's columns)."""
+    return lane.payload.pre[2][j]
 
 
 def consumer_idle() -> bool:

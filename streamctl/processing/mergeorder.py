@@ -15,8 +15,10 @@ partition) this is the (ts, partition, offset) order.
 - `merge` is the one merge: rounds over lanes, each round the parts of the
   lanes that can go out and the permutation that puts them in order. Lanes
   keep their keys as lists (the record path) or as arrays (the column paths);
-  the rule is the same code either way. `merge_lanes` wraps it for lanes of
-  records (window's and join's record paths, the follow rounds).
+  the rule is the same code either way. `gather` is the one way a round's
+  records are taken out of its lanes, a column at a time (records, values,
+  keys, merge keys); `merge_lanes` wraps both for lanes of records (window's
+  and join's record paths, the follow rounds).
 
 Window (streamctl.processing.inputorder, decoder), every join kind
 (joins/driver.py, joins/stream_table.py, joins/plain_inputs.py) and the follow path
@@ -195,22 +197,32 @@ def record_lane(name: Any, blocks: Iterable[list[Any]], time_of: Callable[[Any],
     return Lane(((times_of(b), b) for b in blocks if b), high, name)
 
 
+def gather(lanes: Sequence[Lane], parts: list[Part], order: Any,
+           column: Callable[[Lane], Any] | None = None) -> Any:
+    """One column over a round of merge(): `column` of each part's lane (by default its payload: a
+    list, or None for a column the lanes do not have), the parts' slices one after the other, put
+    in input order by `order` (a list of positions; None: in order already). One part passes its
+    lane's column on as it is when it takes the whole of it."""
+    if len(parts) == 1:
+        k, s, e = parts[0]
+        col = lanes[k].payload if column is None else column(lanes[k])
+        return col if col is None or (not s and e == len(col)) else col[s:e]
+    cols = [lanes[k].payload if column is None else column(lanes[k]) for k, _s, _e in parts]
+    if cols[0] is None:
+        return None
+    out: list[Any] = []
+    for col, (_k, s, e) in zip(cols, parts, strict=True):
+        out += col[s:e]
+    return out if order is None else list(map(out.__getitem__, order))
+
+
 def merge_lanes(lanes: Sequence[Lane]) -> Generator[MergedBatch, None, None]:
     """merge() of lanes of records (record_lane), as MergedBatch lists in input order."""
     for parts, order in merge(lanes):
-        batch = MergedBatch()
-        if len(parts) == 1:
-            k, s, e = parts[0]
-            block = lanes[k].payload
-            batch.extend(block[s:e] if s or e < len(block) else block)
-            batch.lanes = [k] * (e - s)
-        else:
-            items: list[Any] = []
-            names: list[int] = []
-            for k, s, e in parts:
-                items += lanes[k].payload[s:e]
-                names += repeat(k, e - s)
-            batch.extend(map(items.__getitem__, order))
-            batch.lanes = list(map(names.__getitem__, order))
+        batch = MergedBatch(gather(lanes, parts, order))
+        names: list[int] = []
+        for k, s, e in parts:
+            names += repeat(k, e - s)
+        batch.lanes = names if order is None else list(map(names.__getitem__, order))
         batch.highs = {lanes[k].name: lanes[k].keys[e - 1] for k, _s, e in parts}
         yield batch

@@ -167,37 +167,27 @@ def _merged(lanes: list[mergeorder.Lane]) -> Iterator[Block]:
 
 
 def merged_block(lanes: list[mergeorder.Lane], parts: list[tuple[int, int, int]], order: Any) -> Block:
-    """A round of mergeorder.merge over lanes of Blocks as one Block in input order, its source the
-    records' merge keys."""
-    values, keys, rkeys = gather(lanes, parts, order, (0, 1, 2))
-    if order is None:
-        k, s, e = parts[0]
-        marks = lanes[k].keys
-        return values, keys, rkeys, marks if not s and e == len(marks) else marks[s:e]
-    marks = [m for k, s, e in parts for m in lanes[k].keys[s:e]]
-    marks.sort()  # the merge keys in the order's order: `order` is their stable sort
-    return values, keys, rkeys, marks
+    """A round of mergeorder.merge over lanes of Blocks as one Block in input order (mergeorder.gather
+    of each column), its source the records' merge keys."""
+    gather = mergeorder.gather
+    return (gather(lanes, parts, order, _values), gather(lanes, parts, order, _keys),
+            gather(lanes, parts, order, _rkeys), gather(lanes, parts, order, _marks))
 
 
-def gather(lanes: list[mergeorder.Lane], parts: list[tuple[int, int, int]], order: Any,
-           cols: tuple[int, ...]) -> list[Any]:
-    """Columns `cols` of the lanes' payloads (lists, or None for a column a lane does not have) over a
-    round of mergeorder.merge: its parts (lane, start, end) put in input order by `order` (None: one
-    part, in order already; a whole block's column is passed on as it is)."""
-    if order is None:
-        k, s, e = parts[0]
-        payload = lanes[k].payload
-        return [col if col is None or (not s and e == len(col)) else col[s:e] for col in map(payload.__getitem__, cols)]
-    out: list[Any] = []
-    for c in cols:
-        if lanes[parts[0][0]].payload[c] is None:
-            out.append(None)
-            continue
-        col: list[Any] = []
-        for k, s, e in parts:
-            col += lanes[k].payload[c][s:e]
-        out.append(list(map(col.__getitem__, order)))
-    return out
+def _values(lane: mergeorder.Lane) -> list[Any]:
+    return lane.payload[0]
+
+
+def _keys(lane: mergeorder.Lane) -> list[Any]:
+    return lane.payload[1]
+
+
+def _rkeys(lane: mergeorder.Lane) -> list[Any] | None:
+    return lane.payload[2]
+
+
+def _marks(lane: mergeorder.Lane) -> list[int]:
+    return lane.keys
 
 
 def log_columns(batch: list[Record]) -> tuple[list[Any], list[Any]]:
