@@ -121,6 +121,17 @@ def items(make: Callable[[], Iterable[T]], what: str) -> Generator[T, None, None
             pass
 
 
+def ahead(make: Callable[[], Iterable[T]], what: str, fork: bool) -> Generator[T, None, None]:
+    """make()'s items, made in a forked child (items) when `fork`, else here as they are asked for:
+    the one way a reader of window's and join's inputs runs on another core where that pays.
+    Either way a generator, whose close() stops the reading (and reaps the child) where it is."""
+    return items(make, what) if fork else _here(make)
+
+
+def _here(make: Callable[[], Iterable[T]]) -> Generator[T, None, None]:
+    yield from make()
+
+
 def _child(w: int, make: Callable[[], Iterable[Any]], done: Any) -> None:
     global _sent, _done
     code = 0
@@ -354,7 +365,4 @@ def plain_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | 
                 raise plainfile.invalid_json(path, line + lines + 1, error)
             line += lines
 
-    if path == "-" or not can_fork():
-        yield from batches(pieces())
-    else:
-        yield from batches(items(pieces, path))
+    yield from batches(ahead(pieces, path, path != "-" and can_fork()))

@@ -226,8 +226,7 @@ def _run_stream_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], bloc
     # each file read in a process of its own while this one merges and joins (not for stdin: a
     # terminal on stdin would be read by a process Ctrl-C does not stop)
     ahead = decoder.can_fork() and "-" not in (spec.left, spec.right)
-    streams = [decoder.items(reader(i), path) if ahead else reader(i)()
-               for i, path in enumerate((spec.left, spec.right))]
+    streams = [decoder.ahead(reader(i), path, ahead) for i, path in enumerate((spec.left, spec.right))]
     stats = JoinStats()
     j = IntervalJoin(spec.within, spec.how, write_jsonl, spec.lateness, None if late is None else _payload_sink(late),
                      stats)

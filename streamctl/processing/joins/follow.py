@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,7 +156,7 @@ class JoinFollower:
         self.stats = JoinStats()
         self.inputs = Inputs((logmod.open_log(spec.left), logmod.open_log(spec.right)))
         self.lock_fd: int | None = None
-        self.reader: follow_inputs.KernelReader | None = None  # the kernel's reader of the current plan
+        self.reader: Generator[follow_inputs.Message, None, None] | None = None  # the kernel's reader of the current plan
         self.tmpdir: str | None = None
         self.ckpt: str | None = None
         if group is not None:
@@ -317,14 +317,14 @@ class JoinFollower:
             the_plan = self._plan()
             if not the_plan:
                 return 0
-            self.reader = follow_inputs.KernelReader((spec.left, spec.right), the_plan, inputs.highs, spec.on,
-                                                     spec.time_field, RUN, decoder.can_fork(), self.lock_fd)
+            self.reader = follow_inputs.kernel_reader((spec.left, spec.right), the_plan, inputs.highs, spec.on,
+                                                      spec.time_field, RUN, decoder.can_fork(), self.lock_fd)
         got = 0
         positions, highs = inputs.positions, inputs.highs
         try:
             while got < limit and not stopflag.is_set():
                 try:
-                    msg = self.reader.next()
+                    msg = next(self.reader, None)
                 except Interrupted:
                     if not stopflag.is_set():
                         raise

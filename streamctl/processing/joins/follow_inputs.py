@@ -129,32 +129,20 @@ def messages(paths: tuple[str, str], the_plan: Plan, highs: tuple[dict[int, int]
         yield message()
 
 
-class KernelReader:
+def kernel_reader(paths: tuple[str, str], the_plan: Plan, highs: tuple[dict[int, int], dict[int, int]],
+                  on: tuple[Path, Path], time_field: tuple[Path, Path], run: int, ahead: bool,
+                  keep_out: int | None = None) -> Generator[Message, None, None]:
     """A plan's Messages for the kernel, read by a forked process when `ahead` (two cores and fork),
-    else here; `close` stops it (and the process) where it is."""
+    else here (decoder.ahead); closing the generator stops it (and the process) where it is."""
+    from streamctl.processing import decoder
 
-    def __init__(self, paths: tuple[str, str], the_plan: Plan, highs: tuple[dict[int, int], dict[int, int]],
-                 on: tuple[Path, Path], time_field: tuple[Path, Path], run: int, ahead: bool,
-                 keep_out: int | None = None) -> None:
-        highs = ({**highs[0]}, {**highs[1]})  # as they are now: the follower moves its own as it joins
-        self.items: Generator[Message, None, None]
-        if not ahead:
-            self.items = messages(paths, the_plan, highs, on, time_field, run)
-            return
-        from streamctl.processing import decoder
+    highs = ({**highs[0]}, {**highs[1]})  # as they are now: the follower moves its own as it joins
 
-        def make() -> Iterator[Message]:  # in the reading process
-            if keep_out is not None:
-                # the follower's group lock: the lock stays the follower's alone, so a rerun right
-                # after a kill -9 of the follower is not refused while this process winds down
-                os.close(keep_out)
-            return messages(paths, the_plan, highs, on, time_field, run)
+    def make() -> Iterator[Message]:
+        if ahead and keep_out is not None:
+            # in the reading process, the follower's group lock: the lock stays the follower's alone,
+            # so a rerun right after a kill -9 of the follower is not refused while this process winds down
+            os.close(keep_out)
+        return messages(paths, the_plan, highs, on, time_field, run)
 
-        self.items = decoder.items(make, paths[0] if paths[0] == paths[1] else f"{paths[0]}, {paths[1]}")
-
-    def next(self) -> Message | None:
-        """The next Message; None at the end of the plan."""
-        return next(self.items, None)
-
-    def close(self) -> None:
-        self.items.close()
+    return decoder.ahead(make, paths[0] if paths[0] == paths[1] else f"{paths[0]}, {paths[1]}", ahead)

@@ -85,14 +85,12 @@ def log_side(path: str, on: Path, time_field: Path, table: bool, ahead: bool = F
     columns, times_of = log_reader(on, time_field, table)
     parts = inputorder.log_partitions(path)
     if len(parts) <= 1:  # one lane: its stored order
-        blocks = (columns(b) for _p, part in parts for b in part if b)
-        side = Side(blocks, times_of)
-        return _read_ahead(side, path) if ahead else side
-
-    lanes = [log_lane(part, columns, times_of) for _p, part in parts]
-    if ahead and len(parts) <= MAX_READERS:
-        return _partition_readers(lanes, path)
-    side = Side(_merged([mergeorder.Lane(lane) for lane in lanes]), None)
+        side = Side((columns(b) for _p, part in parts for b in part if b), times_of)
+    else:
+        lanes = [log_lane(part, columns, times_of) for _p, part in parts]
+        if ahead and len(parts) <= MAX_READERS:
+            return _partition_readers(lanes, path)
+        side = Side(_merged([mergeorder.Lane(lane) for lane in lanes]), None)
     return _read_ahead(side, path) if ahead else side
 
 
@@ -135,29 +133,34 @@ MAX_READERS = 8
 
 
 def _partition_readers(lanes: list[Iterator[tuple[Sequence[int | None], Block]]], path: str) -> Side:
-    """A partitioned events log, each partition decoded in a forked process of its own (its records'
-    join keys, times and values written to JSON there), merged here by mergeorder.merge: the
-    decoding is spread over the other cores, and the merge, the lookups and the rows stay in
-    this process, which pastes the value texts into the rows (orjson.Fragment: the bytes
-    orjson.dumps writes for the value). The log's end was fixed when the lanes were made,
-    before the forks: the same records as reading here."""
-    from streamctl.processing import decoder
-
-    fragment = orjson.Fragment
+    """A partitioned events log, each partition read by a process of its own (_in_reader: its
+    records' join keys, times and values written to JSON there), merged here by
+    mergeorder.merge: the decoding is spread over the other cores, and the merge, the lookups
+    and the rows stay in this process."""
     closers: list[Callable[[], None]] = []
 
     def read(lane: Iterator[tuple[Sequence[int | None], Block]]) -> Iterator[tuple[Sequence[int | None], Block]]:
-        items = decoder.items(lambda: ((times, *_texts(block)) for times, block in lane), path)
-        closers.append(items.close)
-        for times, texts, keys in items:
-            yield times, (list(map(fragment, texts)), keys, None, None)
+        made = _in_reader(lambda: ((times, block[0], block[1]) for times, block in lane), path, closers)
+        return ((block[3], block) for block in made)  # (the block's times, the block)
 
     return Side(_merged([mergeorder.Lane(read(lane)) for lane in lanes]), None, closers)
 
 
-def _texts(block: Block) -> tuple[list[bytes], list[Any]]:
-    """A block's values written to JSON, and its join keys (what a reading process sends)."""
-    return list(map(orjson.dumps, block[0])), block[1]
+def _in_reader(make: Callable[[], Iterator[tuple[Any, list[Any], list[Any]]]], path: str,
+               closers: list[Callable[[], None]]) -> Iterator[Block]:
+    """Blocks of events read by a forked process (decoder.items): make() gives (source, values, join
+    keys) of each block there, where the values are also written to JSON; this process gets
+    (value texts, join keys, source) a block at a time and pastes the texts into the rows
+    (orjson.Fragment: the bytes orjson.dumps writes for the value), so decoding and most of the
+    rows' encoding leave the joining process. The log's end was fixed when the side was made,
+    before the fork: the same records as reading here. Its stop goes to `closers`."""
+    from streamctl.processing import decoder
+
+    dumps, fragment = orjson.dumps, orjson.Fragment
+    items = decoder.items(lambda: ((source, list(map(dumps, values)), keys) for source, values, keys in make()), path)
+    closers.append(items.close)
+    for source, texts, keys in items:
+        yield list(map(fragment, texts)), keys, None, source
 
 
 def _merged(lanes: list[mergeorder.Lane]) -> Iterator[Block]:
@@ -246,20 +249,13 @@ def _on_records(get: Callable[[Record], Any]) -> Callable[[list[Record], list[An
 
 
 def _read_ahead(side: Side, path: str) -> Side:
-    """An events log side read on a second core: a forked process (decoder.items) decodes its
-    records, reads their keys and times, merges its partitions and writes each value to JSON;
-    this one gets (value texts, join keys, merge keys) a block at a time and pastes the texts
-    into the rows (orjson.Fragment: the bytes orjson.dumps writes for the value), so decoding,
-    the merge and most of the rows' encoding leave the joining process. The log's end was
-    fixed when the side was made, before the fork: the same records as reading here. Not for a
-    plain event file, whose times this process reads only while the table lasts."""
-    from streamctl.processing import decoder
+    """An events log side read on a second core (_in_reader): the forked process also reads the
+    records' times, merges the partitions and sends each block's merge keys. Not for a plain
+    event file, whose times this process reads only while the table lasts."""
 
-    def blocks() -> Iterator[tuple[list[bytes], list[Any], list[int]]]:
+    def blocks() -> Iterator[tuple[list[int], list[Any], list[Any]]]:
         while side.next_block(True):
-            yield *_texts((side.values, side.keys, None, None)), side.marks
+            yield side.marks, side.values, side.keys
 
-    fragment = orjson.Fragment
-    ahead = decoder.items(blocks, path)
-    received = ((list(map(fragment, texts)), keys, None, marks) for texts, keys, marks in ahead)
-    return Side(received, None, [ahead.close])
+    closers: list[Callable[[], None]] = []
+    return Side(_in_reader(blocks, path, closers), None, closers)
