@@ -20,7 +20,9 @@ keys come from the times it reads), which sends merged batches as columns or,
 when a piece in them needs the full read, as records. The child then sends ("end",), or
 ("e", error class, message) when reading fails. It only reads: if the parent
 stops or dies, the child's next write fails and it exits; the parent kills
-and reaps it when the consumer stops early.
+and reaps it when the consumer stops early. Without a second core (or fork)
+the same steps run in the consuming process (ahead): a window reads a log,
+or a plain file, one way.
 """
 
 from __future__ import annotations
@@ -187,35 +189,38 @@ def _receive(f: Any) -> tuple:
 
 def log_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | None = None,
                 time_of: inputorder.TimeOf | None = None) -> Generator[inputorder.Block, None, None]:
-    """inputorder.log_batches(path, fields=fields), read ahead in a child process when that can help
-    (one partition with something to read, two or more cores, fork available).
+    """A log's records in the input order (inputorder.log_batches'), read as the columns of `fields`
+    (a window's read of a log): a piece at a time as a columns.FieldBatch where it reads so (a
+    columns.FieldReader), else as its records. Read in a child process when that can help (two
+    or more cores, fork available), else here by the same steps (ahead).
 
-    `hooks`, read when the first batch is asked for: "transform" is applied to each FieldBatch in
-    the child too, its result travelling as the batch's `pre` instead of the columns. It must not
-    change the parent's state (it runs on a copy); when its result has no keys (bad times: the
-    window driver's EventColumns), the batch travels with its columns and bytes, for the parent to
-    read the good records again. "records": False when the consumer never asks a batch with a `pre` for its records,
-    whose bytes then stay behind (pickling them cost as much as the decoding). Several partitions
-    are read and merged by the child too when there is a "transform" (_merged_log_batches), else
-    merged in this process by the event time `time_of` reads."""
+    `hooks`, read when the first batch is asked for: "transform" is applied to each FieldBatch
+    where the piece is read, its result travelling as the batch's `pre` instead of the columns.
+    It must not change the consumer's state (it may run on a copy); when its result has no keys
+    (bad times: the window driver's EventColumns), the batch travels with its columns and bytes,
+    for the consumer to read the good records again. "records": False when the consumer never
+    asks a batch with a `pre` for its records, whose bytes then stay behind (pickling them cost
+    as much as the decoding). Several partitions are read and merged as columns too when there
+    is a "transform" (_merged_log_batches), else merged as records by the event time `time_of`
+    reads."""
     lg, ranges = inputorder.read_plan(path, None, None)
     hooks = hooks if hooks is not None else {}
-    if len(ranges) > 1 and can_fork() and hooks.get("transform") is not None:
+    if len(ranges) > 1 and hooks.get("transform") is not None:
         yield from _merged_log_batches(path, lg, ranges, fields, hooks)
         return
-    if len(ranges) != 1 or not can_fork():
-        yield from inputorder.log_batches(path, fields=fields, time_of=time_of)
+    if len(ranges) != 1:
+        yield from inputorder.log_batches(path, time_of=time_of)
         return
     p, start, end = ranges[0]
 
-    def pieces() -> Iterator[tuple]:  # in the child
+    def pieces() -> Iterator[tuple]:  # in the reading process
         read = columns.FieldReader(fields).read_piece
         for piece in inputorder.partition_pieces(lg, p, start, end, inputorder.COLUMN_PIECE):
             batch = read(piece)
             yield ("r", piece) if batch is None else _columns_message(batch, hooks)
 
     FieldBatch, piece_records = columns.FieldBatch, inputorder.piece_records
-    for msg in items(pieces, path):
+    for msg in ahead(pieces, path, can_fork()):
         if msg[0] == "c":
             yield FieldBatch(msg[1], msg[2], msg[3], msg[4])
         else:
@@ -260,7 +265,8 @@ class _LanePiece:
 def _merged_log_batches(path: str, lg: Any, ranges: list[tuple[int, int, int | None]],
                         fields: Sequence[columns.FieldPath], hooks: dict) -> Generator[inputorder.Block, None, None]:
     """A log of several partitions read, made into the consumer's columns ("transform") and merged
-    in input order by a child process, while this one consumes: the merge keys are the running
+    in input order by a child process where that can help (ahead), while this one consumes: the
+    merge keys are the running
     maxima of the times the column step reads (the same times time_of reads, so the order of
     inputorder.log_batches). A merged batch whose pieces were all clean travels as the consumer's
     columns (a FieldBatch with `pre`; its lines, reordered, only when "records" asks for them);
@@ -275,7 +281,7 @@ def _merged_log_batches(path: str, lg: Any, ranges: list[tuple[int, int, int | N
             pre = transform(batch if recs is None else recs)
             yield pre[0], _LanePiece(path, p, piece, recs, pre)
 
-    def merged() -> Iterator[tuple]:  # in the child
+    def merged() -> Iterator[tuple]:  # in the reading process
         lanes = [mergeorder.Lane(lane(p, start, end), array=True) for p, start, end in ranges]
         for where, order in mergeorder.merge(lanes):
             # each column of the round's pieces in input order (lane.payload: the lane's _LanePiece)
@@ -290,7 +296,7 @@ def _merged_log_batches(path: str, lg: Any, ranges: list[tuple[int, int, int | N
                 yield ("r", cat(lambda lane: list(lane.payload.records())))
 
     FieldBatch = columns.FieldBatch
-    for msg in items(merged, path):
+    for msg in ahead(merged, path, can_fork()):
         if msg[0] == "c":
             yield FieldBatch(msg[1], None, msg[2], msg[3])
         else:

@@ -21,7 +21,6 @@ import orjson
 from streamctl.clients import consumer
 from streamctl.errors import StorageError, UsageError
 from streamctl.processing import columns
-from streamctl.processing.columns import FieldPath
 from streamctl.processing.mergeorder import NO_TIME, Lane, MergedBatch, merge_lanes, record_lane
 from streamctl.storage import log as logmod
 from streamctl.storage import plainfile, reader, record
@@ -66,24 +65,19 @@ def _lanes(path: str, lg: logmod.Log, ranges: list[tuple[int, int, int | None]],
 
 
 def log_batches(path: str, partitions: list[int] | None = None,
-                starts: dict[int, int] | None = None,
-                fields: Sequence[FieldPath] | None = None, time_of: TimeOf | None = None,
+                starts: dict[int, int] | None = None, time_of: TimeOf | None = None,
                 highs: dict[int, int] | None = None) -> Generator[Block, None, None]:
     """A log's records in the input order, in lists.
 
     A one-partition log is its own order: it is parsed a block at a time (one orjson call for
-    the block, its envelopes checked column by column), and with `fields` (paths that
-    columns.readable accepts) its pieces come as columns.FieldBatch columns of those
-    fields where they can (and as records where they cannot). Several partitions go through
-    merge_lanes, as MergedBatch lists of records (`highs` of each is by partition).
+    the block, its envelopes checked column by column). Several partitions go through
+    merge_lanes, as MergedBatch lists of records (`highs` of each is by partition). (A
+    window's read of a log as columns of the fields it needs: decoder.log_batches.)
     """
     lg, ranges = read_plan(path, partitions, starts)
     if len(ranges) == 1 and highs is None:
         p, start, end = ranges[0]
-        read = columns.FieldReader(fields).read_piece if fields else None
-        for piece in partition_pieces(lg, p, start, end, COLUMN_PIECE if fields else 0):
-            cols = read(piece) if read is not None else None
-            yield cols if cols is not None else piece_records(path, p, piece)
+        yield from partition_blocks(path, lg, p, start, end)
         return
     if not ranges:
         return

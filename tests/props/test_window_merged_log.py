@@ -1,5 +1,6 @@
-"""A log of several partitions read, made into columns and merged by the reading process
-(decoder: FieldReader, the window's column step, mergeorder.merge) against the reference:
+"""A log of several partitions read, made into columns and merged by the reading process, or by
+the same steps in this one (decoder: FieldReader, the window's column step, mergeorder.merge)
+against the reference:
 the records merged one block at a time in this process (inputorder.log_batches, merge_lanes) and
 folded one by one. The same rows in the same order, the same counts, late records and errors."""
 
@@ -69,9 +70,10 @@ def _run(cfg: WindowConfig, path: str, merged: bool, late_out: bool):
     return rows, vars(run.stats), dict(run.plan.non_numeric), run.seq, late, err
 
 
-@pytest.fixture
-def forking(monkeypatch):
-    monkeypatch.setattr(decoder, "can_fork", lambda: hasattr(os, "fork"))
+@pytest.fixture(params=["forked", "here"])
+def forking(monkeypatch, request):
+    # the reading process forked, or the same steps in this process (decoder.ahead: one core)
+    monkeypatch.setattr(decoder, "can_fork", lambda: request.param == "forked" and hasattr(os, "fork"))
     monkeypatch.setattr(inputorder, "COLUMN_PIECE", 300)  # pieces of a few records: many merge rounds
 
 
