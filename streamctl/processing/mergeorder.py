@@ -200,9 +200,10 @@ def record_lane(name: Any, blocks: Iterable[list[Any]], time_of: Callable[[Any],
 def gather(lanes: Sequence[Lane], parts: list[Part], order: Any,
            column: Callable[[Lane], Any] | None = None) -> Any:
     """One column over a round of merge(): `column` of each part's lane (by default its payload: a
-    list, or None for a column the lanes do not have), the parts' slices one after the other, put
-    in input order by `order` (a list of positions; None: in order already). One part passes its
-    lane's column on as it is when it takes the whole of it."""
+    list, a numpy array, or None for a column the lanes do not have), the parts' slices one after
+    the other, put in input order by `order` (None: in order already; positions as a list for a
+    list column, as an int array for an array column). One part passes its lane's column on as it
+    is when it takes the whole of it."""
     if len(parts) == 1:
         k, s, e = parts[0]
         col = lanes[k].payload if column is None else column(lanes[k])
@@ -210,6 +211,11 @@ def gather(lanes: Sequence[Lane], parts: list[Part], order: Any,
     cols = [lanes[k].payload if column is None else column(lanes[k]) for k, _s, _e in parts]
     if cols[0] is None:
         return None
+    if not isinstance(cols[0], list):  # numpy arrays
+        import numpy as np
+
+        a = np.concatenate([col[s:e] for col, (_k, s, e) in zip(cols, parts, strict=True)])
+        return a if order is None else a[order]
     out: list[Any] = []
     for col, (_k, s, e) in zip(cols, parts, strict=True):
         out += col[s:e]

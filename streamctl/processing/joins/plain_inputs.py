@@ -19,6 +19,7 @@ process read it.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator
+from functools import partial
 from itertools import repeat
 from operator import is_
 from typing import Any
@@ -88,49 +89,36 @@ def objects(items: list[Any]) -> np.ndarray:
     return np.fromiter(items, dtype=object, count=len(items))
 
 
-class _Lane:
-    """One input's blocks as arrays: the merge reads their merge keys and slices the rest."""
+def _columns(side: bool, blocks: Iterator[FileBlock]) -> Iterator[tuple[np.ndarray, list[np.ndarray]]]:
+    """(merge keys, the block's columns as IntervalJoin.chunk takes them: side, t, timed, code (no
+    side bit), keys, payloads, normalized keys) of each block, as a keyed mergeorder.Lane reads."""
+    frombuffer = np.frombuffer
+    for n, tb, timed, mk, code, keys, pays, nks in blocks:
+        ks = objects(keys)
+        yield frombuffer(mk, _I8), [np.full(n, side, dtype=bool), frombuffer(tb, _I8),
+                                    np.ones(n, dtype=bool) if timed is None else frombuffer(timed, bool),
+                                    frombuffer(code, _I8), ks, objects(pays), ks if nks is None else objects(nks)]
 
-    __slots__ = ("side", "t", "timed", "code", "keys", "pays", "nks")
-    COLS = ("t", "timed", "code", "keys", "pays", "nks")
 
-    def __init__(self, side: bool) -> None:
-        self.side = side
+def _column(i: int, lane: mergeorder.Lane) -> np.ndarray:
+    return lane.payload[i]
 
-    def blocks(self, blocks: Iterator[FileBlock]) -> Iterator[tuple[np.ndarray, _Lane]]:
-        """(merge keys, this lane holding the block's columns) per block."""
-        frombuffer = np.frombuffer
-        for n, tb, timed, mk, code, keys, pays, nks in blocks:
-            self.t, self.code = frombuffer(tb, _I8), frombuffer(code, _I8)
-            self.timed = np.ones(n, dtype=bool) if timed is None else frombuffer(timed, bool)
-            self.keys, self.pays = objects(keys), objects(pays)
-            self.nks = self.keys if nks is None else objects(nks)
-            yield frombuffer(mk, _I8), self
 
-    def part(self, start: int, end: int) -> list[np.ndarray]:
-        """Columns of the block's records from start to end (side first)."""
-        return [np.full(end - start, self.side, dtype=bool), *(getattr(self, c)[start:end] for c in self.COLS)]
+_COLUMNS = [partial(_column, i) for i in range(7)]
 
 
 def merged_chunks(left: Iterator[FileBlock], right: Iterator[FileBlock],
                   chunk: int) -> Iterator[list[np.ndarray]]:
-    """The records of both inputs in input order (mergeorder.merge: LEFT first on ties),
-    about `chunk` at a time, as columns: side, t, timed, code (no side bit), keys, payloads,
-    normalized keys (IntervalJoin.chunk's)."""
-    lanes = [mergeorder.Lane(_Lane(side).blocks(blocks), keyed=True)
-             for side, blocks in ((False, left), (True, right))]
+    """The records of both inputs in input order (mergeorder.merge: LEFT first on ties, each round's
+    columns by mergeorder.gather), about `chunk` at a time, as columns: side, t, timed, code (no
+    side bit), keys, payloads, normalized keys (IntervalJoin.chunk's)."""
+    lanes = [mergeorder.Lane(_columns(side, blocks), keyed=True) for side, blocks in ((False, left), (True, right))]
+    gather = mergeorder.gather
     parts: list[list[np.ndarray]] = []
     held = 0
     try:
         for where, order in mergeorder.merge(lanes):
-            out = [(lanes[k].payload, s, e) for k, s, e in where]
-            if len(out) == 1:
-                lane, s, e = out[0]
-                piece = lane.part(s, e)
-            else:
-                piece = [np.concatenate(cols) for cols in zip(*(lane.part(s, e) for lane, s, e in out), strict=True)]
-            if order is not None:
-                piece = [col[order] for col in piece]
+            piece = [gather(lanes, where, order, col) for col in _COLUMNS]
             parts.append(piece)
             held += len(piece[0])
             if held >= chunk:
