@@ -203,7 +203,7 @@ def log_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | No
     as much as the decoding). Several partitions are read and merged as columns too when there
     is a "transform" (_merged_log_batches), else merged as records by the event time `time_of`
     reads."""
-    lg, ranges = inputorder.read_plan(path, None, None)
+    lg, ranges = inputorder.read_plan(path)
     hooks = hooks if hooks is not None else {}
     if len(ranges) > 1 and hooks.get("transform") is not None:
         yield from _merged_log_batches(path, lg, ranges, fields, hooks)

@@ -57,38 +57,52 @@ def _ts_of(rec: Record) -> int | None:
     return rec["ts"]
 
 
-def _lanes(path: str, lg: logmod.Log, ranges: list[tuple[int, int, int | None]], time_of: TimeOf | None,
-           highs: dict[int, int] | None) -> list[Lane]:
-    highs = highs or {}
-    return [record_lane(p, partition_blocks(path, lg, p, start, end), time_of or _ts_of, highs.get(p, NO_TIME))
-            for p, start, end in ranges]
+# The lanes of a read, in tie order: (input, partition, first offset, end offset or None: as far as
+# the partition reaches when it is read) of each log partition with records to read
+Plan = list[tuple[int, int, int, int | None]]
 
 
-def log_batches(path: str, partitions: list[int] | None = None,
-                starts: dict[int, int] | None = None, time_of: TimeOf | None = None,
+def log_plan(path: str, i: int = 0, starts: dict[int, int] | None = None) -> Plan:
+    """Input i's lanes: each partition of the log at `path` with records past `starts` (from the
+    partition's own start where it has none)."""
+    _lg, ranges = read_plan(path, starts)
+    return [(i, p, start, end) for p, start, end in ranges]
+
+
+def plan_blocks(paths: Sequence[str], plan: Plan) -> Iterator[tuple[int, int, Iterator[list[Record]]]]:
+    """(input, partition, its records in lists in stored order) of each lane of the plan (the lanes'
+    sources: for record_lanes, and for a reader that makes its own lanes of them)."""
+    opened: dict[int, logmod.Log] = {}
+    for i, p, start, end in plan:
+        lg = opened.get(i) or opened.setdefault(i, logmod.open_log(paths[i]))
+        yield i, p, partition_blocks(paths[i], lg, p, start, end)
+
+
+def record_lanes(paths: Sequence[str], plan: Plan, time_of: Sequence[TimeOf],
+                 highs: Sequence[dict[int, int]] | None = None) -> list[Lane]:
+    """The plan's lanes of records (mergeorder.record_lane), each named (input, partition), its
+    records timed by time_of[input], its merge key carried on from highs[input] (by partition:
+    where the follower's last round left it)."""
+    return [record_lane((i, p), blocks, time_of[i], NO_TIME if highs is None else highs[i].get(p, NO_TIME))
+            for i, p, blocks in plan_blocks(paths, plan)]
+
+
+def log_batches(path: str, starts: dict[int, int] | None = None, time_of: TimeOf | None = None,
                 highs: dict[int, int] | None = None) -> Generator[Block, None, None]:
     """A log's records in the input order, in lists.
 
     A one-partition log is its own order: it is parsed a block at a time (one orjson call for
     the block, its envelopes checked column by column). Several partitions go through
-    merge_lanes, as MergedBatch lists of records (`highs` of each is by partition). (A
-    window's read of a log as columns of the fields it needs: decoder.log_batches.)
+    merge_lanes, as MergedBatch lists of records (`highs` of each by (0, partition)), timed by
+    `time_of` (the append time by default). (A window's read of a log as columns of the fields
+    it needs: decoder.log_batches.)
     """
-    lg, ranges = read_plan(path, partitions, starts)
-    if len(ranges) == 1 and highs is None:
-        p, start, end = ranges[0]
-        yield from partition_blocks(path, lg, p, start, end)
+    plan = log_plan(path, 0, starts)
+    if len(plan) == 1 and highs is None:
+        for _i, _p, blocks in plan_blocks([path], plan):
+            yield from blocks
         return
-    if not ranges:
-        return
-    yield from merge_lanes(_lanes(path, lg, ranges, time_of, highs))
-
-
-def log_partitions(path: str) -> list[tuple[int, Iterator[list[Record]]]]:
-    """Each partition of a log with something to read, and its records in lists in stored order
-    (its lane's source, for a reader that merges them itself with mergeorder.merge)."""
-    lg, ranges = read_plan(path, None, None)
-    return [(p, partition_blocks(path, lg, p, start, end)) for p, start, end in ranges]
+    yield from merge_lanes(record_lanes([path], plan, [time_of or _ts_of], None if highs is None else [highs]))
 
 
 def partition_blocks(path: str, lg: logmod.Log, p: int, start: int, end: int | None) -> Iterator[list[Record]]:
@@ -96,12 +110,10 @@ def partition_blocks(path: str, lg: logmod.Log, p: int, start: int, end: int | N
     return map(partial(piece_records, path, p), partition_pieces(lg, p, start, end))
 
 
-def read_plan(path: str, partitions: list[int] | None,
-               starts: dict[int, int] | None) -> tuple[logmod.Log, list[tuple[int, int, int | None]]]:
-    """The log and (partition, start, end) of each partition with something to read."""
+def read_plan(path: str, starts: dict[int, int] | None = None) -> tuple[logmod.Log, list[tuple[int, int, int | None]]]:
+    """The log and (partition, start, end) of each partition with something to read (past `starts`)."""
     lg = logmod.open_log(path)
-    parts = partitions if partitions is not None else list(range(lg.partitions))
-    pl = consumer.plan(lg, parts, None, None)
+    pl = consumer.plan(lg, list(range(lg.partitions)), None, None)
     if starts:
         for p, off in starts.items():
             if p in pl.positions:
@@ -353,17 +365,14 @@ def merged(specs: Sequence[InputSpec], event_time: TimeOf | Sequence[TimeOf]) ->
     when the inputs keep their times in different fields (join's --time-field A=B).
     """
     times = list(event_time) if isinstance(event_time, Sequence) else [event_time] * len(specs)
+    paths = [spec.path for spec in specs]
     lanes: list[Lane] = []
-    inputs: list[int] = []
     for i, spec in enumerate(specs):
         if spec.is_log:
-            lg, ranges = read_plan(spec.path, None, None)
-            lanes += _lanes(spec.path, lg, ranges, times[i], None)
-            inputs += repeat(i, len(ranges))
+            lanes += record_lanes(paths, log_plan(spec.path, i), times)
         else:
-            lanes.append(record_lane(0, plain_record_blocks(spec.path), times[i]))
-            inputs.append(i)
-    return _with_inputs(merge_lanes(lanes), inputs)
+            lanes.append(record_lane((i, 0), plain_record_blocks(spec.path), times[i]))
+    return _with_inputs(merge_lanes(lanes), [lane.name[0] for lane in lanes])
 
 
 def _with_inputs(batches: Iterator[MergedBatch], inputs: list[int]) -> Iterator[tuple[int, Record]]:

@@ -278,7 +278,7 @@ class JoinFollower:
         spec, inputs = self.spec, self.inputs
         times = self.times
         time_of = ((times[0].remember, times[1].remember) if spec.kind == "stream" else (times[0].get, times[1].get))
-        lanes = follow_inputs.lanes((spec.left, spec.right), self._plan(), inputs.highs, time_of)
+        lanes = inputorder.record_lanes((spec.left, spec.right), self._plan(), time_of, inputs.highs)
         if not lanes:
             return 0
         sides = [lane.name[0] for lane in lanes]

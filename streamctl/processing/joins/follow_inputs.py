@@ -3,14 +3,15 @@ order, for the record path as merged batches of records and for the enrichment k
 
 A read starts from a plan: each partition of both logs with records past its position (the
 table's partitions first with --table: it wins ties), as far as each one reaches when the plan is
-made. Its lanes are merged by mergeorder.merge (merge_lanes for the record path), each lane's
-merge key carried on from the follower's last read (Inputs.highs).
+made (inputorder.log_plan of each log). Its lanes are merged by mergeorder.merge (for the record
+path inputorder.record_lanes and merge_lanes), each lane's merge key carried on from the
+follower's last read (Inputs.highs).
 
 The enrichment kernel (stream_table.py's, the batch run's) reads a plan as Messages of about
 `run` records: the merged records as one Block of each side (table_inputs.py: values as their
 texts or row heads, join keys, the table's record keys, merge keys), with where each lane's last record
 in them leaves its position and merge key. Nothing in a Message is a record, so with two cores
-a forked process (decoder.items) reads the plan, decodes and merges it and writes the JSON,
+a forked process (decoder.ahead) reads the plan, decodes and merges it and writes the JSON,
 while the follower looks up and writes the rows: the same Messages as reading in the follower,
 since the plan, the positions and the merge keys it starts from were fixed before the fork. A
 plan's reader outlasts the follower's rounds and checkpoints; the follower moves its positions
@@ -28,12 +29,11 @@ import orjson
 
 from streamctl.processing import following, inputorder
 from streamctl.processing.joins.table_inputs import Block, Path, log_lane, log_reader, merged_block
-from streamctl.processing.mergeorder import NO_TIME, Lane, merge, record_lane
+from streamctl.processing.mergeorder import NO_TIME, Lane, merge
 from streamctl.storage import log as logmod
 
 Record = dict[str, Any]
-# (side, partition, first offset, end offset or None: as far as the partition reaches when read)
-Plan = list[tuple[int, int, int, int | None]]
+Plan = inputorder.Plan  # the lanes of both logs: (side, partition, first offset, end offset or None)
 # (the events' Block, the table's Block, records in them, (side, partition, next offset) and (side,
 # partition, merge key) of each lane with a record in them)
 Message = tuple[Block, Block, int, list[tuple[int, int, int]], list[tuple[int, int, int]]]
@@ -46,36 +46,20 @@ def plan(paths: tuple[str, str], logs: tuple[logmod.Log, logmod.Log], positions:
     out: Plan = []
     for side in (1, 0) if table_first else (0, 1):
         following.skip_deleted(logs[side], positions[side], notice)
-        _lg, ranges = inputorder.read_plan(paths[side], None, dict(positions[side]))
-        out += [(side, p, start, end) for p, start, end in ranges]
+        out += inputorder.log_plan(paths[side], side, dict(positions[side]))
     return out
-
-
-def lanes(paths: tuple[str, str], the_plan: Plan, highs: tuple[dict[int, int], dict[int, int]],
-          time_of: tuple[Callable[[Record], int | None], Callable[[Record], int | None]]) -> list[Lane]:
-    """The plan's lanes of records, each named (side, partition), its merge key carried on from `highs`."""
-    return [record_lane((side, p), blocks, time_of[side], highs[side].get(p, NO_TIME))
-            for side, p, blocks in _blocks(paths, the_plan)]
-
-
-def _blocks(paths: tuple[str, str], the_plan: Plan) -> Iterator[tuple[int, int, Iterator[list[Record]]]]:
-    """(side, partition, its blocks past its position) of each lane of the plan."""
-    opened: dict[int, logmod.Log] = {}
-    for side, p, start, end in the_plan:
-        lg = opened.get(side) or opened.setdefault(side, logmod.open_log(paths[side]))
-        yield side, p, inputorder.partition_blocks(paths[side], lg, p, start, end)
 
 
 def messages(paths: tuple[str, str], the_plan: Plan, highs: tuple[dict[int, int], dict[int, int]],
              on: tuple[Path, Path], time_field: tuple[Path, Path], run: int) -> Generator[Message, None, None]:
-    """The plan's lanes (the table's first) merged in the input order (mergeorder.merge, as `lanes`
-    and merge_lanes merge them), as Messages of about `run` records (a merge round more at most):
+    """The plan's lanes (the table's first) merged in the input order (mergeorder.merge, as the record
+    path's inputorder.record_lanes and merge_lanes merge them), as Messages of about `run` records (a merge round more at most):
     each side's records of the Message as one table_inputs Block, its source their merge keys:
     the table's values as their JSON texts (None for a tombstone), the events' as the heads of
     their rows (stream_table.enrich_sides, a Side with `heads`)."""
     readers = [log_reader(on[side], time_field[side], side == 1) for side in (0, 1)]
     the_lanes = [Lane(log_lane(blocks, *readers[side]), highs[side].get(p, NO_TIME), (side, p))
-                 for side, p, blocks in _blocks(paths, the_plan)]
+                 for side, p, blocks in inputorder.plan_blocks(paths, the_plan)]
     n_table = sum(side == 1 for side, _p, _s, _e in the_plan)  # the table's lanes come first
     dumps = orjson.dumps
     n = 0

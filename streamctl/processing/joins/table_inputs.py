@@ -83,11 +83,11 @@ def log_side(path: str, on: Path, time_field: Path, table: bool, ahead: bool = F
     are kept for a table (tombstones), not for events. With `ahead`, read on other cores
     (_read_ahead, _partition_readers)."""
     columns, times_of = log_reader(on, time_field, table)
-    parts = inputorder.log_partitions(path)
+    parts = [blocks for _i, _p, blocks in inputorder.plan_blocks([path], inputorder.log_plan(path))]
     if len(parts) <= 1:  # one lane: its stored order
-        side = Side((columns(b) for _p, part in parts for b in part if b), times_of)
+        side = Side((columns(b) for part in parts for b in part if b), times_of)
     else:
-        lanes = [log_lane(part, columns, times_of) for _p, part in parts]
+        lanes = [log_lane(part, columns, times_of) for part in parts]
         if ahead and len(parts) <= MAX_READERS:
             return _partition_readers(lanes, path)
         side = Side(_merged([mergeorder.Lane(lane) for lane in lanes]), None)

@@ -102,7 +102,8 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
         # the last record of each partition in the batch (later pairs overwrite earlier ones)
         for p, off in dict(map(_partition_offset, batch)).items():
             positions[p] = off + 1
-        highs.update(batch.highs)
+        for (_i, p), h in batch.highs.items():  # its lanes are named (input, partition)
+            highs[p] = h
 
     def round_of(batches: Iterator[inputorder.Block]) -> Iterator[inputorder.Block]:
         """About FOLLOW_BATCH records, a batch at a time, until a stop signal."""
