@@ -39,7 +39,6 @@ from typing import Any, TypeVar
 from streamctl import parallel, stopflag
 from streamctl.errors import Interrupted, StorageError, StreamctlError
 from streamctl.processing import columns, inputorder, mergeorder
-from streamctl.storage import plainfile
 
 PIPE_BYTES = 1 << 20  # a larger pipe: fewer wake-ups per piece
 # A plain file's columns go to numpy (time parse, window cells, the session kernel): 1 MiB pieces
@@ -353,22 +352,17 @@ def plain_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | 
             if msg[0] == "v" and msg[2] is not None:
                 return  # an invalid line: the consumer stops there
 
+    def piece(msg: tuple) -> tuple[tuple, int, str | None, int]:
+        """inputorder.numbered's piece of a message (a piece read as columns has no blank line)."""
+        if msg[0] == "p":
+            msg = read_plain(msg[1], True)
+        return (msg, msg[3], None, msg[3]) if msg[0] == "c" else (msg, len(msg[1]), msg[2], msg[3])
+
     def batches(msgs: Iterable[tuple]) -> Iterator[Any]:
-        base = line = 0  # the records and the lines before the piece
-        for msg in msgs:
-            if msg[0] == "p":
-                msg = read_plain(msg[1], True)
+        for msg, base in inputorder.numbered(path, map(piece, msgs)):
             if msg[0] == "c":
                 yield columns.FieldBatch(msg[1], msg[2], msg[3], msg[4], base=base)
-                base += msg[3]
-                line += msg[3]  # a piece read as columns has no blank line
-                continue
-            _v, values, error, lines = msg
-            if values:
-                yield inputorder.plain_records_of(values, base)
-                base += len(values)
-            if error is not None:
-                raise plainfile.invalid_json(path, line + lines + 1, error)
-            line += lines
+            else:
+                yield inputorder.plain_records_of(msg[1], base)
 
     yield from batches(ahead(pieces, path, path != "-" and can_fork()))

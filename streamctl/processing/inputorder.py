@@ -9,12 +9,12 @@ keys and the merge, is mergeorder's.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import chain, repeat
 from operator import itemgetter
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -230,23 +230,38 @@ _get_ts, _get_offset, _get_partition, _get_value = (itemgetter(k) for k in ("ts"
 PLAIN_BLOCK = 1 << 20  # bytes read from a plain file at a time
 
 
-def plain_blocks(path: str, block_bytes: int = PLAIN_BLOCK, raw: bool = False) -> Iterator[tuple[list[Any], list[Any]]]:
+def plain_blocks(path: str, block_bytes: int = PLAIN_BLOCK,
+                 raw: bool = False) -> Iterator[tuple[list[Any], list[Any], int]]:
     """A plain file's values (one per non-blank line), parsed a block of lines at a time, with each
-    value's payload: (values, payloads).
+    value's payload and the number of the values before them: (values, payloads, base).
 
     The same values as reading line by line: lines split on \\n, a line of only JSON whitespace
     is skipped (orjson reads the others with their whitespace as they are). With `raw`, a payload
     is the line's own bytes when they are exactly what orjson.dumps makes of its value (so they
     can be pasted into output as they are), else the value itself (JSON values are never bytes);
     without, the payloads are the values. An invalid line is consume's DataError naming the file
-    and line (plainfile.invalid_json), raised after the block's good values before it have been
-    handed out.
+    and line (numbered), raised after the block's good values before it have been handed out.
     """
-    line = 0  # the lines before this block
-    for block in line_blocks(path, block_bytes):
-        values, payloads, error, lines = plain_piece(block, raw)
-        if values:
-            yield values, payloads
+    pieces = map(partial(plain_piece, raw=raw), line_blocks(path, block_bytes))
+    read = (((values, payloads), len(values), error, lines) for values, payloads, error, lines in pieces)
+    for (values, payloads), base in numbered(path, read):
+        yield values, payloads, base
+
+
+T = TypeVar("T")
+
+
+def numbered(path: str, pieces: Iterable[tuple[T, int, str | None, int]]) -> Iterator[tuple[T, int]]:
+    """A plain file's pieces of lines in order, each (item, its records, why its first invalid line
+    is invalid or None, its lines: with an invalid line, those before it), as (item, the records
+    before it) of each piece with records. An invalid line is consume's DataError naming the file
+    and line (plainfile.invalid_json), raised after the items before it. The one count of a
+    plain file's records and lines, whichever process read a piece (decoder.plain_batches)."""
+    base = line = 0  # the records and the lines before the piece
+    for item, n, error, lines in pieces:
+        if n:
+            yield item, base
+            base += n
         if error is not None:
             raise plainfile.invalid_json(path, line + lines + 1, error)
         line += lines
@@ -336,10 +351,8 @@ def _payloads(values: list[Any], text: bytes, array: bytes, raw: bool,
 
 def plain_record_blocks(path: str) -> Iterator[list[Record]]:
     """A plain file's records (plain_records_of) a block at a time."""
-    off = 0
-    for values, _payloads in plain_blocks(path):
-        yield plain_records_of(values, off)
-        off += len(values)
+    for values, _payloads, base in plain_blocks(path):
+        yield plain_records_of(values, base)
 
 
 def plain_records_of(values: list[Any], base: int) -> list[Record]:

@@ -132,9 +132,9 @@ def test_merged_chunks_equal_merged(tmp_path, ta, tb, block):
 def test_plain_blocks_read_like_lines(tmp_path, block):
     p = tmp_path / "f.jsonl"
     p.write_bytes(b'{"a":1}\n\n  \r\n{"a": 2}\r\n[1,2]\n"s"\n{"b":{"c":[{"d":1},{"e":2}]}}\n{"z":0}')
-    values = [v for vs, _xs in inputorder.plain_blocks(str(p), block) for v in vs]
+    values = [v for vs, _xs, _base in inputorder.plain_blocks(str(p), block) for v in vs]
     assert values == [{"a": 1}, {"a": 2}, [1, 2], "s", {"b": {"c": [{"d": 1}, {"e": 2}]}}, {"z": 0}]
-    raw = [(v, x) for vs, xs in inputorder.plain_blocks(str(p), block, raw=True) for v, x in zip(vs, xs, strict=True)]
+    raw = [(v, x) for vs, xs, _base in inputorder.plain_blocks(str(p), block, raw=True) for v, x in zip(vs, xs, strict=True)]
     for v, x in raw:  # a payload is the line itself only when it is orjson's bytes for the value
         assert x == v or x == orjson.dumps(v)
     assert ({"z": 0}, b'{"z":0}') in raw
@@ -156,7 +156,7 @@ def test_plain_blocks_error_names_the_line_after_good_values(tmp_path):
     p.write_bytes(b'{"a":1}\n\n{"a":2}\nnot json\n{"a":3}\n')
     got: list[Any] = []
     with pytest.raises(DataError) as e:
-        for vs, _xs in inputorder.plain_blocks(str(p)):
+        for vs, _xs, _base in inputorder.plain_blocks(str(p)):
             got += vs
     assert got == [{"a": 1}, {"a": 2}]
     with pytest.raises(DataError) as e2:

@@ -63,7 +63,7 @@ def file_blocks(path: str, times_of: Column, keys_of: Column, block_bytes: int) 
     """The blocks of one plain file (inputorder.plain_blocks'), as columns."""
     high = mergeorder.NO_TIME
     dumps = orjson.dumps
-    for values, payloads in inputorder.plain_blocks(path, block_bytes, raw=True):
+    for values, payloads, _base in inputorder.plain_blocks(path, block_bytes, raw=True):
         n = len(values)
         ts = times_of(values)
         if None in ts:

@@ -216,10 +216,8 @@ def plain_side(path: str, on: Path, time_field: Path, piece: int) -> Side:
             return list(map(get, inputorder.plain_records_of(*source)))
 
     def blocks() -> Iterator[Block]:
-        base = 0  # the record number of the block's first value
-        for values, _payloads in inputorder.plain_blocks(path, piece):
+        for values, _payloads, base in inputorder.plain_blocks(path, piece):  # base: its first value's number
             yield values, key_of(values), None, (values, base)
-            base += len(values)
 
     return Side(blocks(), times_of)
 
