@@ -52,11 +52,12 @@ def plan(paths: tuple[str, str], logs: tuple[logmod.Log, logmod.Log], positions:
 
 def messages(paths: tuple[str, str], the_plan: Plan, highs: tuple[dict[int, int], dict[int, int]],
              on: tuple[Path, Path], time_field: tuple[Path, Path], run: int) -> Generator[Message, None, None]:
-    """The plan's lanes (the table's first) merged in the input order (mergeorder.merge, as the record
-    path's inputorder.record_lanes and merge_lanes merge them), as Messages of about `run` records (a merge round more at most):
-    each side's records of the Message as one table_inputs Block, its source their merge keys:
-    the table's values as their JSON texts (None for a tombstone), the events' as the heads of
-    their rows (stream_table.enrich_sides, a Side with `heads`)."""
+    """The plan's lanes (the table's first) merged in the input order (mergeorder.merge, as the
+    record path's inputorder.record_lanes and merge_lanes merge them), as Messages of about `run`
+    records (a merge round more at most): each side's records of the Message as one
+    table_inputs Block, its source their merge keys: the table's values as their JSON texts
+    (None for a tombstone), the events' as the heads of their rows (stream_table.enrich_sides,
+    a Side with `heads`)."""
     readers = [log_reader(on[side], time_field[side], side == 1) for side in (0, 1)]
     the_lanes = [Lane(log_lane(blocks, *readers[side]), highs[side].get(p, NO_TIME), (side, p))
                  for side, p, blocks in inputorder.plan_blocks(paths, the_plan)]
