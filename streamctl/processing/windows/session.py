@@ -274,7 +274,7 @@ class Session(SessionKernel):
         heap = self.heap
         if heap and heap[0][0] < wm:
             store, gap = self.store, self.gap
-            alive, sids, last, group, opened = store.alive, store.sid, store.last, store.group, store.opened
+            alive, sids, last = store.alive, store.sid, store.last
             batch = []
             while heap and heap[0][0] < wm:
                 end, sid, h = heapq.heappop(heap)
@@ -284,7 +284,6 @@ class Session(SessionKernel):
                 if now_end > end:
                     heapq.heappush(heap, (now_end, sid, h))  # it grew: check again then
                 else:
-                    opened[group[h]].remove(h)
                     batch.append(h)
             self._emit(batch, out)
         self._seen(wm)  # at every watermark: the state after a batch is the same however it was cut
@@ -308,19 +307,25 @@ class Session(SessionKernel):
             store.compact(self.forgot - 2 * self.gap)
 
     def flush(self, out: list) -> None:
-        store = self.store
-        batch = store.open_handles()
-        for hs in store.opened:
-            hs.clear()
         self.heap.clear()
         self.heap_ok = True
-        self._emit(batch, out)
+        self._emit(self.store.open_handles(), out)
 
     def _emit(self, batch: list[int], out: list) -> None:
-        """Write the closed sessions `batch` (out of their groups' open lists already), by start then key:
-        kept (--late correct) or released, each group's latest closed one remembered (--late drop)."""
+        """Write the open sessions `batch`, closed, by start then key: kept (--late correct) or released,
+        each group's latest closed one remembered (--late drop). With slots (numpy's there), the
+        kernel's writer does it (_write_closed: the same rows, JSON lines with text_rows)."""
+        if not batch:
+            return
+        if self.columnar:
+            import numpy as np
+
+            self._write_closed(np.array(batch, dtype=np.int64), np.zeros(len(batch), dtype=np.int64), out)
+            return
         store = self.store
-        group, gkey, start, last = store.group, store.gkey, store.start, store.last
+        group, gkey, start, last, opened = store.group, store.gkey, store.start, store.last, store.opened
+        for h in batch:
+            opened[group[h]].remove(h)
         keys = [gkey[group[h]] for h in batch]
         place = key_positions(keys)
         order = sorted(range(len(batch)), key=lambda i: (start[batch[i]], place[keys[i]]))
@@ -335,14 +340,7 @@ class Session(SessionKernel):
             return
         gap = self.gap
         if not self.update:
-            if self.columnar:
-                import numpy as np
-
-                slots = np.array([store.slot[h] for h in batch], dtype=np.intp)
-                results = self.states.results_at(self.plan.names, slots)
-                self.states.release_at(slots)
-            else:
-                results = [self.plan.result(store.state[h]) for h in batch]
+            results = [self.plan.result(store.state[h]) for h in batch]
             out += [(start[h], last[h] + gap, k, res, None) for h, k, res in zip(batch, keys, results, strict=True)]
         closed = store.closed
         for h in batch:

@@ -27,6 +27,7 @@ group: memory bounded by the groups that matter.
 from __future__ import annotations
 
 from array import array
+from collections import deque
 from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import is_
@@ -72,17 +73,22 @@ class SessionStore:
         self.by_id: Any = None
         self.id_space = -1
         self.compact_at = INDEX_SLACK  # compact once the store holds more keys than this
+        self.views: dict[str, Any] = {}  # the numpy views made so far, dropped before a column grows
 
     def view(self, name: str) -> np.ndarray:
-        """Column `name` as a numpy array over its memory (writes go to the store)."""
-        import numpy as np
+        """Column `name` (or `closed`) as a numpy array over its memory (writes go to the store)."""
+        v = self.views.get(name)
+        if v is None:
+            import numpy as np
 
-        return np.frombuffer(getattr(self, name), dtype=bool if name == "alive" else np.int64)
+            v = self.views[name] = np.frombuffer(getattr(self, name), dtype=bool if name == "alive" else np.int64)
+        return v
 
     def group_id(self, k: bytes) -> int:
         g = self.gid.get(k)
         if g is None:
             g = self.gid[k] = len(self.gkey)
+            self.views.pop("closed", None)
             self.gkey.append(k)
             self.opened.append([])
             self.shut.append([])
@@ -97,6 +103,7 @@ class SessionStore:
             self.rev[h], self.shown[h] = 0, None
             return h
         h = len(self.start)
+        self.views.clear()
         for col, v in zip((self.start, self.last, self.sid, self.group, self.slot, self.alive),
                           (start, last, sid, g, 0, 1), strict=True):
             col.append(v)
@@ -121,6 +128,7 @@ class SessionStore:
         base = len(self.start)
         grow = m - take
         if grow:
+            self.views.clear()
             for name, code in COLUMNS:
                 getattr(self, name).frombytes(bytes(grow * (8 if code == "q" else 1)))
             self.state += [None] * grow
@@ -139,20 +147,18 @@ class SessionStore:
         self.view("last")[hs] = last
         self.view("sid")[hs] = sid
         self.view("alive")[hs] = True
-        opened = self.opened
-        for gi, h in zip(g.tolist(), hs.tolist(), strict=True):
-            opened[gi].append(h)
+        # (map: a loop in C, per session made)
+        _all(map(list.append, map(self.opened.__getitem__, g.tolist()), hs.tolist()))
         return hs
 
-    def release_many(self, hs: np.ndarray, groups: list[int]) -> None:
+    def release_many(self, hs: np.ndarray, groups: list[int], states: bool) -> None:
         """The open sessions of handles `hs` (of groups `groups`) are written: out of their groups'
-        lists, their handles (not their slots) free."""
+        lists, their handles (not their slots) free, with `states` their Plan states dropped."""
         self.view("alive")[hs] = False
         hl = hs.tolist()
-        opened, state = self.opened, self.state
-        for g, h in zip(groups, hl, strict=True):
-            opened[g].remove(h)
-            state[h] = None
+        _all(map(list.remove, map(self.opened.__getitem__, groups), hl))
+        if states:
+            _all(map(self.state.__setitem__, hl, repeat(None)))
         self.free += hl
 
     def open_handles(self) -> list[int]:
@@ -166,8 +172,7 @@ class SessionStore:
 
         want = np.zeros(len(self.gkey), dtype=bool)
         want[gs] = True
-        hs = np.flatnonzero(self.view("alive"))  # (a free handle's group may be one compact forgot)
-        return hs[want[self.view("group")[hs]]]
+        return np.flatnonzero(self.view("alive") & want[self.view("group")])
 
     def group_ids(self, ks: list[bytes], ids: tuple[int, np.ndarray] | None = None) -> np.ndarray:
         """Each key's group id (keys not seen before get the next ids in first-seen order). With the
@@ -215,6 +220,8 @@ class SessionStore:
         keep = [g for g in range(len(self.gkey))
                 if self.opened[g] or self.shut[g] or (closed[g] != NO_WATERMARK and closed[g] > reach)]
         group = self.group
+        for h in self.free:  # a free handle's group: one that is still there
+            group[h] = 0
         for new, g in enumerate(keep):
             for h in self.opened[g]:
                 group[h] = new
@@ -224,9 +231,15 @@ class SessionStore:
         self.gid = {k: g for g, k in enumerate(self.gkey)}
         self.opened = [self.opened[g] for g in keep]
         self.shut = [self.shut[g] for g in keep]
+        self.views.clear()
         self.closed = array("q", [closed[g] for g in keep])
         self.by_id, self.id_space = None, -1
         self.compact_at = 4 * sum(1 for hs in self.opened if hs) + INDEX_SLACK
+
+
+def _all(calls: Any) -> None:
+    """Run an iterator of calls to its end in C (each call's result, None, dropped)."""
+    deque(calls, maxlen=0)
 
 
 def _grown(a: np.ndarray, need: int, fill: int) -> np.ndarray:

@@ -189,7 +189,9 @@ class SessionKernel:
         pg = store.view("group")[ph]
         pre = Pre(pg, store.view("start")[ph], store.view("last")[ph], ph)
         # (no views held from here: add_open grows the columns)
-        one_each = not len(ph) or len(np.unique(pg)) == len(ph)  # no group with two open sessions
+        has = np.zeros(len(store.gkey), dtype=bool)
+        has[pg] = True
+        one_each = np.count_nonzero(has) == len(pg)  # no group with two open sessions
         in_order = keep is None and not len(straggler) and one_each
         runs = cluster(t[pos], g, pos, wm[pos], pre, gap, in_order)
         if isinstance(runs, int):
@@ -287,4 +289,4 @@ class SessionKernel:
             results = [self.plan.result(store.state[h]) for h in hs.tolist()]
             out += zip(starts.tolist(), ends, ks, results, repeat(None))
         np.maximum.at(store.view("closed"), groups, lasts)  # a group's sessions close in time order
-        store.release_many(hs, groups.tolist())
+        store.release_many(hs, groups.tolist(), not self.columnar)
