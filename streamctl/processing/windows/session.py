@@ -77,7 +77,9 @@ class Session(SessionKernel):
         self.plan = plan
         self.update = update
         self.correct = correct
-        self.store = SessionStore()  # every session, open and (--late correct) closed, and each group's
+        # every session (open, and the closed ones --late correct keeps) and what each group remembers
+        # of its closed ones: the one state add() and the batch kernel work on
+        self.store = SessionStore(arrays=not update and not correct)  # (arrays: for the batch kernel)
         self.heap: list[tuple[int, int, int]] = []  # (end when pushed, session id, handle)
         self.heap_ok = True  # False once the kernel made or closed sessions: close() makes it again
         self.forgot = NO_WATERMARK  # the latest watermark close() or the kernel saw (--late drop)
@@ -138,9 +140,10 @@ class Session(SessionKernel):
         return t <= self.store.closed[g] + self.gap
 
     def _add_state(self, h: int, vals: tuple, seq: int) -> None:
-        if self.states.add(self._state(h), vals, seq) is False:  # beyond what slots keep exactly
+        st = self.store.slot[h] if self.columnar else self.store.state[h]  # (_state, inline: per event)
+        if self.states.add(st, vals, seq) is False:  # beyond what slots keep exactly
             self.to_states()
-            self.states.add(self._state(h), vals, seq)
+            self.states.add(self.store.state[h], vals, seq)
 
     def add(self, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool:
         gap, store = self.gap, self.store
@@ -155,13 +158,14 @@ class Session(SessionKernel):
         start, last = store.start, store.last
         if len(hs) == 1:
             h = hs[0]
-            if start[h] <= t <= last[h] + gap:
+            lh = last[h]
+            if start[h] <= t <= lh + gap:
                 # the hot path: the event extends (or falls inside) the group's only session
                 self._add_state(h, vals, seq)
-                if t > last[h]:
+                if t > lh:
                     last[h] = t
                 if self.update:
-                    self._write(h, out)
+                    self._write(h, key, out)
                 return False
         touched = self._touching(hs, t)
         if touched:
@@ -180,7 +184,7 @@ class Session(SessionKernel):
         elif t > last[h]:
             last[h] = t
         if self.update:
-            self._write(h, out)
+            self._write(h, key, out)
         return False
 
     def _new(self, g: int, t: int) -> int:
@@ -245,25 +249,25 @@ class Session(SessionKernel):
         if end < wm:
             # closed (an open session it touched would have an end at or past the watermark)
             bisect.insort(closed, h, key=start.__getitem__)
-            self._write(h, out)
+            self._write(h, store.gkey[g], out)
             return
         if not touched:
             opened.append(h)
             heapq.heappush(self.heap, (end, store.sid[h], h))
         if self.update:
-            self._write(h, out)
+            self._write(h, store.gkey[g], out)
 
-    def _write(self, h: int, out: list) -> None:
-        """The session's row, after a delete row for each window written for it before under other bounds."""
+    def _write(self, h: int, key: bytes, out: list) -> None:
+        """The session's row, after a delete row for each window written for it before under other bounds
+        (with --emit update or --late correct: its state is Plan's, never a slot)."""
         store = self.store
-        key = store.gkey[store.group[h]]
         window = (store.start[h], store.last[h] + self.gap)
         shown = store.shown[h]
         if shown:
             for old in sorted(shown):
                 if old != window:
                     out.append((old[0], old[1], key, None, None))
-        out.append((window[0], window[1], key, self.states.result(self._state(h)), store.rev[h] or None))
+        out.append((window[0], window[1], key, self.states.result(store.state[h]), store.rev[h] or None))
         store.shown[h] = [window]
 
     def close(self, wm: int, out: list) -> None:
@@ -333,9 +337,9 @@ class Session(SessionKernel):
         keys = [keys[i] for i in order]
         if self.correct:
             shut = store.shut
-            for h in batch:
+            for h, k in zip(batch, keys, strict=True):
                 if not self.update:
-                    self._write(h, out)
+                    self._write(h, k, out)
                 bisect.insort(shut[group[h]], h, key=start.__getitem__)
             return
         gap = self.gap
@@ -382,7 +386,7 @@ class Session(SessionKernel):
     def load(self, data: dict) -> None:
         # a checkpoint holds Plan's states: read as such, then moved into slots when they fit
         self.to_states()
-        store = self.store = SessionStore()
+        store = self.store = SessionStore(arrays=not self.update and not self.correct)
         load = self.plan.load
         for name, lists in (("open", store.opened), ("closed", store.shut)):
             for k, v in data[name]:
