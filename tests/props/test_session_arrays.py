@@ -1,6 +1,6 @@
-"""The session kernel's state as arrays (session_kernel.py, session_index.OpenIndex) against the
-one-event path's lists: batches, single events and checkpoints in any mix give the rows and the
-checkpoint of one event at a time, and the arrays stay bounded by the groups that matter."""
+"""The session store (session_index.SessionStore) shared by the batch kernel (session_kernel.py) and
+the one-event path: batches, single events and checkpoints in any mix give the rows and the
+checkpoint of one event at a time, and the store stays bounded by the groups that matter."""
 
 from __future__ import annotations
 
@@ -64,38 +64,42 @@ def test_batches_records_and_restores_in_any_mix_equal_one_event_at_a_time(evs, 
     assert vars(run.stats) == vars(ref.stats)
 
 
-def test_batches_keep_no_session_list_and_add_from_outside_takes_the_arrays():
-    """While batches are folded, the open sessions are handles in the arrays only; a record through
-    add() from outside (follow mode's records) gets them as the one-event path's lists."""
+def test_batches_and_add_from_outside_work_on_one_store():
+    """While batches are folded, the open sessions are handles in the store and the close heap is left
+    empty; a record through add() from outside (follow mode's records) works on the same store, and
+    its close() makes the heap again from it."""
     evs = [{"offset": i, "partition": 0, "key": None, "value": {"ts": T0 + i * 7_000, "k": "abc"[i % 3], "v": i}}
            for i in range(60)]
     cfg = WindowConfig(kind="session", size=M, by=["k"], aggs=["count", "avg:v"])
     run = WindowRun(cfg, is_log=False)
     run.feed_batches([evs[:50]], lambda rows: None)
     op = run.op
-    assert op.arrays and op.open == {} and op.heap == [] and op.open_windows() == 3
+    store = op.store
+    assert not op.heap_ok and op.heap == [] and op.open_windows() == 3
+    handles = store.open_handles()
     run.feed_records(iter(evs[50:]), lambda rows: None)
-    assert not op.arrays and sorted(op.open) == [b'"a"', b'"b"', b'"c"'] and len(op.heap) == 3
+    assert op.heap_ok and len(op.heap) == 3 and op.store is store and store.open_handles() == handles
+    assert sorted(store.gkey[g] for g, hs in enumerate(store.opened) if hs) == [b'"a"', b'"b"', b'"c"']
 
 
 def test_the_arrays_forget_keys_no_event_can_reach():
-    """Many short sessions, a new key each: the index is made again once it holds INDEX_SLACK more keys
+    """Many short sessions, a new key each: the store is compacted once it holds INDEX_SLACK more keys
     than four per open group, keeping only the open groups and the closed sessions an event that is
-    not late can still reach (the one-event path's closed_last)."""
-    from streamctl.processing.windows import session_kernel
+    not late can still reach (what --late drop remembers)."""
+    from streamctl.processing.windows import session_index
 
     gap = 10_000
     evs = [{"offset": i, "partition": 0, "key": None, "value": {"ts": T0 + i * 100_000, "k": f"u{i}", "v": 1}}
            for i in range(3000)]
     cfg = WindowConfig(kind="session", size=gap, by=["k"], aggs=["count"])
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(session_kernel, "INDEX_SLACK", 100)
+        mp.setattr(session_index, "INDEX_SLACK", 100)
         run = WindowRun(cfg, is_log=False)
         rows: list = []
         run.feed_batches([evs[i:i + 50] for i in range(0, len(evs), 50)], rows.extend)
-        index = run.op.index
-        assert len(index.gid) <= 4 + 100 + 50
-        assert len(index.gid) < 3000 and run.op.open_windows() == 1
+        store = run.op.store
+        assert len(store.gid) <= 4 + 100 + 50
+        assert len(store.gid) < 3000 and run.op.open_windows() == 1
         # u2998 closed 100 s before the watermark: beyond 2 GAP, no event that is not late can reach it
         assert run.op.dump()["closed_last"] == []
         run.finish(rows.extend)

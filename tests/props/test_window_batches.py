@@ -447,13 +447,13 @@ def test_session_key_ids_are_used_and_their_spaces_reset(tmp_path, monkeypatch):
     monkeypatch.setattr(decoder, "can_fork", lambda: False)  # the reading side in this process, to look at
     monkeypatch.setattr(decoder, "backlog", lambda: events.BEHIND)  # as when the folder is the slower
     spaces: list = []
-    by_id = session_index.OpenIndex._group_ids_by_id
+    by_id = session_index.SessionStore._group_ids_by_id
 
     def spy(self, ks, space, a):
         spaces.append(space)
         return by_id(self, ks, space, a)
 
-    monkeypatch.setattr(session_index.OpenIndex, "_group_ids_by_id", spy)
+    monkeypatch.setattr(session_index.SessionStore, "_group_ids_by_id", spy)
     path = tmp_path / "in.jsonl"
     path.write_bytes(b"".join(b'{"ts":%d,"g":{"k":"u%d"},"v":%d}\n' % (T0 + i * 1000, i % 400, i)
                               for i in range(20000)))
@@ -530,7 +530,8 @@ def test_columnar_windows_really_run():
     assert all(isinstance(t, cells.Cells) and t.py == {0, 2} for t in other.op.open.values()) and other.op.open
     session = WindowRun(WindowConfig(kind="session", size=M, by=["k"], aggs=["count", "avg:v"]), is_log=False)
     session.feed_batches(cut(records(evs), [7] * 10), lambda rows: None)
-    assert session.op.columnar and all(type(s[2]) is int for v in session.op.open.values() for s in v)
+    store = session.op.store
+    assert session.op.columnar and store.open_handles() and all(store.state[h] is None for h in store.open_handles())
 
 
 def test_sessions_in_order_extend_the_latest_session_not_the_last_made():
@@ -584,13 +585,13 @@ def test_sessions_in_order_an_event_exactly_gap_after_the_last_extends(sizes, la
 def test_sessions_in_order_batches_keep_the_rows_and_state_of_one_by_one(aggs, evs, sizes, lateness, gap, order):
     """Sessions folded a batch in time order at a time (arrays, with slot or Plan states), mixed with
     batches out of order: the rows and the checkpoint of one event at a time, after every batch; with
-    the index made again from the open sessions after every batch too."""
-    from streamctl.processing.windows import session_kernel
+    the store compacted after every batch too."""
+    from streamctl.processing.windows import session_index
 
     evs = sorted(evs, key=lambda e: e["ts"]) if order == "sorted" else sorted_runs(evs)
-    for slack in (session_kernel.INDEX_SLACK, -(1 << 62)):  # the second: made again after every batch
+    for slack in (session_index.INDEX_SLACK, -(1 << 62)):  # the second: compacted at every watermark move
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(session_kernel, "INDEX_SLACK", slack)
+            mp.setattr(session_index, "INDEX_SLACK", slack)
             _sessions_batch_by_batch(evs, sizes, WindowConfig(kind="session", size=gap, by=["k"], aggs=aggs,
                                                                 lateness=lateness))
 
@@ -613,7 +614,7 @@ def _sessions_batch_by_batch(evs: list[dict], sizes: list[int], cfg: WindowConfi
 
 @pytest.mark.parametrize("aggs", [["count", "avg:v"], ["count", "first:v", "max:v"]])
 def test_sessions_in_order_batches_really_use_arrays(monkeypatch, aggs):
-    """A batch in time order is assigned by the OpenIndex, never one event at a time."""
+    """A batch in time order is assigned by the batch kernel (session_index.cluster), never one event at a time."""
     from streamctl.processing.windows import session_kernel
 
     def one_by_one(*_args):
@@ -626,7 +627,7 @@ def test_sessions_in_order_batches_really_use_arrays(monkeypatch, aggs):
     run = WindowRun(cfg, is_log=False)
     rows: list = []
     run.feed_batches(cut(records(evs), [9] * 30), rows.extend)
-    assert run.op.index is not None and len(run.op.index.gid) == 4
+    assert len(run.op.store.gid) == 4
     assert run.op.declined_events == 0  # no event went alone through add() either
     run.finish(rows.extend)
     assert [r[3]["count"] for r in rows] == [50, 50, 50, 50] + [1] * 20

@@ -155,12 +155,24 @@ def test_the_gap_boundary_of_a_closed_session():
 
 
 def test_drop_mode_forgets_closed_sessions_once_no_event_can_reach_them():
+    from streamctl.processing.windows import session_index
+
     gap = 10 * S
-    evs = [(T0 + i * 100 * S, f"u{i}", 0) for i in range(500)]  # one short session per user
-    _, run = run_core(evs, size=gap, aggs=["count"])
-    # only the latest closed sessions are remembered (last + 2 GAP still ahead of the watermark)
-    assert len(run.op.closed_last) <= 2
-    assert len(run.op.closed_order) <= 2
+    cfg = WindowConfig(kind="session", size=gap, by=["k"], aggs=["count"])
+    recs = [{"offset": i, "partition": 0, "key": None, "value": {"ts": T0 + i * 100 * S, "k": f"u{i}", "v": 0}}
+            for i in range(500)]  # one short session per user
+    for feed in ("batches", "records"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(session_index, "INDEX_SLACK", 20)
+            run = WindowRun(cfg, is_log=False)
+            if feed == "batches":
+                run.feed_batches([recs[i:i + 25] for i in range(0, len(recs), 25)], lambda rows: None)
+            else:
+                run.feed_records(iter(recs), lambda rows: None)
+        # only the latest closed sessions are remembered (last + 2 GAP still ahead of the watermark),
+        # and the store forgets the groups no event can reach once it holds 20 more than four per open one
+        assert len(run.op.dump()["closed_last"]) <= 2
+        assert len(run.op.store.gkey) <= 4 + 20 + 1
 
 
 def test_checkpoint_keeps_what_closed_sessions_decide():

@@ -272,7 +272,7 @@ class KeyIds:
     each new key travels once, with the batch that first holds it. When a batch's new keys would
     take the space past `bound`, a new space starts at that batch (its number goes up by one) and
     numbers that batch's keys again: the receiving side (KeyNames, and the tables by id of the
-    operators: session_index.OpenIndex, cells.Cells) starts afresh on the new space's number."""
+    operators: session_index.SessionStore, cells.Cells) starts afresh on the new space's number."""
 
     def __init__(self, key_json: Callable[[Any], bytes], bound: int | None = None) -> None:
         self.key_json = key_json

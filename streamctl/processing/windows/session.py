@@ -31,37 +31,40 @@ group through it):
 
 Drop mode remembers, per group, only the last event time of its latest closed
 session (no other closed session can be within GAP of an event that is not
-late by the first rule), and forgets it when the watermark is 2 GAP past it
-(from then on the first rule covers every event it could catch).
+late by the first rule); once the watermark is 2 GAP past it, the first rule
+covers every event it could catch, and the store may forget the group
+(session_index.SessionStore.compact).
 
-A batch, stragglers included, is folded by the batch kernel (session_kernel.py:
-array passes, the same rows, order and state as add() per event); where it
-cannot take an event, that event goes alone through add(), counted and reported.
+Every session lives in one store (session_index.py: columns by handle,
+lists by group) that add() and the batch kernel work on alike. A batch,
+stragglers included, is folded by the batch kernel (session_kernel.py: array
+passes, the same rows, order and state as add() per event); where it cannot
+take an event, that event goes alone through add(), counted and reported.
 
-Each open session has one entry in the close heap, pushed when it is created
-with the end it had then; an entry popped for a session that has grown since
-is pushed again with the new end, so extending a session costs nothing and
-the heap holds one entry per open session (plus merged-away ones until popped).
+For add() and close() one event at a time, each open session has one entry
+in the close heap, pushed when it is created with the end it had then; an
+entry popped for a session that has grown since is pushed again with the new
+end, so extending a session costs nothing and the heap holds one entry per
+open session (plus merged-away ones until popped). The kernel closes
+sessions by scanning the store's ends instead; the heap, an index of the
+store and no state of its own, is made again from the store when close()
+needs it after the kernel ran.
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
-from collections import deque
 from typing import Any
 
 from streamctl.processing.aggregations import columnar
 from streamctl.processing.eventfields import key_positions
 from streamctl.processing.windows import NO_WATERMARK
-from streamctl.processing.windows.session_kernel import SessionKernel, SessionWindow
+from streamctl.processing.windows.session_index import SessionStore
+from streamctl.processing.windows.session_kernel import SessionKernel
 
 # with states beyond what slots keep, how many batches go by between two tries to move them back
 RETRY_SLOTS = 64
-
-
-def _session_start(s: SessionWindow) -> int:
-    return s.start
 
 
 class Session(SessionKernel):
@@ -74,27 +77,21 @@ class Session(SessionKernel):
         self.plan = plan
         self.update = update
         self.correct = correct
-        self.open: dict[bytes, list[SessionWindow]] = {}  # key -> its open sessions
-        self.heap: list[tuple[int, int, bytes]] = []  # (end when pushed, session id, key)
-        # --late correct: key -> every closed session of the group, by start
-        self.closed: dict[bytes, list[SessionWindow]] = {}
-        # --late drop: key -> last event time of the group's latest closed session, and
-        # (last, key) in the order they closed, to forget them once no event can be within GAP
-        self.closed_last: dict[bytes, int] = {}
-        self.closed_order: deque[tuple[int, bytes]] = deque()
-        self.forgot = NO_WATERMARK  # the watermark _forget last saw
+        # every session (open, and the closed ones --late correct keeps) and what each group remembers
+        # of its closed ones: the one state add() and the batch kernel work on
+        self.store = SessionStore(arrays=not update and not correct)  # (arrays: for the batch kernel)
+        self.heap: list[tuple[int, int, int]] = []  # (end when pushed, session id, handle)
+        self.heap_ok = True  # False once the kernel made or closed sessions: close() makes it again
+        self.forgot = NO_WATERMARK  # the latest watermark close() or the kernel saw (--late drop)
         self.next_sid = 0  # the next session's SID: sessions are numbered as they are made
-        # the sessions' aggregation states: Plan's lists, or with only count/sum/avg and rows only at
-        # close, slots in numpy arrays (cells.SlotStates, the same interface and the same numbers)
-        # (taken at the first batch: the Spark job's per-group replay adds event by event, without numpy)
+        # the sessions' aggregation states: Plan's lists (the store's `state`), or with only
+        # count/sum/avg and rows only at close, slots in numpy arrays (cells.SlotStates, the same
+        # interface and the same numbers; the store's `slot`), taken at the first batch: the Spark
+        # job's per-group replay adds event by event, without numpy
         self.states: Any = plan
         self.columnar = False
         self.slots_ok = not update and not correct and columnar(plan.funcs)
         self.text_rows = False  # closed sessions' rows as their JSON lines (GridWindows.text_rows)
-        # the batch kernel's state (session_kernel.py): while `arrays`, the OpenIndex holds every open
-        # and closed session, and `open`, `heap`, `closed_last` and `closed_order` are empty
-        self.index: Any = None
-        self.arrays = False
         # batches the kernel declined (folded one event at a time instead), and their events
         self.declined = 0
         self.declined_events = 0
@@ -110,285 +107,298 @@ class Session(SessionKernel):
             self.exact_batches += 1
             return
         self.exact_batches = 0
-        self._to_lists()
         self._into_slots()
 
     def _into_slots(self) -> None:
-        """The open sessions' Plan states (the one-event path's lists) into numpy slots, where all fit."""
+        """The open sessions' Plan states into numpy slots, where all fit."""
         from streamctl.processing.windows.cells import SlotStates
 
+        store = self.store
         slots = SlotStates(self.plan.funcs, self.plan.names)
-        moved = [(s, slots.new()) for v in self.open.values() for s in v]
-        if all(slots.set_state(slot, s.state) for s, slot in moved):
-            for s, slot in moved:
-                s.state = slot
+        moved = [(h, slots.new()) for h in store.open_handles()]
+        if all(slots.set_state(slot, store.state[h]) for h, slot in moved):
+            for h, slot in moved:
+                store.slot[h] = slot
+                store.state[h] = None
             self.states, self.columnar = slots, True
 
-    def _touching(self, sessions: list[SessionWindow], t: int) -> list[SessionWindow]:
-        gap = self.gap
-        return [s for s in sessions if s.start - gap <= t <= s.last + gap]
+    def _state(self, h: int) -> Any:
+        """Session h's aggregation state: its slot, or its Plan state."""
+        return self.store.slot[h] if self.columnar else self.store.state[h]
 
-    def _near_closed(self, key: bytes, t: int) -> bool:
-        """Whether t (not late by t + GAP <= watermark) lies within GAP of a closed session of its group.
+    def _touching(self, hs: list[int], t: int) -> list[int]:
+        gap, start, last = self.gap, self.store.start, self.store.last
+        return [h for h in hs if start[h] - gap <= t <= last[h] + gap]
+
+    def _near_closed(self, g: int, t: int) -> bool:
+        """Whether t (not late by t + GAP <= watermark) lies within GAP of a closed session of group g.
         Every closed session ended before the watermark, so t is after its last event: only the
-        latest one's last + GAP matters."""
+        latest one's last + GAP matters (NO_WATERMARK, none, is far below every time)."""
         if self.correct:
-            closed = self.closed.get(key)
-            return closed is not None and bool(closed) and t <= closed[-1].last + self.gap
-        last = self.closed_last.get(key)
-        return last is not None and t <= last + self.gap
+            shut = self.store.shut[g]
+            return bool(shut) and t <= self.store.last[shut[-1]] + self.gap
+        return t <= self.store.closed[g] + self.gap
 
-    def _add_state(self, s: SessionWindow, vals: tuple, seq: int) -> None:
-        if self.states.add(s.state, vals, seq) is False:  # beyond what slots keep exactly
+    def _add_state(self, h: int, vals: tuple, seq: int) -> None:
+        st = self.store.slot[h] if self.columnar else self.store.state[h]  # (_state, inline: per event)
+        if self.states.add(st, vals, seq) is False:  # beyond what slots keep exactly
             self.to_states()
-            self.states.add(s.state, vals, seq)
+            self.states.add(self.store.state[h], vals, seq)
 
     def add(self, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool:
-        if self.arrays:
-            self._to_lists()
-        return self._add(key, t, seq, vals, wm, out)
-
-    def _add(self, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool:
-        gap = self.gap
-        if t + gap <= wm or self._near_closed(key, t):
+        gap, store = self.gap, self.store
+        g = store.gid.get(key)
+        if g is None:
+            g = store.group_id(key)
+        if t + gap <= wm or self._near_closed(g, t):
             if self.correct:
-                self._correct(key, t, seq, vals, wm, out)
+                self._correct(g, t, seq, vals, wm, out)
             return True
-        sessions = self.open.get(key)
-        if sessions is not None and len(sessions) == 1:
-            s = sessions[0]
-            if s.start <= t <= s.last + gap:
+        hs = store.opened[g]
+        start, last = store.start, store.last
+        if len(hs) == 1:
+            h = hs[0]
+            lh = last[h]
+            if start[h] <= t <= lh + gap:
                 # the hot path: the event extends (or falls inside) the group's only session
-                self._add_state(s, vals, seq)
-                if t > s.last:
-                    s.last = t
+                self._add_state(h, vals, seq)
+                if t > lh:
+                    last[h] = t
                 if self.update:
-                    self._write(s, key, out)
+                    self._write(h, key, out)
                 return False
-        if sessions is None:
-            sessions = self.open[key] = []
-        touched = self._touching(sessions, t)
+        touched = self._touching(hs, t)
         if touched:
-            s = touched[0]
+            h = touched[0]
             for other in touched[1:]:
-                self._absorb(s, other)
-                sessions.remove(other)  # its heap entry goes stale
+                self._absorb(h, other)
+                hs.remove(other)  # its heap entry goes stale
+                store.release(other)
         else:
-            s = self._new(t)
-            sessions.append(s)
-            heapq.heappush(self.heap, (t + gap, s.sid, key))
-        self._add_state(s, vals, seq)
-        if t < s.start:
-            s.start = t
-        elif t > s.last:
-            s.last = t
+            h = self._new(g, t)
+            hs.append(h)
+            heapq.heappush(self.heap, (t + gap, store.sid[h], h))
+        self._add_state(h, vals, seq)
+        if t < start[h]:
+            start[h] = t
+        elif t > last[h]:
+            last[h] = t
         if self.update:
-            self._write(s, key, out)
+            self._write(h, key, out)
         return False
 
-    def _new(self, t: int) -> SessionWindow:
-        return SessionWindow(t, t, self.states.new(), self._sid())
+    def _new(self, g: int, t: int) -> int:
+        """A new session [t, t + GAP) of group g, in no list yet."""
+        h = self.store.new(g, t, t, self._sid())
+        st = self.states.new()
+        if self.columnar:
+            self.store.slot[h] = st
+        else:
+            self.store.state[h] = st
+        return h
 
     def _sid(self) -> int:
         sid = self.next_sid
         self.next_sid += 1
         return sid
 
-    def _absorb(self, s: SessionWindow, other: SessionWindow) -> None:
-        """Merge session `other` into `s` (its written windows become s's to withdraw)."""
-        self.states.merge(s.state, other.state)
-        if other.start < s.start:
-            s.start = other.start
-        if other.last > s.last:
-            s.last = other.last
-        s.rev += other.rev
-        if other.shown:
-            s.shown = (s.shown or []) + other.shown
+    def _absorb(self, h: int, other: int) -> None:
+        """Merge session `other` into `h` (its written windows become h's to withdraw); the caller takes
+        it out of its list and releases it."""
+        store = self.store
+        self.states.merge(self._state(h), self._state(other))
+        start, last = store.start, store.last
+        if start[other] < start[h]:
+            start[h] = start[other]
+        if last[other] > last[h]:
+            last[h] = last[other]
+        store.rev[h] += store.rev[other]
+        if store.shown[other]:
+            store.shown[h] = (store.shown[h] or []) + store.shown[other]
 
-    def _correct(self, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> None:
+    def _correct(self, g: int, t: int, seq: int, vals: tuple, wm: int, out: list) -> None:
         """--late correct: the late event joins every session of its group it touches, open or closed."""
-        gap = self.gap
-        opened = self.open.get(key) or []
-        closed = self.closed.setdefault(key, [])
+        gap, store = self.gap, self.store
+        opened, closed = store.opened[g], store.shut[g]
+        start, last = store.start, store.last
         # closed sessions are disjoint and sorted by start: the ones within GAP of t are a run
-        hi = bisect.bisect_right(closed, t + gap, key=_session_start)
+        hi = bisect.bisect_right(closed, t + gap, key=start.__getitem__)
         lo = hi
-        while lo > 0 and closed[lo - 1].last + gap >= t:
+        while lo > 0 and last[closed[lo - 1]] + gap >= t:
             lo -= 1
         near = closed[lo:hi]
         del closed[lo:hi]
         touched = self._touching(opened, t)
         if touched:
-            s, rest = touched[0], touched[1:] + near
+            h, rest = touched[0], touched[1:] + near
         elif near:
-            s, rest = near[0], near[1:]
+            h, rest = near[0], near[1:]
         else:
-            s, rest = self._new(t), []
+            h, rest = self._new(g, t), []
         for other in rest:
-            self._absorb(s, other)
+            self._absorb(h, other)
         for other in touched[1:]:  # (the closed ones in `near` are out of `closed` already)
             opened.remove(other)
-        self._add_state(s, vals, seq)
-        s.start = min(s.start, t)
-        s.last = max(s.last, t)
-        s.rev += 1
-        end = s.last + gap
+        for other in rest:
+            store.release(other)
+        self._add_state(h, vals, seq)
+        start[h] = min(start[h], t)
+        last[h] = max(last[h], t)
+        store.rev[h] += 1
+        end = last[h] + gap
         if end < wm:
             # closed (an open session it touched would have an end at or past the watermark)
-            bisect.insort(closed, s, key=_session_start)
-            self._write(s, key, out)
+            bisect.insort(closed, h, key=start.__getitem__)
+            self._write(h, store.gkey[g], out)
             return
         if not touched:
-            self.open.setdefault(key, []).append(s)
-            heapq.heappush(self.heap, (end, s.sid, key))
+            opened.append(h)
+            heapq.heappush(self.heap, (end, store.sid[h], h))
         if self.update:
-            self._write(s, key, out)
+            self._write(h, store.gkey[g], out)
 
-    def _write(self, s: SessionWindow, key: bytes, out: list) -> None:
-        """The session's row, after a delete row for each window written for it before under other bounds."""
-        window = (s.start, s.last + self.gap)
-        shown = s.shown
+    def _write(self, h: int, key: bytes, out: list) -> None:
+        """The session's row, after a delete row for each window written for it before under other bounds
+        (with --emit update or --late correct: its state is Plan's, never a slot)."""
+        store = self.store
+        window = (store.start[h], store.last[h] + self.gap)
+        shown = store.shown[h]
         if shown:
             for old in sorted(shown):
                 if old != window:
                     out.append((old[0], old[1], key, None, None))
-        out.append((window[0], window[1], key, self.states.result(s.state), s.rev or None))
-        s.shown = [window]
+        out.append((window[0], window[1], key, self.states.result(store.state[h]), store.rev[h] or None))
+        store.shown[h] = [window]
 
     def close(self, wm: int, out: list) -> None:
         # Strictly after the end: an event at exactly last + GAP is "at most GAP apart"
         # and still joins the session, so the session cannot close while wm == end.
-        if self.arrays:
-            self._to_lists()
+        if not self.heap_ok:
+            self._heap_again()
         heap = self.heap
-        if not heap or heap[0][0] >= wm:
-            if not self.correct:
-                self._forget(wm)  # at every watermark: the state after a batch is the same however it was cut
-            return
-        batch = []
-        gap = self.gap
-        while heap and heap[0][0] < wm:
-            end, sid, key = heapq.heappop(heap)
-            sessions = self.open.get(key)
-            if not sessions:
-                continue
-            for i, s in enumerate(sessions):
-                if s.sid == sid:
-                    now_end = s.last + gap
-                    if now_end > end:
-                        heapq.heappush(heap, (now_end, sid, key))  # it grew: check again then
-                    else:
-                        del sessions[i]
-                        batch.append((s.start, now_end, key, s))
-                    break
-            if not sessions:
-                del self.open[key]
-        self._emit(batch, out)
-        if not self.correct:
-            self._forget(wm)
+        if heap and heap[0][0] < wm:
+            store, gap = self.store, self.gap
+            alive, sids, last = store.alive, store.sid, store.last
+            batch = []
+            while heap and heap[0][0] < wm:
+                end, sid, h = heapq.heappop(heap)
+                if not alive[h] or sids[h] != sid:
+                    continue  # merged away (its handle free, or in use by a later session)
+                now_end = last[h] + gap
+                if now_end > end:
+                    heapq.heappush(heap, (now_end, sid, h))  # it grew: check again then
+                else:
+                    batch.append(h)
+            self._emit(batch, out)
+        self._seen(wm)  # at every watermark: the state after a batch is the same however it was cut
 
-    def _forget(self, wm: int) -> None:
-        """Drop mode: forget closed sessions no event can be within GAP of any more (last + 2 GAP <= wm)."""
-        if wm > self.forgot:
+    def _heap_again(self) -> None:
+        """The close heap made from the store's open sessions (after the kernel made and closed some)."""
+        store, gap = self.store, self.gap
+        last, sid = store.last, store.sid
+        self.heap = [(last[h] + gap, sid[h], h) for h in store.open_handles()]
+        heapq.heapify(self.heap)
+        self.heap_ok = True
+
+    def _seen(self, wm: int) -> None:
+        """The watermark moved to wm: what --late drop remembers of closed sessions is read against it,
+        and the store forgets the groups no event can reach once it holds too many."""
+        if not self.correct and wm > self.forgot:
             self.forgot = wm
-        order, last_of, gap2 = self.closed_order, self.closed_last, 2 * self.gap
-        while order and order[0][0] + gap2 <= wm:
-            last, key = order.popleft()
-            if last_of.get(key) == last:
-                del last_of[key]
+        store = self.store
+        if len(store.gkey) > store.compact_at:
+            # a closed session with last + 2 GAP <= the watermark is out of reach of every event not late
+            store.compact(self.forgot - 2 * self.gap)
 
     def flush(self, out: list) -> None:
-        if self.arrays:
-            self._flush_arrays(out)
-            return
-        batch = [(s.start, s.last + self.gap, key, s) for key, sessions in self.open.items() for s in sessions]
-        self.open.clear()
         self.heap.clear()
-        self._emit(batch, out)
+        self.heap_ok = True
+        self._emit(self.store.open_handles(), out)
 
-    def _emit(self, batch: list, out: list) -> None:
-        place = key_positions(r[2] for r in batch)
-        batch.sort(key=lambda r: (r[0], place[r[2]]))
-        if self.correct:
-            closed = self.closed
-            for _start, _end, key, s in batch:
-                if not self.update:
-                    self._write(s, key, out)
-                bisect.insort(closed.setdefault(key, []), s, key=_session_start)
+    def _emit(self, batch: list[int], out: list) -> None:
+        """Write the open sessions `batch`, closed, by start then key: kept (--late correct) or released,
+        each group's latest closed one remembered (--late drop). With slots (numpy's there), the
+        kernel's writer does it (_write_closed: the same rows, JSON lines with text_rows)."""
+        if not batch:
             return
-        if not self.update:
-            states = [b[3].state for b in batch]
-            if self.columnar:
-                import numpy as np
+        if self.columnar:
+            import numpy as np
 
-                results = self.states.results_at(self.plan.names, np.array(states, dtype=np.intp))
-                for st in states:
-                    self.states.release(st)
-            else:
-                results = list(map(self.plan.result, states))
-            out += [(start, end, key, res, None) for (start, end, key, _s), res in zip(batch, results, strict=True)]
-        last_of, order = self.closed_last, self.closed_order
-        for _start, _end, key, s in batch:
-            last = s.last
-            if last_of.get(key, NO_WATERMARK) < last:
-                last_of[key] = last
-                order.append((last, key))
+            self._write_closed(np.array(batch, dtype=np.int64), np.zeros(len(batch), dtype=np.int64), out)
+            return
+        store = self.store
+        group, gkey, start, last, opened = store.group, store.gkey, store.start, store.last, store.opened
+        for h in batch:
+            opened[group[h]].remove(h)
+        keys = [gkey[group[h]] for h in batch]
+        place = key_positions(keys)
+        order = sorted(range(len(batch)), key=lambda i: (start[batch[i]], place[keys[i]]))
+        batch = [batch[i] for i in order]
+        keys = [keys[i] for i in order]
+        if self.correct:
+            shut = store.shut
+            for h, k in zip(batch, keys, strict=True):
+                if not self.update:
+                    self._write(h, k, out)
+                bisect.insort(shut[group[h]], h, key=start.__getitem__)
+            return
+        gap = self.gap
+        if not self.update:
+            results = [self.plan.result(store.state[h]) for h in batch]
+            out += [(start[h], last[h] + gap, k, res, None) for h, k, res in zip(batch, keys, results, strict=True)]
+        closed = store.closed
+        for h in batch:
+            g = group[h]
+            if closed[g] < last[h]:
+                closed[g] = last[h]
+            store.release(h)
 
     def to_states(self) -> None:
-        """Move every session's state from slots to Plan's lists (exact Python numbers); _use_slots
-        moves them back once they fit."""
+        """Move every open session's state from slots to Plan's lists (exact Python numbers);
+        _use_slots moves them back once they fit."""
         if not self.columnar:
             return
-        slots = self.states
-        for sessions in self.open.values():  # (while arrays: the sessions _fold_one took out)
-            for s in sessions:
-                s.state = slots.state_at(s.state)
-        if self.arrays:
-            index = self.index
-            for h in index.open_handles().tolist():
-                index.state[h] = slots.state_at(int(index.slot[h]))
+        slots, store = self.states, self.store
+        for h in store.open_handles():
+            store.state[h] = slots.state_at(store.slot[h])
         self.states = self.plan
         self.columnar = False
 
     def open_windows(self) -> int:
-        n = sum(len(v) for v in self.open.values())
-        return n + int(self.index.nopen.sum()) if self.arrays else n
+        return sum(map(len, self.store.opened))
 
     def dump(self) -> dict:
-        dump = self.states.dump
+        store, dump = self.store, self.states.dump
 
-        def sessions(d: dict) -> list:
-            # by key: a batch and one event at a time leave the same groups in another dict order
-            return [[k.decode(), [[s.start, s.last, dump(s.state), s.rev, s.shown] for s in v]]
-                    for k, v in sorted(d.items())]
-        # the closed sessions an event that is not late can still reach (the ones a watermark move
-        # left for _forget's next turn are not: the batch kernel keeps them apart), by key
-        if self.arrays:
-            opened = self._dump_arrays()
-            closed_last = self._closed_in_arrays()
-        else:
-            opened = sessions(self.open)
-            gap2, forgot = 2 * self.gap, self.forgot
-            closed_last = {k: last for k, last in self.closed_last.items() if last + gap2 > forgot}
-        return {"open": opened, "closed": sessions(self.closed),
-                "closed_last": [[k.decode(), last] for k, last in sorted(closed_last.items())]}
+        def sessions(by_group: list[list[int]]) -> list:
+            # by key: a batch and one event at a time leave the same groups in another order
+            return [[k.decode(), [[store.start[h], store.last[h], dump(self._state(h)), store.rev[h], store.shown[h]]
+                                  for h in hs]]
+                    for k, hs in sorted((store.gkey[g], hs) for g, hs in enumerate(by_group) if hs)]
+        # the closed sessions an event that is not late can still reach (last + 2 GAP past the
+        # watermark: the ones beyond it may wait for compact), by key
+        reach = self.forgot - 2 * self.gap
+        closed_last = sorted((store.gkey[g], last) for g, last in enumerate(store.closed)
+                             if last != NO_WATERMARK and last > reach)
+        return {"open": sessions(store.opened), "closed": sessions(store.shut),
+                "closed_last": [[k.decode(), last] for k, last in closed_last]}
 
     def load(self, data: dict) -> None:
         # a checkpoint holds Plan's states: read as such, then moved into slots when they fit
-        columnar = self.slots_ok
-        self.arrays, self.index = False, None
-        self.open, self.closed_last = {}, {}
         self.to_states()
+        store = self.store = SessionStore(arrays=not self.update and not self.correct)
         load = self.plan.load
-        for name in ("open", "closed"):
-            target = getattr(self, name)
+        for name, lists in (("open", store.opened), ("closed", store.shut)):
             for k, v in data[name]:
-                target[k.encode()] = [SessionWindow(a, b, load(st), self._sid(), r,
-                                                    [tuple(w) for w in rest[0]] if rest and rest[0] else None)
-                                      for a, b, st, r, *rest in v]
-        self.heap = [(s.last + self.gap, s.sid, k) for k, v in self.open.items() for s in v]
-        heapq.heapify(self.heap)
-        self.closed_last = {k.encode(): last for k, last in data.get("closed_last", [])}
-        self.closed_order = deque(sorted((last, k) for k, last in self.closed_last.items()))
-        if columnar:
+                g = store.group_id(k.encode())
+                for a, b, st, r, *rest in v:
+                    h = store.new(g, a, b, self._sid())
+                    store.state[h] = load(st)
+                    store.rev[h] = r
+                    store.shown[h] = [tuple(w) for w in rest[0]] if rest and rest[0] else None
+                    lists[g].append(h)
+        for k, last in data.get("closed_last", []):
+            store.closed[store.group_id(k.encode())] = last
+        self._heap_again()
+        if self.slots_ok:
             self._into_slots()
