@@ -11,26 +11,20 @@ How the stream is replayed without Spark's streaming watermark:
    the line number (blank lines not counted) in a plain file.
 2. Per record: event time, group key (as JSON text) and the aggregation inputs.
    Records without a usable time are counted (and left out of the windows).
-3. The input order and the watermark, as the join job computes them
-   (streamctl.spark.order, the Spark kernel of mergeorder.merge_keys and
-   watermark.Watermark): records in (merge key, partition, offset) order, the
-   merge key the running max of event times over the record's log partition by
-   offset, numbered by a range-partitioned sort (`pos`, the event's sequence
-   number: only compared); with the append time `ts` as event time
-   (non-decreasing within a partition) the merge key is the ts itself, and a
-   plain file is one partition whose running max never falls: its order is
-   line order. The records go through the DataFrame as (partition, offset,
-   time, the pickled group key and aggregation inputs).
-4. The largest event time before each event in that order (`prior`), carried
-   across the sorted Spark partitions: the watermark before the event is it
-   minus the lateness (NO_WATERMARK before any time), and the event moves the
-   watermark to its own time minus the lateness when it is larger, as
-   Watermark.observe does.
-5. The events back in Python, each with those two watermarks.
-6. Per group (groupByKey): the window operator replays the group's events in
+3. The input order and the watermark by streamctl.spark.order, the one Spark
+   kernel of both (the join job's too): each record's `pos` in the input order
+   and the largest event time before it (`prior`). The records go through the
+   DataFrame as (partition, offset, time, the pickled group key and aggregation
+   inputs). With the append time `ts` as event time the merge key is the ts
+   itself, and a plain file's order is its line order (_in_input_order).
+4. The events back in Python, each with the watermark before it (`prior` minus
+   the lateness, NO_WATERMARK before any time) and after it where it moved (its
+   own time minus the lateness, when above `prior`), as Watermark.observe
+   gives them; `pos` is the event's sequence number (only compared).
+5. Per group (groupByKey): the window operator replays the group's events in
    order against those watermarks, which gives the same windows, contents and
    late events as the local pass.
-7. Output order: a window closes at the first event whose watermark reaches its
+6. Output order: a window closes at the first event whose watermark reaches its
    end; that event's sequence number, then window start, then the key's JSON
    text, sort the rows; windows that never close come last (end of input).
 """
@@ -88,7 +82,8 @@ def _prepare(params):
 
 def _in_input_order(spark, params, records, bad_count):
     """The records (a DataFrame of EVENT_SCHEMA) with `pos`, `prior` and `high` (streamctl.spark.order:
-    the input order, and the largest time before and up to each record in it); persisted."""
+    the input order, and the largest time before and up to each record in it), persisted, and the
+    cached sort they were made from, to unpersist once they are read."""
     if not _is_log(params):
         merge_key = F.lit(0)  # one partition whose running max never falls: line order
     elif eventfields.time_path(params["window"]["time_field"], True) == ("ts",) and not bad_count:
@@ -98,7 +93,8 @@ def _in_input_order(spark, params, records, bad_count):
     else:
         merge_key = None
     ordered = in_input_order(records, ("part",), sort_partitions(spark, records, params), merge_key)
-    return with_high(ordered.persist(StorageLevel.DISK_ONLY)).persist(StorageLevel.DISK_ONLY)
+    ordered = ordered.persist(StorageLevel.DISK_ONLY)
+    return with_high(ordered).persist(StorageLevel.DISK_ONLY), ordered
 
 
 def _replay(params):
@@ -138,7 +134,7 @@ def main(spark, params, out):
     # the one input order, and the watermark before and after each event in it
     records = prepared.filter(lambda x: x[0] != "nn")
     bad_count = records.filter(lambda x: x[2] is None).count()
-    records = _in_input_order(spark, params, spark.createDataFrame(records, EVENT_SCHEMA), bad_count)
+    records, ordered = _in_input_order(spark, params, spark.createDataFrame(records, EVENT_SCHEMA), bad_count)
     prepared.unpersist()  # read to the end for the order's sort, which is cached
     bad_first = records.where(F.col("t").isNull()).orderBy("pos").first() if bad_count else None
     n_parts = max(1, records.rdd.getNumPartitions())
@@ -155,6 +151,7 @@ def main(spark, params, out):
     replayed = (timed.map(lambda e: (e[0], (e[1], e[2], e[3], e[4])))
                 .groupByKey(numPartitions=n_parts).mapPartitions(_replay(params)).persist())
     late = replayed.filter(lambda x: x[0] == "late").map(lambda x: x[1]).sum()
+    ordered.unpersist()  # read to the end for timed, which is cached
     rows = replayed.filter(lambda x: x[0] == "row").map(lambda x: x[1])
 
     # close index: the first event whose watermark (after it) reaches the row's close value
