@@ -22,10 +22,9 @@ partition) this is the (ts, partition, offset) order.
 
 Window (streamctl.processing.inputorder, decoder), every join kind
 (joins/driver.py, joins/stream_table.py, joins/plain_inputs.py) and the follow path
-read through these; the Spark window job runs `merge_keys` over each
-partition's records (spark/window_job.py), and the Spark join job writes the
-same running maximum as a window function over (input, partition) ordered by
-offset (spark/join_job.py). This module imports only the standard library
+read through these; the Spark window and join jobs write the same running
+maximum as a window function over each lane ordered by offset, then sort by
+the rule (spark/order.py). This module imports only the standard library
 (numpy inside the array functions), so the Spark jobs can ship it.
 """
 

@@ -7,15 +7,15 @@ agree on which events were late.
 Two forms of the one definition, side by side:
 
 - the value form, `Watermark`: fold in one event time at a time (`observe`); what window's
-  record path, the per-event fold of the window operators, the stream-stream and as-of joins
-  and the Spark window job's replay use, and what a follow checkpoint keeps;
+  record path, the per-event fold of the window operators and the stream-stream and as-of
+  joins use, and what a follow checkpoint keeps;
 - the array form, for a batch in input order: the watermark before each event
   (`before_array`; an event is judged against the watermark before it, so it can never make
   itself late) or after each event (`after_array`, the joins' W(p)).
 
 tests/props/test_watermark.py holds the array forms to folding `Watermark.observe` over
-the same times. The Spark join job writes the same running maximum as a window function
-over the input order (spark/join_job.py).
+the same times. The Spark window and join jobs compute the same running maximum over the
+input order as DataFrame operations (spark/order.py).
 """
 
 from __future__ import annotations

@@ -8,11 +8,11 @@ DataFrame operations:
 1. Each input's records (replay_job.input_records). Every record's key, event
    time and value are read in Python by the local engine's rules
    (streamctl.processing.joins.keys).
-2. The input order: each record's merge time is the running max of event
-   times in its own partition (or file) by offset (a record without a usable
-   time keeps its place: it takes the max so far); position = rank by (merge
-   time, input rank, partition, offset); ties go to LEFT, or to the table for
-   a stream-table join. The watermark W(p) is the running max of event times
+2. The input order and the watermark, as the window job computes them
+   (streamctl.spark.order): position = (merge key, input rank, partition,
+   offset), the merge key the running max of event times in the record's own
+   partition (or file) by offset; ties go to LEFT, or to the table for a
+   stream-table join. The watermark W(p) is the running max of event times
    over positions, minus the lateness.
 3. The kind's rule (stream-stream pairs and evictions, the table row at a
    position or as of an event time, the table-table changelog), each row with
@@ -29,8 +29,8 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from streamctl.processing.eventfields import record_time
 from streamctl.processing.joins import MIN_TIME
 from streamctl.processing.joins.keys import change_keys, key_getter, norm_text
-from streamctl.processing.mergeorder import NO_TIME
 from streamctl.spark.jobentry import report
+from streamctl.spark.order import in_input_order, sort_partitions, with_high
 from streamctl.spark.replay_job import input_records, size_result_partitions
 
 try:  # the same encoder as streamctl itself: byte-identical rows
@@ -86,26 +86,15 @@ def records(spark, params):
     df = spark.createDataFrame(_read_side(spark, params, 0).union(_read_side(spark, params, 1)), ROW_SCHEMA)
     # The records are read (in Python) once: the range-partitioned sort below samples them first.
     df = df.persist(StorageLevel.DISK_ONLY)
-    # The merge time: the running max of event times in the record's own partition (or file)
-    # by offset (mergeorder.merge_keys as a window function); a record without a usable time
-    # keeps its place (max ignores nulls), and before the partition's first timed record it is
-    # NO_TIME. One window per partition.
-    own = Window.partitionBy("side", "part").orderBy("off").rowsBetween(Window.unboundedPreceding, 0)
-    df = df.withColumn("merge_t", F.coalesce(F.max("t").over(own), F.lit(NO_TIME)))
-    # pos: a number that grows with the input order (merge_t, rank, own order), equal for the
-    # rows of one record (sub 0, 1: a tombstone's two key forms). Only compared, never counted,
-    # so it need not be dense: a range-partitioned sort numbers rows in every partition in
-    # parallel (monotonically_increasing_id follows the partitions' order), where a rank over
-    # one global window would send every record through a single task.
-    order = ("merge_t", "rank", "part", "off")
-    # As many partitions as were read, or PARAMS["order_partitions"] when set.
-    n = int(params.get("order_partitions") or max(df.rdd.getNumPartitions(), spark.sparkContext.defaultParallelism))
-    df = df.repartitionByRange(n, *order).sortWithinPartitions(*order, "sub")
-    df = df.withColumn("pos", F.monotonically_increasing_id() - F.col("sub"))
-    df = df.drop("rank", "part", "off", "merge_t")
+    # pos: the input order (streamctl.spark.order), the rank before the partition: the table side
+    # wins ties in a stream-table join; the rows of one record (sub 0, 1: a tombstone's two key
+    # forms) share it
+    df = in_input_order(df, ("rank", "part"), sort_partitions(spark, df, params), sub=True)
+    df = df.drop("rank", "part", "off")
     if params["kind"] == "stream" or (params["kind"] == "table" and params.get("as_of") == "event-time"):
-        running = Window.orderBy("pos", "sub").rowsBetween(Window.unboundedPreceding, 0)
-        df = df.withColumn("W", F.max("t").over(running) - F.lit(int(params.get("lateness") or 0)))
+        # W: the watermark after pos (Watermark.value after observing its time)
+        df = with_high(df.persist(StorageLevel.DISK_ONLY), sub=True)
+        df = df.withColumn("W", F.col("high") - F.lit(int(params.get("lateness") or 0))).drop("prior", "high")
     # Used two or three times per kind: kept on disk, not in the heap the driver shares in local mode.
     return df.persist(StorageLevel.DISK_ONLY)
 

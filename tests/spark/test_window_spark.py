@@ -19,6 +19,7 @@ import random
 import orjson
 import pytest
 
+from streamctl.processing.mergeorder import NO_TIME
 from streamctl.processing.windows.config import WindowConfig
 from streamctl.processing.windows.driver import WindowRun
 from streamctl.processing.windows.events import records_of
@@ -283,28 +284,37 @@ def test_bad_time_example_is_the_first_in_input_order(spark, jittered_log):
 
 @pytest.mark.spark
 @pytest.mark.parametrize("slices", [1, 4, 13])
-def test_merge_keys_across_spark_partitions(spark, slices):
-    """The running max of each log partition, carried across the Spark partitions of the sort by
-    (partition, offset), equals a brute-force running max; order keys sort like the input order."""
-    from streamctl.spark import window_job
+def test_input_order_and_watermark_across_spark_partitions(spark, slices):
+    """The input order of streamctl.spark.order (the window and join jobs' one Spark kernel of it)
+    sorts like the input order by mergeorder.merge_keys, and its running max before and up to each
+    record, carried across the sorted Spark partitions, is Watermark.observe folded over that order."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from streamctl.processing.mergeorder import merge_keys
+    from streamctl.processing.watermark import Watermark
+    from streamctl.spark.order import in_input_order, with_high
 
     rnd = random.Random(slices)
     places = []
     for p in range(4):
-        for off in range(rnd.randrange(0, 60)):
-            t = None if rnd.random() < 0.15 else T0 + off * 10 + rnd.randint(-50, 50)
-            places.append(((p, off), (t, ("event", p, off))))
-    want, high = [], {}
-    for (p, off), (t, ev) in places:  # stored order: by partition, then offset
-        if t is not None and t > high.get(p, window_job.NO_TIME):
-            high[p] = t
-        want.append(((high.get(p, window_job.NO_TIME), p, off), (t, ev)))
-    shuffled = places[:]
+        times = [None if rnd.random() < 0.15 else T0 + off * 10 + rnd.randint(-50, 50)
+                 for off in range(rnd.randrange(0, 60))]
+        # stored order: by partition, then offset; a tie of merge keys goes by partition
+        places += [((key, p, off), t) for off, (t, key) in enumerate(zip(times, merge_keys(times, NO_TIME),
+                                                                         strict=True))]
+    clock, want = Watermark(), []
+    for place, t in sorted(places):
+        prior = clock.max_time
+        if t is not None:
+            clock.observe(t)
+        want.append((place[1], place[2], t, prior, clock.max_time))
+    shuffled = [(p, off, t) for (_key, p, off), t in places]
     rnd.shuffle(shuffled)
-    rdd = spark.sparkContext.parallelize(shuffled, slices)
-    params = {"inputs": [{"is_log": True}], "window": {"time_field": "value.at"}}
-    got, _sorted = window_job._in_input_order(spark.sparkContext, params, rdd, 1)
-    assert sorted(got.collect()) == sorted(want)
+    schema = StructType([StructField(n, LongType()) for n in ("part", "off", "t")])
+    df = spark.createDataFrame(spark.sparkContext.parallelize(shuffled, slices), schema)
+    got = with_high(in_input_order(df, ("part",), slices).persist())
+    rows = got.select("pos", "part", "off", "t", "prior", "high").collect()
+    assert [tuple(r)[1:] for r in sorted(rows)] == want
 
 
 def test_job_is_readable_and_params_are_data(tmp_path):
