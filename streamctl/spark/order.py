@@ -45,6 +45,9 @@ def in_input_order(df, lanes, partitions, merge_key=None, sub=False):
     """`df` with `pos` (steps 1 and 2 of the module's docstring), range-sorted into `partitions`
     ranges. `merge_key`: a column that is the merge key already (the lanes' stored order is the
     input order); `sub`: rows of one record are numbered by a `sub` column (0, 1, ...)."""
+    # the windows' and the groupBy's shuffles below make as many partitions as the sort's ranges,
+    # not spark.sql.shuffle.partitions (200 by default: on a small input most of the job's time)
+    df.sparkSession.conf.set("spark.sql.shuffle.partitions", str(partitions))
     if merge_key is None:
         own = Window.partitionBy(*lanes).orderBy("off").rowsBetween(Window.unboundedPreceding, 0)
         merge_key = F.coalesce(F.max("t").over(own), F.lit(NO_TIME))

@@ -80,7 +80,7 @@ def _prepare(params):
     return prepare
 
 
-def _in_input_order(spark, params, records, bad_count):
+def _in_input_order(params, records, parts, bad_count):
     """The records (a DataFrame of EVENT_SCHEMA) with `pos`, `prior` and `high` (streamctl.spark.order:
     the input order, and the largest time before and up to each record in it), persisted, and the
     cached sort they were made from, to unpersist once they are read."""
@@ -92,7 +92,7 @@ def _in_input_order(spark, params, records, bad_count):
         merge_key = F.col("t")
     else:
         merge_key = None
-    ordered = in_input_order(records, ("part",), sort_partitions(spark, records, params), merge_key)
+    ordered = in_input_order(records, ("part",), parts, merge_key)
     ordered = ordered.persist(StorageLevel.DISK_ONLY)
     return with_high(ordered).persist(StorageLevel.DISK_ONLY), ordered
 
@@ -134,10 +134,13 @@ def main(spark, params, out):
     # the one input order, and the watermark before and after each event in it
     records = prepared.filter(lambda x: x[0] != "nn")
     bad_count = records.filter(lambda x: x[2] is None).count()
-    records, ordered = _in_input_order(spark, params, spark.createDataFrame(records, EVENT_SCHEMA), bad_count)
+    records = spark.createDataFrame(records, EVENT_SCHEMA)
+    # the sort's ranges, and as many partitions of groups and of rows (not the DataFrame's own,
+    # spark.sql.shuffle.partitions after its windows' shuffles: a Python task each)
+    n_parts = sort_partitions(spark, records, params)
+    records, ordered = _in_input_order(params, records, n_parts, bad_count)
     prepared.unpersist()  # read to the end for the order's sort, which is cached
     bad_first = records.where(F.col("t").isNull()).orderBy("pos").first() if bad_count else None
-    n_parts = max(1, records.rdd.getNumPartitions())
 
     def with_watermark(row):
         # as Watermark.observe(t) gives them: the value before the event, and after it where it
