@@ -149,6 +149,9 @@ def test_follow_reconnects_after_its_connection_is_ended_then_stops_on_a_misconf
     try:
         _wait_streaming(pg, db)
         pg.sql("insert into r values (1)", db)
+        # a change read through the slot: the slot's server process is now the streaming one (while
+        # capture starts, another connection may hold the slot for a moment)
+        _wait_for_ids(log, 1, proc)
         # the server ends the streaming connection (an administrator, a failover proxy): a transient loss
         old = _walsender(pg, db)
         pg.sql("select pg_terminate_backend(%s)", args=(old,))
