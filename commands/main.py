@@ -146,5 +146,28 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def _fill_closed_std_fds() -> None:
+    """Put /dev/null on a standard descriptor the caller closed (`>&-`), before any file is opened.
+
+    Otherwise the first file streamctl opens (a segment, a group file) would get that number and
+    the output meant for stdout would be written into it. stdout and stdin get it opened the wrong
+    way round, so using them fails with EBADF (a clear error, as `cat >&-` gives), while stderr
+    gets it for writing: diagnostics nobody reads are dropped, and the exit code still tells.
+    """
+    for fd, flags in ((0, os.O_WRONLY), (1, os.O_RDONLY), (2, os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        got = os.open(os.devnull, flags)
+        if got != fd:  # a lower descriptor was closed too and took this one: it is filled next round
+            os.dup2(got, fd)
+            os.close(got)
+        stream = os.fdopen(fd, "w" if fd else "r", encoding="utf-8", closefd=False)
+        setattr(sys, ("stdin", "stdout", "stderr")[fd], stream)
+
+
 def run() -> None:
+    _fill_closed_std_fds()
     sys.exit(main())

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import CLI, ROOT, cli_env, log_records, run_cli
 from streamctl.commands.main import COMMANDS, build_app
 
 
@@ -151,3 +152,28 @@ def test_readme_quick_start_runs_verbatim_in_an_empty_folder(tmp_path):
     assert p.returncode == 0, (p.stdout.decode()[-2000:], p.stderr.decode()[-2000:])
     assert b"Traceback" not in p.stderr, p.stderr.decode()
     assert b"1000 record(s): ok" in p.stdout, p.stdout.decode()[-2000:]  # check saw every record
+
+
+def _with_closed(fd: int, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
+    """streamctl ARGS run by a shell with descriptor `fd` closed (`N>&-` / `N<&-`)."""
+    cmd = " ".join([*map(shlex.quote, [*CLI, *args]), f"{fd}<&-" if fd == 0 else f"{fd}>&-"])
+    return subprocess.run(["bash", "-c", cmd], input=stdin, capture_output=True, timeout=120, env=cli_env())
+
+
+def test_a_closed_standard_descriptor_is_never_a_traceback_nor_a_file(tmp_path):
+    """With stdout closed, the first file opened must not become descriptor 1 and receive the
+    output; the command still appends and exits with its own code, as `cat >&-` would."""
+    log = str(tmp_path / "log")
+    p = _with_closed(1, "produce", log, stdin=b"1\n2\n")
+    assert p.returncode == 0 and b"Traceback" not in p.stderr, p.stderr
+    assert [r["value"] for r in log_records(log)] == [1, 2]
+    p = _with_closed(1, "consume", log)
+    assert p.returncode == 1 and b"Traceback" not in p.stderr, p.stderr
+    assert b"stdout" in p.stderr and b"Bad file descriptor" in p.stderr, p.stderr
+    assert subprocess.run([*CLI, "check", log], capture_output=True, env=cli_env()).returncode == 0
+    assert [r["value"] for r in log_records(log)] == [1, 2]  # nothing written into a segment
+    p = _with_closed(2, "produce", log, stdin=b"3\n")
+    assert p.returncode == 0 and p.stdout == b""
+    assert _with_closed(2, "produce", log, stdin=b"{bad\n").returncode == 65
+    p = _with_closed(0, "consume", log, "--value")
+    assert p.returncode == 0 and p.stdout == b"1\n2\n3\n", p.stderr
