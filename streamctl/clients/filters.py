@@ -82,8 +82,10 @@ def parse_where(text: str) -> Where:
     except UsageError as e:
         raise UsageError(f"--where {text!r}: {e}") from None
     try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
+        # msgspec, as the records' side is read: an integer past 64 bits stays exact (orjson's
+        # would be a float, equal to its neighbours)
+        value = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
         if op != "~" and not _BARE_WORD.fullmatch(raw):  # `x === 1`, `x == 1 and y`, `x == "a`: a typo
             raise UsageError(f"--where {text!r}: VALUE {raw!r} is neither JSON nor a bare word (a string "
                              f"with spaces or quotes is written as JSON: '{path_text} {op} \"a b\"')") from None

@@ -398,3 +398,14 @@ def test_cli_exec_batches_hold_only_matches_and_commit_past_skips(logdir, tmp_pa
     assert p.returncode != 0
     stat = json.loads(run_cli("stat", logdir, "--json", check=True).stdout)
     assert [g["committed"] for g in stat["groups"] if g["group"] == "y"] == [4]  # up to the failed batch
+
+
+def test_integers_past_64_bits_compare_exactly():
+    """VALUE is read as the records are: 10**29 + 1 and 10**29 + 2 are two numbers, not one float."""
+    big = 10**29 + 1  # no float is equal to it
+    block = b"".join(line(i, {"id": v}) for i, v in enumerate([big, big + 1, float(big)]))
+    assert picked(f"id == {big}", block=block) == [0]
+    assert picked(f"id > {big}", block=block) == [1]
+    assert picked(f"id >= {big + 1}", block=block) == [1]
+    assert picked(f"id != {big}", block=block) == [1, 2]
+    assert parse_where(f"id == {big}").value == big
