@@ -38,9 +38,14 @@ def key_paths(by: list[str]) -> list[tuple[str, ...]]:
     return [fieldpaths.record_path(p) for p in by] if by else [("key",)]
 
 
+SORT_KEYS = orjson.OPT_SORT_KEYS
+
+
 def key_json(k: Any) -> bytes:
-    """A key value's JSON text (a copy: orjson's result keeps its whole 4 KiB write buffer alive)."""
-    return b"null" if k is None else b"%b" % orjson.dumps(k)
+    """A key value's JSON text (a copy: orjson's result keeps its whole 4 KiB write buffer alive),
+    an object's fields sorted: objects that differ only in field order are one group, as they are
+    one value to --where, distinct and join keys."""
+    return b"null" if k is None else b"%b" % orjson.dumps(k, option=SORT_KEYS)
 
 
 def key_getter(by: list[str], key_json: Callable[[Any], bytes] = key_json) -> Callable[[dict], bytes]:
@@ -53,7 +58,7 @@ def key_getter(by: list[str], key_json: Callable[[Any], bytes] = key_json) -> Ca
         g = getters[0]
         return lambda r: key_json(g(r))
     dumps = orjson.dumps
-    return lambda r: b"%b" % dumps([g(r) for g in getters])  # a copy, as in key_json
+    return lambda r: b"%b" % dumps([g(r) for g in getters], option=SORT_KEYS)  # a copy, as in key_json
 
 
 def _rank(v: Any) -> tuple:

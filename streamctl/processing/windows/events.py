@@ -15,6 +15,7 @@ import orjson
 from streamctl.processing import aggregations, eventfields, inputorder
 from streamctl.processing import columns as fieldcolumns
 from streamctl.processing.aggregations.base import is_number
+from streamctl.processing.eventfields import SORT_KEYS
 from streamctl.processing.windows.config import WindowConfig, make_plan, time_range
 from streamctl.storage import fieldpaths
 from streamctl.timeparse import (
@@ -39,7 +40,7 @@ def key_json_cached(cache: dict[str, bytes] | None = None) -> Callable[[Any], by
                 # a copy of the text: orjson's result keeps its whole write buffer (4 KiB) alive with it
                 j = cache[k] = b"%b" % dumps(k)
             return j
-        return b"null" if k is None else b"%b" % dumps(k)
+        return b"null" if k is None else b"%b" % dumps(k, option=SORT_KEYS)  # eventfields.key_json's text
     return key_json
 
 
@@ -226,7 +227,7 @@ class EventColumns:
 
     def keys(self, recs: Any) -> list[bytes]:
         if len(self.key_paths) > 1:
-            return [b"%b" % orjson.dumps(list(t)) for t in zip(*(column(recs, p) for p in self.key_paths), strict=True)]
+            return [b"%b" % orjson.dumps(list(t), option=SORT_KEYS) for t in zip(*(column(recs, p) for p in self.key_paths), strict=True)]
         return key_texts(column(recs, self.key_paths[0]), self.key_json)
 
 
@@ -390,7 +391,7 @@ def key_texts(vals: list, key_json: Callable[[Any], bytes]) -> list[bytes]:
     written as dumps() writes it alone, and when no text holds a comma there is one piece per
     value (the cut is kept only then)."""
     try:
-        texts = orjson.dumps(vals)[1:-1].split(b",")
+        texts = orjson.dumps(vals, option=SORT_KEYS)[1:-1].split(b",")
     except TypeError:
         texts = []
     if len(texts) == len(vals) and vals:
