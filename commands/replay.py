@@ -60,8 +60,8 @@ def replay(
     from_: str | None = typer.Option(None, "--from", callback=numbers.position(), metavar="OFFSET|TIME", help="Start of the range (inclusive): an offset (a bare integer, in every partition) or a time: ISO-8601, @EPOCHMS or relative -1h."),
     until: str | None = typer.Option(None, "--until", callback=numbers.position(), metavar="OFFSET|TIME", help="End of the range (exclusive), same forms as --from. Default: the end of the log when replay starts."),
     key: list[str] | None = typer.Option(None, "--key", metavar="K", help="Only records whose key is K (repeatable: any of them)."),
-    header: list[str] | None = typer.Option(None, "--header", metavar="NAME=VALUE", help="Only records with header NAME equal to VALUE (repeatable: all must hold). Local engine only."),
-    where: list[str] | None = typer.Option(None, "--where", metavar="'PATH OP VALUE'", help=WHERE_HELP + " Local engine only."),
+    header: list[str] | None = typer.Option(None, "--header", metavar="NAME=VALUE", help="Only records with header NAME equal to VALUE (repeatable: all must hold)."),
+    where: list[str] | None = typer.Option(None, "--where", metavar="'PATH OP VALUE'", help=WHERE_HELP),
     compact: bool = typer.Option(False, "--compact", help="The table as of --until: the latest record per key, deleted keys (tombstones) and records without a key left out."),
     out: str | None = typer.Option(None, "--out", metavar="LOG2", help="Append the records to LOG2 (new offsets; created with LOG's partition count if missing) instead of stdout."),
     engine: str = options.engine(),
@@ -102,9 +102,10 @@ def replay(
 
     Filters (--key, --header, --where, as in consume) combine with AND. With
     --compact they select rows of the table: a key is shown when its latest
-    record matches. The Spark engine applies one --key; --header, --where and
-    several --key run on the local engine (auto stays local; --engine spark and
-    --emit-job refuse them).
+    record matches. The Spark engine applies them too, with the same rule: one
+    --key alone in Spark itself, any other filter by streamctl's own filter on
+    each line (an emitted job then needs msgspec on the executors, as streamctl
+    itself does).
 
     The Spark engine gives the same lines in the same order. To stdout, the job
     writes them there itself (they do not pass through streamctl); with --out

@@ -344,6 +344,12 @@ class Filter:
             return None
         return cls(list(keys or ()), [parse_header(h) for h in headers or ()], [parse_where(w) for w in wheres or ()])
 
+    def options(self) -> dict[str, list[str]]:
+        """The options this filter was made of, as typed (from_options makes it again: the Spark
+        replay job builds its own on each executor)."""
+        return {"key": list(self.keys), "header": [f"{n}={v}" for n, v in self.headers],
+                "where": [w.text for w in self.wheres]}
+
     def describe(self) -> str:
         parts = [f"--key {k}" for k in self.keys] + [f"--header {n}={v}" for n, v in self.headers]
         return " ".join(parts + [f"--where {w.text!r}" for w in self.wheres])

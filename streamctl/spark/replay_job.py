@@ -25,7 +25,11 @@ URI names). It gives the same lines in the same order as `streamctl replay --eng
    one scan of unchanging files, no end filter.
 5. --compact: per key, the last record in (ts, partition, offset) order
    (max of a struct in a hash-partitioned aggregate); a tombstone (value null)
-   deletes the key; records without a key are left out.
+   deletes the key; records without a key are left out. Then the filters of
+   consume (PARAMS["filter"]: several --key, --header, --where), by streamctl's
+   own Filter on each line (streamctl.clients.filters, shipped with the job), so
+   they select the same records as the local engine: with --compact, rows of
+   the table.
 6. Sort by (ts, partition, offset) (a range-partitioned sort) and hand the
    original lines out in order. With a local master (and whenever
    PARAMS["scratch"] names a folder every executor and the driver can reach) the
@@ -285,7 +289,28 @@ def replay_frame(spark, params, via_files=False):
         latest = F.max(F.struct("ts", "partition", "offset", "nokey", "line")).alias("r")
         df = df.groupBy("key").agg(latest).select("r.*")
         df = df.where(~F.col("nokey") & ~_tombstone(F.col("line")))
+    options = params.get("filter")
+    if options:
+        df = df.where(_filter_udf(options)(F.col("line")))
     return df.select("line", "offset", "partition", "ts")
+
+
+def _filter_udf(options):
+    """A boolean UDF of a stored line: whether streamctl's Filter of these options (PARAMS["filter"]:
+    lists "key", "header" and "where", as typed) selects it. Each executor builds the Filter
+    once (its decoders are not sent over the wire)."""
+    from pyspark.sql.types import BooleanType
+
+    made = []
+
+    def keep(line):
+        if not made:
+            from streamctl.clients.filters import Filter
+
+            made.append(Filter.from_options(options.get("key"), options.get("header"), options.get("where")))
+        return made[0].matches(line.encode())
+
+    return F.udf(keep, BooleanType())
 
 
 def input_records(spark, inp):

@@ -24,14 +24,14 @@ from streamctl.storage.log import Log
 if TYPE_CHECKING:
     from streamctl.formats.progress import Progress
 
-LOCAL_ONLY = "the Spark engine does not apply --header, --where or several --key"
 PROGRESS_ABOVE = 64 << 20  # a replay of less is over before a progress line would help
 
 
 def range_spec(engine: str, from_: str | None, until: str | None, key: list[str] | None,
                header: list[str] | None, where: list[str] | None, compact: bool) -> tuple[core.ReplaySpec, int]:
     """The filters, --from/--until and --compact as a spec, and the time `now` the bounds were read at.
-    A Spark job applies one key; any other filter is applied by this process (spec.filter)."""
+    A Spark job applies one --key alone natively (spec.key); any other filter by streamctl's own
+    Filter on each line (spec.filter, job_params' "filter")."""
     from streamctl.timeparse import now_ms
 
     flt = None
@@ -52,12 +52,6 @@ def range_spec(engine: str, from_: str | None, until: str | None, key: list[str]
 def run(log: str, spec: core.ReplaySpec, out: str | None, engine: str, threshold: int | None, master: str | None,
         emit_job: str | None, unbuffered: bool, now: int, say: Say) -> None:
     flt = spec.filter
-    local_only = flt is not None and spec.key is None
-    if local_only and (engine == "spark" or emit_job is not None or is_uri(log)):
-        what = "--emit-job" if emit_job is not None else ("a Spark URI" if is_uri(log) else "--engine spark")
-        assert flt is not None
-        raise UsageError(f"{what}: the Spark engine applies one --key only; {flt.describe()} runs on the "
-                         "local engine (--engine local or auto)")
     if emit_job is not None:
         if out is not None:
             raise UsageError("--out appends to a streamctl log and cannot be done by an emitted job; pipe the job's "
@@ -77,7 +71,7 @@ def run(log: str, spec: core.ReplaySpec, out: str | None, engine: str, threshold
             raise UsageError("--out must be another log than the one replayed")
         ranges = core.plan(lg, spec)
     # a URI is Spark's (or why not: the install hint when Spark is missing)
-    if pick_engine(engine, [log], threshold, say, LOCAL_ONLY if local_only else None) == "spark":
+    if pick_engine(engine, [log], threshold, say) == "spark":
         return write(run_spark(lg or log, spec, master, say, ranges, now, into=stdout_fd(out)), out, unbuffered, lg,
                      say)
     assert lg is not None and ranges is not None
@@ -169,6 +163,9 @@ def job_params(log_uri: str, spec: core.ReplaySpec, master: str | None, relative
         "from": spec.start.job_param(relative) if spec.start else None,
         "until": spec.until.job_param(relative) if spec.until else None,
         "key": spec.key,
+        # the filters of consume other than one --key alone, as typed (replay_job applies them with
+        # streamctl's Filter: the same selection as the local engine)
+        "filter": None if spec.key is not None or spec.filter is None else spec.filter.options(),
         "compact": spec.compact,
         # a folder (file://, hdfs://, s3a://) the driver and every executor can reach: the sorted
         # result is written there by Spark's parallel writer and copied out in order; None = the
