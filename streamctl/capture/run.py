@@ -118,11 +118,15 @@ def run(opts: CaptureOptions, say: Callable[[str], None]) -> CaptureStats:
         for path in paths:
             if os.path.exists(path) and not is_log(path):
                 raise StreamctlError(f"{path}: exists and is not a streamctl log")
+        for info, path in zip(tables, paths, strict=True):
             if is_log(path):
                 st = capture_state(open_log(path))
                 if st is not None and st.get("slot") != slot:
                     raise UsageError(f"{path} is captured through slot {st.get('slot')}, not {slot} "
                                      "(give --slot, or another LOG)")
+                if st is not None and st.get("table") != info.qualified:
+                    raise UsageError(f"{path} is captured from table {st.get('table')}, not {info.qualified} "
+                                     f"(give --table {st.get('table')}, or another LOG)")
         slot_info = srv.slot_exists(conn, slot)
         if slot_info is not None and slot_info["plugin"] != "pgoutput":
             raise StreamctlError(f"{server.shown}: slot {slot} exists with plugin {slot_info['plugin']}, "
@@ -130,6 +134,14 @@ def run(opts: CaptureOptions, say: Callable[[str], None]) -> CaptureStats:
         if slot_info is not None and slot_info["active_pid"] is not None:
             raise StreamctlError(f"{server.shown}: slot {slot} is in use by process {slot_info['active_pid']} "
                                  "(another capture is running)")
+        if slot_info is not None:
+            # the slot streams what its publication names: changing that set would lose for good the
+            # changes of a table left out (the slot moves past them) and give a table added no snapshot
+            published = srv.publication_tables(conn, slot)
+            if published is not None and set(published) != {t.oid for t in tables}:
+                raise UsageError(f"{opts.log}: slot {slot} captures {_table_set(published.values())}, not "
+                                 f"{_table_set(t.qualified for t in tables)} (give the same --table set, "
+                                 "or another --slot or LOG)")
         made_publication = srv.ensure_publication(conn, slot, tables, server.shown)
         states = [capture_state(open_log(p)) if is_log(p) else None for p in paths]
         resync = slot_info is None or any(s is None or s.get("snapshot") == "started" for s in states)
@@ -194,6 +206,10 @@ def run(opts: CaptureOptions, say: Callable[[str], None]) -> CaptureStats:
         return stats
     finally:
         conn.close()
+
+
+def _table_set(names: Any) -> str:
+    return "the tables " + ", ".join(sorted(names))
 
 
 def _close_quietly(conn: Any) -> None:

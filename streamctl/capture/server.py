@@ -240,6 +240,16 @@ def drop_slot(conn: Any, slot: str, shown: str) -> bool:
     return info is not None
 
 
+def publication_tables(conn: Any, pub: str) -> dict[int, str] | None:
+    """The tables the publication names (oid -> SCHEMA.TABLE), or None when there is no such publication."""
+    if not query(conn, "select 1 from pg_publication where pubname = %s", (pub,)):
+        return None
+    rows = query(conn, "select c.oid, n.nspname || '.' || c.relname from pg_publication p "
+                       "join pg_publication_rel r on r.prpubid = p.oid join pg_class c on c.oid = r.prrelid "
+                       "join pg_namespace n on n.oid = c.relnamespace where p.pubname = %s", (pub,))
+    return {int(oid): name for oid, name in rows}
+
+
 def ensure_publication(conn: Any, pub: str, tables: list[TableInfo], shown: str) -> bool:
     """The publication pgoutput reads (one per slot, named like it), holding exactly the captured tables;
     True when this call created it."""
