@@ -75,7 +75,9 @@ def capture(
     A TOASTed column an update left unchanged is written with its value from the log
     (or, for a row the log never held, the database). Columns added or dropped appear
     in or leave the rows from the next change on. TRUNCATE is a tombstone for every key
-    the log holds; an update of the primary key a tombstone, then the new row.
+    the log holds; an update of the primary key a tombstone, then the new row. A
+    partitioned table is one log keyed by its own primary key, its partitions'
+    changes published through it (PostgreSQL 13 or later; refused on 12).
 
     Slots: the slot (and a publication of the same name, which pgoutput reads) is
     named by --slot or derived from LOG, and streams a fixed set of tables: a run

@@ -171,7 +171,14 @@ def table_info(conn: Any, name: str, shown: str) -> TableInfo:
     if not rows or rows[0][1] not in ("r", "p"):
         what = "no such table" if not rows else "not a table"
         raise SetupError(f"{shown}: table {schema}.{table}: {what}")
-    oid = rows[0][0]
+    oid, kind = rows[0]
+    if kind == "p":
+        (version,) = query(conn, "select current_setting('server_version_num')::int")[0]
+        if version < 130000:
+            # pgoutput names a partitioned table's changes by its leaf partitions before 13
+            # (publish_via_partition_root): they could not be told as the table's
+            raise SetupError(f"{shown}: table {schema}.{table} is partitioned: capturing it needs PostgreSQL 13 "
+                             "or later (publish_via_partition_root)")
     cols = query(conn, "select attname, atttypid from pg_attribute where attrelid = %s and attnum > 0 "
                        "and not attisdropped order by attnum", (oid,))
     key = [r[0] for r in query(
@@ -255,11 +262,18 @@ def ensure_publication(conn: Any, pub: str, tables: list[TableInfo], shown: str)
     True when this call created it."""
     names = ", ".join(f'"{t.schema}"."{t.name}"' for t in tables)
     try:
+        # a partitioned table's changes under its own name and key, not its partitions' (13 and later;
+        # table_info refuses a partitioned table on 12)
+        (version,) = query(conn, "select current_setting('server_version_num')::int")[0]
+        via_root = version >= 130000
         exists = query(conn, "select 1 from pg_publication where pubname = %s", (pub,))
         if exists:
             query(conn, f'alter publication "{pub}" set table {names}')
+            if via_root:
+                query(conn, f'alter publication "{pub}" set (publish_via_partition_root = true)')
             return False
-        query(conn, f'create publication "{pub}" for table {names}')
+        query(conn, f'create publication "{pub}" for table {names}'
+                    + (" with (publish_via_partition_root = true)" if via_root else ""))
         return True
     except Exception as e:
         raise SetupError(f"{shown}: cannot create publication {pub} for the captured tables: {_reason(e)} "
