@@ -88,8 +88,11 @@ def capture(
     for keys the table lost meanwhile. A slot no one reads keeps the server's WAL:
     `streamctl stat LOG` shows the slot and the WAL it holds back, --drop-slot
     removes it. The role needs REPLICATION, ownership of the tables and CREATE on
-    the database (for the publication). Every misconfiguration is one line naming
-    it, exit 1 (2 for a bad DSN or flags), and no log is created.
+    the database (for the publication). Each table needs a primary key, and a
+    REPLICA IDENTITY that gives the old row's primary key (DEFAULT, FULL, or
+    USING INDEX of the primary key; not another index, nor NOTHING). Every
+    misconfiguration is one line naming it, exit 1 (2 for a bad DSN or flags),
+    and no log is created.
     """
     from streamctl.errors import UsageError
 

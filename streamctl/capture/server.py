@@ -188,12 +188,34 @@ def table_info(conn: Any, name: str, shown: str) -> TableInfo:
     if not key:
         raise SetupError(f"{shown}: table {schema}.{table} has no primary key "
                          "(capture keys each record by the primary key; add one)")
+    for rel in [oid] + ([r[0] for r in query(conn, "select relid::oid from pg_partition_tree(%s) where isleaf",
+                                             (oid,))] if kind == "p" else []):
+        setting = _replica_identity_problem(conn, rel)
+        if setting is not None:
+            part = "" if rel == oid else f" (its partition {query(conn, 'select %s::regclass::text', (rel,))[0][0]})"
+            raise SetupError(f"{shown}: table {schema}.{table}{part} has REPLICA IDENTITY {setting}: capture keys "
+                             "each update and delete by the old row's primary key "
+                             "(ALTER TABLE ... REPLICA IDENTITY DEFAULT)")
     (readable,) = query(conn, "select has_table_privilege(%s, 'SELECT')", (oid,))[0]
     if not readable:
         raise SetupError(f"{shown}: table {schema}.{table}: the role lacks the SELECT privilege")
     info = TableInfo(schema, table, oid, [c[0] for c in cols], [c[1] for c in cols], key)
     info.convs = converters(conn, info.types)
     return info
+
+
+def _replica_identity_problem(conn: Any, oid: int) -> str | None:
+    """The table's replica identity when it does not give the old primary key of an update or delete
+    (USING INDEX on another index, NOTHING); None for DEFAULT (the primary key) or FULL."""
+    (ident_kind,) = query(conn, "select relreplident from pg_class where oid = %s", (oid,))[0]
+    if ident_kind == "n":
+        return "NOTHING"
+    if ident_kind == "i":
+        rows = query(conn, "select i.indexrelid::regclass::text, i.indisprimary from pg_index i "
+                           "where i.indrelid = %s and i.indisreplident", (oid,))
+        if rows and not rows[0][1]:
+            return f"USING INDEX {rows[0][0]}"
+    return None
 
 
 _type_cache: dict[int, tuple[int, int, str]] = {}  # type oid -> (base type, array element type or 0, delimiter)
