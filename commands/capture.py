@@ -74,7 +74,9 @@ def capture(
     PostgreSQL prints them (interval as P1DT2H), NULL null, any other type its text.
     A TOASTed column an update left unchanged is written with its value from the log
     (or, for a row the log never held, the database). Columns added or dropped appear
-    in or leave the rows from the next change on. TRUNCATE is a tombstone for every key
+    in or leave the rows from the next change on. Generated columns (GENERATED
+    ALWAYS AS ... STORED) are not captured, in the snapshot or the changes, as
+    PostgreSQL's logical replication does not send them. TRUNCATE is a tombstone for every key
     the log holds; an update of the primary key a tombstone, then the new row. A
     partitioned table is one log keyed by its own primary key, its partitions'
     changes published through it (PostgreSQL 13 or later; refused on 12).

@@ -179,8 +179,10 @@ def table_info(conn: Any, name: str, shown: str) -> TableInfo:
             # (publish_via_partition_root): they could not be told as the table's
             raise SetupError(f"{shown}: table {schema}.{table} is partitioned: capturing it needs PostgreSQL 13 "
                              "or later (publish_via_partition_root)")
+    # generated columns left out: logical replication never sends them, so a snapshot row holding
+    # them would differ from the same row's changes
     cols = query(conn, "select attname, atttypid from pg_attribute where attrelid = %s and attnum > 0 "
-                       "and not attisdropped order by attnum", (oid,))
+                       "and not attisdropped and attgenerated = '' order by attnum", (oid,))
     key = [r[0] for r in query(
         conn, "select a.attname from pg_index i join pg_attribute a on a.attrelid = i.indrelid "
               "and a.attnum = any(i.indkey) where i.indrelid = %s and i.indisprimary "
@@ -188,6 +190,10 @@ def table_info(conn: Any, name: str, shown: str) -> TableInfo:
     if not key:
         raise SetupError(f"{shown}: table {schema}.{table} has no primary key "
                          "(capture keys each record by the primary key; add one)")
+    generated = [k for k in key if k not in [c[0] for c in cols]]
+    if generated:
+        raise SetupError(f"{shown}: table {schema}.{table}: primary key column {generated[0]} is generated "
+                         "(logical replication does not send generated columns)")
     for rel in [oid] + ([r[0] for r in query(conn, "select relid::oid from pg_partition_tree(%s) where isleaf",
                                              (oid,))] if kind == "p" else []):
         setting = _replica_identity_problem(conn, rel)
