@@ -67,7 +67,9 @@ def capture(
     next run continues.
 
     Values: integers and floats are JSON numbers (NaN and the infinities the strings
-    PostgreSQL prints), numeric its exact digits as a JSON number, boolean true/false,
+    PostgreSQL prints), numeric its exact digits as a JSON number (as a JSON string
+    of its exact digits beyond the range of a double, 1e400, which JSON readers
+    cannot take as a number), boolean true/false,
     text types strings, json/jsonb the JSON itself, bytea base64, arrays JSON arrays,
     timestamptz ISO-8601 UTC with microseconds (2026-11-21T10:00:00.123456Z),
     timestamp with a T (2026-11-21T10:00:00), date, time and interval ISO-8601 as

@@ -332,7 +332,7 @@ def create_slot(server: Server, slot: str) -> NewSlot:
 def fast_plan(table: TableInfo) -> tuple[str, list[str]] | None:
     """The snapshot's fast lane for this table (values.fast_expr): the SELECT giving each row's key
     column texts and its JSON, and each key column's kind; None when a column has no fast form."""
-    from streamctl.capture.values import _ident, fast_expr, fast_key_kind
+    from streamctl.capture.values import NUMERIC, _ident, fast_expr, fast_key_kind
 
     bases = [_type_cache.get(t, (t, 0, ","))[0] for t in table.types]
     exprs = [fast_expr(t, c) for t, c in zip(bases, table.columns, strict=True)]
@@ -344,7 +344,9 @@ def fast_plan(table: TableInfo) -> tuple[str, list[str]] | None:
     alias = "_streamctl_row_"
     while alias in table.columns:
         alias += "_"
-    keys = ", ".join(f"{alias}.{_ident(k)}::text" for k in table.key)
+    # a numeric key column is to_json's value in the row (fast_expr): its scalar's text, a string's unquoted
+    keys = ", ".join(f"{alias}.{_ident(k)}" + (" #>> '{}'" if bases[table.columns.index(k)] == NUMERIC else "::text")
+                     for k in table.key)
     sql = (f'select {keys}, row_to_json({alias})::text from (select {inner} from "{table.schema}"."{table.name}") '
            f"{alias}")
     return sql, [k for k in kinds if k is not None]
