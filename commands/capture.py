@@ -86,7 +86,8 @@ def capture(
     Slots: the slot (and a publication of the same name, which pgoutput reads) is
     named by --slot or derived from LOG, and streams a fixed set of tables: a run
     naming another set (a table left out or added), or another table for a log,
-    is refused (exit 2): capture it through another --slot or LOG. A run killed during the first snapshot, or
+    is refused (exit 2): capture it through another --slot or LOG. A log holding
+    records that capture did not write is refused too (exit 2). A run killed during the first snapshot, or
     one that finds its slot gone, makes a new slot and reads the tables again,
     writing only rows the log does not already hold as they are, and tombstones
     for keys the table lost meanwhile. A slot no one reads keeps the server's WAL:

@@ -120,7 +120,12 @@ def run(opts: CaptureOptions, say: Callable[[str], None]) -> CaptureStats:
                 raise StreamctlError(f"{path}: exists and is not a streamctl log")
         for info, path in zip(tables, paths, strict=True):
             if is_log(path):
-                st = capture_state(open_log(path))
+                existing = open_log(path)
+                st = capture_state(existing)
+                # a log capture did not make: a resync would write tombstones for its keys (an empty one
+                # is taken: capture's own, killed between creating it and marking it, is one)
+                if st is None and _holds_records(existing):
+                    raise UsageError(f"{path} exists and is not a capture log (give another LOG)")
                 if st is not None and st.get("slot") != slot:
                     raise UsageError(f"{path} is captured through slot {st.get('slot')}, not {slot} "
                                      "(give --slot, or another LOG)")
@@ -208,6 +213,10 @@ def run(opts: CaptureOptions, say: Callable[[str], None]) -> CaptureStats:
         conn.close()
 
 
+def _holds_records(log: Log) -> bool:
+    return any(reader.partition_info(log, p).next_offset > 0 for p in range(log.partitions))
+
+
 def _table_set(names: Any) -> str:
     return "the tables " + ", ".join(sorted(names))
 
@@ -293,7 +302,7 @@ def _snapshot(server: srv.Server, new_slot: srv.NewSlot, logs: list[TableLog], s
 
 def _snapshot_table(server: srv.Server, new_slot: srv.NewSlot, tl: TableLog) -> int:
     """Every row of tl's table in the slot's snapshot; a log that already holds records is resynced."""
-    has_records = any(reader.partition_info(tl.log, p).next_offset > 0 for p in range(tl.log.partitions))
+    has_records = _holds_records(tl.log)
     known = tl.live_keys(1 << 64) if has_records else None
     info = tl.table
     headers = [b""]

@@ -57,3 +57,22 @@ def test_another_table_into_a_log_is_refused(pg: PgServer, db: str, tmp_path: Pa
     other = str(tmp_path / "cust")
     run_cli("capture", pg.dsn(db), other, "--table", "customers", check=True, timeout=60)
     assert os.path.isdir(other)
+
+
+def test_an_ordinary_log_is_refused(pg: PgServer, db: str, tmp_path: Path) -> None:
+    """A log capture did not make is never written to (a resync would tombstone its keys)."""
+    pg.sql("create table orders (id int primary key, n int)", db)
+    pg.sql("insert into orders values (1, 10)", db)
+    log = str(tmp_path / "plain")
+    run_cli("produce", log, "--key-field", "id", input=b'{"id": 7}\n{"id": 8}\n', check=True)
+    before = log_records(log)
+    files = sorted((p, p.read_bytes()) for p in Path(log).rglob("*") if p.is_file())
+    _refused(run_cli("capture", pg.dsn(db), log, "--table", "orders", timeout=60), log, "not a capture log")
+    assert log_records(log) == before and len(before) == 2
+    assert sorted((p, p.read_bytes()) for p in Path(log).rglob("*") if p.is_file()) == files
+    assert pg.sql("select count(*) from pg_replication_slots where database = %s", args=(db,))[0][0] == 0
+    # an empty log (as capture leaves one killed between making it and marking it) is taken
+    empty = str(tmp_path / "empty")
+    run_cli("produce", empty, input=b"", check=True)
+    run_cli("capture", pg.dsn(db), empty, "--table", "orders", check=True, timeout=60)
+    assert [(r["key"], r["headers"]["op"]) for r in log_records(empty)] == [("1", "r")]
