@@ -52,7 +52,8 @@ def capture(
     its value is the row as a JSON object, null for a delete; headers op (r snapshot,
     c insert, u update, d delete), lsn (the commit's LSN; a snapshot row's is the slot's
     consistent point) and txid (a snapshot row's is that of the transaction that read the
-    snapshot, never a change's). Exactly once: the slot
+    snapshot, never a change's; so is that of a tombstone a resync writes for a key
+    the table lost while no slot was kept, with the snapshot's lsn). Exactly once: the slot
     is confirmed only up to changes durable in the log, and a rerun skips what the log
     already holds. Without --follow it reads what was committed before it started, then
     exits (for cron).

@@ -306,8 +306,10 @@ def _snapshot_table(server: srv.Server, new_slot: srv.NewSlot, tl: TableLog) -> 
     known = tl.live_keys(1 << 64) if has_records else None
     info = tl.table
     headers = [b""]
+    snapshot_txid = [0]
 
     def start(txid: int) -> None:
+        snapshot_txid[0] = txid
         headers[0] = _headers("r", new_slot.consistent_point, txid)
 
     plan = srv.fast_plan(info)
@@ -322,8 +324,10 @@ def _snapshot_table(server: srv.Server, new_slot: srv.NewSlot, tl: TableLog) -> 
 
     n = srv.read_snapshot(server, new_slot.snapshot_name, info, start, rows, plan[0] if plan else None)
     if known:
-        # keys the log holds that the table no longer has: deleted while no slot was kept
-        dh = _headers("d", new_slot.consistent_point, None)
+        # keys the log holds that the table no longer has: deleted while no slot was kept; the deletes
+        # themselves are not known, so the tombstone carries the snapshot's point and the id of the
+        # transaction that read it and found the keys gone (as the snapshot's rows do)
+        dh = _headers("d", new_slot.consistent_point, snapshot_txid[0])
         for key in sorted(known):
             tl.pending.setdefault(tl.part(key), []).append((orjson.dumps(key), b"null", dh))
             tl.queued += 1

@@ -39,10 +39,8 @@ def _json(value: object) -> bytes:
     return b"%b" % orjson.dumps(value)
 
 
-def _headers(op: str, lsn: int, txid: int | None) -> bytes:
+def _headers(op: str, lsn: int, txid: int) -> bytes:
     # every part is ASCII letters, digits and a slash: nothing to escape; the LSN as lsn_text() prints it
-    if txid is None:
-        return b'{"op":"%s","lsn":"%X/%X"}' % (op.encode(), lsn >> 32, lsn & 0xFFFFFFFF)
     return b'{"op":"%s","lsn":"%X/%X","txid":"%d"}' % (op.encode(), lsn >> 32, lsn & 0xFFFFFFFF, txid)
 
 
