@@ -107,7 +107,8 @@ def test_password_never_printed(pg: PgServer, db: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("dsn", ["postgres://app:sek%rit@[::1", "host=127.0.0.1 password='sek rit",
-                                 "postgresql://h/db?password=sek%rit&x=1", "host=h password=sekrit port=x"])
+                                 "postgresql://h/db?password=sek%rit&x=1", "host=h password=sekrit port=x",
+                                 "host=h password=sek\\ rit port=x", "host=h password=sek\\ rit port='x"])
 def test_a_bad_dsn_is_named_without_its_password(dsn: str, tmp_path: Path) -> None:
     """A DSN libpq refuses is a usage error naming it, with no piece of the password in the line,
     even where libpq's own message quotes the piece it could not read."""

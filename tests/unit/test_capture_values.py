@@ -56,6 +56,12 @@ def test_redact() -> None:
                  "host=db password='s3 cret' user=app", "postgresql://app@db/shop?password=s3cret&x=1"):
         assert "s3cret" not in dsn.redact(text) and "s3 cret" not in dsn.redact(text)
     assert dsn.redact("postgresql://app@db/shop") == "postgresql://app@db/shop"
+    # libpq's backslash escapes in an unquoted value: the whole value is the password
+    for text in ("host=db password=TOP\\ SECRET user=app", "password=TOP\\ SECRET\\\\ user=app", "password=TOP\\"):
+        red = dsn.redact(text)
+        assert "TOP" not in red and "SECRET" not in red, red
+    assert dsn.redact("password=TOP\\ SECRET\\\\ user=app") == "password=*** user=app"
+    assert dsn.redact("host=db password=TOP\\ SECRET user=app") == "host=db password=*** user=app"
 
 
 def _tuple(*cols: str | None) -> bytes:
