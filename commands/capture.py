@@ -52,7 +52,8 @@ def capture(
     its value is the row as a JSON object, null for a delete; headers op (r snapshot,
     c insert, u update, d delete), lsn (the commit's LSN; a snapshot row's is the slot's
     consistent point) and txid (a snapshot row's is that of the transaction that read the
-    snapshot, never a change's). Exactly once: the slot
+    snapshot, never a change's; so is that of a tombstone a resync writes for a key
+    the table lost while no slot was kept, with the snapshot's lsn). Exactly once: the slot
     is confirmed only up to changes durable in the log, and a rerun skips what the log
     already holds. Without --follow it reads what was committed before it started, then
     exits (for cron).
@@ -67,25 +68,37 @@ def capture(
     next run continues.
 
     Values: integers and floats are JSON numbers (NaN and the infinities the strings
-    PostgreSQL prints), numeric its exact digits as a JSON number, boolean true/false,
+    PostgreSQL prints), numeric its exact digits as a JSON number (as a JSON string
+    of its exact digits beyond the range of a double, 1e400, which JSON readers
+    cannot take as a number), boolean true/false,
     text types strings, json/jsonb the JSON itself, bytea base64, arrays JSON arrays,
     timestamptz ISO-8601 UTC with microseconds (2026-11-21T10:00:00.123456Z),
     timestamp with a T (2026-11-21T10:00:00), date, time and interval ISO-8601 as
     PostgreSQL prints them (interval as P1DT2H), NULL null, any other type its text.
     A TOASTed column an update left unchanged is written with its value from the log
     (or, for a row the log never held, the database). Columns added or dropped appear
-    in or leave the rows from the next change on. TRUNCATE is a tombstone for every key
-    the log holds; an update of the primary key a tombstone, then the new row.
+    in or leave the rows from the next change on. Generated columns (GENERATED
+    ALWAYS AS ... STORED) are not captured, in the snapshot or the changes, as
+    PostgreSQL's logical replication does not send them. TRUNCATE is a tombstone for every key
+    the log holds; an update of the primary key a tombstone, then the new row. A
+    partitioned table is one log keyed by its own primary key, its partitions'
+    changes published through it (PostgreSQL 13 or later; refused on 12).
 
     Slots: the slot (and a publication of the same name, which pgoutput reads) is
-    named by --slot or derived from LOG. A run killed during the first snapshot, or
+    named by --slot or derived from LOG, and streams a fixed set of tables: a run
+    naming another set (a table left out or added), or another table for a log,
+    is refused (exit 2): capture it through another --slot or LOG. A log holding
+    records that capture did not write is refused too (exit 2). A run killed during the first snapshot, or
     one that finds its slot gone, makes a new slot and reads the tables again,
     writing only rows the log does not already hold as they are, and tombstones
     for keys the table lost meanwhile. A slot no one reads keeps the server's WAL:
     `streamctl stat LOG` shows the slot and the WAL it holds back, --drop-slot
     removes it. The role needs REPLICATION, ownership of the tables and CREATE on
-    the database (for the publication). Every misconfiguration is one line naming
-    it, exit 1 (2 for a bad DSN or flags), and no log is created.
+    the database (for the publication). Each table needs a primary key, and a
+    REPLICA IDENTITY that gives the old row's primary key (DEFAULT, FULL, or
+    USING INDEX of the primary key; not another index, nor NOTHING). Every
+    misconfiguration is one line naming it, exit 1 (2 for a bad DSN or flags),
+    and no log is created.
     """
     from streamctl.errors import UsageError
 

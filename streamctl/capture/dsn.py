@@ -7,8 +7,10 @@ import re
 from streamctl.errors import UsageError
 
 _URI_PASSWORD = re.compile(r"(postgres(?:ql)?://[^:/@?#]*:)([^@/?#]*)@")
-# a quoted value runs to its closing quote, or to the end of a DSN that never closes it
-_KV_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*(?:'|$)|\S+)", re.IGNORECASE)
+# a quoted value runs to its closing quote, or to the end of a DSN that never closes it; an unquoted
+# one to the first whitespace that no backslash escapes (libpq reads `TOP\ SECRET` as one value)
+_KV_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*(?:'|$)|(?:\\.|\\$|[^\s\\])+)",
+                          re.IGNORECASE | re.DOTALL)
 _QUERY_PASSWORD = re.compile(r"([?&]password=)([^&#]*)", re.IGNORECASE)
 
 
@@ -28,6 +30,7 @@ def _passwords(dsn: str) -> tuple[str, ...]:
 
     found = [m.group(2) for m in _URI_PASSWORD.finditer(dsn)] + [m.group(2) for m in _QUERY_PASSWORD.finditer(dsn)]
     found += [m.group(2).strip("'") for m in _KV_PASSWORD.finditer(dsn)]
+    found += [re.sub(r"\\(.)", r"\1", s, flags=re.DOTALL) for s in found]  # as libpq reads the escapes
     return tuple({piece for s in found if s for piece in (s, unquote(s))})
 
 

@@ -118,11 +118,20 @@ def run(opts: CaptureOptions, say: Callable[[str], None]) -> CaptureStats:
         for path in paths:
             if os.path.exists(path) and not is_log(path):
                 raise StreamctlError(f"{path}: exists and is not a streamctl log")
+        for info, path in zip(tables, paths, strict=True):
             if is_log(path):
-                st = capture_state(open_log(path))
+                existing = open_log(path)
+                st = capture_state(existing)
+                # a log capture did not make: a resync would write tombstones for its keys (an empty one
+                # is taken: capture's own, killed between creating it and marking it, is one)
+                if st is None and _holds_records(existing):
+                    raise UsageError(f"{path} exists and is not a capture log (give another LOG)")
                 if st is not None and st.get("slot") != slot:
                     raise UsageError(f"{path} is captured through slot {st.get('slot')}, not {slot} "
                                      "(give --slot, or another LOG)")
+                if st is not None and st.get("table") != info.qualified:
+                    raise UsageError(f"{path} is captured from table {st.get('table')}, not {info.qualified} "
+                                     f"(give --table {st.get('table')}, or another LOG)")
         slot_info = srv.slot_exists(conn, slot)
         if slot_info is not None and slot_info["plugin"] != "pgoutput":
             raise StreamctlError(f"{server.shown}: slot {slot} exists with plugin {slot_info['plugin']}, "
@@ -130,6 +139,14 @@ def run(opts: CaptureOptions, say: Callable[[str], None]) -> CaptureStats:
         if slot_info is not None and slot_info["active_pid"] is not None:
             raise StreamctlError(f"{server.shown}: slot {slot} is in use by process {slot_info['active_pid']} "
                                  "(another capture is running)")
+        if slot_info is not None:
+            # the slot streams what its publication names: changing that set would lose for good the
+            # changes of a table left out (the slot moves past them) and give a table added no snapshot
+            published = srv.publication_tables(conn, slot)
+            if published is not None and set(published) != {t.oid for t in tables}:
+                raise UsageError(f"{opts.log}: slot {slot} captures {_table_set(published.values())}, not "
+                                 f"{_table_set(t.qualified for t in tables)} (give the same --table set, "
+                                 "or another --slot or LOG)")
         made_publication = srv.ensure_publication(conn, slot, tables, server.shown)
         states = [capture_state(open_log(p)) if is_log(p) else None for p in paths]
         resync = slot_info is None or any(s is None or s.get("snapshot") == "started" for s in states)
@@ -194,6 +211,14 @@ def run(opts: CaptureOptions, say: Callable[[str], None]) -> CaptureStats:
         return stats
     finally:
         conn.close()
+
+
+def _holds_records(log: Log) -> bool:
+    return any(reader.partition_info(log, p).next_offset > 0 for p in range(log.partitions))
+
+
+def _table_set(names: Any) -> str:
+    return "the tables " + ", ".join(sorted(names))
 
 
 def _close_quietly(conn: Any) -> None:
@@ -277,12 +302,14 @@ def _snapshot(server: srv.Server, new_slot: srv.NewSlot, logs: list[TableLog], s
 
 def _snapshot_table(server: srv.Server, new_slot: srv.NewSlot, tl: TableLog) -> int:
     """Every row of tl's table in the slot's snapshot; a log that already holds records is resynced."""
-    has_records = any(reader.partition_info(tl.log, p).next_offset > 0 for p in range(tl.log.partitions))
+    has_records = _holds_records(tl.log)
     known = tl.live_keys(1 << 64) if has_records else None
     info = tl.table
     headers = [b""]
+    snapshot_txid = [0]
 
     def start(txid: int) -> None:
+        snapshot_txid[0] = txid
         headers[0] = _headers("r", new_slot.consistent_point, txid)
 
     plan = srv.fast_plan(info)
@@ -297,8 +324,10 @@ def _snapshot_table(server: srv.Server, new_slot: srv.NewSlot, tl: TableLog) -> 
 
     n = srv.read_snapshot(server, new_slot.snapshot_name, info, start, rows, plan[0] if plan else None)
     if known:
-        # keys the log holds that the table no longer has: deleted while no slot was kept
-        dh = _headers("d", new_slot.consistent_point, None)
+        # keys the log holds that the table no longer has: deleted while no slot was kept; the deletes
+        # themselves are not known, so the tombstone carries the snapshot's point and the id of the
+        # transaction that read it and found the keys gone (as the snapshot's rows do)
+        dh = _headers("d", new_slot.consistent_point, snapshot_txid[0])
         for key in sorted(known):
             tl.pending.setdefault(tl.part(key), []).append((orjson.dumps(key), b"null", dh))
             tl.queued += 1

@@ -171,9 +171,18 @@ def table_info(conn: Any, name: str, shown: str) -> TableInfo:
     if not rows or rows[0][1] not in ("r", "p"):
         what = "no such table" if not rows else "not a table"
         raise SetupError(f"{shown}: table {schema}.{table}: {what}")
-    oid = rows[0][0]
+    oid, kind = rows[0]
+    if kind == "p":
+        (version,) = query(conn, "select current_setting('server_version_num')::int")[0]
+        if version < 130000:
+            # pgoutput names a partitioned table's changes by its leaf partitions before 13
+            # (publish_via_partition_root): they could not be told as the table's
+            raise SetupError(f"{shown}: table {schema}.{table} is partitioned: capturing it needs PostgreSQL 13 "
+                             "or later (publish_via_partition_root)")
+    # generated columns left out: logical replication never sends them, so a snapshot row holding
+    # them would differ from the same row's changes
     cols = query(conn, "select attname, atttypid from pg_attribute where attrelid = %s and attnum > 0 "
-                       "and not attisdropped order by attnum", (oid,))
+                       "and not attisdropped and attgenerated = '' order by attnum", (oid,))
     key = [r[0] for r in query(
         conn, "select a.attname from pg_index i join pg_attribute a on a.attrelid = i.indrelid "
               "and a.attnum = any(i.indkey) where i.indrelid = %s and i.indisprimary "
@@ -181,12 +190,38 @@ def table_info(conn: Any, name: str, shown: str) -> TableInfo:
     if not key:
         raise SetupError(f"{shown}: table {schema}.{table} has no primary key "
                          "(capture keys each record by the primary key; add one)")
+    generated = [k for k in key if k not in [c[0] for c in cols]]
+    if generated:
+        raise SetupError(f"{shown}: table {schema}.{table}: primary key column {generated[0]} is generated "
+                         "(logical replication does not send generated columns)")
+    for rel in [oid] + ([r[0] for r in query(conn, "select relid::oid from pg_partition_tree(%s) where isleaf",
+                                             (oid,))] if kind == "p" else []):
+        setting = _replica_identity_problem(conn, rel)
+        if setting is not None:
+            part = "" if rel == oid else f" (its partition {query(conn, 'select %s::regclass::text', (rel,))[0][0]})"
+            raise SetupError(f"{shown}: table {schema}.{table}{part} has REPLICA IDENTITY {setting}: capture keys "
+                             "each update and delete by the old row's primary key "
+                             "(ALTER TABLE ... REPLICA IDENTITY DEFAULT)")
     (readable,) = query(conn, "select has_table_privilege(%s, 'SELECT')", (oid,))[0]
     if not readable:
         raise SetupError(f"{shown}: table {schema}.{table}: the role lacks the SELECT privilege")
     info = TableInfo(schema, table, oid, [c[0] for c in cols], [c[1] for c in cols], key)
     info.convs = converters(conn, info.types)
     return info
+
+
+def _replica_identity_problem(conn: Any, oid: int) -> str | None:
+    """The table's replica identity when it does not give the old primary key of an update or delete
+    (USING INDEX on another index, NOTHING); None for DEFAULT (the primary key) or FULL."""
+    (ident_kind,) = query(conn, "select relreplident from pg_class where oid = %s", (oid,))[0]
+    if ident_kind == "n":
+        return "NOTHING"
+    if ident_kind == "i":
+        rows = query(conn, "select i.indexrelid::regclass::text, i.indisprimary from pg_index i "
+                           "where i.indrelid = %s and i.indisreplident", (oid,))
+        if rows and not rows[0][1]:
+            return f"USING INDEX {rows[0][0]}"
+    return None
 
 
 _type_cache: dict[int, tuple[int, int, str]] = {}  # type oid -> (base type, array element type or 0, delimiter)
@@ -240,16 +275,33 @@ def drop_slot(conn: Any, slot: str, shown: str) -> bool:
     return info is not None
 
 
+def publication_tables(conn: Any, pub: str) -> dict[int, str] | None:
+    """The tables the publication names (oid -> SCHEMA.TABLE), or None when there is no such publication."""
+    if not query(conn, "select 1 from pg_publication where pubname = %s", (pub,)):
+        return None
+    rows = query(conn, "select c.oid, n.nspname || '.' || c.relname from pg_publication p "
+                       "join pg_publication_rel r on r.prpubid = p.oid join pg_class c on c.oid = r.prrelid "
+                       "join pg_namespace n on n.oid = c.relnamespace where p.pubname = %s", (pub,))
+    return {int(oid): name for oid, name in rows}
+
+
 def ensure_publication(conn: Any, pub: str, tables: list[TableInfo], shown: str) -> bool:
     """The publication pgoutput reads (one per slot, named like it), holding exactly the captured tables;
     True when this call created it."""
     names = ", ".join(f'"{t.schema}"."{t.name}"' for t in tables)
     try:
+        # a partitioned table's changes under its own name and key, not its partitions' (13 and later;
+        # table_info refuses a partitioned table on 12)
+        (version,) = query(conn, "select current_setting('server_version_num')::int")[0]
+        via_root = version >= 130000
         exists = query(conn, "select 1 from pg_publication where pubname = %s", (pub,))
         if exists:
             query(conn, f'alter publication "{pub}" set table {names}')
+            if via_root:
+                query(conn, f'alter publication "{pub}" set (publish_via_partition_root = true)')
             return False
-        query(conn, f'create publication "{pub}" for table {names}')
+        query(conn, f'create publication "{pub}" for table {names}'
+                    + (" with (publish_via_partition_root = true)" if via_root else ""))
         return True
     except Exception as e:
         raise SetupError(f"{shown}: cannot create publication {pub} for the captured tables: {_reason(e)} "
@@ -280,7 +332,7 @@ def create_slot(server: Server, slot: str) -> NewSlot:
 def fast_plan(table: TableInfo) -> tuple[str, list[str]] | None:
     """The snapshot's fast lane for this table (values.fast_expr): the SELECT giving each row's key
     column texts and its JSON, and each key column's kind; None when a column has no fast form."""
-    from streamctl.capture.values import _ident, fast_expr, fast_key_kind
+    from streamctl.capture.values import NUMERIC, _ident, fast_expr, fast_key_kind
 
     bases = [_type_cache.get(t, (t, 0, ","))[0] for t in table.types]
     exprs = [fast_expr(t, c) for t, c in zip(bases, table.columns, strict=True)]
@@ -292,7 +344,9 @@ def fast_plan(table: TableInfo) -> tuple[str, list[str]] | None:
     alias = "_streamctl_row_"
     while alias in table.columns:
         alias += "_"
-    keys = ", ".join(f"{alias}.{_ident(k)}::text" for k in table.key)
+    # a numeric key column is to_json's value in the row (fast_expr): its scalar's text, a string's unquoted
+    keys = ", ".join(f"{alias}.{_ident(k)}" + (" #>> '{}'" if bases[table.columns.index(k)] == NUMERIC else "::text")
+                     for k in table.key)
     sql = (f'select {keys}, row_to_json({alias})::text from (select {inner} from "{table.schema}"."{table.name}") '
            f"{alias}")
     return sql, [k for k in kinds if k is not None]

@@ -21,7 +21,7 @@ import orjson
 
 from streamctl.capture.pgoutput import UNCHANGED, parse_lsn
 from streamctl.capture.server import TableInfo
-from streamctl.capture.values import key_text, to_float, to_int, to_text, unescape_copy
+from streamctl.capture.values import is_json_number, key_text, to_float, to_int, to_text, unescape_copy
 from streamctl.storage import record
 from streamctl.storage.appender import Appender, Item
 from streamctl.storage.log import Log
@@ -39,10 +39,8 @@ def _json(value: object) -> bytes:
     return b"%b" % orjson.dumps(value)
 
 
-def _headers(op: str, lsn: int, txid: int | None) -> bytes:
+def _headers(op: str, lsn: int, txid: int) -> bytes:
     # every part is ASCII letters, digits and a slash: nothing to escape; the LSN as lsn_text() prints it
-    if txid is None:
-        return b'{"op":"%s","lsn":"%X/%X"}' % (op.encode(), lsn >> 32, lsn & 0xFFFFFFFF)
     return b'{"op":"%s","lsn":"%X/%X","txid":"%d"}' % (op.encode(), lsn >> 32, lsn & 0xFFFFFFFF, txid)
 
 
@@ -218,7 +216,8 @@ class TableLog:
         if nk == 1:
             keys = [r[0].decode() for r in rows]
         else:
-            keys = ["[" + ",".join(f.decode() if k == "n" else dumps(f.decode()).decode()
+            # a number as is, but NaN or one beyond the double range as a string (to_float's form)
+            keys = ["[" + ",".join(f.decode() if k == "n" and is_json_number(f.decode()) else dumps(f.decode()).decode()
                                    for f, k in zip(r, kinds, strict=False)) + "]" for r in rows]
         values = [r[nk] for r in rows]
         if known is not None:

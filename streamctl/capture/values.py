@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -39,9 +40,33 @@ def to_int(text: str) -> Any:
     return orjson.Fragment(text)
 
 
+# the least magnitude a JSON number reads as infinity (round to nearest: DBL_MAX plus half its last
+# unit); streamctl's readers (orjson) refuse such a number, so capture never writes one
+DOUBLE_OVERFLOW = 2**1024 - 2**970
+_FINITE_CHARS = 308  # a number text this short is below 1e308 in magnitude: always finite
+
+
+def beyond_double(text: str) -> bool:
+    """Whether the number text (a numeric's digits) reads back as no finite double: |value| >= DOUBLE_OVERFLOW."""
+    if len(text) <= _FINITE_CHARS:
+        return False
+    try:
+        return not math.isfinite(orjson.loads(text))
+    except orjson.JSONDecodeError:
+        return True
+
+
+def is_json_number(text: str) -> bool:
+    """Whether a number column's text is written as a JSON number (to_float), not as a string."""
+    return text not in _SPECIAL and not beyond_double(text)
+
+
 def to_float(text: str) -> Any:
-    # NaN and the infinities have no JSON number: the strings PostgreSQL prints
-    return text if text in _SPECIAL else orjson.Fragment(text)
+    # NaN and the infinities have no JSON number: the strings PostgreSQL prints; a numeric beyond
+    # the double range (1e400) its exact digits as a string, as a JSON number the readers refuse it
+    if text in _SPECIAL or (len(text) > _FINITE_CHARS and beyond_double(text)):
+        return text
+    return orjson.Fragment(text)
 
 
 def to_bool(text: str) -> bool:
@@ -200,11 +225,12 @@ def unescape_copy(field: str) -> str:
 # The server builds each row's JSON (row_to_json) for the types whose to_json form is the
 # converters' form above under SESSION_OPTIONS (the numbers' and booleans' own text, text types
 # as strings, timestamp/date/time/interval as printed, arrays of those as arrays); timestamptz,
-# bytea and json get an expression giving the converter's form. A table with any other type
+# bytea, json and numeric (a string beyond the double range) get an expression giving the
+# converter's form; numeric[] has none (an element may be such a string). A table with any other type
 # takes the converters row by row. tests/capture/test_capture_changes.py::test_types holds the
 # two ways to the same values, column for column.
-SAME_AS_TO_JSON = {20, 21, 23, 26, 700, 701, 1700, 16, 25, 1043, 1042, 19, 2950, 3802, 1082, 1083, 1114, 1186}
-SIMPLE_ARRAYS = {1005, 1007, 1016, 1021, 1022, 1231, 1000, 1009, 1015, 1014, 2951, 1182, 1183, 1115, 1187}
+SAME_AS_TO_JSON = {20, 21, 23, 26, 700, 701, 16, 25, 1043, 1042, 19, 2950, 3802, 1082, 1083, 1114, 1186}
+SIMPLE_ARRAYS = {1005, 1007, 1016, 1021, 1022, 1000, 1009, 1015, 1014, 2951, 1182, 1183, 1115, 1187}
 KEY_NUMBERS = {20, 21, 23, 26, 1700}
 KEY_STRINGS = {25, 1043, 1042, 19, 2950}
 
@@ -216,6 +242,10 @@ def _ident(name: str) -> str:
 def fast_expr(oid: int, column: str) -> str | None:
     """The SQL giving the column's JSON-ready value inside row_to_json, or None: no fast form."""
     c = _ident(column)
+    if oid == NUMERIC:
+        # to_json's number, or (as to_float) the digits as a string beyond the double range; NaN and the
+        # infinities compare above every number, and to_json quotes them alike
+        return f"case when abs({c}) >= {DOUBLE_OVERFLOW} then to_json({c}::text) else to_json({c}) end"
     if oid in SAME_AS_TO_JSON or oid in SIMPLE_ARRAYS:
         return c
     if oid == TIMESTAMPTZ:

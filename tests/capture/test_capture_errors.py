@@ -107,7 +107,8 @@ def test_password_never_printed(pg: PgServer, db: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("dsn", ["postgres://app:sek%rit@[::1", "host=127.0.0.1 password='sek rit",
-                                 "postgresql://h/db?password=sek%rit&x=1", "host=h password=sekrit port=x"])
+                                 "postgresql://h/db?password=sek%rit&x=1", "host=h password=sekrit port=x",
+                                 "host=h password=sek\\ rit port=x", "host=h password=sek\\ rit port='x"])
 def test_a_bad_dsn_is_named_without_its_password(dsn: str, tmp_path: Path) -> None:
     """A DSN libpq refuses is a usage error naming it, with no piece of the password in the line,
     even where libpq's own message quotes the piece it could not read."""
@@ -156,3 +157,34 @@ def test_default_slot_and_partitions(pg: PgServer, db: str, tmp_path: Path, part
     assert slot.startswith("streamctl_k_")
     run_cli("capture", pg.dsn(db), log, "--drop-slot", check=True)
     assert pg.sql("select count(*) from pg_replication_slots where slot_name = %s", args=(slot,))[0][0] == 0
+
+
+def test_a_replica_identity_without_the_key_is_refused(pg: PgServer, db: str, tmp_path: Path) -> None:
+    """Updates and deletes are keyed by the old row's primary key: a replica identity that does not
+    give it (USING INDEX on another index, NOTHING) is one line naming the table and the setting."""
+    pg.sql("create table ri (id int primary key, code text not null)", db)
+    pg.sql("create unique index ri_code on ri (code)", db)
+    pg.sql("alter table ri replica identity using index ri_code", db)
+    pg.sql("create table rn (id int primary key)", db)
+    pg.sql("alter table rn replica identity nothing", db)
+    pg.sql("create table rp (id int primary key) partition by range (id)", db)
+    pg.sql("create table rp1 partition of rp for values from (0) to (10)", db)
+    pg.sql("alter table rp1 replica identity nothing", db)
+    pg.sql("create table rk (id int primary key, x int)", db)
+    pg.sql("alter table rk replica identity using index rk_pkey", db)
+    pg.sql("create table rf (id int primary key, x int)", db)
+    pg.sql("alter table rf replica identity full", db)
+    log = str(tmp_path / "out")
+    _fails(run_cli("capture", pg.dsn(db), log, "--table", "ri"), 1, "public.ri", "REPLICA IDENTITY USING INDEX ri_code")
+    _fails(run_cli("capture", pg.dsn(db), log, "--table", "rn"), 1, "public.rn", "REPLICA IDENTITY NOTHING")
+    _fails(run_cli("capture", pg.dsn(db), log, "--table", "rp"), 1, "public.rp", "rp1", "REPLICA IDENTITY NOTHING")
+    assert not os.path.exists(log)
+    assert pg.sql("select count(*) from pg_replication_slots where database = %s", args=(db,))[0][0] == 0
+    # the primary key's own index, or FULL, give the old key: deletes and key changes are tombstones
+    for t in ("rk", "rf"):
+        pg.sql(f"insert into {t} values (1, 1), (2, 2)", db)
+        run_cli("capture", pg.dsn(db), str(tmp_path / t), "--table", t, check=True, timeout=60)
+        pg.sql(f"delete from {t} where id = 1; update {t} set id = 3 where id = 2", db)
+        run_cli("capture", pg.dsn(db), str(tmp_path / t), "--table", t, check=True, timeout=60)
+        got = [(r["key"], r["headers"]["op"]) for r in log_records(str(tmp_path / t))[2:]]
+        assert got == [("1", "d"), ("2", "d"), ("3", "u")], t

@@ -56,6 +56,12 @@ def test_redact() -> None:
                  "host=db password='s3 cret' user=app", "postgresql://app@db/shop?password=s3cret&x=1"):
         assert "s3cret" not in dsn.redact(text) and "s3 cret" not in dsn.redact(text)
     assert dsn.redact("postgresql://app@db/shop") == "postgresql://app@db/shop"
+    # libpq's backslash escapes in an unquoted value: the whole value is the password
+    for text in ("host=db password=TOP\\ SECRET user=app", "password=TOP\\ SECRET\\\\ user=app", "password=TOP\\"):
+        red = dsn.redact(text)
+        assert "TOP" not in red and "SECRET" not in red, red
+    assert dsn.redact("password=TOP\\ SECRET\\\\ user=app") == "password=*** user=app"
+    assert dsn.redact("host=db password=TOP\\ SECRET user=app") == "host=db password=*** user=app"
 
 
 def _tuple(*cols: str | None) -> bytes:
@@ -81,3 +87,21 @@ def test_pgoutput_messages() -> None:
     assert isinstance(toast, pgoutput.Change) and toast.new == [pgoutput.UNCHANGED]
     assert pgoutput.decode(b"T" + struct.pack("!iB", 2, 0) + struct.pack("!II", 1, 2)) == pgoutput.Truncate([1, 2])
     assert pgoutput.lsn_text(0x1_0000_0010) == "1/10" and pgoutput.parse_lsn("1/10") == 0x1_0000_0010
+
+
+def test_numeric_beyond_the_double_range_is_a_string() -> None:
+    """A numeric whose JSON number streamctl's readers (orjson) would refuse is written as its digits in
+    a string; every numeric they read back finitely stays an exact number, up to the boundary."""
+    conv = values.converter(1700)
+    huge = "1" + "0" * 400 + ".5"
+    assert conv(huge) == huge and conv("-" + huge) == "-" + huge
+    limit = values.DOUBLE_OVERFLOW
+    assert conv(str(limit)) == str(limit) and conv(f"-{limit}.000") == f"-{limit}.000"
+    for text in (str(limit - 1), f"{limit - 1}.999999", "0." + "0" * 400 + "1", "9" * 308, "1" + "0" * 30):
+        assert j(conv(text)) == text.encode()
+        assert orjson.loads(j([conv(text)])) == [orjson.loads(text)]
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(str(limit))
+    assert values.is_json_number("12.5") and not values.is_json_number("NaN")
+    assert not values.is_json_number(huge)
+    assert j(values.parse_array("{1.5," + huge + "}", conv)) == b'[1.5,"%s"]' % huge.encode()
