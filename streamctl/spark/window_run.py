@@ -83,8 +83,8 @@ def report(cfg: WindowConfig, run: WindowRun, late_out: str | None, say: Say) ->
     st = run.stats
     if st.bad_time:
         verb = "skipped" if cfg.on_bad_time == "skip" else "found"
-        say(f"{st.bad_time} record(s) without a usable time in {cfg.time_field!r} {verb} "
-            f"(first: {st.bad_time_example})")
+        first = f" (first: {st.bad_time_example})" if st.bad_time_example else ""
+        say(f"{st.bad_time} record(s) without a usable time in {cfg.time_field!r} {verb}{first}")
     for name, n in sorted(run.plan.non_numeric.items()):
         say(f"{name}: {n} value(s) that are not numbers were ignored")
     if st.late:

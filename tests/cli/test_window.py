@@ -453,3 +453,10 @@ def test_objects_differing_only_in_field_order_are_one_group(tmp_path, kind):
         assert rows[-1]["sum_v"] == 3, rows
     rows, _ = window(events, kind=kind, size=M, hop=M if kind == "hopping" else None, by=["g"], aggs=["sum:v"])
     assert len({orjson.dumps(r["key"]) for r in rows}) == 1 and rows[-1]["sum_v"] == 3, rows
+
+
+@pytest.mark.parametrize("name", ["window", "key", "revision", "op"])
+def test_an_output_name_the_row_itself_uses_is_refused(name):
+    """`op` too: a row with an aggregate named op could not be told from a delete row."""
+    with pytest.raises(UsageError, match=f"'{name}' is taken by the row itself"):
+        window([{"ts": T0}], aggs=[f"{name}=last:v"])

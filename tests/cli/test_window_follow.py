@@ -350,3 +350,18 @@ def test_a_sum_beyond_64_bits_survives_a_restart(tmp_path):
         p = run_cli(*args)
         assert p.returncode == 0, p.stderr
         assert p.stdout.splitlines()[-1].endswith(b'"sum_v":%d}' % (3 * (run + 1) * big))
+
+
+def test_a_restart_keeps_the_first_record_without_a_time(tmp_path):
+    """The count of records without a usable time and the first of them both survive a restart,
+    so the report still names the record (never "first: None")."""
+    log = str(tmp_path / "log")
+    args = ("window", log, "--tumbling", "1m", "--time-field", "t", "--follow", "--group", "g",
+            "--idle-timeout", "200ms")
+    run_cli("produce", log, input='{"t":"2025-11-21T10:00:00Z"}\n{"x":1}\n', check=True)
+    first = run_cli(*args, check=True).stderr
+    run_cli("produce", log, input='{"t":"2025-11-21T10:00:30Z"}\n', check=True)
+    again = run_cli(*args, check=True).stderr
+    named = b"1 record(s) without a usable time in 't' skipped (first: "
+    assert named in first and named in again and b"None" not in again, again
+    assert first.split(named)[1].split(b")")[0] == again.split(named)[1].split(b")")[0]

@@ -80,7 +80,7 @@ class Plan:
         if dupes:
             raise AggSpecError(f"--agg: output field {dupes[0]!r} named twice (use NAME=FUNC:PATH)")
         for n in names:
-            if n in ("window", "key", "revision"):
+            if n in ("window", "key", "revision", "op"):  # "op": a delete row's mark (--emit update)
                 raise AggSpecError(f"--agg: {n!r} is taken by the row itself (use NAME=FUNC:PATH)")
         self.specs = specs
         self.funcs = [s.func for s in specs]

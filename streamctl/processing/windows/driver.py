@@ -239,7 +239,8 @@ class WindowRun:
     def dump(self) -> dict:
         st = self.stats
         return {"config": self.cfg.describe(), "watermark": self.watermark.dump(), "seq": self.seq,
-                "stats": {"events": st.events, "late": st.late, "bad_time": st.bad_time},
+                "stats": {"events": st.events, "late": st.late, "bad_time": st.bad_time,
+                          "bad_time_example": st.bad_time_example},
                 "non_numeric": self.plan.non_numeric, "state": self.op.dump()}
 
     def load(self, data: dict) -> None:
@@ -251,6 +252,6 @@ class WindowRun:
         self.watermark = Watermark.load(data["watermark"])
         self.seq = data["seq"]
         s = data["stats"]
-        self.stats = WindowStats(s["events"], s["late"], s["bad_time"])
+        self.stats = WindowStats(s["events"], s["late"], s["bad_time"], s.get("bad_time_example"))
         self.plan.non_numeric = dict(data["non_numeric"])
         self.op.load(data["state"])
