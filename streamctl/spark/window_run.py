@@ -40,7 +40,6 @@ class WindowRows(Rows):
     """A window's rows (operator rows, see windows.output) in the chosen format."""
 
     def __init__(self, output: str, cfg: WindowConfig, unbuffered: bool | None = None) -> None:
-        from streamctl.formats.table import flatten
         from streamctl.formats.writer import Output
 
         cols = ["window.start", "window.end", "key", *(s.name for s in make_plan(cfg).specs)]
@@ -50,8 +49,10 @@ class WindowRows(Rows):
             cols.append("op")  # "delete" on a row withdrawing a session's old window, else empty
 
         def cells(row: dict) -> list:
-            flat = flatten(row)
-            return [flat.get(c) for c in cols]
+            # only the window is spread into columns: a key or an aggregate that is an object is
+            # one cell, its JSON text (csv_cell), as an array is
+            window = row["window"]
+            return [window["start"], window["end"], *(row.get(c) for c in cols[2:])]
 
         super().__init__(output, Output(unbuffered=unbuffered), cols, cells, flat_table)
 

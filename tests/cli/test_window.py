@@ -272,6 +272,16 @@ def test_cli_stdin_csv_output(run):
                    [format_iso(T0), format_iso(T0 + M), "a,b", "6.0"]]
 
 
+def test_cli_csv_cells_of_objects_are_their_json(run):
+    """Only the window is spread into columns: a key or an aggregate that is an object is one cell."""
+    evs = [{"ts": T0, "k": {"id": 1, "n": "a"}, "v": {"x": [1, 2]}}]
+    p = run("window", "-", "--tumbling", "1m", "--by", "k", "--agg", "first:v", "--output", "csv",
+            input=jsonl(evs), check=True)
+    got = list(csv.reader(io.StringIO(p.stdout.decode())))
+    assert got == [["window.start", "window.end", "key", "first_v"],
+                   [format_iso(T0), format_iso(T0 + M), '{"id":1,"n":"a"}', '{"x":[1,2]}']]
+
+
 def test_cli_table_output(run):
     p = run("window", "-", "--tumbling", "1m", "--output", "table", input=jsonl([{"ts": T0}]), check=True)
     assert b"window.start" in p.stdout and b"count" in p.stdout
