@@ -365,3 +365,39 @@ def test_a_restart_keeps_the_first_record_without_a_time(tmp_path):
     named = b"1 record(s) without a usable time in 't' skipped (first: "
     assert named in first and named in again and b"None" not in again, again
     assert first.split(named)[1].split(b")")[0] == again.split(named)[1].split(b")")[0]
+
+
+def _fold(lines: list[bytes]) -> dict:
+    """Rows folded by (window, key): a row replaces the one before, a delete row removes it."""
+    table: dict = {}
+    for line in lines:
+        r = orjson.loads(line)
+        at = (r["window"]["start"], r["window"]["end"], orjson.dumps(r["key"]))
+        if r.get("op") == "delete":
+            table.pop(at, None)
+        else:
+            table[at] = {k: v for k, v in r.items() if k != "revision"}
+    return table
+
+
+@pytest.mark.parametrize("kind", [["--session", "5m"], ["--tumbling", "10m"], ["--sliding", "5m"]])
+@pytest.mark.parametrize("late", [[], ["--late", "correct"], ["--emit", "update"]])
+def test_rows_an_idle_timeout_wrote_are_withdrawn_when_their_window_changes(tmp_path, kind, late):
+    """An idle timeout writes the open windows (as the end of input would) and keeps them open; a
+    later run that writes one again under other bounds (a session that grew) withdraws the old row
+    first, so the output of all the runs folds to the batch run's rows: nothing counted twice."""
+    log = str(tmp_path / "log")
+    args = ("window", log, *kind, "--time-field", "at", "--agg", "sum:v", *late)
+    follow = (*args, "--follow", "--group", "g", "--idle-timeout", "200ms")
+    batches = [[("a", "10:00", 1), ("b", "10:00", 10)], [("a", "10:03", 2)], [("a", "10:06", 4), ("b", "10:30", 8)],
+               [("a", "10:40", 16)]]
+    out: list[bytes] = []
+    for batch in batches:
+        lines = "".join(json.dumps({"key": k, "value": {"at": f"2026-01-01T{t}:00Z", "v": v}}) + "\n"
+                        for k, t, v in batch)
+        run_cli("produce", log, "--envelope", input=lines, check=True)
+        p = run_cli(*follow)
+        assert p.returncode == 0, p.stderr
+        out += rows_of(p.stdout)
+    batch_rows = _fold(rows_of(run_cli(*args, check=True).stdout))
+    assert _fold(out) == batch_rows
