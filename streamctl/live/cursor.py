@@ -431,12 +431,16 @@ class LiveResult:
 
 
 def _start_for(log: Log, p: int, group: str | None, from_spec: str | None, notices: list[str],
-               until: Bound | None = None, starts: Callable[[], dict[int, int]] | None = None) -> tuple[int, bool]:
+               until: Bound | None = None, starts: Callable[[], dict[int, int]] | None = None,
+               committer: Committer | None = None) -> tuple[int, bool]:
     """Where a partition claimed while following starts (the group's committed offset wins), and
-    whether it is already at or past --until (nothing to read)."""
+    whether it is already at or past --until (nothing to read). A start that is not the group's
+    committed offset is committed through `committer` (Plan.passed)."""
     committed = starts() if starts is not None else offsets.load(log, group) if group else {}
     pl = plan(log, [p], None if p in committed else from_spec, group, follow=True, until=until, starts=committed)
     notices.extend(pl.notices)
+    if committer is not None:
+        committer.passed_over(pl.passed)
     pos = pl.positions[p]
     return pos.start, pos.reached and pos.end is not None and pos.start >= pos.end
 
@@ -468,6 +472,8 @@ def consume_live(log: Log, opts: LiveOptions, sink: Sink, committer: Committer,
             say(note)
         limit = opts.max_records
         done = limit is not None and limit <= 0  # --max 0: nothing is written, nothing committed
+        if not done:
+            committer.passed_over(pl.passed)  # --from: the records before the start count as consumed
         for p, nxt, data in stream(log, pl, merge=True, per_line=sink.per_line or limit is not None):
             if stopflag.is_set() or done:
                 break
@@ -543,7 +549,8 @@ def _follow(log: Log, opts: LiveOptions, sink: Sink, committer: Committer, membe
             releasing = sorted(set(releasing) | set(change.to_release))
             for p in change.claimed:
                 notes: list[str] = []
-                start, reached = _start_for(log, p, opts.group, opts.from_spec, notes, opts.until, opts.starts)
+                start, reached = _start_for(log, p, opts.group, opts.from_spec, notes, opts.until, opts.starts,
+                                            committer)
                 if reached:
                     res.finished.add(p)
                 else:
