@@ -47,7 +47,7 @@ def consume(
     value: bool = typer.Option(False, "--value", help="Write only each record's value (JSON text)."),
     fmt: str | None = typer.Option(None, "--format", metavar="TEMPLATE", help=FORMAT_HELP),
     follow: bool = typer.Option(False, "--follow", "-f", help="Wait for new records instead of exiting at the end (inotify via watchfiles; polling where inotify is unavailable)."),
-    idle_timeout: str | None = typer.Option(None, "--idle-timeout", callback=numbers.duration(), metavar="DUR", help="With --follow: stop after DUR in which nothing new was delivered."),
+    idle_timeout: str | None = typer.Option(None, "--idle-timeout", callback=numbers.duration(), metavar="DUR", help="With --follow: stop after DUR in which nothing new was delivered (records a filter skips do not count)."),
     exec_: str | None = typer.Option(None, "--exec", metavar="CMD", help="Run CMD (by the shell) for each batch, the batch on its stdin; commit only if it exits 0."),
     batch: int = typer.Option(1000, "--batch", callback=numbers.count(lo=1), metavar="N", help="With --exec: records per batch. With --sqlite: records per transaction."),
     batch_timeout: str | None = typer.Option(None, "--batch-timeout", callback=numbers.duration(), metavar="DUR", help="With --exec: run a partial batch after DUR without a full one. With --sqlite --follow: a partial batch waits up to DUR for more (default: committed once caught up)."),

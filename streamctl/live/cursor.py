@@ -518,6 +518,7 @@ def _follow(log: Log, opts: LiveOptions, sink: Sink, committer: Committer, membe
             say(note)
         now = time.monotonic()
         until = opts.until
+        delivered = res.records
         for p, nxt, data in items:
             if until is not None:
                 if p in res.finished:
@@ -541,6 +542,9 @@ def _follow(log: Log, opts: LiveOptions, sink: Sink, committer: Committer, membe
                 return
         if items:
             sink.sync()
+        if res.records > delivered:
+            # only records handed to the output count: a filter that skips everything arriving
+            # must not keep --idle-timeout from ending the follow
             last_delivery = now
         sink.tick()
         if members is not None and now >= next_rebalance:
