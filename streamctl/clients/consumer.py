@@ -95,7 +95,7 @@ def plan(log: Log, partitions: list[int], from_spec: str | None, group: str | No
                 raise StorageError(
                     f"{log.group_path(group or '')}: committed offset {start} for partition {p} is past the end "
                     f"of the log ({info.next_offset}); the log was truncated or replaced. Reset with "
-                    f"`streamctl replay {log.path} --group {group} --to-latest --execute`")
+                    f"`{offsets.reset_command(log.path, group or '', '--to-latest')}`")
             if start < info.first_offset:
                 out.notices.append(
                     f"group {group}: partition {p}: committed offset {start} is no longer in the log "
