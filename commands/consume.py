@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
 def consume(
     log: str = typer.Argument(..., metavar="LOG", help="Log folder, a plain .jsonl file, or - for stdin."),
     group: str | None = typer.Option(None, "--group", "-g", metavar="G", help="Consumer group: start at its committed offsets and commit what was written."),
-    from_: str | None = typer.Option(None, "--from", callback=numbers.position(), metavar="earliest|latest|OFFSET|TIME|-N", help="Where to start (default earliest; with --group its committed offsets). TIME: ISO-8601, @EPOCHMS or -1h. -N: the last N records of each partition."),
+    from_: str | None = typer.Option(None, "--from", callback=numbers.position(), metavar="earliest|latest|OFFSET|TIME|-N", help="Where to start (default earliest; with --group its committed offsets). With --group the start counts as consumed: it is committed even if nothing is delivered. TIME: ISO-8601, @EPOCHMS or -1h. -N: the last N records of each partition."),
     partition: int | None = typer.Option(None, "--partition", "-p", callback=numbers.count(0, 9_999), metavar="P", help="Read only partition P."),
     until: str | None = typer.Option(None, "--until", callback=numbers.position(), metavar="OFFSET|TIME", help="Stop before the first record at or past this: a bare integer is an offset (in every partition; each partition stops there), a TIME (ISO-8601, @EPOCHMS, -1h) compares with ts. With --group, the committed offsets stop there too."),
     max_: int | None = typer.Option(None, "--max", callback=numbers.count(), metavar="N", help="Stop after N records written (records a filter skips do not count)."),
@@ -47,7 +47,7 @@ def consume(
     value: bool = typer.Option(False, "--value", help="Write only each record's value (JSON text)."),
     fmt: str | None = typer.Option(None, "--format", metavar="TEMPLATE", help=FORMAT_HELP),
     follow: bool = typer.Option(False, "--follow", "-f", help="Wait for new records instead of exiting at the end (inotify via watchfiles; polling where inotify is unavailable)."),
-    idle_timeout: str | None = typer.Option(None, "--idle-timeout", callback=numbers.duration(), metavar="DUR", help="With --follow: stop after DUR in which nothing new was delivered."),
+    idle_timeout: str | None = typer.Option(None, "--idle-timeout", callback=numbers.duration(), metavar="DUR", help="With --follow: stop after DUR in which nothing new was delivered (records a filter skips do not count)."),
     exec_: str | None = typer.Option(None, "--exec", metavar="CMD", help="Run CMD (by the shell) for each batch, the batch on its stdin; commit only if it exits 0."),
     batch: int = typer.Option(1000, "--batch", callback=numbers.count(lo=1), metavar="N", help="With --exec: records per batch. With --sqlite: records per transaction."),
     batch_timeout: str | None = typer.Option(None, "--batch-timeout", callback=numbers.duration(), metavar="DUR", help="With --exec: run a partial batch after DUR without a full one. With --sqlite --follow: a partial batch waits up to DUR for more (default: committed once caught up)."),

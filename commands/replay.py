@@ -63,7 +63,7 @@ def replay(
     header: list[str] | None = typer.Option(None, "--header", metavar="NAME=VALUE", help="Only records with header NAME equal to VALUE (repeatable: all must hold)."),
     where: list[str] | None = typer.Option(None, "--where", metavar="'PATH OP VALUE'", help=WHERE_HELP),
     compact: bool = typer.Option(False, "--compact", help="The table as of --until: the latest record per key, deleted keys (tombstones) and records without a key left out."),
-    out: str | None = typer.Option(None, "--out", metavar="LOG2", help="Append the records to LOG2 (new offsets; created with LOG's partition count if missing) instead of stdout."),
+    out: str | None = typer.Option(None, "--out", metavar="LOG2", help="Append the records to LOG2 (new offsets; created with LOG's partition count if missing, once there is a record to append) instead of stdout. A plain file's values are appended with a null key to partition 0."),
     engine: str = options.engine(),
     spark_threshold: str | None = options.spark_threshold(),
     master: str | None = options.master(),

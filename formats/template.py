@@ -1,7 +1,8 @@
 """kcat-style output templates, with kcat's meanings, so a kcat `-f` template works unchanged.
 
     %t  the log's name (kcat's topic): the base name of the log's folder
-        (`streamctl consume data/orders` prints `orders`), or of a plain file
+        (`streamctl consume data/orders` prints `orders`, and so does
+        `streamctl consume .` in that folder), or of a plain file
     %p  partition          %o  offset
     %T  timestamp, epoch milliseconds (-1 where there is none: plain files)
     %d  timestamp, ISO-8601 UTC with milliseconds (streamctl's addition)
@@ -20,7 +21,6 @@ nothing. %K and %S are the byte lengths of what %k and %s print.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 import orjson
@@ -78,10 +78,11 @@ def _escape(text: str, i: int) -> tuple[str, int]:
 
 
 def log_name(path: str) -> str:
-    """What %t prints for the log or file at `path`: its base name, like kcat's topic name."""
-    if path == "-":
-        return "-"
-    return os.path.basename(os.path.normpath(path.rstrip("/") or "/"))
+    """What %t prints for the log or file at `path`, like kcat's topic name: the base name of the
+    folder or file it really is (storage.log.log_name: `.` in the log's folder prints its name)."""
+    from streamctl.storage.log import log_name as name_of
+
+    return name_of(path)
 
 
 def parse_template(text: str) -> list[tuple[str, str]]:

@@ -32,6 +32,12 @@ class Position:
 class Plan:
     positions: dict[int, Position]
     notices: list[str] = field(default_factory=list)
+    # A group run's starts that are not its committed offsets (given by --from, or moved past
+    # records retention removed): the records before them are passed over on purpose, so they
+    # count as consumed and are committed even if the run delivers nothing (Kafka commits a
+    # group's position after a seek the same way). Without it, `--from latest` that found
+    # nothing new would leave the next run to read the whole history it skipped.
+    passed: dict[int, int] = field(default_factory=dict)
 
 
 def resolve_start(log: Log, p: int, spec: str, info: reader.PartitionInfo) -> int:
@@ -89,7 +95,7 @@ def plan(log: Log, partitions: list[int], from_spec: str | None, group: str | No
                 raise StorageError(
                     f"{log.group_path(group or '')}: committed offset {start} for partition {p} is past the end "
                     f"of the log ({info.next_offset}); the log was truncated or replaced. Reset with "
-                    f"`streamctl replay {log.path} --group {group} --to-latest --execute`")
+                    f"`{offsets.reset_command(log.path, group or '', '--to-latest')}`")
             if start < info.first_offset:
                 out.notices.append(
                     f"group {group}: partition {p}: committed offset {start} is no longer in the log "
@@ -98,6 +104,8 @@ def plan(log: Log, partitions: list[int], from_spec: str | None, group: str | No
                 start = info.first_offset
         else:
             start = resolve_start(log, p, from_spec or "earliest", info)
+        if group and (from_spec is not None or p in committed) and committed.get(p) != start:
+            out.passed[p] = start
         pos = Position(start, None if follow else info.next_offset)
         if until is not None:
             bound, known = until_offset(log, p, until, info)
@@ -252,6 +260,15 @@ class Committer:
         self.delivered: dict[int, int] = {}
         self.committed: dict[int, int] = {}
         self._last = time.monotonic()
+
+    def passed_over(self, positions: dict[int, int]) -> None:
+        """Where a group run starts, where that is not its committed offset (Plan.passed): the
+        records before it are consumed without being delivered; committed now, so a run that
+        delivers nothing (or is killed before it does) still leaves the group there."""
+        if not self.group or not positions:
+            return
+        self.delivered.update(positions)
+        self.commit()
 
     def queued(self, p: int, next_offset: int) -> None:
         self.pending[p] = next_offset

@@ -337,18 +337,38 @@ def _item(line: bytes) -> tuple[bytes, bytes, bytes | None]:
             orjson.dumps(headers) if headers is not None else None)
 
 
-def append_lines(dest: Log, lines: Iterator[bytes], batch_bytes: int = 1 << 20, fsync: str = "batch") -> AppendStats:
+def _plain_item(line: bytes) -> tuple[bytes, bytes, None]:
+    """(key JSON, value JSON, headers) of a plain file's line (plainfile.envelope_line): no key, and
+    the value's text as read, sliced out whatever it holds (a value may have a "headers" member)."""
+    i = line.find(b',"value":')
+    end = len(line) - 1 if line.endswith(b"\n") else len(line)
+    return b"null", line[i + 9:end - 1], None
+
+
+def append_lines(dest: Log, lines: Iterator[bytes], batch_bytes: int = 1 << 20, fsync: str = "batch",
+                 plain: bool = False, stats: AppendStats | None = None) -> AppendStats:
     """Append replayed lines to another log: new offsets and append times, same keys, values, headers.
 
     Keys go to their Kafka partition in `dest`; records without a key keep
     their source partition number (modulo dest's partition count), so a
     replay into a log with the same partition count keeps every record in
-    its partition, in order.
+    its partition, in order. `plain`: the lines are a plain file's values
+    (plainfile.envelope_line: no key, no ts, partition 0), appended in order
+    to partition 0 like records of a one-partition log.
+
+    An error while reading `lines` (a bad line of a plain file, a damaged
+    segment) appends the records read before it, then raises: as produce
+    keeps the records before a bad line. `stats` (filled as it goes) then
+    says how many were appended.
     """
+    from streamctl.errors import StreamctlError
     from streamctl.storage.appender import Appender
     from streamctl.storage.partitioner import partition_for_key
 
-    stats = AppendStats(0, {})
+    if stats is None:
+        stats = AppendStats(0, {})
+    if stats.ranges is None:
+        stats.ranges = {}
     n = dest.partitions
     pending: dict[int, list] = {}
     sizes: dict[int, int] = {}
@@ -365,22 +385,32 @@ def append_lines(dest: Log, lines: Iterator[bytes], batch_bytes: int = 1 << 20, 
                 rng = stats.ranges.setdefault(p, [res.first_offset, res.last_offset])
                 rng[1] = res.last_offset
 
-        for line in lines:
-            item = _item(line)
-            k = item[0]
-            if k == b"null":
-                p = record.envelope(line)[1] % n
-            else:
-                p = cache.get(k, -1)
-                if p < 0:
-                    p = partition_for_key(orjson.loads(k), n)
-                    if len(cache) < 100_000:
-                        cache[k] = p
-            pending.setdefault(p, []).append(item)
-            size = sizes.get(p, 0) + len(line)
-            sizes[p] = size
-            if size >= batch_bytes:
-                flush(p)
+        appending = False
+        try:
+            item_of = _plain_item if plain else _item
+            for line in lines:
+                item = item_of(line)
+                k = item[0]
+                if k == b"null":
+                    p = 0 if plain else record.envelope(line)[1] % n
+                else:
+                    p = cache.get(k, -1)
+                    if p < 0:
+                        p = partition_for_key(orjson.loads(k), n)
+                        if len(cache) < 100_000:
+                            cache[k] = p
+                pending.setdefault(p, []).append(item)
+                size = sizes.get(p, 0) + len(line)
+                sizes[p] = size
+                if size >= batch_bytes:
+                    appending = True
+                    flush(p)
+                    appending = False
+        except StreamctlError:
+            if not appending:  # the source failed: what was read before it goes in
+                for p in sorted(pending):
+                    flush(p)
+            raise
         for p in sorted(pending):
             flush(p)
     return stats

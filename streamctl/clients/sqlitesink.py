@@ -695,7 +695,9 @@ def open_sink(log: Log, group: str, partitions: list[int], from_spec: str | None
               interval: float = 1.0) -> SqliteSink:
     """Open (or create) the database and table, fix where each partition resumes, and return the
     sink (its committer is sink.committer) for consume_live (which must then plan from the group file, not --from)."""
-    name = table if table is not None else os.path.basename(log_identity(log))
+    from streamctl.storage.log import log_name
+
+    name = table if table is not None else log_name(log.path)
     store = SqliteTable(path, name, mode, log_identity(log), group, say)
     try:
         store.establish(log, partitions, from_spec, say)

@@ -31,9 +31,20 @@ class OffsetFileError(StorageError):
     pass
 
 
-def parse_offsets(raw: bytes, partitions: int, where: str = "offset file") -> dict[int, int]:
-    """Bytes of a group file -> {partition: next offset}. Raises OffsetFileError, nothing else."""
-    hint = "fix or delete it, or reset it with `streamctl replay LOG --group G --to-earliest --execute`"
+def reset_command(log_path: str, group: str, to: str) -> str:
+    """The offset reset that repairs a group's offsets, ready to paste into a shell."""
+    import shlex
+
+    return f"streamctl replay {shlex.quote(log_path)} --group {group} {to} --execute"
+
+
+def parse_offsets(raw: bytes, partitions: int, where: str = "offset file", log_path: str | None = None,
+                  group: str | None = None) -> dict[int, int]:
+    """Bytes of a group file -> {partition: next offset}. Raises OffsetFileError, nothing else.
+    `log_path` and `group` fill in the reset command the messages suggest."""
+    reset = (reset_command(log_path, group, "--to-earliest") if log_path is not None and group is not None
+             else "streamctl replay LOG --group G --to-earliest --execute")
+    hint = f"fix or delete it, or reset it with `{reset}`"
     if not raw.strip(b" \t\r\n"):
         raise OffsetFileError(f"{where}: empty offset file; {hint}")
     if b"\x00" in raw:
@@ -77,7 +88,7 @@ def load(log: Log, group: str) -> dict[int, int]:
             raise OffsetFileError(f"{path}: cannot read offset file: {e.strerror}") from None
     if len(raw) > MAX_FILE:
         raise OffsetFileError(f"{path}: offset file is implausibly large")
-    return parse_offsets(raw, log.partitions, path)
+    return parse_offsets(raw, log.partitions, path, log.path, group)
 
 
 def encode(group: str, offsets: dict[int, int]) -> bytes:

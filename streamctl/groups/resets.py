@@ -18,7 +18,9 @@ A plan can be kept as a file: CSV lines `partition,offset` (Kafka's
 the new offset per partition. `--from-file` reads one back; unlike the other
 modes its offsets are checked, not clamped: an offset outside the partition's
 [first offset, next offset] means the file belongs to another log or is too
-old, and is reported by line.
+old, and is reported by line. Every line is checked (the range too, for every
+partition the file names, whatever --partition picks) and every bad line is
+named in one message.
 """
 
 from __future__ import annotations
@@ -92,13 +94,27 @@ def _report(where: str, problems: list[tuple[int, str]]) -> str:
     return "\n".join(shown)
 
 
-def parse_plan(raw: bytes, where: str, partitions: int) -> dict[int, PlanLine]:
+def parse_plan(raw: bytes, where: str, partitions: int, log: Log | None = None) -> dict[int, PlanLine]:
     """`partition,offset` lines -> {partition: PlanLine}.
 
     A first line `partition,offset` is taken as a header; blank lines and lines
-    starting with `#` are skipped. Every bad line is named (file:line: reason) in
-    one DataError, so a hand-edited plan is fixed in one go.
+    starting with `#` are skipped. With `log`, every good line's offset must be
+    within its partition's offsets now. Every bad line is named (file:line:
+    reason) in one DataError, so a hand-edited plan is fixed in one go.
     """
+    out, problems = _parse_plan_lines(raw, where, partitions)
+    if log is not None:
+        # checked even when other lines do not parse: one message names every bad line
+        problems += [bad for p, planned in out.items() if (bad := _out_of_range(log, p, planned)) is not None]
+    if problems:
+        raise DataError(_report(where, sorted(problems)))
+    if not out:
+        raise DataError(f"{where}: no offsets in the plan (expected lines partition,offset)")
+    return out
+
+
+def _parse_plan_lines(raw: bytes, where: str, partitions: int) -> tuple[dict[int, PlanLine], list[tuple[int, str]]]:
+    """The plan's good lines ({partition: its first good line}) and the bad ones (line, reason)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -139,11 +155,16 @@ def parse_plan(raw: bytes, where: str, partitions: int) -> dict[int, PlanLine]:
             problems.append((n, f"partition {p} again (first on line {out[p].line})"))
             continue
         out[p] = PlanLine(n, offset)
-    if problems:
-        raise DataError(_report(where, problems))
-    if not out:
-        raise DataError(f"{where}: no offsets in the plan (expected lines partition,offset)")
-    return out
+    return out, problems
+
+
+def _out_of_range(log: Log, p: int, planned: PlanLine) -> tuple[int, str] | None:
+    """A plan line whose offset is outside partition p's offsets now: (line, reason), else None."""
+    info = reader.partition_info(log, p)
+    if info.first_offset <= planned.offset <= info.next_offset:
+        return None
+    return (planned.line, f"offset {planned.offset} for partition {p} is outside the partition's "
+                          f"offsets now [{info.first_offset}, {info.next_offset}]")
 
 
 def read_plan(path: str) -> bytes:
@@ -166,7 +187,7 @@ def from_file(path: str, log: Log, group: str | None = None) -> ResetSpec:
     raw = read_plan(path)
     if group is not None and raw.lstrip()[:1] in (b"{", b"["):
         return ResetSpec("from-file", plan=parse_stat_json(raw, where, log, group), source=where)
-    return ResetSpec("from-file", plan=parse_plan(raw, where, log.partitions), source=where)
+    return ResetSpec("from-file", plan=parse_plan(raw, where, log.partitions, log), source=where)
 
 
 def parse_stat_json(raw: bytes, where: str, log: Log, group: str) -> dict[int, PlanLine]:
@@ -276,9 +297,10 @@ def plan(log: Log, group: str, spec: ResetSpec, partitions: list[int]) -> list[R
         elif spec.mode == "from-file":
             planned = spec.plan[p]
             new = planned.offset
-            if not info.first_offset <= new <= info.next_offset:
-                problems.append((planned.line, f"offset {new} for partition {p} is outside the partition's "
-                                               f"offsets now [{info.first_offset}, {info.next_offset}]"))
+            # checked when the file was read (from_file); again here, under the claims of --execute
+            bad = _out_of_range(log, p, planned)
+            if bad is not None:
+                problems.append(bad)
                 continue
         else:
             raise UsageError(f"unknown reset mode {spec.mode!r}")

@@ -431,12 +431,16 @@ class LiveResult:
 
 
 def _start_for(log: Log, p: int, group: str | None, from_spec: str | None, notices: list[str],
-               until: Bound | None = None, starts: Callable[[], dict[int, int]] | None = None) -> tuple[int, bool]:
+               until: Bound | None = None, starts: Callable[[], dict[int, int]] | None = None,
+               committer: Committer | None = None) -> tuple[int, bool]:
     """Where a partition claimed while following starts (the group's committed offset wins), and
-    whether it is already at or past --until (nothing to read)."""
+    whether it is already at or past --until (nothing to read). A start that is not the group's
+    committed offset is committed through `committer` (Plan.passed)."""
     committed = starts() if starts is not None else offsets.load(log, group) if group else {}
     pl = plan(log, [p], None if p in committed else from_spec, group, follow=True, until=until, starts=committed)
     notices.extend(pl.notices)
+    if committer is not None:
+        committer.passed_over(pl.passed)
     pos = pl.positions[p]
     return pos.start, pos.reached and pos.end is not None and pos.start >= pos.end
 
@@ -468,6 +472,8 @@ def consume_live(log: Log, opts: LiveOptions, sink: Sink, committer: Committer,
             say(note)
         limit = opts.max_records
         done = limit is not None and limit <= 0  # --max 0: nothing is written, nothing committed
+        if not done:
+            committer.passed_over(pl.passed)  # --from: the records before the start count as consumed
         for p, nxt, data in stream(log, pl, merge=True, per_line=sink.per_line or limit is not None):
             if stopflag.is_set() or done:
                 break
@@ -512,6 +518,7 @@ def _follow(log: Log, opts: LiveOptions, sink: Sink, committer: Committer, membe
             say(note)
         now = time.monotonic()
         until = opts.until
+        delivered = res.records
         for p, nxt, data in items:
             if until is not None:
                 if p in res.finished:
@@ -535,6 +542,9 @@ def _follow(log: Log, opts: LiveOptions, sink: Sink, committer: Committer, membe
                 return
         if items:
             sink.sync()
+        if res.records > delivered:
+            # only records handed to the output count: a filter that skips everything arriving
+            # must not keep --idle-timeout from ending the follow
             last_delivery = now
         sink.tick()
         if members is not None and now >= next_rebalance:
@@ -543,7 +553,8 @@ def _follow(log: Log, opts: LiveOptions, sink: Sink, committer: Committer, membe
             releasing = sorted(set(releasing) | set(change.to_release))
             for p in change.claimed:
                 notes: list[str] = []
-                start, reached = _start_for(log, p, opts.group, opts.from_spec, notes, opts.until, opts.starts)
+                start, reached = _start_for(log, p, opts.group, opts.from_spec, notes, opts.until, opts.starts,
+                                            committer)
                 if reached:
                     res.finished.add(p)
                 else:

@@ -65,7 +65,7 @@ def run(log: str, spec: core.ReplaySpec, out: str | None, engine: str, threshold
         if not logmod.is_log_input(log):
             if engine == "spark":
                 raise UsageError("--engine spark needs a log; plain files are replayed locally")
-            return write(core.replay_plain(log, spec), out, unbuffered, None, say)
+            return write(core.replay_plain(log, spec), out, unbuffered, None, say, plain=True)
         lg = logmod.open_log(log)
         if out is not None and os.path.exists(out) and os.path.realpath(out) == os.path.realpath(lg.path):
             raise UsageError("--out must be another log than the one replayed")
@@ -107,17 +107,20 @@ def _copy_stored(lg: Log, ranges: dict[int, core.Range], unbuffered: bool, progr
         copy_stored(lg, p, r.start, r.end, copy)
 
 
-def write(lines: Iterable[bytes], out: str | None, unbuffered: bool, source: Log | None, say: Say) -> None:
-    """Stored lines to stdout (blocks pass through), or appended to the log --out."""
+def write(lines: Iterable[bytes], out: str | None, unbuffered: bool, source: Log | None, say: Say,
+          plain: bool = False) -> None:
+    """Stored lines to stdout (blocks pass through), or appended to the log --out. `plain`: the
+    lines are a plain file's (plainfile.envelope_line: values with no key and no ts)."""
     try:
-        _write_to(lines, out, unbuffered, source, say)
+        _write_to(lines, out, unbuffered, source, say, plain)
     finally:
         close = getattr(lines, "close", None)
         if close is not None:
             close()  # a Spark job still running (closed pipe, error) is stopped here
 
 
-def _write_to(lines: Iterable[bytes], out: str | None, unbuffered: bool, source: Log | None, say: Say) -> None:
+def _write_to(lines: Iterable[bytes], out: str | None, unbuffered: bool, source: Log | None, say: Say,
+              plain: bool = False) -> None:
     if out is None:
         from streamctl.formats.writer import Output
 
@@ -130,19 +133,34 @@ def _write_to(lines: Iterable[bytes], out: str | None, unbuffered: bool, source:
             raise
         w.flush()
         return
+    from itertools import chain
+
+    from streamctl.errors import StreamctlError
     from streamctl.storage import log as logmod
     from streamctl.timeparse import now_ms
-
-    dest = logmod.open_or_create(out, None if logmod.is_log(out) else (source.partitions if source else 1),
-                                 None, now_ms())
 
     def split(blocks: Iterable[bytes]) -> Iterator[bytes]:
         for data in blocks:
             yield from data.splitlines(keepends=True)
 
-    stats = core.append_lines(dest, split(lines))
-    where = ", ".join(f"p{p} {a}..{b}" for p, (a, b) in sorted((stats.ranges or {}).items()))
-    say(f"appended {stats.records} record(s) to {out}" + (f": {where}" if where else ""))
+    todo = split(lines)
+    # The first line is read before LOG2 is made: a replay that fails before it has a record to
+    # append (a bad first line, a refused option, a Spark job that fails) leaves no LOG2 behind.
+    first = next(todo, None)
+    dest = logmod.open_or_create(out, None if logmod.is_log(out) else (source.partitions if source else 1),
+                                 None, now_ms())
+    stats = core.AppendStats(0, {})
+
+    def summary() -> str:
+        where = ", ".join(f"p{p} {a}..{b}" for p, (a, b) in sorted((stats.ranges or {}).items()))
+        return f"appended {stats.records} record(s) to {out}" + (f": {where}" if where else "")
+
+    try:
+        core.append_lines(dest, chain([first], todo) if first is not None else iter(()), plain=plain, stats=stats)
+    except StreamctlError:
+        say(summary() + "; the records before the error stay appended")
+        raise
+    say(summary())
 
 
 def stdout_fd(out: str | None) -> int | None:

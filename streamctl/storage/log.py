@@ -156,6 +156,15 @@ def meta_of(obj: object, meta_path: str = META) -> LogMeta:
     return LogMeta(vals["partitions"], vals["segment_bytes"], vals["created"], extra)
 
 
+def log_name(path: str) -> str:
+    """A log's name (kcat's topic; `consume --format %t`, `--sqlite`'s default table): the base name
+    of the folder (or plain file) `path` really is, so `.` in the log's folder, `orders/`,
+    `../orders` and a symlink to it all name it `orders`. `-` (stdin) is `-`."""
+    if path == "-":
+        return "-"
+    return os.path.basename(os.path.realpath(path)) or "/"
+
+
 def open_log(path: str) -> Log:
     if not os.path.isdir(path):
         raise StorageError(f"{path}: no such log")

@@ -288,6 +288,25 @@ def test_every_bad_line_is_reported_at_once(log3, run, tmp_path):
     assert f"{many}:20:" in err and f"{many}:21:" not in err and "... and 10 more" in err
 
 
+def test_a_line_out_of_range_is_reported_with_the_lines_that_do_not_parse(tmp_path, run):
+    """The range check runs on every good line even when other lines failed to parse, and the
+    first good line of a partition whose earlier line failed is checked too."""
+    log = str(tmp_path / "two")
+    run("produce", log, "--partitions", "2", "--partition", "0", input="0\n1\n2\n3\n", check=True)
+    run("produce", log, "--partition", "1", input="4\n5\n6\n", check=True)
+    assert bounds(log) == {0: (0, 4), 1: (0, 3)}
+    run("replay", log, "--group", "g", "--to-offset", "1", "--execute", check=True)
+    path = plan_file(tmp_path, "0,4\n0,3\n1,x\n5,1\n1,99\n", "p3.csv")
+    for extra in ((), ("--execute",), ("--partition", "0", "--execute")):
+        proc = run("replay", log, "--group", "g", "--from-file", path, *extra)
+        assert proc.returncode == 65, proc.stderr
+        err = proc.stderr.decode()
+        assert err.startswith(f"streamctl: {path}: 4 bad line(s) in the plan:\n")
+        assert [ln.split(": ")[0].strip() for ln in err.splitlines()[1:]] == [f"{path}:{n}" for n in (2, 3, 4, 5)]
+        assert "offset 99 for partition 1 is outside the partition's offsets now [0, 3]" in err
+        assert proc.stdout == b"" and committed(log, "g") == {0: 1, 1: 1}
+
+
 def test_below_the_first_offset_is_refused(tmp_path, run):
     path = str(tmp_path / "log")
     make_log(path, 1, 20, seed=9, t0=T0)
