@@ -46,7 +46,8 @@ Three kinds (choose one):
 \b
 Keys: --on omitted = the record key on both sides; --on PATH = the same field
 on both sides; --on A=B = A on LEFT, B on RIGHT (a path not starting with
-key/ts/offset/partition/value is under value: user.id = value.user.id).
+key/ts/offset/partition/headers/value is under value: user.id = value.user.id;
+headers.NAME is a header of the envelope).
 A plain file has no record key: join it on a value field. A changelog's table
 key is its join key; a tombstone (null value) deletes the key equal to its
 record key. Keys match when their JSON is equal ("7" is not 7); null keys
