@@ -142,6 +142,10 @@ def counts(recs, params):
         return {"late": [0, 0], "no_time": [0, 0]}
     timed_sides = [0, 1] if params["kind"] == "stream" else [0]  # as-of: only events need a time
     no_time = F.col("t").isNull() & F.col("side").isin(timed_sides) & (F.col("sub") == 0)
+    if params["kind"] == "table":
+        # and the table changes (applied, not tombstones) without one: valid from the beginning
+        no_time = no_time | (F.col("t").isNull() & (F.col("side") == 1) & (F.col("sub") == 0)
+                             & F.col("nkey").isNotNull() & F.col("value_j").isNotNull())
     got = recs.groupBy("side").agg(F.sum(F.when(flag, 1).otherwise(0)).alias("late"),
                                    F.sum(F.when(no_time, 1).otherwise(0)).alias("no_time")).collect()
     out = {"late": [0, 0], "no_time": [0, 0]}

@@ -129,10 +129,14 @@ def late_sink(f: IO[bytes] | None) -> Any:
 
 def report(spec: joining.JoinSpec, stats: joining.JoinStats, late_out: str | None, say: Say) -> None:
     """The run's counts on stderr: events without a usable time, late events or table changes."""
-    skipped = sum(stats.no_time)
+    untimed = stats.no_time[1] if spec.kind == "table" else 0  # --as-of event-time's table changes
+    skipped = sum(stats.no_time) - untimed
     if skipped:
         say(f"{skipped} event(s) without a usable time in {'.'.join(spec.time_field[0])} were skipped "
-            f"(LEFT {stats.no_time[0]}, RIGHT {stats.no_time[1]})")
+            f"(LEFT {stats.no_time[0]}, RIGHT {stats.no_time[1] - untimed})")
+    if untimed:
+        say(f"{untimed} table change(s) without a usable time in {'.'.join(spec.time_field[1])}: each was taken "
+            "as valid from the beginning (--as-of event-time places a change at its time)")
     late = sum(stats.late)
     if not late:
         return

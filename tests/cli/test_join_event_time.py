@@ -313,3 +313,18 @@ def test_plain_file_default_time_is_the_values_ts_as_in_window(tmp_path, kind):
         assert (r.returncode, r.stdout, r.stderr) == (0, explicit.stdout, explicit.stderr)
     w = run_cli("window", str(ev), "--tumbling", "1m", "--by", "u", check=True)
     assert w.stdout.count(b"\n") == 3 and b"skipped" not in w.stderr
+
+
+def test_as_of_event_time_reports_table_changes_without_a_usable_time(tmp_path):
+    """Such a change is valid from the beginning (it cannot be placed in time), counted and reported,
+    never applied silently."""
+    ev, tb = tmp_path / "ev.jsonl", tmp_path / "tb.jsonl"
+    ev.write_text('{"at":"2026-01-01T00:00:10Z","u":1}\n')
+    tb.write_text('{"at":"2026-01-01T00:00:00Z","u":1,"name":"A"}\n{"at":"soon","u":1,"name":"B"}\n'
+                  '{"at":"2026-01-01T00:00:20Z","u":1,"name":"C"}\n')
+    p = run_cli("join", str(ev), str(tb), "--table", "--on", "u", "--time-field", "at", "--as-of", "event-time",
+                check=True)
+    assert [orjson.loads(x)["right"]["name"] for x in p.stdout.splitlines()] == ["A"]
+    assert b"1 table change(s) without a usable time in value.at: each was taken as valid from the beginning" \
+        in p.stderr, p.stderr
+    assert b"event(s) without a usable time" not in p.stderr

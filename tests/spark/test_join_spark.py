@@ -218,6 +218,8 @@ def test_parity_stream_table_on_event_time(spark, event_time_inputs, kw):
     assert local
     if kw["as_of"] == "event-time" and "lateness" not in kw:
         assert local_stats["late"][1] > 0
+    if kw["as_of"] == "event-time":
+        assert local_stats["no_time"][1] > 0, "table changes without a usable time are counted"
     assert spark_run(spark, spec) == (local, local_stats)
 
 

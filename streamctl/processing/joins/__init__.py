@@ -45,7 +45,9 @@ class JoinStats:
     """A run's counts, kept by whichever operator or kernel runs it."""
 
     records: list[int] = field(default_factory=lambda: [0, 0])
-    no_time: list[int] = field(default_factory=lambda: [0, 0])  # stream events skipped: no usable time
+    # stream events skipped for want of a usable time; with --as-of event-time, RIGHT counts the
+    # table changes without one (applied as valid from the beginning)
+    no_time: list[int] = field(default_factory=lambda: [0, 0])
     late: list[int] = field(default_factory=lambda: [0, 0])  # late records per side (joins/driver.py says which)
     rows: int = 0
     max_state: int = 0

@@ -177,6 +177,8 @@ class TableFeed:
                     if late is not None:
                         late(1, rec)
                 value = rec["value"]
+                if t is None and value is not None:
+                    stats.no_time[1] += 1  # applied as valid from the beginning: counted and reported
                 for nk, _k in found:
                     ja.change(nk, t, value, pos)
             else:
