@@ -201,13 +201,14 @@ class WindowRun:
     def _bad_time(self, rec: dict, source: str, fail: bool) -> None:
         st = self.stats
         st.bad_time += 1
-        if st.bad_time_example is None:
+        if st.bad_time_example is None or fail:
             # a log's records carry their append time; a plain file's do not
             where = eventfields.bad_time_place(source, rec.get("partition"), rec.get("offset"),
                                                rec.get("ts") is not None, self.cfg.time_field)
-            st.bad_time_example = f"{where}: {self._bad_reason(rec)}"
-        if fail:
-            raise DataError(f"{st.bad_time_example} (--on-bad-time skip counts and skips such records)")
+            this = f"{where}: {self._bad_reason(rec)}"
+            if fail:  # this record's (the example may be an earlier run's, from a follower's checkpoint)
+                raise DataError(f"{this} (--on-bad-time skip counts and skips such records)")
+            st.bad_time_example = this
 
     def _bad_reason(self, rec: dict) -> str:
         """Why rec's time is not usable (the time getters only say that it is not)."""
