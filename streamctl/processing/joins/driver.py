@@ -53,8 +53,10 @@ def split_pair(text: str | None, default: str, what: str) -> tuple[tuple[str, ..
     text = default if text is None or text == "" else text
     if text.count("=") > 1:
         raise UsageError(f"{what} {text!r}: write PATH or LEFTPATH=RIGHTPATH")
-    a, _, b = text.partition("=")
-    if not b:
+    a, eq, b = text.partition("=")
+    if eq and not (a.strip() and b.strip()):
+        raise UsageError(f"{what} {text!r}: a path on each side of = (LEFTPATH=RIGHTPATH), or one PATH for both")
+    if not eq:
         b = a
     return fieldpaths.record_path(a.strip()), fieldpaths.record_path(b.strip())
 
