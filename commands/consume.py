@@ -46,7 +46,7 @@ def consume(
     where: list[str] | None = typer.Option(None, "--where", metavar="'PATH OP VALUE'", help=WHERE_HELP),
     value: bool = typer.Option(False, "--value", help="Write only each record's value (JSON text)."),
     fmt: str | None = typer.Option(None, "--format", metavar="TEMPLATE", help=FORMAT_HELP),
-    follow: bool = typer.Option(False, "--follow", "-f", help="Wait for new records instead of exiting at the end (inotify via watchfiles; polling where inotify is unavailable)."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Wait for new records instead of exiting at the end (inotify via watchfiles; polling where inotify is unavailable). A plain file is followed as it grows, like tail -F (read again from its start when rotated or truncated)."),
     idle_timeout: str | None = typer.Option(None, "--idle-timeout", callback=numbers.duration(), metavar="DUR", help="With --follow: stop after DUR in which nothing new was delivered (records a filter skips do not count)."),
     exec_: str | None = typer.Option(None, "--exec", metavar="CMD", help="Run CMD (by the shell) for each batch, the batch on its stdin; commit only if it exits 0."),
     batch: int = typer.Option(1000, "--batch", callback=numbers.count(lo=1), metavar="N", help="With --exec: records per batch. With --sqlite: records per transaction."),
@@ -121,15 +121,17 @@ def consume(
         raise UsageError("--table and --mode need --sqlite FILE")
     from streamctl.clients import consume_once
     from streamctl.storage import log as logmod
+    from streamctl.timeparse import parse_duration
 
     flt, bound = consume_once.selection(group, from_, key, header, where, until)
     if not logmod.is_log_input(log):
-        if group or follow or exec_ or partition not in (None, 0):
-            raise UsageError("--group, --follow, --exec and --partition need a log, not a plain file")
+        if group or exec_ or partition not in (None, 0):
+            raise UsageError("--group, --exec and --partition need a log, not a plain file")
         if bound is not None and bound.kind != "offset":
             raise UsageError(f"{log}: a plain file has no timestamps; --until takes an offset (a line number)")
         return consume_once.consume_plain(log, from_, max_, value, fmt, unbuffered, flt,
-                                          bound.value if bound is not None else None)
+                                          bound.value if bound is not None else None, follow,
+                                          parse_duration(idle_timeout) / 1000 if idle_timeout else None, info)
 
     if follow or exec_ or group:
         # a group run claims its partitions so competing members split them

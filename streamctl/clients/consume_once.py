@@ -1,5 +1,5 @@
 """consume without --group, --follow or --exec: a log's stored lines straight through, or a plain file
-(and the selection every consume reads: `selection`).
+(followed too: `follow_plain`; and the selection every consume reads: `selection`).
 
 Nothing is claimed or committed. One partition's stored lines, unchanged, are
 copied by the kernel (sendfile); otherwise partitions are merged in (ts,
@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from streamctl.clients.filters import Filter
     from streamctl.clients.replay import Bound
 
@@ -70,9 +72,14 @@ def consume_log(log: str, partition: int | None, from_: str | None, until: Bound
 
 
 def consume_plain(path: str, from_: str | None, max_: int | None, value: bool, fmt: str | None,
-                  unbuffered: bool, flt: Filter | None = None, until: int | None = None) -> None:
+                  unbuffered: bool, flt: Filter | None = None, until: int | None = None,
+                  follow: bool = False, idle_timeout: float | None = None,
+                  say: Callable[[str], None] | None = None) -> None:
     """A plain .jsonl file (or -): its values with line numbers as offsets; filters see them as
-    records with a null key, no ts and no headers."""
+    records with a null key, no ts and no headers. With `follow`, a file is followed as it grows
+    (follow_plain); stdin is read to its end."""
+    if follow and path != "-":
+        return follow_plain(path, from_, max_, value, fmt, flt, until, idle_timeout, say)
     from streamctl.errors import DataError
     from streamctl.formats.records import plain_renderer
     from streamctl.formats.template import log_name
@@ -100,3 +107,58 @@ def consume_plain(path: str, from_: str | None, max_: int | None, value: bool, f
         out.flush()
         raise
     out.flush()
+
+
+class _Enough(Exception):
+    """--max or --until reached: the follow ends."""
+
+
+def follow_plain(path: str, from_: str | None, max_: int | None, value: bool, fmt: str | None,
+                 flt: Filter | None, until: int | None, idle_timeout: float | None,
+                 say: Callable[[str], None] | None) -> None:
+    """`consume FILE --follow`: the values from --from on, then each new line as the file grows, like
+    `tail -F` (a file rotated or truncated is read again from its start), until --max, --until, a
+    stop signal or --idle-timeout. --from: earliest (default), latest, OFFSET or -N (the last N)."""
+    from streamctl import stopflag
+    from streamctl.errors import UsageError
+    from streamctl.formats.records import plain_renderer
+    from streamctl.formats.template import log_name
+    from streamctl.formats.writer import Output
+    from streamctl.live.cursor import tail_plain
+    from streamctl.storage import plainfile
+
+    s = (from_ or "earliest").strip()
+    first = 0
+    if s == "earliest" or s.isdecimal():
+        last, first = None, int(s) if s.isdecimal() else 0
+    elif s == "latest":
+        last = 0
+    elif s.startswith("-") and s[1:].isdecimal():
+        last = int(s[1:])
+    else:
+        raise UsageError(f"--from {from_!r}: a plain file has no timestamps; use earliest, latest, OFFSET or -N")
+    if max_ == 0:
+        return
+    out = Output(unbuffered=True)
+    render = plain_renderer(value, fmt, log_name(path))
+    written = [0]
+
+    def keep(off: int, v: bytes) -> bool:
+        return off >= first and (flt is None or bool(flt.select(plainfile.envelope_line(off, v))))
+
+    def emit(off: int, v: bytes) -> None:
+        if until is not None and off >= until:
+            raise _Enough
+        out.write(render(off, v))
+        written[0] += 1
+        if max_ is not None and written[0] >= max_:
+            raise _Enough
+
+    stopflag.install()
+    try:
+        sig = tail_plain(path, last, True, emit, out.flush, say, keep, idle_timeout)
+    except _Enough:
+        sig = None
+    out.flush()
+    if sig is not None:
+        stopflag.end()

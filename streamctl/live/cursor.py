@@ -676,14 +676,18 @@ def tail_log(log: Log, parts: list[int], n: int, follow: bool, render: Callable[
             waiter.close()
 
 
-def tail_plain(path: str, n: int, follow: bool, emit: Callable[[int, bytes], None], flush: Callable[[], None],
+def tail_plain(path: str, n: int | None, follow: bool, emit: Callable[[int, bytes], None], flush: Callable[[], None],
                say: Callable[[str], None] | None = None,
-               keep: Callable[[int, bytes], bool] | None = None) -> int | None:
-    """`tail` of a plain .jsonl file: its last n values (offsets are line numbers), then follow it.
+               keep: Callable[[int, bytes], bool] | None = None,
+               idle_timeout: float | None = None) -> int | None:
+    """`tail` of a plain .jsonl file: its last n values (offsets are line numbers; None: all of
+    them, streamed, as `consume FILE --follow` reads it), then follow it until a stop signal, or
+    `idle_timeout` seconds in which nothing new was emitted. `emit` may end it early by raising.
 
     Like `tail -F`, a file that shrinks was truncated or replaced: it is read
     again from its start (offsets restart at 0), and said so on stderr.
     """
+    import time
     from collections import deque
 
     from streamctl.errors import DataError, UsageError
@@ -749,11 +753,12 @@ def tail_plain(path: str, n: int, follow: bool, emit: Callable[[int, bytes], Non
     waiter = Waiter(path) if follow else None
     try:
         new = read_new() if keep is None else ((o, v) for o, v in read_new() if keep(o, v))
-        for off, v in deque(new, maxlen=n):
+        for off, v in new if n is None else deque(new, maxlen=n):
             emit(off, v)
         flush()
         if waiter is None:
             return None
+        last = time.monotonic()
         while not stopflag.is_set():
             got = False
             for off, v in read_new():
@@ -763,6 +768,13 @@ def tail_plain(path: str, n: int, follow: bool, emit: Callable[[int, bytes], Non
                 got = True
             if got:
                 flush()
+                last = time.monotonic()
+                continue
+            if idle_timeout is not None:
+                left = idle_timeout - (time.monotonic() - last)
+                if left <= 0:
+                    break
+                waiter.wait(min(left, 0.2))
                 continue
             waiter.wait()
         flush()
