@@ -696,7 +696,7 @@ def tail_plain(path: str, n: int | None, follow: bool, emit: Callable[[int, byte
         fd = os.open(path, os.O_RDONLY)
     except OSError as e:
         raise UsageError(f"{path}: cannot open: {e.strerror}") from None
-    state = {"pos": 0, "count": 0, "lineno": 0, "fd": fd}
+    state = {"pos": 0, "lineno": 0, "fd": fd}
 
     def read_new() -> Iterator[tuple[int, bytes]]:
         fd = state["fd"]
@@ -717,7 +717,7 @@ def tail_plain(path: str, n: int | None, follow: bool, emit: Callable[[int, byte
                 fd = state["fd"] = new
                 if say is not None:
                     say(f"{path}: file replaced; following the new file from its start")
-                state.update(pos=0, count=0, lineno=0)
+                state.update(pos=0, lineno=0)
         yield from _drain(fd)
 
     def _drain(fd: int) -> Iterator[tuple[int, bytes]]:
@@ -725,7 +725,7 @@ def tail_plain(path: str, n: int | None, follow: bool, emit: Callable[[int, byte
         if size < state["pos"]:
             if say is not None:
                 say(f"{path}: file truncated; reading it from the start")
-            state.update(pos=0, count=0, lineno=0)
+            state.update(pos=0, lineno=0)
         while state["pos"] < size:
             buf = os.pread(fd, min(segment.CHUNK, size - state["pos"]), state["pos"])
             i = buf.rfind(b"\n")
@@ -738,7 +738,7 @@ def tail_plain(path: str, n: int | None, follow: bool, emit: Callable[[int, byte
                 buf = os.pread(fd, end - state["pos"], state["pos"])
                 i = len(buf) - 1
             state["pos"] += i + 1
-            for line in buf[: i + 1].splitlines():
+            for line in buf[: i + 1].split(b"\n")[:-1]:
                 state["lineno"] += 1
                 text = line.strip(b" \t\r")
                 if not text:
@@ -747,8 +747,7 @@ def tail_plain(path: str, n: int | None, follow: bool, emit: Callable[[int, byte
                     orjson.loads(text)
                 except orjson.JSONDecodeError as e:
                     raise DataError(f"{path}:{state['lineno']}: invalid JSON: {e}") from None
-                yield state["count"], text
-                state["count"] += 1
+                yield state["lineno"] - 1, text  # the offset: the line number from 0, as everywhere
 
     waiter = Waiter(path) if follow else None
     try:

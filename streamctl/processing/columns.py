@@ -90,8 +90,8 @@ class FieldReader:
 
     def read_piece(self, piece: bytes, base: int = 0) -> FieldBatch | None:
         """The piece's lines (whole lines; the last may lack its newline) as a column per path, the
-        first line of a plain file's piece being record number `base`; None when the piece must
-        be read in full."""
+        first line of a plain file's piece being line `base` (from 0, its offset); None when the piece
+        must be read in full."""
         if not piece.isascii():
             try:
                 piece.decode()
@@ -195,7 +195,7 @@ class FieldBatch:
     """A piece read as columns. len() is its number of records; batch[i] parses record i in full
     (late events written to --late-out are few), and iterating parses them all. A piece of a
     plain file has a `base`: its records are {"offset", "partition": 0, "key": None, "value":
-    line}, offsets counting from `base` (the file's record numbers)."""
+    line}, offsets counting from `base` (line numbers: a piece read as columns has no blank line)."""
 
     __slots__ = ("piece", "cols", "n", "pre", "base", "_lines")
 

@@ -328,15 +328,15 @@ def plain_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | 
 
     def read_plain(piece: bytes, handed: bool = False) -> tuple:
         """_columns_message for a piece read as columns; ("v", its values, why a line is invalid or
-        None, its lines) for one read in full (inputorder.plain_piece). A piece the reading process
+        None, its lines, each value's line) for one read in full (inputorder.plain_piece). A piece the reading process
         `handed` over goes through "consumer transform" when there is one (a step that must run in
         the reading process only, such as numbering keys, is left out)."""
         if not readers:
             readers.append(columns.FieldReader(fields, plain=True))
         batch = readers[0].read_piece(piece)
         if batch is None:
-            values, _payloads, error, lines = inputorder.plain_piece(piece)
-            return ("v", values, error, lines)
+            values, _payloads, error, lines, at = inputorder.plain_piece(piece)
+            return ("v", values, error, lines, at)
         return _columns_message(batch, hooks, hooks.get("consumer transform") if handed else None)
 
     def pieces() -> Iterator[tuple]:
@@ -352,15 +352,16 @@ def plain_batches(path: str, fields: Sequence[columns.FieldPath], hooks: dict | 
             if msg[0] == "v" and msg[2] is not None:
                 return  # an invalid line: the consumer stops there
 
-    def piece(msg: tuple) -> tuple[tuple, int, str | None, int]:
+    def piece(msg: tuple) -> tuple[tuple, int, str | None, int, list[int] | None]:
         """inputorder.numbered's piece of a message (a piece read as columns has no blank line)."""
         if msg[0] == "p":
             msg = read_plain(msg[1], True)
-        return (msg, msg[3], None, msg[3]) if msg[0] == "c" else (msg, len(msg[1]), msg[2], msg[3])
+        return (msg, msg[3], None, msg[3], None) if msg[0] == "c" else (msg, len(msg[1]), msg[2], msg[3], msg[4])
 
     def batches(msgs: Iterable[tuple]) -> Iterator[Any]:
         for msg, base in inputorder.numbered(path, map(piece, msgs)):
             if msg[0] == "c":
+                assert isinstance(base, int)  # (a piece read as columns has no blank line)
                 yield columns.FieldBatch(msg[1], msg[2], msg[3], msg[4], base=base)
             else:
                 yield inputorder.plain_records_of(msg[1], base)

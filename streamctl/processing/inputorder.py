@@ -231,9 +231,9 @@ PLAIN_BLOCK = 1 << 20  # bytes read from a plain file at a time
 
 
 def plain_blocks(path: str, block_bytes: int = PLAIN_BLOCK,
-                 raw: bool = False) -> Iterator[tuple[list[Any], list[Any], int]]:
+                 raw: bool = False) -> Iterator[tuple[list[Any], list[Any], Base]]:
     """A plain file's values (one per non-blank line), parsed a block of lines at a time, with each
-    value's payload and the number of the values before them: (values, payloads, base).
+    value's payload and their offsets (numbered's Base): (values, payloads, base).
 
     The same values as reading line by line: lines split on \\n, a line of only JSON whitespace
     is skipped (orjson reads the others with their whitespace as they are). With `raw`, a payload
@@ -243,7 +243,7 @@ def plain_blocks(path: str, block_bytes: int = PLAIN_BLOCK,
     and line (numbered), raised after the block's good values before it have been handed out.
     """
     pieces = map(partial(plain_piece, raw=raw), line_blocks(path, block_bytes))
-    read = (((values, payloads), len(values), error, lines) for values, payloads, error, lines in pieces)
+    read = (((values, payloads), len(values), error, lines, at) for values, payloads, error, lines, at in pieces)
     for (values, payloads), base in numbered(path, read):
         yield values, payloads, base
 
@@ -251,17 +251,23 @@ def plain_blocks(path: str, block_bytes: int = PLAIN_BLOCK,
 T = TypeVar("T")
 
 
-def numbered(path: str, pieces: Iterable[tuple[T, int, str | None, int]]) -> Iterator[tuple[T, int]]:
+# Where a piece's records are in its file: the offset (line number from 0) of the first, the others
+# on the lines after it; or, for a piece with blank lines, the offset of each record
+Base = int | list[int]
+
+
+def numbered(path: str, pieces: Iterable[tuple[T, int, str | None, int, list[int] | None]]) -> Iterator[tuple[T, Base]]:
     """A plain file's pieces of lines in order, each (item, its records, why its first invalid line
-    is invalid or None, its lines: with an invalid line, those before it), as (item, the records
-    before it) of each piece with records. An invalid line is consume's DataError naming the file
-    and line (plainfile.invalid_json), raised after the items before it. The one count of a
-    plain file's records and lines, whichever process read a piece (decoder.plain_batches)."""
-    base = line = 0  # the records and the lines before the piece
-    for item, n, error, lines in pieces:
+    is invalid or None, its lines: with an invalid line, those before it, and the line of each
+    record in the piece when some line is blank, else None), as (item, its records' offsets:
+    Base) of each piece with records. A plain record's offset is its line number from 0 (a blank
+    line holds no record, and its number is skipped). An invalid line is consume's DataError
+    naming the file and line (plainfile.invalid_json), raised after the items before it. The
+    one count of a plain file's lines, whichever process read a piece (decoder.plain_batches)."""
+    line = 0  # the lines before the piece
+    for item, n, error, lines, at in pieces:
         if n:
-            yield item, base
-            base += n
+            yield item, (line if at is None else [line + i for i in at])
         if error is not None:
             raise plainfile.invalid_json(path, line + lines + 1, error)
         line += lines
@@ -302,10 +308,11 @@ _PLAIN_SIDE_BY_SIDE = re.compile(rb"\}[ \t\r]*,[ \t\r]*\{")
 _DICT = {dict}
 
 
-def plain_piece(piece: bytes, raw: bool = False) -> tuple[list[Any], list[Any], str | None, int]:
+def plain_piece(piece: bytes, raw: bool = False) -> tuple[list[Any], list[Any], str | None, int, list[int] | None]:
     """The values of a piece of whole lines (the last may lack its newline), their payloads
-    (plain_blocks), why its first invalid line is invalid (None: none), and its number of lines
-    (with an invalid line: the lines before it; the values are those before it)."""
+    (plain_blocks), why its first invalid line is invalid (None: none), its number of lines
+    (with an invalid line: the lines before it; the values are those before it), and the line
+    (from 0) of each value when some line is blank (None: one value a line)."""
     text = piece[:-1] if piece.endswith(b"\n") else piece
     loads = orjson.loads
     # One parse for the block when every line is one object (the usual JSONL file): the
@@ -318,15 +325,16 @@ def plain_piece(piece: bytes, raw: bool = False) -> tuple[list[Any], list[Any], 
             pass
         else:
             if len(values) == text.count(b"\n") + 1 and {*map(type, values)} == _DICT:
-                return values, _payloads(values, text, array, raw), None, len(values)
+                return values, _payloads(values, text, array, raw), None, len(values), None
     lines = text.split(b"\n")
     try:
         values = list(map(loads, lines))
     except orjson.JSONDecodeError:
         pass
     else:
-        return values, _payloads(values, text, b"[" + b",".join(lines) + b"]", raw, lines), None, len(lines)
+        return values, _payloads(values, text, b"[" + b",".join(lines) + b"]", raw, lines), None, len(lines), None
     values = []
+    at: list[int] = []
     for i, line in enumerate(lines):
         line = line.strip(b" \t\r\n")
         if not line:
@@ -334,8 +342,9 @@ def plain_piece(piece: bytes, raw: bool = False) -> tuple[list[Any], list[Any], 
         try:
             values.append(loads(line))
         except orjson.JSONDecodeError as e:
-            return values, values, str(e), i
-    return values, values, None, len(lines)
+            return values, values, str(e), i, at
+        at.append(i)
+    return values, values, None, len(lines), at
 
 
 def _payloads(values: list[Any], text: bytes, array: bytes, raw: bool,
@@ -355,9 +364,10 @@ def plain_record_blocks(path: str) -> Iterator[list[Record]]:
         yield plain_records_of(values, base)
 
 
-def plain_records_of(values: list[Any], base: int) -> list[Record]:
-    """A plain file's values as records: offset = record number (from `base`), partition 0, no key."""
-    return [{"offset": o, "partition": 0, "key": None, "value": v} for o, v in enumerate(values, base)]
+def plain_records_of(values: list[Any], base: Base) -> list[Record]:
+    """A plain file's values as records: offset = line number (numbered's Base), partition 0, no key."""
+    offsets = base if isinstance(base, list) else range(base, base + len(values))
+    return [{"offset": o, "partition": 0, "key": None, "value": v} for o, v in zip(offsets, values, strict=True)]
 
 
 def late_line(rec: Record, is_log: bool) -> bytes:

@@ -317,13 +317,14 @@ def input_records(spark, inp):
     """An input of window or join (PARAMS["inputs"]: streamctl.spark.engine.job_inputs) as an RDD of
     (partition, offset, record dict), unordered: a log's records up to its "end_offsets", or a plain
     file's values as records the way streamctl reads them (partition 0, offset = the line number
-    with blank lines not counted, no key)."""
+    from 0, a blank line holding no record, no key)."""
     loads = orjson.loads
     if inp["is_log"]:
         frame = replay_frame(spark, {"log": inp["path"], "end_offsets": inp.get("end_offsets")})
         return frame.rdd.map(lambda row: (row.partition, row.offset, loads(row.line)))
-    lines = spark.sparkContext.textFile(inp["path"]).map(lambda s: s.strip(" \t\r\n")).filter(bool)
-    return lines.zipWithIndex().map(
+    lines = spark.sparkContext.textFile(inp["path"]).zipWithIndex()
+    lines = lines.map(lambda li: (li[0].strip(" \t\r\n"), li[1])).filter(lambda li: bool(li[0]))
+    return lines.map(
         lambda li: (0, li[1], {"offset": li[1], "partition": 0, "key": None, "value": loads(li[0])}))
 
 

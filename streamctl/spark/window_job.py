@@ -8,7 +8,7 @@ code the local engine runs and the rows agree.
 How the stream is replayed without Spark's streaming watermark:
 
 1. Records with their place in their own input: (partition, offset) in a log,
-   the line number (blank lines not counted) in a plain file.
+   the line number from 0 in a plain file.
 2. Per record: event time, group key (as JSON text) and the aggregation inputs.
    Records without a usable time are counted (and left out of the windows).
 3. The input order and the watermark by streamctl.spark.order, the one Spark

@@ -29,24 +29,23 @@ def invalid_json(path: str, lineno: int, reason: object) -> DataError:
 
 def iter_values(path: str, validate: bool = True, stop: int | None = None) -> Iterator[tuple[int, bytes]]:
     """(offset, value JSON text) per non-blank line, up to offset `stop` (not included; that line is
-    not read); invalid JSON is a DataError naming the line."""
+    not read); invalid JSON is a DataError naming the line. The offset is the line number from 0:
+    a blank line holds no record, and its number is skipped."""
     name, fd = open_plain(path)
     f = os.fdopen(fd, "rb", buffering=1 << 20, closefd=path != "-")
-    n = 0
     with f:
-        for lineno, line in enumerate(f, 1):
+        for offset, line in enumerate(f):
+            if stop is not None and offset >= stop:
+                return
             text = line.strip(b" \t\r\n")
             if not text:
                 continue
-            if stop is not None and n >= stop:
-                return
             if validate:
                 try:
                     orjson.loads(text)
                 except orjson.JSONDecodeError as e:
-                    raise invalid_json(path, lineno, e) from None
-            yield n, text
-            n += 1
+                    raise invalid_json(path, offset + 1, e) from None
+            yield offset, text
 
 
 def select(values: Iterator[tuple[int, bytes]], from_spec: str | None) -> Iterator[tuple[int, bytes]]:

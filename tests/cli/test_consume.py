@@ -216,7 +216,7 @@ def test_plain_file_and_stdin_inputs(tmp_path):
     f = tmp_path / "events.jsonl"
     f.write_text('{"a":1}\n{"a":2}\n\n{"a":3}\n')
     recs = lines_of(run_cli("consume", str(f), check=True))
-    assert [(r["offset"], r["partition"], r["value"]) for r in recs] == [(0, 0, {"a": 1}), (1, 0, {"a": 2}), (2, 0, {"a": 3})]
+    assert [(r["offset"], r["partition"], r["value"]) for r in recs] == [(0, 0, {"a": 1}), (1, 0, {"a": 2}), (3, 0, {"a": 3})]  # line numbers: the blank line 2 holds no record
     assert all("ts" not in r for r in recs)
     assert run_cli("consume", str(f), "--value", "--from", "-1", check=True).stdout == b'{"a":3}\n'
     assert run_cli("consume", "-", "--format", "%o=%s\n", input='"x"\n"y"\n', check=True).stdout == b"0=x\n1=y\n"
@@ -286,3 +286,20 @@ def test_sigint_during_zero_copy_ends_on_a_whole_line_and_exits_130(logdir, tmp_
     assert b"Traceback" not in err
     assert got.endswith(b"\n") and 0 < got.count(b"\n") < 200000
     assert [json.loads(x)["offset"] for x in got.splitlines()] == list(range(got.count(b"\n")))
+
+
+def test_a_plain_files_offsets_are_line_numbers_in_every_command(tmp_path):
+    """A blank line holds no record, and its number is skipped: consume, tail, --where, --until,
+    and window's offset path all read the same offsets (the line numbers an error names, less one)."""
+    f = tmp_path / "b.jsonl"
+    f.write_text('{"a":1}\n\n{"a":2}\n   \n{"a":3}\n')
+    assert run_cli("consume", str(f), "--format", "%o ", check=True).stdout == b"0 2 4 "
+    assert run_cli("tail", "-n", "2", str(f), "--format", "%o ", check=True).stdout == b"2 4 "
+    assert run_cli("consume", str(f), "--where", "offset == 2", "--value", check=True).stdout == b'{"a":2}\n'
+    assert run_cli("consume", str(f), "--until", "3", "--format", "%o ", check=True).stdout == b"0 2 "
+    assert run_cli("consume", str(f), "--from", "3", "--format", "%o ", check=True).stdout == b"4 "
+    p = run_cli("window", str(f), "--tumbling", "1h", "--time-field", "a", "--by", "offset", check=True)
+    assert [json.loads(x)["key"] for x in p.stdout.splitlines()] == [0, 2, 4]
+    f.write_text('{"a":1}\n\n{"a":2}\nbad\n')
+    p = run_cli("consume", str(f), "--format", "%o ")
+    assert p.returncode == 65 and p.stdout == b"0 2 " and b"b.jsonl:4: invalid JSON" in p.stderr

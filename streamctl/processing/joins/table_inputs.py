@@ -31,7 +31,7 @@ Record = dict[str, Any]
 # Keys and times are read as the record path reads them (joins/keys.py): a value path a column at
 # a time (block_column, block_times); the record key and `ts` from the records; any other record
 # path (offset, partition, headers...) by key_getter / record_time on each record -- for a plain
-# file, on the records inputorder.plain_records_of makes of its lines (offset = record number,
+# file, on the records inputorder.plain_records_of makes of its lines (offset = line number,
 # partition 0, no key, no ts), so `--time-field offset` means what it means on the record path.
 
 Path = tuple[str, ...]
