@@ -76,6 +76,8 @@ def produce(
         raise UsageError("--key-delimiter must not be empty")
     if key is not None and key_field is not None:
         raise UsageError("--key and --key-field cannot be combined")
+    if key is not None and key_delimiter is not None:
+        raise UsageError("--key and --key-delimiter cannot be combined (the delimiter takes each line's key)")
     if key_field is not None and (raw or envelope):
         raise UsageError("--key-field applies to JSON value input (not --raw or --envelope)")
     if (exactly_once or source) and not envelope:

@@ -75,6 +75,8 @@ def test_raw_and_key_delimiter(logdir):
     recs = read_log(logdir)
     assert [(r["key"], r["value"]) for r in recs] == [("u1", "hello world"), (None, "no-delim")]
     assert run_cli("produce", logdir, "--key-delimiter", ":", input="a:b\n").returncode == 2
+    p = run_cli("produce", logdir, "--raw", "--key-delimiter", ":", "--key", "q", input="a:b\n")
+    assert p.returncode == 2 and b"--key and --key-delimiter cannot be combined" in p.stderr
 
 
 def test_several_files_and_stdin_dash(logdir, tmp_path):
