@@ -115,10 +115,12 @@ def test_sigterm_commits_what_was_written_exit_0(logdir: str) -> None:
     _sig_commits(logdir, signal.SIGTERM, 0)
 
 
-def test_follow_needs_a_log(tmp_path) -> None:
+def test_a_group_needs_a_log_but_a_plain_file_can_be_followed(tmp_path) -> None:
     f = tmp_path / "x.jsonl"
     f.write_text("1\n")
-    assert run_cli("consume", str(f), "--follow").returncode == 2
+    assert run_cli("consume", str(f), "--follow", "--group", "g").returncode == 2
+    p = run_cli("consume", str(f), "--follow", "--idle-timeout", "200ms", "--value", timeout=60)
+    assert p.returncode == 0 and p.stdout == b"1\n"
 
 
 def test_kill9_loop_committed_offset_monotonic_and_never_past_delivered(tmp_path) -> None:
