@@ -320,7 +320,7 @@ def run(items: Iterator[Item], render: Callable[[bytes], bytes] | None, write: C
             try:
                 data = select(data)
             except record.BadRecord as e:
-                raise locate_corrupt(committer.log, p, committer.pending.get(p, 0), e) from None
+                raise reader.locate_corrupt(committer.log, p, committer.pending.get(p, 0), e) from None
             if not data:
                 committer.queued(p, next_off)
                 continue
@@ -335,7 +335,7 @@ def run(items: Iterator[Item], render: Callable[[bytes], bytes] | None, write: C
             try:
                 data = b"".join(map(render, lines))
             except record.BadRecord as e:
-                raise locate_corrupt(committer.log, p, committer.pending.get(p, 0), e) from None
+                raise reader.locate_corrupt(committer.log, p, committer.pending.get(p, 0), e) from None
         else:
             n = data.count(b"\n") if counting else 1
             if 0 <= limit < stats.records + n:
@@ -348,7 +348,7 @@ def run(items: Iterator[Item], render: Callable[[bytes], bytes] | None, write: C
                 try:
                     data = render(data)
                 except record.BadRecord as e:
-                    raise locate_corrupt(committer.log, p, committer.pending.get(p, 0), e) from None
+                    raise reader.locate_corrupt(committer.log, p, committer.pending.get(p, 0), e) from None
         if counting:
             stats.records += n
         if n:
@@ -371,22 +371,7 @@ def render_block(render: Callable[[bytes], bytes], data: bytes, log: Log, p: int
             return b"".join(map(render, lines)), len(lines)
         return render(data), 1
     except record.BadRecord as e:
-        raise locate_corrupt(log, p, start, e) from None
-
-
-def locate_corrupt(log: Log, p: int, start: int, e: Exception) -> StorageError:
-    """Re-read partition p from `start`, parsing every line in full, so the error names the segment and byte."""
-    try:
-        for path, pos, block in reader.iter_located_blocks(log, p, start, None):
-            for line in block.splitlines(keepends=True):
-                try:
-                    record.parse(line)
-                except record.BadRecord as bad:
-                    return reader.corrupt(path, pos, bad)
-                pos += len(line)
-    except StorageError as located:
-        return located
-    return StorageError(f"{log.path}: partition {p}: corrupt record ({e}); run `streamctl check`")
+        raise reader.locate_corrupt(log, p, start, e) from None
 
 
 def check_partition_arg(log: Log, partition: int | None) -> list[int]:

@@ -273,9 +273,7 @@ def _compact(log: Log, ranges: dict[int, Range], flt: Filter | None, progress: P
             try:
                 tables[p] = _partition_table(log, p, r, keys, progress)
             except record.BadRecord as e:  # damage inside a line that the framing check lets by
-                from streamctl.clients.consumer import locate_corrupt
-
-                raise locate_corrupt(log, p, r.start, e) from None
+                raise reader.locate_corrupt(log, p, r.start, e) from None
     if len(tables) > 1:
         # A key found in several partitions (a forced --partition, or a changed
         # partition count): the last write in (ts, partition, offset) order wins.

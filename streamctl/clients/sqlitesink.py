@@ -53,10 +53,10 @@ from dataclasses import dataclass, field
 import orjson
 
 from streamctl import stopflag
-from streamctl.clients.consumer import Committer, locate_corrupt, plan
+from streamctl.clients.consumer import Committer, plan
 from streamctl.errors import StorageError, UsageError
 from streamctl.groups import offsets
-from streamctl.storage import record
+from streamctl.storage import reader, record
 from streamctl.storage.log import Log
 
 OFFSETS_TABLE = "streamctl_offsets"
@@ -403,8 +403,6 @@ class SqliteTable:
         try:
             stored = self._stored_offsets()
             missing = [p for p in partitions if p not in stored]
-            from streamctl.storage import reader
-
             for p in partitions:
                 if p in stored:
                     end = reader.partition_info(log, p).next_offset
@@ -650,7 +648,7 @@ class SqliteSink:
         try:
             rows = parse_rows(data)
         except record.BadRecord as e:
-            raise locate_corrupt(c.log, p, c.pending.get(p, 0), e) from None
+            raise reader.locate_corrupt(c.log, p, c.pending.get(p, 0), e) from None
         if not rows:
             return 0
         i = 0

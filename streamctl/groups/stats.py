@@ -51,7 +51,7 @@ class LogStat:
     partitions: list[PartitionStat]
     groups: list[GroupLag]
     capture: dict | None = None  # a captured log: its slot and the WAL the slot holds back (capture.status)
-    files: list[Any] = field(default_factory=list)  # ingest.positions.FileStat: files fed by produce --follow
+    files: list[Any] = field(default_factory=list)  # ingest.files.FileStat: files fed by produce --follow
 
     def to_dict(self) -> dict:
         d: dict = {"log": self.log, "partitions": [asdict(p) for p in self.partitions],
@@ -118,7 +118,7 @@ def stat(log: Log, now: int | None = None) -> LogStat:
         from streamctl.capture.status import capture_status
 
         capture = capture_status(log)
-    from streamctl.ingest.positions import file_stats
+    from streamctl.ingest.files import file_stats
 
     return LogStat(log.path, parts, groups, capture, file_stats(log))
 

@@ -183,38 +183,3 @@ class Positions:
     def close(self) -> None:
         os.close(self.lock)
         os.close(self.dfd)
-
-
-@dataclass
-class FileStat:
-    """A followed file as `stat` shows it."""
-
-    file: str  # the name it was last seen under
-    id: str
-    position: int  # bytes read and appended
-    size: int | None  # its size now (None: it is gone)
-    unread: int | None  # size - position (None: it is gone)
-    state: str  # active (under its name) | rotated (renamed away) | truncated | gone
-
-
-def file_stats(log: Log) -> list[FileStat]:
-    """Each followed file's position and how many of its bytes are not in the log yet."""
-    from streamctl.ingest.files import find_in_folder
-
-    out = []
-    for e in load(log).files.values():
-        where = find_in_folder(e)
-        size = None
-        if where is not None:
-            try:
-                size = os.stat(where).st_size
-            except OSError:
-                where = None
-        if size is None:
-            out.append(FileStat(e.path, e.id, e.pos, None, None, "gone"))
-        elif size < e.pos:
-            out.append(FileStat(where or e.path, e.id, e.pos, size, 0, "truncated"))
-        else:
-            state = "rotated" if e.rotated or where != e.path else "active"
-            out.append(FileStat(where or e.path, e.id, e.pos, size, size - e.pos, state))
-    return out

@@ -336,9 +336,7 @@ class FilterSink:
         try:
             kept = self.select(data)
         except record.BadRecord as e:
-            from streamctl.clients.consumer import locate_corrupt
-
-            raise locate_corrupt(self.committer.log, p, self.committer.pending.get(p, 0), e) from None
+            raise reader.locate_corrupt(self.committer.log, p, self.committer.pending.get(p, 0), e) from None
         if kept:
             self.skipped.pop(p, None)
             if (not isinstance(self.inner, PrintSink) and self.inner.idle()

@@ -382,3 +382,18 @@ def merge_by_ts(parts: Iterable[tuple[int, Iterable[bytes]]]) -> Iterator[tuple[
 
     for _ts, p, off, line in heapq.merge(*(keyed(p, lines) for p, lines in parts)):
         yield p, off, line
+
+
+def locate_corrupt(log: Log, p: int, start: int, e: Exception) -> StorageError:
+    """Re-read partition p from `start`, parsing every line in full, so the error names the segment and byte."""
+    try:
+        for path, pos, block in iter_located_blocks(log, p, start, None):
+            for line in block.splitlines(keepends=True):
+                try:
+                    record.parse(line)
+                except record.BadRecord as bad:
+                    return corrupt(path, pos, bad)
+                pos += len(line)
+    except StorageError as located:
+        return located
+    return StorageError(f"{log.path}: partition {p}: corrupt record ({e}); run `streamctl check`")
