@@ -69,17 +69,16 @@ def _relevant_lines(log_text: str, limit: int = 6) -> list[str]:
     return out
 
 
-def explain_failure(log_text: str, returncode: int, master: str | None = None) -> str:
-    """One sentence for the likely cause of a failed job, from its log."""
+def explain_failure(log_text: str, returncode: int, master: str) -> str:
+    """One sentence for the likely cause of a failed job on `master`, from its log."""
     if "JAVA_GATEWAY_EXITED" in log_text or "Java gateway process exited" in log_text:
         if re.search(r"(java: (command )?not found|JAVA_HOME is not set|java: No such file or directory|No such file or directory.*java)", log_text):
             return "Spark could not start: no Java runtime found (install Java 17+ or set JAVA_HOME)"
         if "Master must" in log_text or "Could not parse Master URL" in log_text:
-            return f"Spark could not start: invalid master URL {master!r}" if master else \
-                "Spark could not start: invalid master URL"
+            return f"Spark could not start: invalid master URL {master!r}"
         return "Spark could not start its Java gateway (is Java 17+ installed and JAVA_HOME right?)"
     if "Could not parse Master URL" in log_text or "Master must either be yarn or start with" in log_text:
-        return f"invalid --master URL {master!r}" if master else "invalid master URL"
+        return f"invalid --master URL {master!r}"
     if "UnsupportedClassVersionError" in log_text:
         return "Spark needs a newer Java (17 or later)"
     matches = list(re.finditer(r"^(?:\S+\.)?(\w+(?:Error|Exception)): (.+)$", log_text, re.M))
@@ -113,7 +112,8 @@ def stream_job(job: Job, say: Say, master: str | None = None, into: int | None =
     job_path, log_path = os.path.join(folder, "job.py"), os.path.join(folder, "spark.log")
     keep = False  # the folder stays when the job failed: its log and script are named in the error
     with open(job_path, "w", encoding="utf-8") as f:
-        f.write(job.text(master, **more))
+        # a job streamctl starts and stops: nobody browses its UI, which costs start-up
+        f.write(job.text(master, **more, spark_conf={"spark.ui.enabled": "false"}))
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         proc = subprocess.Popen(
