@@ -100,13 +100,14 @@ LATE_OUT = "--late-out writes a local file"
 def pick_engine(requested: str, paths: list[str], threshold: int | None, say: Say,
                 blocker: str | None = None, emit_job: bool = False) -> str:
     """"local" or "spark" for a finite run over `paths`, and the checks --emit-job needs (it is
-    Spark's). A URI only Spark reads. `blocker` says why the Spark engine cannot run this one
-    (stdin, an option only the local engine applies): --engine spark and --emit-job are refused,
-    auto stays local (choose_engine)."""
-    if emit_job:
-        if blocker:
-            raise UsageError(f"the Spark engine cannot run this: {blocker}; use --engine local")
-        return "spark"
+    Spark's). A URI only Spark reads, stdin (-) only the local engine. `blocker` says why the Spark
+    engine cannot run this one otherwise (an option only the local engine applies): --engine spark
+    and --emit-job are refused, auto stays local (choose_engine)."""
+    blocker = STDIN if "-" in paths else blocker
+    if emit_job:  # written out, not run here: no pyspark needed, but refused as --engine spark is
+        if not blocker:
+            return "spark"
+        requested = "spark"
     uri = next((p for p in paths if is_uri(p)), None)
     if uri is not None and requested != "spark":
         if requested == "local" or blocker:

@@ -74,12 +74,10 @@ class Output:
             self.flush()
 
     def write_bytes(self, data):
-        """Bytes that already are whole result lines, ending in a newline (copied part files)."""
+        """Bytes that already are whole result lines, ending in a newline (copied part files):
+        written out with the lines before them."""
+        self._buf.append(data)
         self.flush()
-        if self._java is not None:
-            self._java.write(bytearray(data))
-        else:
-            self._file.write(data)
 
     def flush(self):
         data = b"".join(self._buf)

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import ast
 import json
+from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 from streamctl import __version__
 
@@ -54,11 +56,12 @@ import zipfile
 
 
 def package(folder):
-    """MODULES as a zip in folder, the same bytes on every run; its path."""
+    """MODULES as a zip in folder, the same bytes on every run, first on sys.path; its path."""
     path = os.path.join(folder, "streamctl-job.zip")
     with zipfile.ZipFile(path, "w") as z:
         for name, text in sorted(MODULES.items()):
             z.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), text.encode("utf-8"))
+    sys.path.insert(0, path)
     return path
 
 
@@ -68,9 +71,7 @@ def main(spark, params, out):
     if "streamctl" not in sys.modules:
         folder = tempfile.mkdtemp(prefix="streamctl-job-")
         atexit.register(shutil.rmtree, folder, True)  # the executors may read it until then
-        path = package(folder)
-        sys.path.insert(0, path)
-        spark.sparkContext.addPyFile(path)
+        spark.sparkContext.addPyFile(package(folder))
     importlib.import_module(JOB).main(spark, params, out)
 
 
@@ -81,7 +82,6 @@ def run():
     folder = tempfile.mkdtemp(prefix="streamctl-job-")
     try:
         path = package(folder)
-        sys.path.insert(0, path)
         entry = importlib.import_module(ENTRY)
         code = entry.run(PARAMS, importlib.import_module(JOB), path, started)
     finally:
@@ -197,12 +197,6 @@ HOW_TO_RUN = (
     "                                                   # a master")
 
 
-def entry_params(app_name: str, master: str | None) -> dict:
-    """The PARAMS every job has, read by streamctl.spark.jobentry (the session and where the result
-    lines go), for the reader of an emitted job to edit."""
-    return {"output": None, "master": master, "app_name": app_name, "log_level": "WARN"}
-
-
 def render_job(title: str, params: dict, job: str, note: str = "") -> str:
     """The complete job file for streamctl.spark.<job>. `title` and `note` (said after how to run
     it) are our text, not user values: keep user values in `params`; they are sanitised to
@@ -236,3 +230,23 @@ def render_job(title: str, params: dict, job: str, note: str = "") -> str:
         'if __name__ == "__main__":\n'
         "    run()\n"
     )
+
+
+@dataclass(frozen=True)
+class Job:
+    """A command's Spark job, emitted or run by streamctl (runner): the command (`name`; its job
+    module is streamctl.spark.<name>_job), the header's title and note (our text: user values go
+    in `params`) and the command's own PARAMS."""
+
+    name: str
+    title: str
+    params: dict
+    note: str = ""
+
+    def text(self, master: str | None, **more: Any) -> str:
+        """The job file (render_job). PARAMS: the command's, `more` (what a run by streamctl adds:
+        runner), then those of every job, read by streamctl.spark.jobentry (the session and where
+        the result lines go), for the reader of an emitted job to edit."""
+        params = {**self.params, **more, "output": None, "master": master, "app_name": f"streamctl-{self.name}",
+                  "log_level": "WARN"}
+        return render_job(self.title, params, f"{self.name}_job", self.note)

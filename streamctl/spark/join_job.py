@@ -238,6 +238,12 @@ def table_table(recs, params):
     return df.orderBy("pos", "sub")
 
 
+def driver_memory(params):
+    """The driver's heap (streamctl.spark.jobentry): local mode runs the executors inside the
+    driver's JVM, and the global-order windows need room; 2g held a 1M-event enrichment."""
+    return "2g"
+
+
 def main(spark, params, out):
     recs = records(spark, params)
     kind = params["kind"]

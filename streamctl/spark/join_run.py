@@ -1,7 +1,7 @@
 """A join as `streamctl join LEFT RIGHT` runs it: which engine, and where the rows go.
 
 The local engine is streamctl.processing.joins.driver.run, the Spark one join_job
-(job_params, job_text). Rows go to stdout through the one writer (formats.writer)
+(spark_job). Rows go to stdout through the one writer (formats.writer)
 as JSON lines, CSV or a table; late records to --late-out.
 """
 
@@ -16,8 +16,8 @@ from streamctl.errors import UsageError
 from streamctl.formats.rows import Rows
 from streamctl.processing import inputorder
 from streamctl.processing.joins import driver as joining
-from streamctl.spark import jobgen
-from streamctl.spark.engine import LATE_OUT, STDIN, Say, follow_options, job_inputs, pick_engine
+from streamctl.spark.engine import LATE_OUT, Say, follow_options, job_inputs, pick_engine
+from streamctl.spark.jobgen import Job
 
 if TYPE_CHECKING:
     from streamctl.formats.writer import Output
@@ -39,13 +39,12 @@ def run(spec: joining.JoinSpec, output: str, late_out: str | None, engine: str, 
                 raise UsageError(f"--follow needs two logs: {side} {s.path} is a plain file")
         return run_follow(spec, output, group, idle, late_out, unbuffered, say)
     specs = joining.check_inputs(spec)
-    blocker = STDIN if stdin else LATE_OUT if late_out is not None else None
+    blocker = LATE_OUT if late_out is not None else None
     chosen = pick_engine(engine, [s.path for s in specs], threshold, say, blocker, emit_job is not None)
     if emit_job is not None:
         from streamctl.spark import runner
 
-        runner.write_job(job_text(job_params(spec, specs, master, snapshot=False)), emit_job, say)
-        return
+        return runner.write_job(spark_job(spec, specs, snapshot=False), master, emit_job, say)
     from streamctl.formats.writer import Output
 
     out = Output(unbuffered=True if unbuffered else None)
@@ -156,9 +155,7 @@ def run_spark(spec: joining.JoinSpec, specs: list[inputorder.InputSpec], master:
     """Run the join as a Spark job; rows to `out`, and the job's counts back as JoinStats."""
     from streamctl.spark.runner import run_job
 
-    params = job_params(spec, specs, master or "local[*]")
-    params["stats_line"] = True
-    counts = run_job(job_text(params), JoinRows(spec, output, out), say, master=master, what="Spark join job")
+    counts = run_job(spark_job(spec, specs), JoinRows(spec, output, out), say, master)
     return joining.JoinStats(**counts)  # its fields (join_job.counts)
 
 
@@ -178,11 +175,11 @@ def side_table(rows: list[dict]) -> bytes:
     return table(flat, list(cols)).encode() + b"\n"
 
 
-def job_params(spec: joining.JoinSpec, specs: list[inputorder.InputSpec], master: str | None,
-               snapshot: bool = True) -> dict:
-    """PARAMS of the generated Spark job. `snapshot` pins each log's end offsets as of now,
-    as the local engine reads them (left out for --emit-job: the job reads what is there when it runs)."""
-    return {
+def spark_job(spec: joining.JoinSpec, specs: list[inputorder.InputSpec], snapshot: bool = True) -> Job:
+    """The Spark job of this join (streamctl.spark.join_job). `snapshot` pins each log's end offsets
+    as of now, as the local engine reads them (left out for --emit-job: the job reads what is there
+    when it runs)."""
+    params = {
         "kind": spec.kind,
         "inputs": job_inputs([s.path for s in specs], snapshot),
         "on": [list(spec.on[0]), list(spec.on[1])],
@@ -192,17 +189,9 @@ def job_params(spec: joining.JoinSpec, specs: list[inputorder.InputSpec], master
         "as_of": spec.as_of,
         "retention": spec.retention,
         "lateness": spec.lateness,
-        **jobgen.entry_params("streamctl-join", master),
-        # local mode runs executors inside the driver's JVM: the global-order windows need room
-        "spark_conf": {"spark.ui.enabled": "false", "spark.driver.memory": "2g"},
     }
-
-
-def job_text(params: dict) -> str:
-    """The standalone PySpark job: streamctl.spark.join_job and the modules it imports (jobgen)."""
-    kinds = {"stream": f"stream-stream window join (within {params['within']} ms, how {params['how']})",
-             "table": f"stream-table join (as of {params['as_of']}, how {params['how']})",
+    kinds = {"stream": f"stream-stream window join (within {spec.within} ms, how {spec.how})",
+             "table": f"stream-table join (as of {spec.as_of}, how {spec.how})",
              "tables": "table-table join (the changelog of the inner join)"}
-    title = (f"streamctl join: {kinds[params['kind']]} of two inputs, rows in the same order as "
-             "streamctl join --engine local.")
-    return jobgen.render_job(title, params, "join_job")
+    return Job("join", f"streamctl join: {kinds[spec.kind]} of two inputs, rows in the same order as "
+               "streamctl join --engine local.", params)

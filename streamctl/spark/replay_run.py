@@ -1,7 +1,7 @@
 """A range replay or snapshot as `streamctl replay LOG` runs it: which engine, and where the lines go.
 
 The local engine is streamctl.clients.replay, the Spark one replay_job
-(job_params). Run here, the job reads each active segment from a copy taken up to
+(spark_job). Run here, the job reads each active segment from a copy taken up to
 the replay's end snapshot (clients.replay.copy_active_segments), made in a temp
 folder and removed when the job ends. One partition's stored lines, unchanged, to
 stdout are copied by the kernel (sendfile); with --out the lines are appended to
@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 
 from streamctl.clients import replay as core
 from streamctl.errors import DataError, UsageError
-from streamctl.spark import jobgen, runner
+from streamctl.spark import runner
 from streamctl.spark.engine import ENGINES, Say, is_uri, job_input, pick_engine
+from streamctl.spark.jobgen import Job
 from streamctl.storage.log import Log
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ def range_spec(engine: str, from_: str | None, until: str | None, key: list[str]
                header: list[str] | None, where: list[str] | None, compact: bool) -> tuple[core.ReplaySpec, int]:
     """The filters, --from/--until and --compact as a spec, and the time `now` the bounds were read at.
     A Spark job applies one --key alone natively (spec.key); any other filter by streamctl's own
-    Filter on each line (spec.filter, job_params' "filter")."""
+    Filter on each line (spec.filter, spark_job's "filter")."""
     from streamctl.timeparse import now_ms
 
     flt = None
@@ -56,7 +57,7 @@ def run(log: str, spec: core.ReplaySpec, out: str | None, engine: str, threshold
         if out is not None:
             raise UsageError("--out appends to a streamctl log and cannot be done by an emitted job; pipe the job's "
                              "output instead: python job.py | streamctl produce LOG2 --envelope")
-        return runner.write_job(job_text(spec, job_params(job_input(log), spec, master, relative=True)), emit_job, say)
+        return runner.write_job(spark_job(log, spec, relative=True), master, emit_job, say)
 
     from streamctl.storage import log as logmod
 
@@ -72,8 +73,7 @@ def run(log: str, spec: core.ReplaySpec, out: str | None, engine: str, threshold
         ranges = core.plan(lg, spec)
     # a URI is Spark's (or why not: the install hint when Spark is missing)
     if pick_engine(engine, [log], threshold, say) == "spark":
-        return write(run_spark(lg or log, spec, master, say, ranges, now, into=stdout_fd(out)), out, unbuffered, lg,
-                     say)
+        return write(run_spark(log, spec, master, say, lg, ranges, now, into=stdout_fd(out)), out, unbuffered, lg, say)
     assert lg is not None and ranges is not None
     from streamctl.formats.progress import Progress, bytes_rate
 
@@ -174,10 +174,11 @@ def stdout_fd(out: str | None) -> int | None:
 
 # -- the Spark job of a replay ------------------------------------------------------
 
-def job_params(log_uri: str, spec: core.ReplaySpec, master: str | None, relative: bool) -> dict:
-    """PARAMS of replay_job; `relative` keeps relative times relative (--emit-job: resolved when it runs)."""
-    return {
-        "log": log_uri,
+def spark_job(log: str, spec: core.ReplaySpec, relative: bool) -> Job:
+    """The Spark job of this replay (streamctl.spark.replay_job) of the log at `log` (a path or a
+    Spark URI); `relative` keeps relative times relative (--emit-job: resolved when it runs)."""
+    params = {
+        "log": job_input(log),
         "from": spec.start.job_param(relative) if spec.start else None,
         "until": spec.until.job_param(relative) if spec.until else None,
         "key": spec.key,
@@ -189,41 +190,32 @@ def job_params(log_uri: str, spec: core.ReplaySpec, master: str | None, relative
         # result is written there by Spark's parallel writer and copied out in order; None = the
         # driver's temp folder on a local master, else the lines stream through the driver
         "scratch": None,
-        **jobgen.entry_params("streamctl-replay", master),
     }
-
-
-def job_text(spec: core.ReplaySpec, params: dict) -> str:
     what = "Snapshot (latest record per key, tombstones applied)" if spec.compact else "Replay"
-    return jobgen.render_job(
-        f"streamctl replay: {what} of a streamctl log, lines unchanged, in (ts, partition, offset) order.",
-        params, "replay_job", note='Relative times (from/until "ago_ms") are resolved when the job starts.')
+    return Job("replay", f"streamctl replay: {what} of a streamctl log, lines unchanged, in (ts, partition, "
+               "offset) order.", params, note='Relative times (from/until "ago_ms") are resolved when the job starts.')
 
 
-def run_spark(log: Log | str, spec: core.ReplaySpec, master: str | None, say: Say,
+def run_spark(log: str, spec: core.ReplaySpec, master: str | None, say: Say, lg: Log | None = None,
               ranges: dict[int, core.Range] | None = None, now: int | None = None,
               into: int | None = None) -> Iterator[bytes]:
-    """Run the job on this machine over a log (its `ranges` planned as of `now`) or a log at a Spark
-    URI (hdfs://, s3a://); yields blocks of result lines (none with `into`)."""
+    """Run the job on this machine over the log `lg` at `log` (its `ranges` planned as of `now`) or
+    a log at a Spark URI (hdfs://, s3a://); yields blocks of result lines (none with `into`)."""
     import shutil
     import tempfile
 
-    uri = log if isinstance(log, str) else os.path.abspath(log.path)
-    params = job_params(uri, spec, master or "local[*]", relative=False)
-    params["spark_conf"] = {"spark.ui.enabled": "false"}
+    pinned: dict = {}  # the end snapshot and the time `now` of this run
     copies = None
-    if isinstance(log, Log):
+    if lg is not None:
         assert ranges is not None
-        params["end_offsets"] = {str(p): r.end for p, r in sorted(ranges.items())}
-        params["now_ms"] = now
-        if params["master"].startswith("local"):
+        pinned = {"end_offsets": {str(p): r.end for p, r in sorted(ranges.items())}, "now_ms": now}
+        if (master or runner.LOCAL).startswith("local"):
             # executors on this machine can read a temp folder: the job reads the active segments
             # as of now from copies, in one scan with no end filter
             copies = tempfile.mkdtemp(prefix="streamctl-snapshot-")
-            params["segment_copies"] = core.copy_active_segments(log, {p: r.end for p, r in ranges.items()}, copies)
+            pinned["segment_copies"] = core.copy_active_segments(lg, {p: r.end for p, r in ranges.items()}, copies)
     try:
-        yield from runner.stream_job(job_text(spec, params), say, master=params["master"], what="Spark replay job",
-                                     into=into)
+        yield from runner.stream_job(spark_job(log, spec, relative=False), say, master, into, **pinned)
     finally:
         if copies is not None:
             shutil.rmtree(copies, ignore_errors=True)

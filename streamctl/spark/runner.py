@@ -27,8 +27,10 @@ from streamctl.spark.engine import Say
 
 if TYPE_CHECKING:
     from streamctl.formats.rows import Rows
+    from streamctl.spark.jobgen import Job
 
 CHUNK = 1 << 20
+LOCAL = "local[*]"  # the master of a job streamctl runs without --master
 
 _RELEVANT = re.compile(
     r"(Error|Exception|ERROR|FATAL|Caused by|JAVA_GATEWAY|No such file|not found|Cannot|cannot|Could not)")
@@ -67,17 +69,16 @@ def _relevant_lines(log_text: str, limit: int = 6) -> list[str]:
     return out
 
 
-def explain_failure(log_text: str, returncode: int, master: str | None = None) -> str:
-    """One sentence for the likely cause of a failed job, from its log."""
+def explain_failure(log_text: str, returncode: int, master: str) -> str:
+    """One sentence for the likely cause of a failed job on `master`, from its log."""
     if "JAVA_GATEWAY_EXITED" in log_text or "Java gateway process exited" in log_text:
         if re.search(r"(java: (command )?not found|JAVA_HOME is not set|java: No such file or directory|No such file or directory.*java)", log_text):
             return "Spark could not start: no Java runtime found (install Java 17+ or set JAVA_HOME)"
         if "Master must" in log_text or "Could not parse Master URL" in log_text:
-            return f"Spark could not start: invalid master URL {master!r}" if master else \
-                "Spark could not start: invalid master URL"
+            return f"Spark could not start: invalid master URL {master!r}"
         return "Spark could not start its Java gateway (is Java 17+ installed and JAVA_HOME right?)"
     if "Could not parse Master URL" in log_text or "Master must either be yarn or start with" in log_text:
-        return f"invalid --master URL {master!r}" if master else "invalid master URL"
+        return f"invalid --master URL {master!r}"
     if "UnsupportedClassVersionError" in log_text:
         return "Spark needs a newer Java (17 or later)"
     matches = list(re.finditer(r"^(?:\S+\.)?(\w+(?:Error|Exception)): (.+)$", log_text, re.M))
@@ -89,9 +90,10 @@ def explain_failure(log_text: str, returncode: int, master: str | None = None) -
     return f"the job exited with status {returncode}"
 
 
-def stream_job(job_text: str, say: Say, *, master: str | None = None, what: str = "Spark job",
-               into: int | None = None) -> Iterator[bytes]:
-    """Run the job; yield blocks of whole result lines (each ends with b"\\n") as they arrive.
+def stream_job(job: Job, say: Say, master: str | None = None, into: int | None = None,
+               **more: object) -> Iterator[bytes]:
+    """Run the job on `master` (LOCAL without one), `more` added to its PARAMS; yield blocks of
+    whole result lines (each ends with b"\\n") as they arrive.
 
     With `into` (a file descriptor: streamctl's own stdout, when the lines go out
     unchanged) the job writes its result there itself and nothing is yielded: the
@@ -102,13 +104,16 @@ def stream_job(job_text: str, say: Say, *, master: str | None = None, what: str 
     and its JVM. Raises SparkJobError when the job fails, Interrupted when the
     stop flag was set (SIGINT/SIGTERM) while it ran.
     """
+    master = master or LOCAL
+    what = f"Spark {job.name} job"
     if sys.stderr.isatty():  # why nothing happens for a while
-        say(f"starting the Spark job on {master or 'local[*]'} (the JVM takes a few seconds to start)")
+        say(f"starting the Spark job on {master} (the JVM takes a few seconds to start)")
     folder = tempfile.mkdtemp(prefix="streamctl-spark-")
     job_path, log_path = os.path.join(folder, "job.py"), os.path.join(folder, "spark.log")
     keep = False  # the folder stays when the job failed: its log and script are named in the error
     with open(job_path, "w", encoding="utf-8") as f:
-        f.write(job_text)
+        # a job streamctl starts and stops: nobody browses its UI, which costs start-up
+        f.write(job.text(master, **more, spark_conf={"spark.ui.enabled": "false"}))
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         proc = subprocess.Popen(
@@ -248,12 +253,12 @@ def _stop(proc: subprocess.Popen) -> None:
 STATS_PREFIX = jobentry.STATS_PREFIX.encode()  # a window or join job's last line: its counts
 
 
-def run_job(job_text: str, rows: Rows, say: Say, *, master: str | None = None,
-            what: str = "Spark job") -> dict:
-    """Run a job whose PARAMS ask for a stats line; its result lines are `rows` (written, then
-    finished: Rows.json_lines), and the counts of its stats line are returned."""
+def run_job(job: Job, rows: Rows, say: Say, master: str | None) -> dict:
+    """Run a job that ends with a stats line (asked for by PARAMS["stats_line"]: jobentry.report);
+    its result lines are `rows` (written, then finished: Rows.json_lines), and the counts of its
+    stats line are returned."""
     counts: dict = {}
-    gen = stream_job(job_text, say, master=master, what=what)
+    gen = stream_job(job, say, master, stats_line=True)
     assert isinstance(gen, Generator)  # closed below: stops the job now, not at garbage collection
     try:
         for block in gen:
@@ -272,8 +277,9 @@ def run_job(job_text: str, rows: Rows, say: Say, *, master: str | None = None,
     return counts
 
 
-def write_job(text: str, target: str, say: Say) -> None:
+def write_job(job: Job, master: str | None, target: str, say: Say) -> None:
     """--emit-job: the generated PySpark job to stdout (`-`) or to an executable file, replaced atomically."""
+    text = job.text(master)
     if target == "-":
         from streamctl.formats.writer import Output
 

@@ -15,7 +15,8 @@ from streamctl.processing.windows.config import WindowConfig, make_plan
 from streamctl.processing.windows.driver import WindowRun
 from streamctl.processing.windows.events import records_of
 from streamctl.processing.windows.follow import follow
-from streamctl.spark.engine import LATE_OUT, STDIN, Say, follow_options, is_uri, job_inputs, pick_engine
+from streamctl.spark.engine import LATE_OUT, Say, follow_options, is_uri, job_inputs, pick_engine
+from streamctl.spark.jobgen import Job
 
 
 def run(path: str, cfg: WindowConfig, output: str, follow: bool, group: str | None, idle_timeout: str | None,
@@ -30,7 +31,7 @@ def run(path: str, cfg: WindowConfig, output: str, follow: bool, group: str | No
     if emit_job is not None:  # the job reads to the end of the log as it is when it runs
         from streamctl.spark import runner
 
-        return runner.write_job(spark_job(path, cfg, master, snapshot=False), emit_job, say)
+        return runner.write_job(spark_job(path, cfg, snapshot=False), master, emit_job, say)
     if chosen == "spark":
         return run_spark(path, cfg, master, output, say)
     run_local(path, cfg, late_out, output, say)
@@ -148,7 +149,7 @@ def run_spark(path: str, cfg: WindowConfig, master: str | None, output: str, say
     from streamctl.processing.windows.config import WindowStats
     from streamctl.spark.runner import run_job
 
-    counts = run_job(spark_job(path, cfg, master, stats_line=True), WindowRows(output, cfg), say, master=master)
+    counts = run_job(spark_job(path, cfg), WindowRows(output, cfg), say, master)
     run = WindowRun(cfg, True)
     run.plan.non_numeric = counts.pop("non_numeric", {})
     run.stats = WindowStats(**counts)  # the rest are its fields (window_job.main)
@@ -159,8 +160,6 @@ def run_spark(path: str, cfg: WindowConfig, master: str | None, output: str, say
 
 def spark_blocker(cfg: WindowConfig, path: str, late_out: str | None) -> str | None:
     """Why the Spark engine cannot run this window (None when it can)."""
-    if path == "-":
-        return STDIN
     if is_uri(path):
         return None
     if cfg.processing_time:
@@ -174,23 +173,17 @@ def spark_blocker(cfg: WindowConfig, path: str, late_out: str | None) -> str | N
     return None
 
 
-def spark_job(path: str, cfg: WindowConfig, master: str | None, stats_line: bool = False,
-              snapshot: bool = True) -> str:
-    """The standalone PySpark script for this window (see streamctl/spark/window_job.py); its input
-    as engine.job_inputs gives it (`snapshot`: read up to the ends as of now, as the local engine
+def spark_job(path: str, cfg: WindowConfig, snapshot: bool = True) -> Job:
+    """The Spark job of this window (see streamctl/spark/window_job.py); its input as
+    engine.job_inputs gives it (`snapshot`: read up to the ends as of now, as the local engine
     does; an emitted job, run later by cron or spark-submit, reads to the end as it is then)."""
-    from streamctl.spark import jobgen
-
     params: dict[str, Any] = {
         "inputs": job_inputs([path], snapshot),
         # the WindowConfig the job runs: the options its rows depend on (spark_blocker refuses the rest)
         "window": {"kind": cfg.kind, "size": cfg.size, "hop": cfg.hop, "by": cfg.by, "time_field": cfg.time_field,
                    "aggs": cfg.aggs, "lateness": cfg.lateness},
-        "stats_line": stats_line,
-        **jobgen.entry_params("streamctl-window", master),
     }
     what = {"tumbling": f"tumbling windows of {cfg.size} ms", "hopping": f"hopping windows {cfg.size}/{cfg.hop} ms",
             "sliding": f"sliding windows of {cfg.size} ms", "session": f"session windows, gap {cfg.size} ms"}[cfg.kind]
-    return jobgen.render_job(
-        f"streamctl window: {what} over event time, with the local engine's watermark and late rules.",
-        params, "window_job")
+    return Job("window", f"streamctl window: {what} over event time, with the local engine's watermark and "
+               "late rules.", params)

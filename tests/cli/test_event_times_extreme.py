@@ -290,7 +290,7 @@ def test_spark_counts_the_same_bad_times(spark, extreme_log, tmp_path):
             cfg.time_field = field
             rows, events, bad = counts(path, cfg, True)
             ns: dict = {"__name__": "streamctl_window_test_job"}
-            exec(compile(spark_job(path, cfg, None, stats_line=True), "job.py", "exec"), ns)
+            exec(compile(spark_job(path, cfg).text(None, stats_line=True), "job.py", "exec"), ns)
             out: list[str] = []
             ns["main"](spark, ns["PARAMS"], out.append)
             stats = json.loads(out.pop().removeprefix("#streamctl-stats "))

@@ -54,9 +54,9 @@ def follow_run(spec: joining.JoinSpec, round_size: int = 7) -> tuple[list[bytes]
 
 def spark_run(spark, spec: joining.JoinSpec, **extra) -> tuple[list[bytes], dict]:
     """The job's rows and its counts (the stats line streamctl join reads back)."""
-    params = {**join_run.job_params(spec, joining.check_inputs(spec), None), "stats_line": True, **extra}
+    text = join_run.spark_job(spec, joining.check_inputs(spec)).text(None, stats_line=True, **extra)
     ns: dict = {"__name__": "streamctl_test_job"}
-    exec(compile(join_run.job_text(params), "job.py", "exec"), ns)
+    exec(compile(text, "job.py", "exec"), ns)
     out: list[str] = []
     ns["main"](spark, ns["PARAMS"], out.append)
     assert out and out[-1].startswith("#streamctl-stats ")
@@ -243,7 +243,7 @@ def test_parity_with_many_order_partitions(spark, inputs, left, right, kw):
 
 def test_job_is_standalone_and_params_are_data(inputs):
     spec = joining.make_spec(inputs["s"], inputs["t"], table=True, on='we"ird=k')
-    text = join_run.job_text(join_run.job_params(spec, joining.check_inputs(spec), None, snapshot=False))
+    text = join_run.spark_job(spec, joining.check_inputs(spec), snapshot=False).text(None)
     tree = ast.parse(text)
     imports = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imports |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}

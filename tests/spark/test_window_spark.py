@@ -76,7 +76,7 @@ def local(path: str, cfg: WindowConfig) -> tuple[list[bytes], dict]:
 
 def job_namespace(path: str, cfg: WindowConfig) -> dict:
     ns: dict = {"__name__": "streamctl_window_test_job"}
-    exec(compile(spark_job(path, cfg, None, stats_line=True), "job.py", "exec"), ns)
+    exec(compile(spark_job(path, cfg).text(None, stats_line=True), "job.py", "exec"), ns)
     return ns
 
 
@@ -322,7 +322,7 @@ def test_job_is_readable_and_params_are_data(tmp_path):
     f.write_text('{"ts": 1763719200000}\n')
     evil = "x'); import os; os.system('echo pwned'); ('"
     cfg = WindowConfig(kind="tumbling", size=1000, by=[evil], aggs=["n=count", f"s=sum:{evil}"])
-    text = spark_job(str(f), cfg, "local[2]")
+    text = spark_job(str(f), cfg).text("local[2]")
     tree = ast.parse(text)
     assert "os.system" not in "".join(ast.unparse(n) for n in tree.body if not isinstance(n, ast.Assign))
     assert "def main(spark, params, out)" in text and "spark-submit" in text
