@@ -56,6 +56,12 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
+def check_engine(requested: str) -> None:
+    """--engine's value is one of ENGINES (a usage error otherwise, before anything is read or written)."""
+    if requested not in ENGINES:
+        raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {requested!r}")
+
+
 def choose_engine(requested: str, input_bytes: int, threshold: int | None,
                   say: Say, blocker: str | None = None) -> str:
     """"local" or "spark" for `--engine requested`. auto says through `say` when it picks Spark, or
@@ -63,8 +69,7 @@ def choose_engine(requested: str, input_bytes: int, threshold: int | None,
 
     `blocker` says why the Spark engine cannot run this job (an option only the local engine
     applies): auto then stays local, saying so at or above the threshold; spark is refused."""
-    if requested not in ENGINES:
-        raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {requested!r}")
+    check_engine(requested)
     if requested == "local":
         return "local"
     if threshold is None:
@@ -103,6 +108,7 @@ def pick_engine(requested: str, paths: list[str], threshold: int | None, say: Sa
     Spark's). A URI only Spark reads, stdin (-) only the local engine. `blocker` says why the Spark
     engine cannot run this one otherwise (an option only the local engine applies): --engine spark
     and --emit-job are refused, auto stays local (choose_engine)."""
+    check_engine(requested)
     blocker = STDIN if "-" in paths else blocker
     if emit_job:  # written out, not run here: no pyspark needed, but refused as --engine spark is
         if not blocker:
@@ -110,9 +116,9 @@ def pick_engine(requested: str, paths: list[str], threshold: int | None, say: Sa
         requested = "spark"
     uri = next((p for p in paths if is_uri(p)), None)
     if uri is not None and requested != "spark":
-        if requested == "local" or blocker:
+        if requested == "local":
             raise UsageError(f"{uri} is a URI: only the Spark engine reads it (--engine spark, or --emit-job)")
-        if requested == "auto":
+        if not blocker:  # (with one, choose_engine refuses Spark naming the option it cannot run)
             say(f"engine: spark ({uri} is a Spark URI; only Spark can read it)")
         requested = "spark"
     return choose_engine(requested, input_bytes(paths), threshold, say, blocker)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from streamctl.clients import replay as core
 from streamctl.errors import DataError, UsageError
 from streamctl.spark import runner
-from streamctl.spark.engine import ENGINES, Say, is_uri, job_input, pick_engine
+from streamctl.spark.engine import Say, check_engine, is_uri, job_input, pick_engine
 from streamctl.spark.jobgen import Job
 from streamctl.storage.log import Log
 
@@ -40,8 +40,7 @@ def range_spec(engine: str, from_: str | None, until: str | None, key: list[str]
         from streamctl.clients.filters import Filter
 
         flt = Filter.from_options(key, header, where)
-    if engine not in ENGINES:
-        raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    check_engine(engine)
     now = now_ms()
     spark_key = flt.keys[0] if flt is not None and len(flt.keys) == 1 and not flt.decodes else None
     return core.ReplaySpec(

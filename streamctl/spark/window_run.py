@@ -15,7 +15,7 @@ from streamctl.processing.windows.config import WindowConfig, make_plan
 from streamctl.processing.windows.driver import WindowRun
 from streamctl.processing.windows.events import records_of
 from streamctl.processing.windows.follow import follow
-from streamctl.spark.engine import LATE_OUT, Say, follow_options, is_uri, job_inputs, pick_engine
+from streamctl.spark.engine import LATE_OUT, Say, follow_options, job_inputs, pick_engine
 from streamctl.spark.jobgen import Job
 
 
@@ -159,9 +159,8 @@ def run_spark(path: str, cfg: WindowConfig, master: str | None, output: str, say
 # -- the Spark job of a window ------------------------------------------------------
 
 def spark_blocker(cfg: WindowConfig, path: str, late_out: str | None) -> str | None:
-    """Why the Spark engine cannot run this window (None when it can)."""
-    if is_uri(path):
-        return None
+    """Why the Spark engine cannot run this window (None when it can), whatever the input (a URI too:
+    only Spark reads it, so these options are refused there rather than ignored)."""
     if cfg.processing_time:
         return "--processing-time depends on when the local process reads each record"
     if cfg.late == "correct":

@@ -470,3 +470,22 @@ def test_an_output_name_the_row_itself_uses_is_refused(name):
     """`op` too: a row with an aggregate named op could not be told from a delete row."""
     with pytest.raises(UsageError, match=f"'{name}' is taken by the row itself"):
         window([{"ts": T0}], aggs=[f"{name}=last:v"])
+
+
+def test_options_only_the_local_engine_runs_are_refused_for_a_uri(run, tmp_path):
+    """A URI input is Spark's alone, so an option the Spark job cannot apply is refused there too,
+    naming the option, rather than written into a job that would ignore it."""
+    job = str(tmp_path / "job.py")
+    uri = "hdfs://nn/events"
+    for extra, said in ((["--emit-job", job, "--late-out", str(tmp_path / "late")], b"--late-out"),
+                        (["--emit-job", job, "--emit", "update"], b"--emit update"),
+                        (["--emit-job", job, "--late", "correct"], b"--late correct"),
+                        (["--emit", "update"], b"--emit update"),
+                        (["--engine", "spark", "--processing-time"], b"--processing-time")):
+        p = run("window", uri, "--tumbling", "1m", *extra)
+        assert p.returncode == 2 and b"Spark engine cannot run this: " + said in p.stderr, (extra, p.stderr)
+    p = run("window", uri, "--tumbling", "1m", "--emit-job", job, "--engine", "fast")
+    assert p.returncode == 2 and b"--engine must be one of" in p.stderr  # checked though --emit-job chose Spark
+    assert not (tmp_path / "job.py").exists()
+    p = run("window", uri, "--tumbling", "1m", "--emit-job", job)
+    assert p.returncode == 0 and "def main(spark" in open(job).read()

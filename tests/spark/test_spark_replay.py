@@ -278,8 +278,8 @@ def test_pick_engine_uris_blockers_and_emit_job(monkeypatch, tmp_path):
     assert engine.pick_engine("auto", [uri], None, said.append) == "spark" and uri in said[-1]
     with pytest.raises(UsageError, match="is a URI: only the Spark engine reads it"):
         engine.pick_engine("local", [uri], None, said.append)
-    with pytest.raises(UsageError, match="is a URI"):
-        engine.pick_engine("auto", [uri], None, said.append, engine.LATE_OUT)
+    with pytest.raises(UsageError, match="Spark engine cannot run this: --late-out"):
+        engine.pick_engine("auto", [uri], None, said.append, engine.LATE_OUT)  # the option named, not the URI
     for requested in ("spark", "auto"):  # --emit-job is Spark's whatever --engine says
         with pytest.raises(UsageError, match="Spark engine cannot run this: .*not stdin"):
             engine.pick_engine(requested, ["-"], None, said.append, engine.STDIN, emit_job=True)
