@@ -28,8 +28,8 @@ from typing import Any
 import orjson
 
 from streamctl.processing import following, inputorder
-from streamctl.processing.joins.table_inputs import Block, Path, log_lane, log_reader, merged_block
-from streamctl.processing.mergeorder import NO_TIME, Lane, merge
+from streamctl.processing.joins.table_inputs import Block, Path, log_lane, log_reader
+from streamctl.processing.mergeorder import NO_TIME, Lane, merge, round_columns
 from streamctl.storage import log as logmod
 
 Record = dict[str, Any]
@@ -83,7 +83,7 @@ def messages(paths: tuple[str, str], the_plan: Plan, highs: tuple[dict[int, int]
             side_order = order if len(side_parts) == len(parts) else None
             if side_order is None and len(side_parts) > 1:  # `order` kept to this side's records: their stable sort too
                 side_order = [i for i in order if i < cut] if side else [i - cut for i in order if i >= cut]
-            values, keys, rkeys, marks = merged_block(the_lanes, side_parts, side_order)
+            values, keys, rkeys, marks = round_columns(the_lanes, side_parts, side_order, 3, marks=True)
             texts, all_keys, all_rkeys, all_marks = cols[side]
             if side:
                 # a copy of each text: orjson's result keeps its whole write buffer (4 KiB) alive with it

@@ -19,7 +19,6 @@ process read it.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator
-from functools import partial
 from itertools import repeat
 from operator import is_
 from typing import Any
@@ -100,25 +99,16 @@ def _columns(side: bool, blocks: Iterator[FileBlock]) -> Iterator[tuple[np.ndarr
                                     frombuffer(code, _I8), ks, objects(pays), ks if nks is None else objects(nks)]
 
 
-def _column(i: int, lane: mergeorder.Lane) -> np.ndarray:
-    return lane.payload[i]
-
-
-_COLUMNS = [partial(_column, i) for i in range(7)]
-
-
 def merged_chunks(left: Iterator[FileBlock], right: Iterator[FileBlock],
                   chunk: int) -> Iterator[list[np.ndarray]]:
     """The records of both inputs in input order (mergeorder.merge: LEFT first on ties, each round's
-    columns by mergeorder.gather), about `chunk` at a time, as columns: side, t, timed, code (no
-    side bit), keys, payloads, normalized keys (IntervalJoin.chunk's)."""
+    columns by mergeorder.merged_columns), about `chunk` at a time, as columns: side, t, timed,
+    code (no side bit), keys, payloads, normalized keys (IntervalJoin.chunk's)."""
     lanes = [mergeorder.Lane(_columns(side, blocks), keyed=True) for side, blocks in ((False, left), (True, right))]
-    gather = mergeorder.gather
     parts: list[list[np.ndarray]] = []
     held = 0
     try:
-        for where, order in mergeorder.merge(lanes):
-            piece = [gather(lanes, where, order, col) for col in _COLUMNS]
+        for _where, piece in mergeorder.merged_columns(lanes, 7):
             parts.append(piece)
             held += len(piece[0])
             if held >= chunk:

@@ -164,33 +164,9 @@ def _in_reader(make: Callable[[], Iterator[tuple[Any, list[Any], list[Any]]]], p
 
 
 def _merged(lanes: list[mergeorder.Lane]) -> Iterator[Block]:
-    """The lanes' columns in input order (mergeorder.merge), each block's source its merge keys."""
-    for parts, order in mergeorder.merge(lanes):
-        yield merged_block(lanes, parts, order)
-
-
-def merged_block(lanes: list[mergeorder.Lane], parts: list[tuple[int, int, int]], order: Any) -> Block:
-    """A round of mergeorder.merge over lanes of Blocks as one Block in input order (mergeorder.gather
-    of each column), its source the records' merge keys."""
-    gather = mergeorder.gather
-    return (gather(lanes, parts, order, _values), gather(lanes, parts, order, _keys),
-            gather(lanes, parts, order, _rkeys), gather(lanes, parts, order, _marks))
-
-
-def _values(lane: mergeorder.Lane) -> list[Any]:
-    return lane.payload[0]
-
-
-def _keys(lane: mergeorder.Lane) -> list[Any]:
-    return lane.payload[1]
-
-
-def _rkeys(lane: mergeorder.Lane) -> list[Any] | None:
-    return lane.payload[2]
-
-
-def _marks(lane: mergeorder.Lane) -> list[int]:
-    return lane.keys
+    """The lanes' Blocks in input order (mergeorder.merged_columns), each block's source its merge keys."""
+    for _parts, (values, keys, rkeys, marks) in mergeorder.merged_columns(lanes, 3, marks=True):
+        yield values, keys, rkeys, marks
 
 
 def log_columns(batch: list[Record]) -> tuple[list[Any], list[Any]]:
