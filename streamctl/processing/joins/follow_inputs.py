@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from streamctl.processing import following, inputorder
-from streamctl.processing.joins.table_inputs import Block, Path, log_lane, log_reader
+from streamctl.processing.joins.table_inputs import Block, Path, log_lane, side_reader
 from streamctl.processing.mergeorder import NO_TIME, Lane, merge, round_columns
 from streamctl.storage import log as logmod
 
@@ -58,7 +58,7 @@ def messages(paths: tuple[str, str], the_plan: Plan, highs: tuple[dict[int, int]
     table_inputs Block, its source their merge keys: the table's values as their JSON texts
     (None for a tombstone), the events' as the heads of their rows (stream_table.enrich_sides,
     a Side with `heads`)."""
-    readers = [log_reader(on[side], time_field[side], side == 1) for side in (0, 1)]
+    readers = [side_reader(on[side], time_field[side], side == 1) for side in (0, 1)]
     the_lanes = [Lane(log_lane(blocks, *readers[side]), highs[side].get(p, NO_TIME), (side, p))
                  for side, p, blocks in inputorder.plan_blocks(paths, the_plan)]
     n_table = sum(side == 1 for side, _p, _s, _e in the_plan)  # the table's lanes come first

@@ -82,7 +82,7 @@ def log_side(path: str, on: Path, time_field: Path, table: bool, ahead: bool = F
     path), its times read from `time_field` (the append time `ts` by default); its record keys
     are kept for a table (tombstones), not for events. With `ahead`, read on other cores
     (_read_ahead, _partition_readers)."""
-    columns, times_of = log_reader(on, time_field, table)
+    columns, times_of = side_reader(on, time_field, table)
     parts = [blocks for _i, _p, blocks in inputorder.plan_blocks([path], inputorder.log_plan(path))]
     if len(parts) <= 1:  # one lane: its stored order
         side = Side((columns(b) for part in parts for b in part if b), times_of)
@@ -94,28 +94,51 @@ def log_side(path: str, on: Path, time_field: Path, table: bool, ahead: bool = F
     return _read_ahead(side, path) if ahead else side
 
 
-def log_reader(on: Path, time_field: Path, table: bool) -> tuple[Callable[[list[Record]], Block], TimesOf]:
-    """How a log's blocks of records become a side's Blocks (joined on `on`, record keys kept for a
-    table), and how a Block's source gives its times (read from `time_field`): for log_side, and
-    for the follower's lanes (joins/follow_inputs.py)."""
-    if on == ("key",):
-        key_of = None
-    elif on[0] == "value":
-        key_of = _on_values(block_column(on))
-    else:
-        key_of = _on_records(key_getter(on))
-    if time_field == ("ts",):
-        times_of: Callable[[list[Record], list[Any]], Sequence[int | None]] = _ts_column
-    elif time_field[0] == "value":
-        times_of = _on_values(block_times(time_field))
-    else:
-        times_of = _on_records(record_time(time_field))
+def side_reader(on: Path, time_field: Path, table: bool,
+                plain: bool = False) -> tuple[Callable[[Any], Block], TimesOf]:
+    """How a side's blocks become Blocks, joined on `on` (the record key, a value path or another
+    record path; a log table's record keys kept for its tombstones), and how a Block's source
+    gives its times (read from `time_field`): a log's blocks are lists of records, a plain file's
+    (values, base) as inputorder.plain_blocks numbers them, whose records (plain_records_of) are
+    made only for a record path. The one reading of a join side as columns: log_side,
+    plain_side, the follower's lanes (joins/follow_inputs.py) and the stream-stream join's plain
+    files (joins/plain_inputs.py)."""
+    key_of = None if on == ("key",) and not plain else _reader(on, key_getter, block_column)
+    times_of = _ts_column if time_field == ("ts",) else _reader(time_field, record_time, block_times)
 
-    def columns(batch: list[Record]) -> Block:
-        values, rkeys = log_columns(batch)
-        return values, (rkeys if key_of is None else key_of(batch, values)), rkeys if table else None, (batch, values)
+    def columns(block: Any) -> Block:
+        if plain:
+            values, base = block
+            rkeys = None
+            source: Source = (None, values, base)
+        else:
+            values, rkeys = log_columns(block)
+            source = (block, values, 0)
+        keys = rkeys if key_of is None else key_of(source)
+        assert keys is not None  # (a plain file's keys are read by a path)
+        return values, keys, rkeys if table else None, source
 
-    return columns, lambda source: times_of(*source)
+    return columns, times_of
+
+
+# A Block's source (side_reader): a log's records (None: a plain file's), values, plain_blocks' base
+Source = tuple["list[Record] | None", list[Any], inputorder.Base]
+
+
+def _reader(path: Path, on_record: Callable[[Path], Callable[[Record], Any]],
+            on_values: Callable[[Path], Callable[[list[Any]], list[Any]]]) -> Callable[[Source], list[Any]]:
+    """A column of a block's source read by `path`: a value path a column at a time (on_values),
+    any other record path record by record (on_record)."""
+    if path[0] == "value":
+        column = on_values(path)
+        return lambda source: column(source[1])
+    get = on_record(path)
+    return lambda source: list(map(get, _records(source)))
+
+
+def _records(source: Source) -> list[Record]:
+    batch, values, base = source
+    return batch if batch is not None else inputorder.plain_records_of(values, base)
 
 
 def log_lane(part: Iterator[list[Record]], columns: Callable[[list[Record]], Block],
@@ -179,47 +202,22 @@ def log_columns(batch: list[Record]) -> tuple[list[Any], list[Any]]:
 
 def plain_side(path: str, on: Path, time_field: Path, piece: int) -> Side:
     """A plain file's blocks, joined on the value path `on`, its times read from `time_field`."""
-    key_of = block_column(on)
-    times_of: TimesOf
-    if time_field[0] == "value":
-        times_of = _first(block_times(time_field))
-    elif time_field == ("ts",):
-        times_of = _first(_no_times)  # a plain record has no ts: with the default time field the file has none
-    else:
-        get = record_time(time_field)
-
-        def times_of(source: tuple[list[Any], int]) -> list[int | None]:
-            return list(map(get, inputorder.plain_records_of(*source)))
-
-    def blocks() -> Iterator[Block]:
-        for values, _payloads, base in inputorder.plain_blocks(path, piece):  # base: its first value's number
-            yield values, key_of(values), None, (values, base)
-
-    return Side(blocks(), times_of)
+    columns, times_of = side_reader(on, time_field, False, plain=True)
+    return Side((columns((values, base)) for values, _payloads, base in inputorder.plain_blocks(path, piece)),
+                times_of)
 
 
 _ts = itemgetter("ts")
 
 
-def _ts_column(batch: list[Record], _values: list[Any]) -> list[int | None]:
+def _ts_column(source: Source) -> list[int | None]:
+    """The append times of a block's records (a plain record has none: with the default time field
+    a plain file has no times)."""
+    batch = source[0]
+    if batch is None:
+        return [None] * len(source[1])
     tss = getattr(batch, "tss", None)  # a decoded block's column of append times
     return tss if tss is not None else list(map(_ts, batch))
-
-
-def _no_times(values: list[Any]) -> list[int | None]:
-    return [None] * len(values)
-
-
-def _first(f: Callable[[list[Any]], Sequence[int | None]]) -> TimesOf:
-    return lambda source: f(source[0])
-
-
-def _on_values(f: Callable[[list[Any]], list[Any]]) -> Callable[[list[Record], list[Any]], list[Any]]:
-    return lambda _batch, values: f(values)
-
-
-def _on_records(get: Callable[[Record], Any]) -> Callable[[list[Record], list[Any]], list[Any]]:
-    return lambda batch, _values: list(map(get, batch))
 
 
 def _read_ahead(side: Side, path: str) -> Side:
