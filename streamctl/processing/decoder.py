@@ -292,10 +292,10 @@ def _merged_log_batches(path: str, lg: Any, ranges: list[tuple[int, int, int | N
             if all(lanes[k].payload.clean for k, _s, _e in where):
                 width = 2 + len(lanes[where[0][0]].payload.pre[2])
                 ts, ks, *cols = mergeorder.round_columns(lanes, where, listed, width)
-                text = b"\n".join(gather(lanes, where, listed, _lines)) + b"\n" if keep else None
+                text = b"\n".join(gather(lanes, where, listed, lambda lane: lane.payload.lines())) + b"\n" if keep else None
                 yield ("c", text, len(ts), (ts, ks, cols, ()))
             else:
-                yield ("r", gather(lanes, where, listed, _records))
+                yield ("r", gather(lanes, where, listed, lambda lane: list(lane.payload.records())))
 
     FieldBatch = columns.FieldBatch
     for msg in ahead(merged, path, can_fork()):
@@ -303,14 +303,6 @@ def _merged_log_batches(path: str, lg: Any, ranges: list[tuple[int, int, int | N
             yield FieldBatch(msg[1], None, msg[2], msg[3])
         else:
             yield msg[1]
-
-
-def _lines(lane: mergeorder.Lane) -> list[bytes]:
-    return lane.payload.lines()
-
-
-def _records(lane: mergeorder.Lane) -> list:
-    return list(lane.payload.records())
 
 
 def consumer_idle() -> bool:

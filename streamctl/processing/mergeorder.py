@@ -18,8 +18,8 @@ partition) this is the (ts, partition, offset) order.
   the rule is the same code either way. `gather` is the one way a round's
   records are taken out of its lanes, a column at a time (records, values,
   keys, merge keys); `merge_lanes` wraps both for lanes of records (window's
-  and join's record paths, the follow rounds), `round_columns` and
-  `merged_columns` for lanes of columns (the column paths).
+  and join's record paths, the follow rounds), `round_columns` for lanes of
+  columns (the column paths).
 
 Window (streamctl.processing.inputorder, decoder), every join kind
 (joins/driver.py, joins/stream_table.py, joins/plain_inputs.py) and the follow path
@@ -242,13 +242,6 @@ def round_columns(lanes: Sequence[Lane], parts: list[Part], order: Any, width: i
     if marks:
         cols.append(gather(lanes, parts, order, _marks))
     return cols
-
-
-def merged_columns(lanes: Sequence[Lane], width: int, marks: bool = False) -> Iterator[tuple[list[Part], list[Any]]]:
-    """merge() of lanes whose payloads are their blocks' columns: each round's parts and its
-    records' columns in input order (round_columns)."""
-    for parts, order in merge(lanes):
-        yield parts, round_columns(lanes, parts, order, width, marks)
 
 
 def merge_lanes(lanes: Sequence[Lane]) -> Generator[MergedBatch, None, None]:

@@ -105,13 +105,14 @@ def _columns(side: bool, blocks: Iterator[FileBlock]) -> Iterator[tuple[np.ndarr
 def merged_chunks(left: Iterator[FileBlock], right: Iterator[FileBlock],
                   chunk: int) -> Iterator[list[np.ndarray]]:
     """The records of both inputs in input order (mergeorder.merge: LEFT first on ties, each round's
-    columns by mergeorder.merged_columns), about `chunk` at a time, as columns: side, t, timed,
+    columns by mergeorder.round_columns), about `chunk` at a time, as columns: side, t, timed,
     code (no side bit), keys, payloads, normalized keys (IntervalJoin.chunk's)."""
     lanes = [mergeorder.Lane(_columns(side, blocks), keyed=True) for side, blocks in ((False, left), (True, right))]
     parts: list[list[np.ndarray]] = []
     held = 0
     try:
-        for _where, piece in mergeorder.merged_columns(lanes, 7):
+        for where, order in mergeorder.merge(lanes):
+            piece = mergeorder.round_columns(lanes, where, order, 7)
             parts.append(piece)
             held += len(piece[0])
             if held >= chunk:

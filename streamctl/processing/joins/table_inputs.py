@@ -77,21 +77,29 @@ class Side:
         return False
 
 
-def log_side(path: str, on: Path, time_field: Path, table: bool, ahead: bool = False) -> Side:
-    """A log's blocks in input order, joined on `on` (the record key, a value path or another record
-    path), its times read from `time_field` (the append time `ts` by default); its record keys
-    are kept for a table (tombstones), not for events. With `ahead`, read on other cores
-    (_read_ahead, _partition_readers)."""
-    columns, times_of = side_reader(on, time_field, table)
-    parts = [blocks for _i, _p, blocks in inputorder.plan_blocks([path], inputorder.log_plan(path))]
+def side(path: str, is_log: bool, on: Path, time_field: Path, table: bool, piece: int, ahead: bool = False) -> Side:
+    """A side's blocks in input order (a log, `is_log`, of any number of partitions, or a plain file
+    read in pieces of about `piece` bytes), read by side_reader: joined on `on` (the record key,
+    a value path or another record path), its times read from `time_field` (the append time
+    `ts` by default); a log's record keys are kept for a table (tombstones), not for events.
+    A plain file and a one-partition log are one lane: its stored order. With `ahead`, a log is
+    read on other cores (_read_ahead, _partition_readers); a plain file never is (its events'
+    times are read only while the table lasts)."""
+    columns, times_of = side_reader(on, time_field, table, plain=not is_log)
+    parts: list[Iterator[Any]]  # each lane's blocks
+    if is_log:
+        parts = [blocks for _i, _p, blocks in inputorder.plan_blocks([path], inputorder.log_plan(path))]
+    else:
+        ahead = False
+        parts = [((values, base) for values, _payloads, base in inputorder.plain_blocks(path, piece))]
     if len(parts) <= 1:  # one lane: its stored order
-        side = Side((columns(b) for part in parts for b in part if b), times_of)
+        one = Side((columns(b) for part in parts for b in part if b), times_of)
     else:
         lanes = [log_lane(part, columns, times_of) for part in parts]
         if ahead and len(parts) <= MAX_READERS:
             return _partition_readers(lanes, path)
-        side = Side(_merged([mergeorder.Lane(lane) for lane in lanes]), None)
-    return _read_ahead(side, path) if ahead else side
+        one = Side(_merged([mergeorder.Lane(lane) for lane in lanes]), None)
+    return _read_ahead(one, path) if ahead else one
 
 
 def side_reader(on: Path, time_field: Path, table: bool,
@@ -100,9 +108,9 @@ def side_reader(on: Path, time_field: Path, table: bool,
     record path; a log table's record keys kept for its tombstones), and how a Block's source
     gives its times (read from `time_field`): a log's blocks are lists of records, a plain file's
     (values, base) as inputorder.plain_blocks numbers them, whose records (plain_records_of) are
-    made only for a record path. The one reading of a join side as columns: log_side,
-    plain_side, the follower's lanes (joins/follow_inputs.py) and the stream-stream join's plain
-    files (joins/plain_inputs.py)."""
+    made only for a record path. The one reading of a join side as columns: `side`, the
+    follower's lanes (joins/follow_inputs.py) and the stream-stream join's plain files
+    (joins/plain_inputs.py)."""
     key_of = None if on == ("key",) and not plain else _reader(on, key_getter, block_column)
     times_of = _ts_column if time_field == ("ts",) else _reader(time_field, record_time, block_times)
 
@@ -187,8 +195,9 @@ def _in_reader(make: Callable[[], Iterator[tuple[Any, list[Any], list[Any]]]], p
 
 
 def _merged(lanes: list[mergeorder.Lane]) -> Iterator[Block]:
-    """The lanes' Blocks in input order (mergeorder.merged_columns), each block's source its merge keys."""
-    for _parts, (values, keys, rkeys, marks) in mergeorder.merged_columns(lanes, 3, marks=True):
+    """The lanes' Blocks in input order (mergeorder.round_columns), each block's source its merge keys."""
+    for parts, order in mergeorder.merge(lanes):
+        values, keys, rkeys, marks = mergeorder.round_columns(lanes, parts, order, 3, marks=True)
         yield values, keys, rkeys, marks
 
 
@@ -198,13 +207,6 @@ def log_columns(batch: list[Record]) -> tuple[list[Any], list[Any]]:
     rkeys = getattr(batch, "keys", None)
     return (values if values is not None else [r["value"] for r in batch],
             rkeys if rkeys is not None else [r.get("key") for r in batch])
-
-
-def plain_side(path: str, on: Path, time_field: Path, piece: int) -> Side:
-    """A plain file's blocks, joined on the value path `on`, its times read from `time_field`."""
-    columns, times_of = side_reader(on, time_field, False, plain=True)
-    return Side((columns((values, base)) for values, _payloads, base in inputorder.plain_blocks(path, piece)),
-                times_of)
 
 
 _ts = itemgetter("ts")
