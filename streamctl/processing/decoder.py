@@ -292,7 +292,8 @@ def _merged_log_batches(path: str, lg: Any, ranges: list[tuple[int, int, int | N
             if all(lanes[k].payload.clean for k, _s, _e in where):
                 width = 2 + len(lanes[where[0][0]].payload.pre[2])
                 ts, ks, *cols = mergeorder.round_columns(lanes, where, listed, width)
-                text = b"\n".join(gather(lanes, where, listed, lambda lane: lane.payload.lines())) + b"\n" if keep else None
+                lines = gather(lanes, where, listed, lambda lane: lane.payload.lines()) if keep else None
+                text = None if lines is None else b"\n".join(lines) + b"\n"
                 yield ("c", text, len(ts), (ts, ks, cols, ()))
             else:
                 yield ("r", gather(lanes, where, listed, lambda lane: list(lane.payload.records())))

@@ -99,7 +99,7 @@ def messages(paths: tuple[str, str], the_plan: Plan, highs: tuple[dict[int, int]
             all_marks.extend(marks)
         for k, s, e in parts:
             lane = the_lanes[k]
-            batch = lane.payload[3][0]
+            batch = lane.payload[3]  # (a Block's source: its records)
             offs = getattr(batch, "offs", None)
             ends[k] = (offs[e - 1] if offs is not None else batch[e - 1]["offset"]) + 1
             lane_highs[k] = int(lane.keys[e - 1])

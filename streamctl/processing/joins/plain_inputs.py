@@ -62,12 +62,12 @@ def file_blocks(path: str, on: tuple[str, ...], time_field: tuple[str, ...],
                 block_bytes: int) -> Generator[FileBlock, None, None]:
     """The blocks of one plain file (inputorder.plain_blocks'), as columns: its keys read by `on` and
     its times by `time_field` as every join side's are (table_inputs.side_reader)."""
-    columns, times_of = side_reader(on, time_field, False, plain=True)
+    columns, times_of = side_reader(on, time_field, False)
     high = mergeorder.NO_TIME
     dumps = orjson.dumps
     for values, payloads, base in inputorder.plain_blocks(path, block_bytes, raw=True):
-        _values, keys, _rkeys, source = columns((values, base))
-        ts = times_of(source)
+        _values, keys, _rkeys, block = columns(inputorder.plain_block(values, base))
+        ts = times_of(block)
         n = len(values)
         if None in ts:
             has = np.array([t is not None for t in ts], dtype=bool)

@@ -4,14 +4,13 @@ file, read a block at a time as columns with its merge keys, on other cores wher
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from operator import itemgetter
 from typing import Any
 
 import orjson
 
 from streamctl.processing import inputorder, mergeorder
-from streamctl.processing.eventfields import record_time
-from streamctl.processing.joins.keys import block_column, block_times, key_getter
+from streamctl.processing.inputorder import column
+from streamctl.processing.joins.keys import column_times
 
 Record = dict[str, Any]
 
@@ -28,11 +27,11 @@ Record = dict[str, Any]
 # the table first on equal keys, is the input order's rule: (merge key, input, partition,
 # offset), the table's lanes first.
 #
-# Keys and times are read as the record path reads them (joins/keys.py): a value path a column at
-# a time (block_column, block_times); the record key and `ts` from the records; any other record
-# path (offset, partition, headers...) by key_getter / record_time on each record -- for a plain
-# file, on the records inputorder.plain_records_of makes of its lines (offset = line number,
-# partition 0, no key, no ts), so `--time-field offset` means what it means on the record path.
+# Keys and times are read as the record path reads them, a column at a time (side_reader: each a
+# column of the block, inputorder.column, the times then as keys.column_times reads them; a
+# plain file's record paths other than value paths -- offset, partition -- on the records
+# inputorder.plain_records_of makes of its lines: offset = line number, partition 0, no key, no
+# ts), so `--time-field offset` means what it means on the record path.
 
 Path = tuple[str, ...]
 # A side's block: values, join keys, record keys (None: a plain file, or events, which need none),
@@ -85,13 +84,14 @@ def side(path: str, is_log: bool, on: Path, time_field: Path, table: bool, piece
     A plain file and a one-partition log are one lane: its stored order. With `ahead`, a log is
     read on other cores (_read_ahead, _partition_readers); a plain file never is (its events'
     times are read only while the table lasts)."""
-    columns, times_of = side_reader(on, time_field, table, plain=not is_log)
+    columns, times_of = side_reader(on, time_field, table and is_log)  # (a plain file has no record keys)
     parts: list[Iterator[Any]]  # each lane's blocks
     if is_log:
         parts = [blocks for _i, _p, blocks in inputorder.plan_blocks([path], inputorder.log_plan(path))]
     else:
         ahead = False
-        parts = [((values, base) for values, _payloads, base in inputorder.plain_blocks(path, piece))]
+        parts = [(inputorder.plain_block(values, base)
+                  for values, _payloads, base in inputorder.plain_blocks(path, piece))]
     if len(parts) <= 1:  # one lane: its stored order
         one = Side((columns(b) for part in parts for b in part if b), times_of)
     else:
@@ -102,51 +102,28 @@ def side(path: str, is_log: bool, on: Path, time_field: Path, table: bool, piece
     return _read_ahead(one, path) if ahead else one
 
 
-def side_reader(on: Path, time_field: Path, table: bool,
-                plain: bool = False) -> tuple[Callable[[Any], Block], TimesOf]:
-    """How a side's blocks become Blocks, joined on `on` (the record key, a value path or another
-    record path; a log table's record keys kept for its tombstones), and how a Block's source
-    gives its times (read from `time_field`): a log's blocks are lists of records, a plain file's
-    (values, base) as inputorder.plain_blocks numbers them, whose records (plain_records_of) are
-    made only for a record path. The one reading of a join side as columns: `side`, the
-    follower's lanes (joins/follow_inputs.py) and the stream-stream join's plain files
+def side_reader(on: Path, time_field: Path, table: bool) -> tuple[Callable[[Any], Block], TimesOf]:
+    """How a side's blocks -- a log's lists of records, a plain file's values (inputorder.PlainBlock)
+    -- become Blocks: values, join keys by `on` (the record key, a value path or another record
+    path), a table's record keys (tombstones); and how a Block's source, the block, gives its
+    times by `time_field` (the append time `ts` as it is). Each is a column of the block,
+    inputorder.column, as a window reads its fields. The one reading of a join side as columns:
+    `side`, the follower's lanes (joins/follow_inputs.py) and the stream-stream join's plain files
     (joins/plain_inputs.py)."""
-    key_of = None if on == ("key",) and not plain else _reader(on, key_getter, block_column)
-    times_of = _ts_column if time_field == ("ts",) else _reader(time_field, record_time, block_times)
 
     def columns(block: Any) -> Block:
-        if plain:
-            values, base = block
-            rkeys = None
-            source: Source = (None, values, base)
-        else:
-            values, rkeys = log_columns(block)
-            source = (block, values, 0)
-        keys = rkeys if key_of is None else key_of(source)
-        assert keys is not None  # (a plain file's keys are read by a path)
-        return values, keys, rkeys if table else None, source
+        return column(block, _VALUE), column(block, on), column(block, _KEY) if table else None, block
 
-    return columns, times_of
+    if time_field == ("ts",):
+        return columns, _append_times
+    return columns, lambda block: column_times(column(block, time_field))
 
 
-# A Block's source (side_reader): a log's records (None: a plain file's), values, plain_blocks' base
-Source = tuple["list[Record] | None", list[Any], inputorder.Base]
+_VALUE, _KEY, _TS = ("value",), ("key",), ("ts",)
 
 
-def _reader(path: Path, on_record: Callable[[Path], Callable[[Record], Any]],
-            on_values: Callable[[Path], Callable[[list[Any]], list[Any]]]) -> Callable[[Source], list[Any]]:
-    """A column of a block's source read by `path`: a value path a column at a time (on_values),
-    any other record path record by record (on_record)."""
-    if path[0] == "value":
-        column = on_values(path)
-        return lambda source: column(source[1])
-    get = on_record(path)
-    return lambda source: list(map(get, _records(source)))
-
-
-def _records(source: Source) -> list[Record]:
-    batch, values, base = source
-    return batch if batch is not None else inputorder.plain_records_of(values, base)
+def _append_times(block: Any) -> list[int | None]:
+    return column(block, _TS)
 
 
 def log_lane(part: Iterator[list[Record]], columns: Callable[[list[Record]], Block],
@@ -199,27 +176,6 @@ def _merged(lanes: list[mergeorder.Lane]) -> Iterator[Block]:
     for parts, order in mergeorder.merge(lanes):
         values, keys, rkeys, marks = mergeorder.round_columns(lanes, parts, order, 3, marks=True)
         yield values, keys, rkeys, marks
-
-
-def log_columns(batch: list[Record]) -> tuple[list[Any], list[Any]]:
-    """A log block's values and record keys: the columns a decoded block carries, else its records'."""
-    values = getattr(batch, "values", None)
-    rkeys = getattr(batch, "keys", None)
-    return (values if values is not None else [r["value"] for r in batch],
-            rkeys if rkeys is not None else [r.get("key") for r in batch])
-
-
-_ts = itemgetter("ts")
-
-
-def _ts_column(source: Source) -> list[int | None]:
-    """The append times of a block's records (a plain record has none: with the default time field
-    a plain file has no times)."""
-    batch = source[0]
-    if batch is None:
-        return [None] * len(source[1])
-    tss = getattr(batch, "tss", None)  # a decoded block's column of append times
-    return tss if tss is not None else list(map(_ts, batch))
 
 
 def _read_ahead(side: Side, path: str) -> Side:
