@@ -33,7 +33,6 @@ import os
 import pickle
 import signal
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
-from functools import partial
 from typing import Any, TypeVar
 
 from streamctl import parallel, stopflag
@@ -239,7 +238,8 @@ def _columns_message(batch: columns.FieldBatch, hooks: dict, transform: Any = No
 
 class _LanePiece:
     """A piece of one partition in the reading process: its columns as the consumer's column step
-    made them, and (read on demand) its lines and records."""
+    made them (times, keys, then the aggregation columns: a mergeorder.Lane's payload of
+    columns), and (read on demand) its lines and records."""
 
     __slots__ = ("path", "p", "piece", "recs", "pre", "clean", "_lines")
 
@@ -249,6 +249,10 @@ class _LanePiece:
         # (otherwise the consumer reads the records: bad times are reported, non-numbers counted)
         self.clean = recs is None and pre[1] is not None and not pre[3]
         self._lines: list[bytes] | None = None
+
+    def __getitem__(self, i: int) -> Any:
+        """Column i: the times, the keys, then aggregation column i - 2."""
+        return self.pre[i] if i < 2 else self.pre[2][i - 2]
 
     def lines(self) -> list[bytes]:
         if self._lines is None:
@@ -282,17 +286,17 @@ def _merged_log_batches(path: str, lg: Any, ranges: list[tuple[int, int, int | N
 
     def merged() -> Iterator[tuple]:  # in the reading process
         lanes = [mergeorder.Lane(lane(p, start, end), array=True) for p, start, end in ranges]
+        gather = mergeorder.gather
         for where, order in mergeorder.merge(lanes):
-            # each column of the round's pieces in input order (lane.payload: the lane's _LanePiece)
-            cat = partial(mergeorder.gather, lanes, where, None if order is None else order.tolist())
+            listed = None if order is None else order.tolist()  # (the columns are lists)
             if all(lanes[k].payload.clean for k, _s, _e in where):
-                pre = lanes[where[0][0]].payload.pre
-                ts, ks = cat(lambda lane: lane.payload.pre[0]), cat(lambda lane: lane.payload.pre[1])
-                cols = [cat(partial(_pre_column, j)) for j in range(len(pre[2]))]
-                text = b"\n".join(cat(lambda lane: lane.payload.lines())) + b"\n" if keep else None
+                width = 2 + len(lanes[where[0][0]].payload.pre[2])
+                ts, ks, *cols = mergeorder.round_columns(lanes, where, listed, width)
+                lines = gather(lanes, where, listed, lambda lane: lane.payload.lines()) if keep else None
+                text = None if lines is None else b"\n".join(lines) + b"\n"
                 yield ("c", text, len(ts), (ts, ks, cols, ()))
             else:
-                yield ("r", cat(lambda lane: list(lane.payload.records())))
+                yield ("r", gather(lanes, where, listed, lambda lane: list(lane.payload.records())))
 
     FieldBatch = columns.FieldBatch
     for msg in ahead(merged, path, can_fork()):
@@ -300,11 +304,6 @@ def _merged_log_batches(path: str, lg: Any, ranges: list[tuple[int, int, int | N
             yield FieldBatch(msg[1], None, msg[2], msg[3])
         else:
             yield msg[1]
-
-
-def _pre_column(j: int, lane: mergeorder.Lane) -> Any:
-    """Aggregation column j of a lane's current piece (its _LanePiece's columns)."""
-    return lane.payload.pre[2][j]
 
 
 def consumer_idle() -> bool:

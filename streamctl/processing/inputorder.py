@@ -22,8 +22,8 @@ from streamctl.clients import consumer
 from streamctl.errors import StorageError, UsageError
 from streamctl.processing import columns
 from streamctl.processing.mergeorder import NO_TIME, Lane, MergedBatch, merge_lanes, record_lane
+from streamctl.storage import fieldpaths, plainfile, reader, record
 from streamctl.storage import log as logmod
-from streamctl.storage import plainfile, reader, record
 
 Record = dict[str, Any]
 # A record's event time (None: none). A TimeOf may carry `column`, a function giving the times of
@@ -362,6 +362,47 @@ def plain_record_blocks(path: str) -> Iterator[list[Record]]:
     """A plain file's records (plain_records_of) a block at a time."""
     for values, _payloads, base in plain_blocks(path):
         yield plain_records_of(values, base)
+
+
+class PlainBlock(list):
+    """A block of a plain file's values, with the offset of the first (`base`: numbered's Base):
+    `column` reads a value path from the values, any other record path from its records
+    (plain_records_of), made only then."""
+
+    __slots__ = ("base",)
+    base: Base
+
+
+def plain_block(values: list[Any], base: Base) -> PlainBlock:
+    block = PlainBlock(values)
+    block.base = base
+    return block
+
+
+# The columns a RecordBatch keeps, by the record field they hold
+_KEPT = {"key": "keys", "value": "values", "ts": "tss", "offset": "offs"}
+
+
+def column(block: Any, parts: tuple[str, ...]) -> list:
+    """The values of a record path over a block, as fieldpaths.get reads each record's: a FieldBatch's
+    column; the columns a RecordBatch keeps (its records' keys, values, append times and offsets:
+    a field as it is, a path under one read from it); a plain file's values for a value path
+    (PlainBlock); else each record's field. The one reading of a block as columns: a window's
+    (windows/events.py) and each join side's (joins/table_inputs.py:side_reader)."""
+    if isinstance(block, columns.FieldBatch):
+        assert block.cols is not None
+        return block.cols[parts]
+    head, rest = parts[0], parts[1:]
+    kept: list | None = None
+    if type(block) is PlainBlock:
+        if head != "value":
+            return column(plain_records_of(block, block.base), parts)
+        kept = block
+    elif type(block) is RecordBatch and head in _KEPT:
+        kept = getattr(block, _KEPT[head], None)  # (a batch made elsewhere may lack some)
+    if kept is None:
+        kept = list(map(dict.get, block, repeat(head)))
+    return fieldpaths.column(kept, rest) if rest else kept
 
 
 def plain_records_of(values: list[Any], base: Base) -> list[Record]:

@@ -18,7 +18,8 @@ partition) this is the (ts, partition, offset) order.
   the rule is the same code either way. `gather` is the one way a round's
   records are taken out of its lanes, a column at a time (records, values,
   keys, merge keys); `merge_lanes` wraps both for lanes of records (window's
-  and join's record paths, the follow rounds).
+  and join's record paths, the follow rounds), `round_columns` for lanes of
+  columns (the column paths).
 
 Window (streamctl.processing.inputorder, decoder), every join kind
 (joins/driver.py, joins/stream_table.py, joins/plain_inputs.py) and the follow path
@@ -197,17 +198,18 @@ def record_lane(name: Any, blocks: Iterable[list[Any]], time_of: Callable[[Any],
 
 
 def gather(lanes: Sequence[Lane], parts: list[Part], order: Any,
-           column: Callable[[Lane], Any] | None = None) -> Any:
-    """One column over a round of merge(): `column` of each part's lane (by default its payload: a
-    list, a numpy array, or None for a column the lanes do not have), the parts' slices one after
-    the other, put in input order by `order` (None: in order already; positions as a list for a
-    list column, as an int array for an array column). One part passes its lane's column on as it
-    is when it takes the whole of it."""
+           column: Callable[[Lane], Any] | int | None = None) -> Any:
+    """One column over a round of merge(): `column` of each part's lane (by default its payload;
+    an int i, column i of a payload that is its block's columns: a list, a numpy array, or None
+    for a column the lanes do not have), the parts' slices one after the other, put in input
+    order by `order` (None: in order already; positions as a list for a list column, as an int
+    array for an array column). One part passes its lane's column on as it is when it takes the
+    whole of it."""
     if len(parts) == 1:
         k, s, e = parts[0]
-        col = lanes[k].payload if column is None else column(lanes[k])
+        col = _column(lanes[k], column)
         return col if col is None or (not s and e == len(col)) else col[s:e]
-    cols = [lanes[k].payload if column is None else column(lanes[k]) for k, _s, _e in parts]
+    cols = [_column(lanes[k], column) for k, _s, _e in parts]
     if cols[0] is None:
         return None
     if not isinstance(cols[0], list):  # numpy arrays
@@ -219,6 +221,27 @@ def gather(lanes: Sequence[Lane], parts: list[Part], order: Any,
     for col, (_k, s, e) in zip(cols, parts, strict=True):
         out += col[s:e]
     return out if order is None else list(map(out.__getitem__, order))
+
+
+def _column(lane: Lane, column: Callable[[Lane], Any] | int | None) -> Any:
+    if column is None:
+        return lane.payload
+    return lane.payload[column] if column.__class__ is int else column(lane)  # type: ignore[operator]
+
+
+def _marks(lane: Lane) -> Any:
+    return lane.keys
+
+
+def round_columns(lanes: Sequence[Lane], parts: list[Part], order: Any, width: int, marks: bool = False) -> list[Any]:
+    """A round of merge() over lanes whose payloads are their blocks' columns: the first `width`
+    columns of its records in input order (gather), and with `marks` their merge keys after
+    them (a list, or an int64 array for array lanes). The one way a column reader (window's
+    merged log, the joins' kernels, the join follower) takes a round out of its lanes."""
+    cols = [gather(lanes, parts, order, i) for i in range(width)]
+    if marks:
+        cols.append(gather(lanes, parts, order, _marks))
+    return cols
 
 
 def merge_lanes(lanes: Sequence[Lane]) -> Generator[MergedBatch, None, None]:

@@ -242,14 +242,14 @@ def _no_rows(*_args: object) -> None:
 
 def _message(spec: JoinSpec, items: list[tuple[int, dict]], a: int, b: int) -> tuple[tuple, tuple]:
     """Items a..b as a Message's two Blocks (follow_inputs.messages'): join keys (and the table's
-    record keys) as table_inputs.log_reader reads them, the table's values as their texts, the
+    record keys) as table_inputs.side_reader reads them, the table's values as their texts, the
     events' as their rows' heads, and each record's place in the input order as its merge key."""
-    from streamctl.processing.joins.table_inputs import log_reader
+    from streamctl.processing.joins.table_inputs import side_reader
 
     blocks = []
     for side in (0, 1):
         recs = [rec for s, rec in items[a:b] if s == side]
-        values, keys, rkeys, _source = log_reader(spec.on[side], spec.time_field[side], side == 1)[0](recs)
+        values, keys, rkeys, _source = side_reader(spec.on[side], spec.time_field[side], side == 1)[0](recs)
         if side:
             texts = [None if v is None else orjson.dumps(v) for v in values]
         else:

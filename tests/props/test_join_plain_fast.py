@@ -119,10 +119,8 @@ def test_merged_chunks_equal_merged(tmp_path, ta, tb, block):
     specs = [inputorder.classify(p) for p in paths]
     want = [(i, rec["value"]) for i, rec in inputorder.merged(specs, lambda r: r["value"]["at"])]
 
-    def at(vs: list) -> list:
-        return [v["at"] for v in vs]
-
-    streams = [file_blocks(p, at, at, block) for p in paths]
+    # (the times: epoch seconds 0-9 by the rule, ms 0-9000 in the merge: the same order)
+    streams = [file_blocks(p, ("value", "at"), ("value", "at"), block) for p in paths]
     got = [(int(side), orjson.loads(pay)) for cols in merged_chunks(streams[0], streams[1], 7)
            for side, pay in zip(cols[0], cols[5], strict=True)]
     assert got == want

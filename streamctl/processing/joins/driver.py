@@ -39,7 +39,7 @@ from streamctl.errors import UsageError
 from streamctl.processing import inputorder
 from streamctl.processing.eventfields import input_time_path, record_time
 from streamctl.processing.joins import Emit, EmitOp, JoinSpec, JoinStats, feeders, gc_frozen, keep_heap
-from streamctl.processing.joins.keys import RememberedTime, block_column, block_times
+from streamctl.processing.joins.keys import RememberedTime
 from streamctl.storage import fieldpaths
 
 HOWS_STREAM = ("inner", "left", "right", "outer")
@@ -222,8 +222,7 @@ def _run_stream_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], bloc
     size = block_bytes or PLAIN_JOIN_BLOCK
 
     def reader(i: int) -> Callable[[], Generator[Any, None, None]]:
-        path, times, keys = (spec.left, spec.right)[i], block_times(spec.time_field[i]), block_column(spec.on[i])
-        return lambda: file_blocks(path, times, keys, size)
+        return lambda: file_blocks((spec.left, spec.right)[i], spec.on[i], spec.time_field[i], size)
 
     # each file read in a process of its own while this one merges and joins (not for stdin: a
     # terminal on stdin would be read by a process Ctrl-C does not stop)

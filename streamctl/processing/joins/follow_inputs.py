@@ -28,8 +28,8 @@ from typing import Any
 import orjson
 
 from streamctl.processing import following, inputorder
-from streamctl.processing.joins.table_inputs import Block, Path, log_lane, log_reader, merged_block
-from streamctl.processing.mergeorder import NO_TIME, Lane, merge
+from streamctl.processing.joins.table_inputs import Block, Path, log_lane, side_reader
+from streamctl.processing.mergeorder import NO_TIME, Lane, merge, round_columns
 from streamctl.storage import log as logmod
 
 Record = dict[str, Any]
@@ -58,7 +58,7 @@ def messages(paths: tuple[str, str], the_plan: Plan, highs: tuple[dict[int, int]
     table_inputs Block, its source their merge keys: the table's values as their JSON texts
     (None for a tombstone), the events' as the heads of their rows (stream_table.enrich_sides,
     a Side with `heads`)."""
-    readers = [log_reader(on[side], time_field[side], side == 1) for side in (0, 1)]
+    readers = [side_reader(on[side], time_field[side], side == 1) for side in (0, 1)]
     the_lanes = [Lane(log_lane(blocks, *readers[side]), highs[side].get(p, NO_TIME), (side, p))
                  for side, p, blocks in inputorder.plan_blocks(paths, the_plan)]
     n_table = sum(side == 1 for side, _p, _s, _e in the_plan)  # the table's lanes come first
@@ -83,7 +83,7 @@ def messages(paths: tuple[str, str], the_plan: Plan, highs: tuple[dict[int, int]
             side_order = order if len(side_parts) == len(parts) else None
             if side_order is None and len(side_parts) > 1:  # `order` kept to this side's records: their stable sort too
                 side_order = [i for i in order if i < cut] if side else [i - cut for i in order if i >= cut]
-            values, keys, rkeys, marks = merged_block(the_lanes, side_parts, side_order)
+            values, keys, rkeys, marks = round_columns(the_lanes, side_parts, side_order, 3, marks=True)
             texts, all_keys, all_rkeys, all_marks = cols[side]
             if side:
                 # a copy of each text: orjson's result keeps its whole write buffer (4 KiB) alive with it
@@ -99,7 +99,7 @@ def messages(paths: tuple[str, str], the_plan: Plan, highs: tuple[dict[int, int]
             all_marks.extend(marks)
         for k, s, e in parts:
             lane = the_lanes[k]
-            batch = lane.payload[3][0]
+            batch = lane.payload[3]  # (a Block's source: its records)
             offs = getattr(batch, "offs", None)
             ends[k] = (offs[e - 1] if offs is not None else batch[e - 1]["offset"]) + 1
             lane_highs[k] = int(lane.keys[e - 1])

@@ -1,7 +1,7 @@
 """A join's keys and times, read the same way by every join kind and kernel: the join key (a field
 path), the event time (eventfields.record_time, a window's too), the normalized key two keys compare by (JSON equality), the rows a table
-record changes (its key, or a tombstone's), and the same reads over a block of plain-file values
-for the batch kernels."""
+record changes (its key, or a tombstone's), and the event times of a column of values for the
+batch kernels (column_times)."""
 
 from __future__ import annotations
 
@@ -79,28 +79,15 @@ def norm_key(k: Any) -> Any:
     return ("\x00json", b"%b" % orjson.dumps(k, option=_SORT))
 
 
-def block_times(parts: tuple[str, ...]) -> Callable[[list[Any]], list[int | None]]:
-    """The event times of a block of plain-file values (what eventfields.record_time reads from each record)."""
+def column_times(ts: list[Any]) -> list[int | None]:
+    """The event times of a column of values (what eventfields.record_time reads from each record's):
+    epoch milliseconds as they are (the common case), else ISO-8601 strings parsed as bytes with
+    numpy, and every other value as timeparse.event_time_ms reads it."""
+    if epoch_ms_column(ts):
+        return ts
     from streamctl.processing.timecolumns import iso_column_ms
 
-    raw = block_column(parts)
-
-    def times(values: list[Any]) -> list[int | None]:
-        ts = raw(values)
-        if epoch_ms_column(ts):  # all epoch milliseconds (the common case): the times as they are
-            return ts
-        return iso_column_ms(ts)  # ISO-8601 strings (as bytes, with numpy), seconds: the column at once
-
-    return times
-
-
-def block_column(parts: tuple[str, ...]) -> Callable[[list[Any]], list[Any]]:
-    """A value path read from each of a block of plain-file values (what key_getter reads from
-    each record), a column at a time (fieldpaths.column)."""
-    sub = parts[1:]
-    if not sub:
-        return lambda values: list(values)
-    return lambda values: fieldpaths.column(values, sub)
+    return iso_column_ms(ts)
 
 
 def change_keys(rec: Record, key_of: Callable[[Record], Any], by_value_path: bool) -> list[tuple[Any, Any]]:

@@ -18,8 +18,7 @@ process read it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator
-from functools import partial
+from collections.abc import Generator, Iterator
 from itertools import repeat
 from operator import is_
 from typing import Any
@@ -30,6 +29,7 @@ import orjson
 from streamctl.errors import StreamctlError
 from streamctl.processing import inputorder, mergeorder
 from streamctl.processing.joins.keys import norm_key
+from streamctl.processing.joins.table_inputs import side_reader
 
 _I8 = np.int64
 
@@ -40,7 +40,6 @@ _CODE_BITS = (1 << 63) - 2  # a key's hash without its sign bit and lowest bit (
 # (number of records, times, which have a time (None: all), merge keys, key codes -- int64 or bool
 #  arrays as bytes --, keys, payloads (JSON bytes), normalized keys (None: the keys themselves))
 FileBlock = tuple[int, bytes, bytes | None, bytes, bytes, list[Any], list[bytes], list[Any] | None]
-Column = Callable[[list[Any]], list[Any]]
 
 
 def key_codes(keys: list[Any]) -> tuple[np.ndarray, list[Any] | None]:
@@ -59,13 +58,17 @@ def key_codes(keys: list[Any]) -> tuple[np.ndarray, list[Any] | None]:
     return code, out
 
 
-def file_blocks(path: str, times_of: Column, keys_of: Column, block_bytes: int) -> Generator[FileBlock, None, None]:
-    """The blocks of one plain file (inputorder.plain_blocks'), as columns."""
+def file_blocks(path: str, on: tuple[str, ...], time_field: tuple[str, ...],
+                block_bytes: int) -> Generator[FileBlock, None, None]:
+    """The blocks of one plain file (inputorder.plain_blocks'), as columns: its keys read by `on` and
+    its times by `time_field` as every join side's are (table_inputs.side_reader)."""
+    columns, times_of = side_reader(on, time_field, False)
     high = mergeorder.NO_TIME
     dumps = orjson.dumps
-    for values, payloads, _base in inputorder.plain_blocks(path, block_bytes, raw=True):
+    for values, payloads, base in inputorder.plain_blocks(path, block_bytes, raw=True):
+        _values, keys, _rkeys, block = columns(inputorder.plain_block(values, base))
+        ts = times_of(block)
         n = len(values)
-        ts = times_of(values)
         if None in ts:
             has = np.array([t is not None for t in ts], dtype=bool)
             t = np.array([0 if x is None else x for x in ts], dtype=_I8)
@@ -76,7 +79,6 @@ def file_blocks(path: str, times_of: Column, keys_of: Column, block_bytes: int) 
             timed = None
         mk = mergeorder.merge_key_array(ordering, high)
         high = int(mk[-1])
-        keys = keys_of(values)
         code, nks = key_codes(keys)
         if payloads is values or {*map(type, payloads)} != {bytes}:
             # (a copy of the text: orjson's result keeps its 4 KiB write buffer, and the join keeps payloads)
@@ -100,25 +102,17 @@ def _columns(side: bool, blocks: Iterator[FileBlock]) -> Iterator[tuple[np.ndarr
                                     frombuffer(code, _I8), ks, objects(pays), ks if nks is None else objects(nks)]
 
 
-def _column(i: int, lane: mergeorder.Lane) -> np.ndarray:
-    return lane.payload[i]
-
-
-_COLUMNS = [partial(_column, i) for i in range(7)]
-
-
 def merged_chunks(left: Iterator[FileBlock], right: Iterator[FileBlock],
                   chunk: int) -> Iterator[list[np.ndarray]]:
     """The records of both inputs in input order (mergeorder.merge: LEFT first on ties, each round's
-    columns by mergeorder.gather), about `chunk` at a time, as columns: side, t, timed, code (no
-    side bit), keys, payloads, normalized keys (IntervalJoin.chunk's)."""
+    columns by mergeorder.round_columns), about `chunk` at a time, as columns: side, t, timed,
+    code (no side bit), keys, payloads, normalized keys (IntervalJoin.chunk's)."""
     lanes = [mergeorder.Lane(_columns(side, blocks), keyed=True) for side, blocks in ((False, left), (True, right))]
-    gather = mergeorder.gather
     parts: list[list[np.ndarray]] = []
     held = 0
     try:
         for where, order in mergeorder.merge(lanes):
-            piece = [gather(lanes, where, order, col) for col in _COLUMNS]
+            piece = mergeorder.round_columns(lanes, where, order, 7)
             parts.append(piece)
             held += len(piece[0])
             if held >= chunk:

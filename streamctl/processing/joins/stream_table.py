@@ -218,8 +218,8 @@ def enrich(left: str, right: str, on: tuple[Path, Path], time_field: tuple[Path,
     from streamctl.processing import decoder
 
     ahead = decoder.can_fork()
-    ev, tb = (table_inputs.log_side(path, on[i], time_field[i], i == 1, ahead and i == 0) if logs[i]
-              else table_inputs.plain_side(path, on[i], time_field[i], piece) for i, path in enumerate((left, right)))
+    ev, tb = (table_inputs.side(path, logs[i], on[i], time_field[i], i == 1, piece, ahead and i == 0)
+              for i, path in enumerate((left, right)))
     try:
         return enrich_sides(ev, tb, inner, write_jsonl, on[1] != ("key",))
     finally:

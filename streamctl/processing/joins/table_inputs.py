@@ -4,14 +4,13 @@ file, read a block at a time as columns with its merge keys, on other cores wher
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from operator import itemgetter
 from typing import Any
 
 import orjson
 
 from streamctl.processing import inputorder, mergeorder
-from streamctl.processing.eventfields import record_time
-from streamctl.processing.joins.keys import block_column, block_times, key_getter
+from streamctl.processing.inputorder import column
+from streamctl.processing.joins.keys import column_times
 
 Record = dict[str, Any]
 
@@ -28,11 +27,11 @@ Record = dict[str, Any]
 # the table first on equal keys, is the input order's rule: (merge key, input, partition,
 # offset), the table's lanes first.
 #
-# Keys and times are read as the record path reads them (joins/keys.py): a value path a column at
-# a time (block_column, block_times); the record key and `ts` from the records; any other record
-# path (offset, partition, headers...) by key_getter / record_time on each record -- for a plain
-# file, on the records inputorder.plain_records_of makes of its lines (offset = line number,
-# partition 0, no key, no ts), so `--time-field offset` means what it means on the record path.
+# Keys and times are read as the record path reads them, a column at a time (side_reader: each a
+# column of the block, inputorder.column, the times then as keys.column_times reads them; a
+# plain file's record paths other than value paths -- offset, partition -- on the records
+# inputorder.plain_records_of makes of its lines: offset = line number, partition 0, no key, no
+# ts), so `--time-field offset` means what it means on the record path.
 
 Path = tuple[str, ...]
 # A side's block: values, join keys, record keys (None: a plain file, or events, which need none),
@@ -77,45 +76,54 @@ class Side:
         return False
 
 
-def log_side(path: str, on: Path, time_field: Path, table: bool, ahead: bool = False) -> Side:
-    """A log's blocks in input order, joined on `on` (the record key, a value path or another record
-    path), its times read from `time_field` (the append time `ts` by default); its record keys
-    are kept for a table (tombstones), not for events. With `ahead`, read on other cores
-    (_read_ahead, _partition_readers)."""
-    columns, times_of = log_reader(on, time_field, table)
-    parts = [blocks for _i, _p, blocks in inputorder.plan_blocks([path], inputorder.log_plan(path))]
+def side(path: str, is_log: bool, on: Path, time_field: Path, table: bool, piece: int, ahead: bool = False) -> Side:
+    """A side's blocks in input order (a log, `is_log`, of any number of partitions, or a plain file
+    read in pieces of about `piece` bytes), read by side_reader: joined on `on` (the record key,
+    a value path or another record path), its times read from `time_field` (the append time
+    `ts` by default); a log's record keys are kept for a table (tombstones), not for events.
+    A plain file and a one-partition log are one lane: its stored order. With `ahead`, a log is
+    read on other cores (_read_ahead, _partition_readers); a plain file never is (its events'
+    times are read only while the table lasts)."""
+    columns, times_of = side_reader(on, time_field, table and is_log)  # (a plain file has no record keys)
+    parts: list[Iterator[Any]]  # each lane's blocks
+    if is_log:
+        parts = [blocks for _i, _p, blocks in inputorder.plan_blocks([path], inputorder.log_plan(path))]
+    else:
+        ahead = False
+        parts = [(inputorder.plain_block(values, base)
+                  for values, _payloads, base in inputorder.plain_blocks(path, piece))]
     if len(parts) <= 1:  # one lane: its stored order
-        side = Side((columns(b) for part in parts for b in part if b), times_of)
+        one = Side((columns(b) for part in parts for b in part if b), times_of)
     else:
         lanes = [log_lane(part, columns, times_of) for part in parts]
         if ahead and len(parts) <= MAX_READERS:
             return _partition_readers(lanes, path)
-        side = Side(_merged([mergeorder.Lane(lane) for lane in lanes]), None)
-    return _read_ahead(side, path) if ahead else side
+        one = Side(_merged([mergeorder.Lane(lane) for lane in lanes]), None)
+    return _read_ahead(one, path) if ahead else one
 
 
-def log_reader(on: Path, time_field: Path, table: bool) -> tuple[Callable[[list[Record]], Block], TimesOf]:
-    """How a log's blocks of records become a side's Blocks (joined on `on`, record keys kept for a
-    table), and how a Block's source gives its times (read from `time_field`): for log_side, and
-    for the follower's lanes (joins/follow_inputs.py)."""
-    if on == ("key",):
-        key_of = None
-    elif on[0] == "value":
-        key_of = _on_values(block_column(on))
-    else:
-        key_of = _on_records(key_getter(on))
+def side_reader(on: Path, time_field: Path, table: bool) -> tuple[Callable[[Any], Block], TimesOf]:
+    """How a side's blocks -- a log's lists of records, a plain file's values (inputorder.PlainBlock)
+    -- become Blocks: values, join keys by `on` (the record key, a value path or another record
+    path), a table's record keys (tombstones); and how a Block's source, the block, gives its
+    times by `time_field` (the append time `ts` as it is). Each is a column of the block,
+    inputorder.column, as a window reads its fields. The one reading of a join side as columns:
+    `side`, the follower's lanes (joins/follow_inputs.py) and the stream-stream join's plain files
+    (joins/plain_inputs.py)."""
+
+    def columns(block: Any) -> Block:
+        return column(block, _VALUE), column(block, on), column(block, _KEY) if table else None, block
+
     if time_field == ("ts",):
-        times_of: Callable[[list[Record], list[Any]], Sequence[int | None]] = _ts_column
-    elif time_field[0] == "value":
-        times_of = _on_values(block_times(time_field))
-    else:
-        times_of = _on_records(record_time(time_field))
+        return columns, _append_times
+    return columns, lambda block: column_times(column(block, time_field))
 
-    def columns(batch: list[Record]) -> Block:
-        values, rkeys = log_columns(batch)
-        return values, (rkeys if key_of is None else key_of(batch, values)), rkeys if table else None, (batch, values)
 
-    return columns, lambda source: times_of(*source)
+_VALUE, _KEY, _TS = ("value",), ("key",), ("ts",)
+
+
+def _append_times(block: Any) -> list[int | None]:
+    return column(block, _TS)
 
 
 def log_lane(part: Iterator[list[Record]], columns: Callable[[list[Record]], Block],
@@ -164,86 +172,10 @@ def _in_reader(make: Callable[[], Iterator[tuple[Any, list[Any], list[Any]]]], p
 
 
 def _merged(lanes: list[mergeorder.Lane]) -> Iterator[Block]:
-    """The lanes' columns in input order (mergeorder.merge), each block's source its merge keys."""
+    """The lanes' Blocks in input order (mergeorder.round_columns), each block's source its merge keys."""
     for parts, order in mergeorder.merge(lanes):
-        yield merged_block(lanes, parts, order)
-
-
-def merged_block(lanes: list[mergeorder.Lane], parts: list[tuple[int, int, int]], order: Any) -> Block:
-    """A round of mergeorder.merge over lanes of Blocks as one Block in input order (mergeorder.gather
-    of each column), its source the records' merge keys."""
-    gather = mergeorder.gather
-    return (gather(lanes, parts, order, _values), gather(lanes, parts, order, _keys),
-            gather(lanes, parts, order, _rkeys), gather(lanes, parts, order, _marks))
-
-
-def _values(lane: mergeorder.Lane) -> list[Any]:
-    return lane.payload[0]
-
-
-def _keys(lane: mergeorder.Lane) -> list[Any]:
-    return lane.payload[1]
-
-
-def _rkeys(lane: mergeorder.Lane) -> list[Any] | None:
-    return lane.payload[2]
-
-
-def _marks(lane: mergeorder.Lane) -> list[int]:
-    return lane.keys
-
-
-def log_columns(batch: list[Record]) -> tuple[list[Any], list[Any]]:
-    """A log block's values and record keys: the columns a decoded block carries, else its records'."""
-    values = getattr(batch, "values", None)
-    rkeys = getattr(batch, "keys", None)
-    return (values if values is not None else [r["value"] for r in batch],
-            rkeys if rkeys is not None else [r.get("key") for r in batch])
-
-
-def plain_side(path: str, on: Path, time_field: Path, piece: int) -> Side:
-    """A plain file's blocks, joined on the value path `on`, its times read from `time_field`."""
-    key_of = block_column(on)
-    times_of: TimesOf
-    if time_field[0] == "value":
-        times_of = _first(block_times(time_field))
-    elif time_field == ("ts",):
-        times_of = _first(_no_times)  # a plain record has no ts: with the default time field the file has none
-    else:
-        get = record_time(time_field)
-
-        def times_of(source: tuple[list[Any], int]) -> list[int | None]:
-            return list(map(get, inputorder.plain_records_of(*source)))
-
-    def blocks() -> Iterator[Block]:
-        for values, _payloads, base in inputorder.plain_blocks(path, piece):  # base: its first value's number
-            yield values, key_of(values), None, (values, base)
-
-    return Side(blocks(), times_of)
-
-
-_ts = itemgetter("ts")
-
-
-def _ts_column(batch: list[Record], _values: list[Any]) -> list[int | None]:
-    tss = getattr(batch, "tss", None)  # a decoded block's column of append times
-    return tss if tss is not None else list(map(_ts, batch))
-
-
-def _no_times(values: list[Any]) -> list[int | None]:
-    return [None] * len(values)
-
-
-def _first(f: Callable[[list[Any]], Sequence[int | None]]) -> TimesOf:
-    return lambda source: f(source[0])
-
-
-def _on_values(f: Callable[[list[Any]], list[Any]]) -> Callable[[list[Record], list[Any]], list[Any]]:
-    return lambda _batch, values: f(values)
-
-
-def _on_records(get: Callable[[Record], Any]) -> Callable[[list[Record], list[Any]], list[Any]]:
-    return lambda batch, _values: list(map(get, batch))
+        values, keys, rkeys, marks = mergeorder.round_columns(lanes, parts, order, 3, marks=True)
+        yield values, keys, rkeys, marks
 
 
 def _read_ahead(side: Side, path: str) -> Side:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator
-from itertools import repeat
 from typing import Any
 
 import orjson
@@ -16,8 +15,8 @@ from streamctl.processing import aggregations, eventfields, inputorder
 from streamctl.processing import columns as fieldcolumns
 from streamctl.processing.aggregations.base import is_number
 from streamctl.processing.eventfields import SORT_KEYS
+from streamctl.processing.inputorder import column
 from streamctl.processing.windows.config import WindowConfig, make_plan, time_range
-from streamctl.storage import fieldpaths
 from streamctl.timeparse import (
     epoch_ms_column,
     event_times,
@@ -110,21 +109,6 @@ def read_fields(cfg: WindowConfig, is_log: bool) -> list[tuple[str, ...]] | None
     fields = [eventfields.time_path(cfg.time_field, is_log), *eventfields.key_paths(cfg.by)]
     fields += [s.path for s in make_plan(cfg).specs if s.path is not None]
     return fields if fieldcolumns.readable(fields, plain=not is_log) else None
-
-
-def column(recs: Any, parts: tuple[str, ...]) -> list:
-    """The values of a record path over a list of records, as aggregations.getter reads each one."""
-    if isinstance(recs, fieldcolumns.FieldBatch):
-        assert recs.cols is not None
-        return recs.cols[parts]
-    batch = type(recs) is inputorder.RecordBatch  # its keys and values are columns already
-    if parts == ("key",) and batch:
-        return recs.keys
-    if parts[0] == "value" and batch:
-        col = recs.values
-    else:
-        col = list(map(dict.get, recs, repeat(parts[0])))
-    return fieldpaths.column(col, parts[1:])
 
 
 class EventColumns:
