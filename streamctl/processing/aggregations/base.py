@@ -110,8 +110,8 @@ class Agg:
     # -- numpy slots (windows.cells): only for classes with `slots` ---------------------------
 
     def slot_results(self, total: Any, count: Any, floaty: Any) -> list:
-        """result() of each slot, from numpy arrays of the slots' totals (float64; None for "count"
-        slots), counts (int64) and whether a float was among their numbers (bool; None for "count")."""
+        """result() of each slot, from numpy arrays of the slots' totals (float64; 0 for "count"
+        slots), counts (int64) and whether a float was among their numbers (bool)."""
         raise NotImplementedError
 
     def slot_state(self, total: float, count: int, floaty: bool) -> Any:

@@ -204,7 +204,7 @@ class GridWindows:
 
                 out.append(window_text(start, end, keys, self.plan.names, d.result_columns(d.slots_of(keys))))
             else:
-                out += zip(repeat(start), repeat(end), keys, d.results(self.plan.names, keys), repeat(None))
+                out += zip(repeat(start), repeat(end), keys, d.results(keys), repeat(None))
             return
         if not self.update:
             out += zip(repeat(start), repeat(end), keys, map(self.plan.result, map(d.__getitem__, keys)), repeat(None))
@@ -250,7 +250,7 @@ class GridWindows:
             where = pos.tolist()
             ks = list(map(ks.__getitem__, where))
             kept = [None if col is None else list(map(col.__getitem__, where)) for col in cols]
-        numbers, too_big = cells.number_columns(self.plan.funcs, kept)
+        numbers, too_big = cells.number_columns(self.plan.aggs, kept)
         if len(ends):
             self._fold_cells(ends, ks, numbers, too_big, batch, pos)
         maxt = max(maxt, int(t.max()))
@@ -274,7 +274,7 @@ class GridWindows:
         for end, (run_ks, run_cols) in runs.items():
             table = self.open.get(end)
             if table is None:
-                table = self.open[end] = cells.Cells(self.plan.funcs)
+                table = self.open[end] = cells.Cells(self.plan)
                 heapq.heappush(self.ends, end)
             for i in too_big:
                 table.to_python(i)
@@ -316,4 +316,4 @@ class GridWindows:
         if self.columnar:
             from streamctl.processing.windows import cells
 
-            self.open = {end: cells.Cells.from_states(self.plan.funcs, d) for end, d in self.open.items()}
+            self.open = {end: cells.Cells.from_states(self.plan, d) for end, d in self.open.items()}

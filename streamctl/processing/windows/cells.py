@@ -2,8 +2,10 @@
 
 A window's groups are slots (key -> slot number). Each aggregation keeps its
 states one of two ways:
-- in numpy arrays, for count, sum and avg: a count; or the total, how many
-  numbers it holds and whether a float was among them. A batch's events of
+- in numpy arrays, for count, sum and avg: one slot layout for all three, the
+  total, how many numbers it holds and whether a float was among them (a
+  count's total stays 0), which each class reads and writes through its slot
+  methods. A batch's events of
   one window are folded with `np.add.at`, which adds in index order, one
   element at a time: each slot's total is the same left-to-right float sum
   that `Plan.add` makes event by event, so the rows are the same, bit for bit;
@@ -28,23 +30,18 @@ nothing here goes by a function's name.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from itertools import filterfalse
+from itertools import chain, filterfalse
 from typing import Any
 
 import numpy as np
 
-from streamctl.processing.aggregations import Agg, agg_class, columnar
+from streamctl.processing.aggregations import Agg, columnar
 
 INT_LIMIT = 1 << 31  # the largest int a column holds (with fewer than COUNT_LIMIT numbers: sums stay exact)
 COUNT_LIMIT = 1 << 21
 
 
 __all__ = ["COUNT_LIMIT", "INT_LIMIT", "Cells", "NumberColumn", "SlotStates", "columnar", "number_columns"]
-
-
-def _counts_only(func: str) -> bool:
-    """Whether an aggregation's slot is a count of present values alone (no total)."""
-    return agg_class(func).slots == "count"
 
 
 class NumberColumn:
@@ -93,34 +90,39 @@ class NumberColumn:
     __getitem__ = take  # selected as a numpy array is (windows._window_runs cuts both alike)
 
 
-def number_columns(funcs: Sequence[str], cols: Sequence[list | None]) -> tuple[list[NumberColumn | None], set[int]]:
+def number_columns(aggs: Sequence[Agg], cols: Sequence[list | None]) -> tuple[list[NumberColumn | None], set[int]]:
     """A batch's inputs of the aggregations that can live in arrays as NumberColumns (None for a
     bare count and for the others), and which of them hold an int too large to be kept exactly
     (those fold as Python states instead: Slots.to_python)."""
     out: list[NumberColumn | None] = []
     too_big = set()
-    for i, (col, func) in enumerate(zip(cols, funcs, strict=True)):
+    for i, (col, agg) in enumerate(zip(cols, aggs, strict=True)):
         number = None
-        if col is not None and agg_class(func).slots is not None:
-            number = NumberColumn.presence(col) if _counts_only(func) else NumberColumn.of(col)
+        if col is not None and agg.slots is not None:
+            number = NumberColumn.presence(col) if agg.slots == "count" else NumberColumn.of(col)
             if number is None:
                 too_big.add(i)
         out.append(number)
     return out, too_big
 
 
-def _slot_holds(agg: Agg, st: Any) -> bool:
-    """Whether an aggregation's Python state fits in its arrays exactly (Slots.set_state)."""
+def _slot_values(agg: Agg, st: Any) -> tuple[Any, int, bool] | None:
+    """A Python state as its slot's (total, count, floaty) (Agg.slot_values); None when a slot
+    cannot keep it exactly."""
     got = agg.slot_values(st)
-    return got is not None and (agg.slots == "count" or got[1] < COUNT_LIMIT)
+    return got if got is not None and (agg.slots == "count" or got[1] < COUNT_LIMIT) else None
 
 
 class Slots:
-    """Aggregation states as numpy arrays, one slot per state (module docstring)."""
+    """The states of a run's aggregations (a Plan's) as numpy arrays, one slot per state (module
+    docstring). Every aggregation in arrays has the one slot layout its class's slot methods read
+    and write: a total (float64), a count (int64) and whether a float was among the numbers (bool);
+    a count's total stays 0."""
 
-    def __init__(self, funcs: Sequence[str]) -> None:
-        self.funcs = list(funcs)
-        self.aggs: list[Agg] = [agg_class(f)(f) for f in funcs]
+    def __init__(self, plan: Any) -> None:
+        self.aggs: list[Agg] = plan.aggs
+        self.names: list[str] = plan.names
+        self.sums = [a.slots == "total" for a in self.aggs]  # which fold their numbers into the total
         self.size = 0
         # every value ever counted into a slot (folds, adds, loaded states): no count is above it, so
         # while it is below COUNT_LIMIT every total is exact without looking (fits)
@@ -134,22 +136,23 @@ class Slots:
 
     def _alloc(self, cap: int) -> None:
         self.cap = cap
-        self.count = [np.zeros(cap, dtype=np.int64) for _ in self.funcs]
-        self.total = [np.zeros(cap, dtype=np.float64) if a.slots == "total" else None for a in self.aggs]
-        self.floaty = [np.zeros(cap, dtype=bool) if a.slots == "total" else None for a in self.aggs]
+        n = len(self.aggs)
+        self.total = [np.zeros(cap, dtype=np.float64) for _ in range(n)]
+        self.count = [np.zeros(cap, dtype=np.int64) for _ in range(n)]
+        self.floaty = [np.zeros(cap, dtype=bool) for _ in range(n)]
+
+    def _arrays(self) -> Iterator[np.ndarray]:
+        """Every array of every aggregation's slots."""
+        return chain(self.total, self.count, self.floaty)
 
     def _grow(self, need: int) -> None:
         cap = self.cap
         while cap < need:
             cap *= 2
-        count, total, floaty = self.count, self.total, self.floaty
+        was = list(self._arrays())
         self._alloc(cap)
-        for i in range(len(self.funcs)):
-            self.count[i][:len(count[i])] = count[i]
-            t, fl = total[i], floaty[i]
-            if t is not None and fl is not None:
-                self.total[i][:len(t)] = t  # type: ignore[index]
-                self.floaty[i][:len(fl)] = fl  # type: ignore[index]
+        for new, old in zip(self._arrays(), was, strict=True):
+            new[:len(old)] = old
 
     def fold_at(self, idx: np.ndarray, cols: Sequence[NumberColumn | None]) -> None:
         """Fold events into the slots `idx` (one per event; one input column per aggregation, None
@@ -163,13 +166,12 @@ class Slots:
                 continue
             at = idx if col.present is None else idx[col.present]
             np.add.at(self.count[i], at, 1)
-            total = self.total[i]
-            if total is not None:
+            if self.sums[i]:
                 vals = col.values if col.present is None else col.values[col.present]
-                np.add.at(total, at, vals)  # in index order: each slot's total sums left to right
+                np.add.at(self.total[i], at, vals)  # in index order: each slot's total sums left to right
                 if col.floats is not None:
                     floats = col.floats if col.present is None else col.floats[col.present]
-                    self.floaty[i][at[floats]] = True  # type: ignore[index]
+                    self.floaty[i][at[floats]] = True
 
     def fits(self) -> bool:
         """Whether every slot's total is still exact (fewer than COUNT_LIMIT numbers in each)."""
@@ -182,7 +184,7 @@ class Slots:
         slot) to Python states."""
         if self.folded >= COUNT_LIMIT:
             for i, c in enumerate(self.count):
-                if self.total[i] is not None and i not in self.py and int(c[:self.size].max(initial=0)) >= COUNT_LIMIT:
+                if self.sums[i] and i not in self.py and int(c[:self.size].max(initial=0)) >= COUNT_LIMIT:
                     self.to_python(i)
 
     def to_python(self, i: int) -> None:
@@ -196,10 +198,7 @@ class Slots:
         self.py.add(i)
 
     def _slot_state(self, i: int, s: int) -> Any:
-        t, fl = self.total[i], self.floaty[i]
-        if t is None or fl is None:
-            return self.aggs[i].slot_state(0.0, int(self.count[i][s]), False)
-        return self.aggs[i].slot_state(float(t[s]), int(self.count[i][s]), bool(fl[s]))
+        return self.aggs[i].slot_state(float(self.total[i][s]), int(self.count[i][s]), bool(self.floaty[i][s]))
 
     def fold_python(self, idx: np.ndarray, cols: Sequence[list | None], positions: np.ndarray, seq0: int) -> None:
         """Fold events into the Python states of slots `idx` (one per event): the event at
@@ -222,18 +221,13 @@ class Slots:
             if i in self.py:
                 rows = self.rows
                 columns.append([agg.result(rows[s][i]) for s in idx.tolist()])
-                continue
-            count = self.count[i][idx]
-            t, fl = self.total[i], self.floaty[i]
-            if t is None or fl is None:
-                columns.append(agg.slot_results(None, count, None))
             else:
-                columns.append(agg.slot_results(t[idx], count, fl[idx]))
+                columns.append(agg.slot_results(self.total[i][idx], self.count[i][idx], self.floaty[i][idx]))
         return columns
 
-    def results_at(self, names: Sequence[str], idx: np.ndarray) -> list[dict]:
+    def results_at(self, idx: np.ndarray) -> list[dict]:
         """Plan.result of the states in slots `idx`."""
-        columns = self.result_columns(idx)
+        names, columns = self.names, self.result_columns(idx)
         if len(names) == 1:  # dict displays: a third of dict(zip())'s time, for the usual one or two
             (a,), (ca,) = names, columns
             return [{a: x} for x in ca]
@@ -247,34 +241,25 @@ class Slots:
         return [self.rows[s][i] if i in self.py else self._slot_state(i, s) for i in range(len(self.aggs))]
 
     def set_state(self, s: int, st: list) -> bool:
-        """Put Plan's state `st` into slot s; False when a total is beyond what a slot keeps exactly
+        """Put Plan's state `st` into slot s; False when a state is beyond what a slot keeps exactly
         (Cells keep such an aggregation as Python states instead)."""
         for i, a in enumerate(self.aggs):
             if i in self.py:
                 self.rows[s][i] = st[i]
                 continue
-            got = a.slot_values(st[i])
-            if got is not None:
-                self.folded += got[1]
-            total, floaty = self.total[i], self.floaty[i]
-            if total is None or floaty is None:
-                if got is None:
-                    return False
-                self.count[i][s] = got[1]
-                continue
-            if got is None or got[1] >= COUNT_LIMIT:
+            got = _slot_values(a, st[i])
+            if got is None:
                 return False
-            self.count[i][s] = got[1]
-            total[s] = got[0]
-            floaty[s] = got[2]
+            self.total[i][s], self.count[i][s], self.floaty[i][s] = got
+            self.folded += got[1]
         return True
 
 
 class Cells(Slots):
     """One open window's groups as columns: a slot per group key."""
 
-    def __init__(self, funcs: Sequence[str]) -> None:
-        super().__init__(funcs)
+    def __init__(self, plan: Any) -> None:
+        super().__init__(plan)
         self.slot: dict[bytes, int] = {}
 
     def slots(self, keys: list[bytes]) -> np.ndarray:
@@ -309,9 +294,9 @@ class Cells(Slots):
         if self.py:
             self.fold_python(idx, raw, positions, seq0)
 
-    def results(self, names: Sequence[str], keys: list[bytes]) -> list[dict]:
+    def results(self, keys: list[bytes]) -> list[dict]:
         """Plan.result of each key's state, in the order of `keys`."""
-        return self.results_at(names, self.slots_of(keys))
+        return self.results_at(self.slots_of(keys))
 
     def slots_of(self, keys: list[bytes]) -> np.ndarray:
         return np.fromiter(map(self.slot.__getitem__, keys), dtype=np.intp, count=len(keys))
@@ -321,12 +306,12 @@ class Cells(Slots):
         return {key: self.state_at(s) for key, s in self.slot.items()}
 
     @classmethod
-    def from_states(cls, funcs: Sequence[str], states: dict[bytes, list]) -> Cells:
+    def from_states(cls, plan: Any, states: dict[bytes, list]) -> Cells:
         """Cells holding Plan states (a checkpoint's); an aggregation whose total is beyond what
         arrays keep exactly is kept as Python states."""
-        cells = cls(funcs)
+        cells = cls(plan)
         for i, agg in enumerate(cells.aggs):
-            if i not in cells.py and not all(_slot_holds(agg, st[i]) for st in states.values()):
+            if i not in cells.py and not all(_slot_values(agg, st[i]) is not None for st in states.values()):
                 cells.py.add(i)
         idx = cells.slots(list(states))
         for s, st in zip(idx.tolist(), states.values(), strict=True):
@@ -344,9 +329,8 @@ class SlotStates(Slots):
     """Plan's state interface (new, add, merge, result, dump, load) over slots, for session windows:
     a state is a slot number, freed when its session is written or merged away."""
 
-    def __init__(self, funcs: Sequence[str], names: Sequence[str]) -> None:
-        super().__init__(funcs)
-        self.names = list(names)
+    def __init__(self, plan: Any) -> None:
+        super().__init__(plan)
         self.free: list[int] = []
 
     def new(self) -> int:
@@ -376,12 +360,8 @@ class SlotStates(Slots):
 
     def release_at(self, idx: np.ndarray) -> None:
         """Zero the slots `idx` and hand them out again (new)."""
-        for i in range(len(self.funcs)):
-            self.count[i][idx] = 0
-            t, fl = self.total[i], self.floaty[i]
-            if t is not None and fl is not None:
-                t[idx] = 0.0
-                fl[idx] = False
+        for a in self._arrays():
+            a[idx] = 0
         self.free += idx.tolist()
 
     def add(self, s: int, vals: tuple, seq: int) -> bool:
@@ -396,26 +376,23 @@ class SlotStates(Slots):
             if v is None:
                 continue
             self.count[i][s] += 1
-            t = self.total[i]
-            if t is not None:
-                t[s] += v  # a float64 add, as np.add.at makes
+            if self.sums[i]:
+                self.total[i][s] += v  # a float64 add, as np.add.at makes
                 if type(v) is float:
-                    self.floaty[i][s] = True  # type: ignore[index]
+                    self.floaty[i][s] = True
         return True
 
     def merge(self, a: int, b: int) -> int:
         """Fold state b into a (Plan.merge: counts added, totals added as floats)."""
-        for i in range(len(self.funcs)):
+        for i in range(len(self.aggs)):
             self.count[i][a] += self.count[i][b]
-            t, fl = self.total[i], self.floaty[i]
-            if t is not None and fl is not None:
-                t[a] += t[b]
-                fl[a] |= fl[b]
+            self.total[i][a] += self.total[i][b]
+            self.floaty[i][a] |= self.floaty[i][b]
         self.release(b)
         return a
 
     def result(self, s: int) -> dict:
-        return self.results_at(self.names, np.array([s], dtype=np.intp))[0]
+        return self.results_at(np.array([s], dtype=np.intp))[0]
 
     def dump(self, s: int) -> list:
         return self.state_at(s)

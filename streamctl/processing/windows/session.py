@@ -114,7 +114,7 @@ class Session(SessionKernel):
         from streamctl.processing.windows.cells import SlotStates
 
         store = self.store
-        slots = SlotStates(self.plan.funcs, self.plan.names)
+        slots = SlotStates(self.plan)
         moved = [(h, slots.new()) for h in store.open_handles()]
         if all(slots.set_state(slot, store.state[h]) for h, slot in moved):
             for h, slot in moved:

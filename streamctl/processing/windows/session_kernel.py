@@ -177,7 +177,7 @@ class SessionKernel:
         if self.columnar:
             from streamctl.processing.windows.cells import number_columns
 
-            numbers, too_big = number_columns(self.plan.funcs, cols)
+            numbers, too_big = number_columns(self.plan.aggs, cols)
             if too_big:  # an int too large for a float64 total to stay exact
                 numbers = None
                 self.to_states()
@@ -282,7 +282,7 @@ class SessionKernel:
                 out.append(window_text(starts.tolist(), ends, ks, self.plan.names,
                                        self.states.result_columns(slot_idx)))
             else:
-                out += zip(starts.tolist(), ends, ks, self.states.results_at(self.plan.names, slot_idx),
+                out += zip(starts.tolist(), ends, ks, self.states.results_at(slot_idx),
                            repeat(None))
             self.states.release_at(slot_idx)
         else:
