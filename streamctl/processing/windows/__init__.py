@@ -1,7 +1,7 @@
 """Window operators: tumbling, hopping, sliding and session windows over event time.
 
 Each kind is one operator class (grid windows, tumbling and hopping, here; sliding.py;
-session.py), made by kinds.make_operator. The driver
+session.py) on the one base, Windower, made by kinds.make_operator. The driver
 (`streamctl.processing.windows.driver`, reading through `windows.events`) reads event time and builds batches of
 columns; the operator assigns events to windows and the aggregations
 (`streamctl.processing.aggregations`) fold them. Every operator has the same
@@ -122,7 +122,31 @@ def _window_runs(end_array: Any, ks: list[bytes], numbers: list) -> dict[int, tu
     return runs
 
 
-class GridWindows:
+class Windower:
+    """What the operator of every window kind has: its SIZE (a session's GAP) in ms, the run's Plan,
+    `update` (--emit update) and `correct` (--late correct), and the reference fold (fold_events),
+    which a kind with a batch kernel overrides."""
+
+    # a closed window's rows may come as their JSON lines (output.window_text), not a row tuple each:
+    # set where the rows go to JSON lines (WindowRun's text_rows)
+    text_rows = False
+    # batches the batch kernel declined, and their events (session.py's kernel is the one that may)
+    declined = 0
+    declined_events = 0
+
+    def __init__(self, size: int, plan: Any, update: bool = False, correct: bool = False) -> None:
+        self.size = size
+        self.plan = plan
+        self.update = update
+        self.correct = correct
+
+    def fold(self, batch: Batch, out: list) -> tuple[int, list[int]]:
+        """Fold a batch of events (the module docstring's `fold`): add() per event, close() at each
+        watermark move."""
+        return fold_events(self, batch, out)
+
+
+class GridWindows(Windower):
     """Windows on a fixed grid aligned to the epoch: [start, start + SIZE) for every start that is a
     multiple of HOP. Tumbling windows are HOP = SIZE (every event in exactly one); hopping windows
     overlap (SIZE/HOP of them hold each event, windows that start before the first event included).
@@ -132,11 +156,8 @@ class GridWindows:
     def __init__(self, size: int, hop: int, plan, update: bool = False, correct: bool = False) -> None:
         if hop <= 0 or hop > size:
             raise ValueError("HOP must be positive and at most SIZE")
-        self.size = size
+        super().__init__(size, plan, update, correct)
         self.hop = hop
-        self.plan = plan
-        self.update = update
-        self.correct = correct
         self.open: dict[int, Any] = {}  # end -> {key: state}, or its cells.Cells while columnar
         self.ends: list[int] = []  # heap of the ends in `open`
         # --late correct only: closed windows kept so a late event can revise them
@@ -144,9 +165,6 @@ class GridWindows:
         # rows only at close: open windows as columns (cells.py), a batch folded a window at a time;
         # rows per event come from Plan's states, folded one event at a time (fold_events)
         self.columnar = not update and not correct
-        # a closed window kept as columns written as its JSON lines (output.window_text), not a row
-        # tuple each: set where the rows go to JSON lines (WindowRun's text_rows)
-        self.text_rows = False
 
     def add(self, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool:
         late = False
@@ -222,7 +240,7 @@ class GridWindows:
         left out) with numpy, the batch cut by window and each window's run folded into its cells
         at once, then the windows the watermark passed close."""
         if not self.columnar:
-            return fold_events(self, batch, out)
+            return super().fold(batch, out)
         import numpy as np
 
         from streamctl.processing.windows import cells

@@ -1,6 +1,6 @@
-"""A window run's options (WindowConfig, checked by WindowRun), its counters, and the plan, usable
-event times and operator they make (the operators themselves: windows.kinds). The Spark window
-job builds its run from a WindowConfig here too (spark/window_job.py)."""
+"""A window run's options (WindowConfig, checked by WindowRun), its counters, and the plan and
+usable event times they make (the operator: windows.kinds.make_operator). The Spark window job
+builds its run from a WindowConfig here too (spark/window_job.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 
 from streamctl.errors import UsageError
 from streamctl.processing import aggregations
-from streamctl.processing.windows import kinds
 from streamctl.storage import fieldpaths
 from streamctl.timeparse import usable_range
 
@@ -74,11 +73,3 @@ def time_range(cfg: WindowConfig) -> tuple[int, int]:
                          f"that fit in years 1..9999, where ISO-8601 can write their bounds")
     return lo, hi
 
-
-def make_operator(cfg: WindowConfig, plan: aggregations.Plan):
-    if cfg.size <= 0:
-        raise UsageError("the window size must be positive")
-    try:
-        return kinds.make_operator(cfg.kind, cfg.size, cfg.hop, plan, cfg.emit == "update", cfg.late == "correct")
-    except ValueError as e:
-        raise UsageError(str(e)) from None

@@ -71,12 +71,8 @@ class Session(SessionKernel):
     DECLINE_REASON = "an event bridged two sessions of its group, or a session closed before all its events arrived"
 
     def __init__(self, gap: int, plan, update: bool = False, correct: bool = False) -> None:
-        if gap <= 0:
-            raise ValueError("GAP must be positive")
+        super().__init__(gap, plan, update, correct)
         self.gap = gap
-        self.plan = plan
-        self.update = update
-        self.correct = correct
         # every session (open, and the closed ones --late correct keeps) and what each group remembers
         # of its closed ones: the one state add() and the batch kernel work on
         self.store = SessionStore(arrays=not update and not correct)  # (arrays: for the batch kernel)
@@ -91,10 +87,6 @@ class Session(SessionKernel):
         self.states: Any = plan
         self.columnar = False
         self.slots_ok = not update and not correct and columnar(plan.funcs)
-        self.text_rows = False  # closed sessions' rows as their JSON lines (GridWindows.text_rows)
-        # batches the kernel declined (folded one event at a time instead), and their events
-        self.declined = 0
-        self.declined_events = 0
         self.exact_batches = 0  # batches folded with Plan's states since slots were last tried
 
     def _use_slots(self) -> None:

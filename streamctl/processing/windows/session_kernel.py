@@ -22,7 +22,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from streamctl.processing.eventfields import key_positions
-from streamctl.processing.windows import NO_WATERMARK, Batch, fold_events
+from streamctl.processing.windows import NO_WATERMARK, Batch, Windower, fold_events
 
 # cuts of one batch where the kernel stopped; past them the batch's rest goes one event at a time
 MAX_SPLITS = 16
@@ -37,23 +37,17 @@ def _part(batch: Batch, lo: int, hi: int, maxt: int) -> Batch:
                  None if batch.times is None else batch.times[lo:hi])
 
 
-class SessionKernel:
+class SessionKernel(Windower):
     """Session's batch fold (a base of session.Session, whose state and one-event path it uses)."""
 
     # Session's state and one-event path (session.py)
     gap: int
-    plan: Any
-    update: bool
-    correct: bool
     store: Any  # session_index.SessionStore
     heap: list[tuple[int, int, int]]
     heap_ok: bool
     states: Any
     columnar: bool
     next_sid: int
-    declined: int
-    declined_events: int
-    text_rows: bool
 
     if TYPE_CHECKING:  # Session's methods, declared for the type checker only: Session defines them
         def add(self, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool: ...
