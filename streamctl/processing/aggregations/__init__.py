@@ -24,12 +24,12 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from streamctl.processing.aggregations import exact, sketches  # noqa: F401  (they register their classes)
-from streamctl.processing.aggregations.base import REGISTRY, Agg, agg_class, columnar, is_number
+from streamctl.processing.aggregations.base import REGISTRY, Agg, agg_class, is_number
 from streamctl.storage import fieldpaths
 
 AGG_FUNCS = tuple(REGISTRY)
 
-__all__ = ["AGG_FUNCS", "Agg", "AggSpec", "AggSpecError", "Plan", "agg_class", "columnar", "parse_agg"]
+__all__ = ["AGG_FUNCS", "Agg", "AggSpec", "AggSpecError", "Plan", "agg_class", "parse_agg"]
 
 
 class AggSpecError(ValueError):

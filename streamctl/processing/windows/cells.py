@@ -29,19 +29,19 @@ nothing here goes by a function's name.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain, filterfalse
 from typing import Any
 
 import numpy as np
 
-from streamctl.processing.aggregations import Agg, columnar
+from streamctl.processing.aggregations import Agg
 
 INT_LIMIT = 1 << 31  # the largest int a column holds (with fewer than COUNT_LIMIT numbers: sums stay exact)
 COUNT_LIMIT = 1 << 21
 
 
-__all__ = ["COUNT_LIMIT", "INT_LIMIT", "Cells", "NumberColumn", "SlotStates", "columnar", "number_columns"]
+__all__ = ["COUNT_LIMIT", "INT_LIMIT", "Cells", "NumberColumn", "SlotStates", "number_columns"]
 
 
 class NumberColumn:
@@ -120,6 +120,7 @@ class Slots:
     a count's total stays 0."""
 
     def __init__(self, plan: Any) -> None:
+        self.plan = plan
         self.aggs: list[Agg] = plan.aggs
         self.names: list[str] = plan.names
         self.sums = [a.slots == "total" for a in self.aggs]  # which fold their numbers into the total
@@ -131,7 +132,7 @@ class Slots:
         # slot, Plan's state shape (an entry per aggregation, those in arrays unused), so that each
         # class's fold_groups folds into them as it does into Plan's
         self.py = {i for i, a in enumerate(self.aggs) if a.slots is None}
-        self.rows: list[list] = []
+        self.rows: list[Any] = []  # (a free slot's: None, SlotStates.release_at)
         self._alloc(16)
 
     def _alloc(self, cap: int) -> None:
@@ -173,12 +174,6 @@ class Slots:
                     floats = col.floats if col.present is None else col.floats[col.present]
                     self.floaty[i][at[floats]] = True
 
-    def fits(self) -> bool:
-        """Whether every slot's total is still exact (fewer than COUNT_LIMIT numbers in each)."""
-        if self.folded < COUNT_LIMIT:
-            return True
-        return all(int(c[:self.size].max(initial=0)) < COUNT_LIMIT for c in self.count)
-
     def keep_exact(self) -> None:
         """Move each aggregation whose totals could stop being exact (COUNT_LIMIT numbers in a
         slot) to Python states."""
@@ -191,11 +186,48 @@ class Slots:
         """Keep aggregation i as Python states from now on: each slot's exact state (slot_state)."""
         if i in self.py:
             return
-        if not self.rows:
+        if not self.py:  # the rows are kept while an aggregation is Python states: one per slot
             self.rows = [[None] * len(self.aggs) for _ in range(self.size)]
         for s, row in enumerate(self.rows):
-            row[i] = self._slot_state(i, s)
+            if row is not None:  # (None: a free slot, SlotStates.release_at)
+                row[i] = self._slot_state(i, s)
         self.py.add(i)
+
+    def to_arrays(self) -> None:
+        """Move each aggregation kept as Python states whose class can live in arrays back to them,
+        where every slot's state fits (SlotStates: once the sessions holding a number beyond a slot
+        have closed)."""
+        for i in sorted(self.py):
+            agg = self.aggs[i]
+            if agg.slots is None:
+                continue
+            live = [s for s, row in enumerate(self.rows) if row is not None]
+            got = [_slot_values(agg, self.rows[s][i]) for s in live]
+            if all(got):
+                for s, values in zip(live, got, strict=True):
+                    self._put(i, s, values)  # type: ignore[arg-type]  # (all of them)
+                self.py.discard(i)
+
+    def keep_python(self, states: Iterable[list]) -> None:
+        """Before any slot is made: keep each aggregation that a slot cannot hold exactly in one of
+        these Plan states as Python states (a checkpoint's states put into slots, set_state)."""
+        states = list(states)
+        for i, agg in enumerate(self.aggs):
+            if i not in self.py and not all(_slot_values(agg, st[i]) is not None for st in states):
+                self.py.add(i)
+
+    def _new_rows(self, slots: Iterable[int]) -> None:
+        """The Python states of new slots (fresh ones, Agg.new), while some aggregation is kept so."""
+        if self.py:
+            rows, py = self.rows, [(i, self.aggs[i].new) for i in sorted(self.py)]
+            for s in slots:
+                row = [None] * len(self.aggs)
+                for i, make in py:
+                    row[i] = make()
+                if s < len(rows):
+                    rows[s] = row
+                else:
+                    rows.append(row)
 
     def _slot_state(self, i: int, s: int) -> Any:
         return self.aggs[i].slot_state(float(self.total[i][s]), int(self.count[i][s]), bool(self.floaty[i][s]))
@@ -240,19 +272,20 @@ class Slots:
         """Plan's state of slot s, exact."""
         return [self.rows[s][i] if i in self.py else self._slot_state(i, s) for i in range(len(self.aggs))]
 
-    def set_state(self, s: int, st: list) -> bool:
-        """Put Plan's state `st` into slot s; False when a state is beyond what a slot keeps exactly
-        (Cells keep such an aggregation as Python states instead)."""
+    def set_state(self, s: int, st: list) -> None:
+        """Put Plan's state `st` into slot s (which keep_python made sure it fits)."""
         for i, a in enumerate(self.aggs):
             if i in self.py:
                 self.rows[s][i] = st[i]
                 continue
             got = _slot_values(a, st[i])
-            if got is None:
-                return False
-            self.total[i][s], self.count[i][s], self.floaty[i][s] = got
-            self.folded += got[1]
-        return True
+            assert got is not None
+            self._put(i, s, got)
+
+    def _put(self, i: int, s: int, got: tuple[Any, int, bool]) -> None:
+        """Aggregation i's state in slot s, as its class's slot_values gave it."""
+        self.total[i][s], self.count[i][s], self.floaty[i][s] = got
+        self.folded += got[1]
 
 
 class Cells(Slots):
@@ -269,15 +302,9 @@ class Cells(Slots):
         # order; each step a C loop (map, filterfalse, update), no Python frame per event
         new = list(filterfalse(slot.__contains__, dict.fromkeys(keys)))
         if new:
-            slot.update(zip(new, range(len(slot), len(slot) + len(new)), strict=True))
-            if self.py:
-                aggs = self.aggs
-                py = [(i, aggs[i].new) for i in sorted(self.py)]
-                for _ in new:
-                    row = [None] * len(aggs)
-                    for i, make in py:
-                        row[i] = make()
-                    self.rows.append(row)
+            fresh = range(len(slot), len(slot) + len(new))
+            slot.update(zip(new, fresh, strict=True))
+            self._new_rows(fresh)
         got = np.fromiter(map(slot.__getitem__, keys), dtype=np.intp, count=len(keys))
         self.size = len(slot)
         if self.size > self.cap:
@@ -310,9 +337,7 @@ class Cells(Slots):
         """Cells holding Plan states (a checkpoint's); an aggregation whose total is beyond what
         arrays keep exactly is kept as Python states."""
         cells = cls(plan)
-        for i, agg in enumerate(cells.aggs):
-            if i not in cells.py and not all(_slot_values(agg, st[i]) is not None for st in states.values()):
-                cells.py.add(i)
+        cells.keep_python(states.values())
         idx = cells.slots(list(states))
         for s, st in zip(idx.tolist(), states.values(), strict=True):
             cells.set_state(s, st)
@@ -326,24 +351,18 @@ class Cells(Slots):
 
 
 class SlotStates(Slots):
-    """Plan's state interface (new, add, merge, result, dump, load) over slots, for session windows:
-    a state is a slot number, freed when its session is written or merged away."""
+    """Plan's state interface (new, add, merge, result, dump) over slots, for session windows: a
+    state is a slot number, freed when its session is written or merged away."""
 
     def __init__(self, plan: Any) -> None:
         super().__init__(plan)
         self.free: list[int] = []
 
     def new(self) -> int:
-        if self.free:
-            return self.free.pop()
-        s = self.size
-        self.size += 1
-        if self.size > self.cap:
-            self._grow(self.size)
-        return s
+        return self.new_many(1)[0]
 
     def new_many(self, m: int) -> list[int]:
-        """m new slots: new() m times."""
+        """m new slots, the free ones first (the last freed first)."""
         free = self.free
         take = min(m, len(free))
         got = free[len(free) - take:][::-1]  # as pop() would hand them out
@@ -353,38 +372,47 @@ class SlotStates(Slots):
             self.size += m - take
             if self.size > self.cap:
                 self._grow(self.size)
+        self._new_rows(got)
         return got
 
     def release(self, s: int) -> None:
         self.release_at(np.array([s], dtype=np.intp))
 
     def release_at(self, idx: np.ndarray) -> None:
-        """Zero the slots `idx` and hand them out again (new)."""
+        """Zero the slots `idx`, drop their Python states and hand them out again (new)."""
         for a in self._arrays():
             a[idx] = 0
-        self.free += idx.tolist()
+        freed = idx.tolist()
+        if self.py:
+            rows = self.rows
+            for s in freed:
+                rows[s] = None
+        self.free += freed
 
-    def add(self, s: int, vals: tuple, seq: int) -> bool:
-        """Plan.add into slot s; False (and nothing added) when a value or the count is beyond what a
-        slot keeps exactly: the caller then moves to Plan's states."""
-        for i, v in enumerate(vals):
-            if v is not None and ((type(v) is int and not -INT_LIMIT <= v <= INT_LIMIT)
-                                  or self.count[i][s] + 1 >= COUNT_LIMIT):
-                return False
+    def add(self, s: int, vals: tuple, seq: int) -> None:
+        """Plan.add into slot s. A number beyond what a slot keeps exactly (an int past INT_LIMIT, a
+        total's COUNT_LIMIT-th number) moves its aggregation to Python states first (to_python)."""
         self.folded += 1
         for i, v in enumerate(vals):
-            if v is None:
-                continue
-            self.count[i][s] += 1
-            if self.sums[i]:
-                self.total[i][s] += v  # a float64 add, as np.add.at makes
-                if type(v) is float:
-                    self.floaty[i][s] = True
-        return True
+            if v is not None and self.sums[i] and i not in self.py and (
+                    (type(v) is int and not -INT_LIMIT <= v <= INT_LIMIT) or self.count[i][s] + 1 >= COUNT_LIMIT):
+                self.to_python(i)
+            if i in self.py:
+                row = self.rows[s]
+                row[i] = self.aggs[i].add(row[i], v, seq)
+            elif v is not None:
+                self.count[i][s] += 1
+                if self.sums[i]:
+                    self.total[i][s] += v  # a float64 add, as np.add.at makes
+                    if type(v) is float:
+                        self.floaty[i][s] = True
 
     def merge(self, a: int, b: int) -> int:
-        """Fold state b into a (Plan.merge: counts added, totals added as floats)."""
-        for i in range(len(self.aggs)):
+        """Fold state b into a (Plan.merge: counts added, totals added as floats, the Python states
+        merged by their classes)."""
+        for i, agg in enumerate(self.aggs):
+            if i in self.py:
+                self.rows[a][i] = agg.merge(self.rows[a][i], self.rows[b][i])
             self.count[i][a] += self.count[i][b]
             self.total[i][a] += self.total[i][b]
             self.floaty[i][a] |= self.floaty[i][b]
@@ -395,4 +423,4 @@ class SlotStates(Slots):
         return self.results_at(np.array([s], dtype=np.intp))[0]
 
     def dump(self, s: int) -> list:
-        return self.state_at(s)
+        return self.plan.dump(self.state_at(s))

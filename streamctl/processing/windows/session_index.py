@@ -157,14 +157,12 @@ class SessionStore:
         _all(map(list.append, map(self.opened.__getitem__, g.tolist()), hs.tolist()))
         return hs
 
-    def release_many(self, hs: np.ndarray, groups: list[int], states: bool) -> None:
-        """The open sessions of handles `hs` (of groups `groups`) are written: out of their groups'
-        lists, their handles (not their slots) free, with `states` their Plan states dropped."""
+    def release_many(self, hs: np.ndarray, groups: list[int]) -> None:
+        """The open sessions of handles `hs` (of groups `groups`), their states in slots, are written:
+        out of their groups' lists, their handles (not their slots) free."""
         self.view("alive")[hs] = False
         hl = hs.tolist()
         _all(map(list.remove, map(self.opened.__getitem__, groups), hl))
-        if states:
-            _all(map(self.state.__setitem__, hl, repeat(None)))
         self.free += hl
 
     def open_handles(self) -> list[int]:
