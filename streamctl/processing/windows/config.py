@@ -4,7 +4,6 @@ builds its run from a WindowConfig here too (spark/window_job.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from streamctl.errors import UsageError
@@ -44,18 +43,6 @@ class WindowStats:
     late: int = 0
     bad_time: int = 0
     bad_time_example: str | None = None
-
-
-def parse_hopping(text: str, parse_duration: Callable[[str], int]) -> tuple[int, int]:
-    size, sep, hop = text.partition("/")
-    if not sep:
-        raise UsageError(f"--hopping {text!r}: write SIZE/HOP, e.g. 10m/1m")
-    s, h = parse_duration(size), parse_duration(hop)
-    if s <= 0 or h <= 0:
-        raise UsageError(f"--hopping {text!r}: SIZE and HOP must be positive")
-    if h > s:
-        raise UsageError(f"--hopping {text!r}: HOP must not exceed SIZE (gaps would drop events)")
-    return s, h
 
 
 def make_plan(cfg: WindowConfig) -> aggregations.Plan:
