@@ -296,7 +296,7 @@ class GridWindows(Windower):
                 heapq.heappush(self.ends, end)
             for i in too_big:
                 table.to_python(i)
-            table.fold(run_ks, run_cols[:-1], batch.cols, run_cols[-1], batch.seq)
+            table.fold(table.slots(run_ks), run_cols[:-1], batch.cols, run_cols[-1], batch.seq)
             table.keep_exact()
 
     def to_states(self) -> None:

@@ -155,11 +155,15 @@ class Slots:
         for new, old in zip(self._arrays(), was, strict=True):
             new[:len(old)] = old
 
-    def fold_at(self, idx: np.ndarray, cols: Sequence[NumberColumn | None]) -> None:
-        """Fold events into the slots `idx` (one per event; one input column per aggregation, None
-        for a bare count)."""
+    def fold(self, idx: np.ndarray, numbers: Sequence[NumberColumn | None], raw: Sequence[list | None],
+             positions: np.ndarray, seq0: int) -> None:
+        """Fold events into the slots `idx` (one per event, in input order): the aggregations in
+        arrays from their inputs as NumberColumns (number_columns; None for a bare count), those kept
+        as Python states from the batch's raw columns `raw` (whose first event is number seq0), the
+        event at positions[j] into slot idx[j]: each slot's events in input order, a group per slot
+        (Agg.fold_groups)."""
         self.folded += len(idx)
-        for i, col in enumerate(cols):
+        for i, col in enumerate(numbers):
             if i in self.py:
                 continue
             if col is None:
@@ -173,6 +177,17 @@ class Slots:
                 if col.floats is not None:
                     floats = col.floats if col.present is None else col.floats[col.present]
                     self.floaty[i][at[floats]] = True
+        if not self.py:
+            return
+        order = np.argsort(idx, kind="stable")
+        slot_of = idx[order]
+        cut = (np.flatnonzero(slot_of[1:] != slot_of[:-1]) + 1).tolist()
+        pos = positions[order].tolist()
+        rows = self.rows
+        groups = [(rows[s], pos[a:b]) for s, a, b in
+                  zip(slot_of[[0, *cut]].tolist(), [0, *cut], [*cut, len(pos)], strict=True)]
+        for i in sorted(self.py):
+            self.aggs[i].fold_groups(i, groups, raw[i], seq0)  # type: ignore[arg-type]  # None: a bare count
 
     def keep_exact(self) -> None:
         """Move each aggregation whose totals could stop being exact (COUNT_LIMIT numbers in a
@@ -220,31 +235,15 @@ class Slots:
         """The Python states of new slots (fresh ones, Agg.new), while some aggregation is kept so."""
         if self.py:
             rows, py = self.rows, [(i, self.aggs[i].new) for i in sorted(self.py)]
+            rows += [None] * (self.size - len(rows))
             for s in slots:
                 row = [None] * len(self.aggs)
                 for i, make in py:
                     row[i] = make()
-                if s < len(rows):
-                    rows[s] = row
-                else:
-                    rows.append(row)
+                rows[s] = row
 
     def _slot_state(self, i: int, s: int) -> Any:
         return self.aggs[i].slot_state(float(self.total[i][s]), int(self.count[i][s]), bool(self.floaty[i][s]))
-
-    def fold_python(self, idx: np.ndarray, cols: Sequence[list | None], positions: np.ndarray, seq0: int) -> None:
-        """Fold events into the Python states of slots `idx` (one per event): the event at
-        `positions[j]` of the batch's raw columns `cols` (whose first event is number seq0) into slot
-        idx[j]; each slot's events in input order, a group per slot (Agg.fold_groups)."""
-        order = np.argsort(idx, kind="stable")
-        slot_of = idx[order]
-        cut = (np.flatnonzero(slot_of[1:] != slot_of[:-1]) + 1).tolist()
-        pos = positions[order].tolist()
-        rows = self.rows
-        groups = [(rows[s], pos[a:b]) for s, a, b in
-                  zip(slot_of[[0, *cut]].tolist(), [0, *cut], [*cut, len(pos)], strict=True)]
-        for i in sorted(self.py):
-            self.aggs[i].fold_groups(i, groups, cols[i], seq0)  # type: ignore[arg-type]  # None: a bare count
 
     def result_columns(self, idx: np.ndarray) -> list[list]:
         """Each aggregation's results (Plan.result's values) of the states in slots `idx`, a column each."""
@@ -304,22 +303,11 @@ class Cells(Slots):
         if new:
             fresh = range(len(slot), len(slot) + len(new))
             slot.update(zip(new, fresh, strict=True))
+            self.size = len(slot)
+            if self.size > self.cap:
+                self._grow(self.size)
             self._new_rows(fresh)
-        got = np.fromiter(map(slot.__getitem__, keys), dtype=np.intp, count=len(keys))
-        self.size = len(slot)
-        if self.size > self.cap:
-            self._grow(self.size)
-        return got
-
-    def fold(self, keys: list[bytes], numbers: Sequence[NumberColumn | None], raw: Sequence[list | None],
-             positions: np.ndarray, seq0: int) -> None:
-        """Fold events: their group keys; the aggregations' inputs as NumberColumns (number_columns)
-        for those in arrays, and for those kept as Python states each event's position in the
-        batch's raw columns `raw`, whose first event is number seq0."""
-        idx = self.slots(keys)
-        self.fold_at(idx, numbers)
-        if self.py:
-            self.fold_python(idx, raw, positions, seq0)
+        return np.fromiter(map(slot.__getitem__, keys), dtype=np.intp, count=len(keys))
 
     def results(self, keys: list[bytes]) -> list[dict]:
         """Plan.result of each key's state, in the order of `keys`."""
@@ -351,43 +339,31 @@ class Cells(Slots):
 
 
 class SlotStates(Slots):
-    """Plan's state interface (new, add, merge, result, dump) over slots, for session windows: a
-    state is a slot number, freed when its session is written or merged away."""
+    """Plan's state interface (add, merge, result, dump) over slots, for session windows: a
+    session's state is the slot of its handle in the store (session_index.SessionStore), opened
+    with the session (open) and released when it is written or merged away."""
 
-    def __init__(self, plan: Any) -> None:
-        super().__init__(plan)
-        self.free: list[int] = []
-
-    def new(self) -> int:
-        return self.new_many(1)[0]
-
-    def new_many(self, m: int) -> list[int]:
-        """m new slots, the free ones first (the last freed first)."""
-        free = self.free
-        take = min(m, len(free))
-        got = free[len(free) - take:][::-1]  # as pop() would hand them out
-        del free[len(free) - take:]
-        if take < m:
-            got += range(self.size, self.size + m - take)
-            self.size += m - take
-            if self.size > self.cap:
-                self._grow(self.size)
-        self._new_rows(got)
-        return got
+    def open(self, hs: Sequence[int] | np.ndarray) -> None:
+        """The states of new sessions (their handles `hs`): empty (a released slot's arrays are 0)."""
+        if len(hs):
+            need = int(np.max(hs)) + 1
+            if need > self.size:
+                self.size = need
+                if need > self.cap:
+                    self._grow(need)
+            self._new_rows(hs.tolist() if isinstance(hs, np.ndarray) else hs)
 
     def release(self, s: int) -> None:
         self.release_at(np.array([s], dtype=np.intp))
 
     def release_at(self, idx: np.ndarray) -> None:
-        """Zero the slots `idx`, drop their Python states and hand them out again (new)."""
+        """Zero the slots `idx` and drop their Python states."""
         for a in self._arrays():
             a[idx] = 0
-        freed = idx.tolist()
         if self.py:
             rows = self.rows
-            for s in freed:
+            for s in idx.tolist():
                 rows[s] = None
-        self.free += freed
 
     def add(self, s: int, vals: tuple, seq: int) -> None:
         """Plan.add into slot s. A number beyond what a slot keeps exactly (an int past INT_LIMIT, a

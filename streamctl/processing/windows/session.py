@@ -111,15 +111,15 @@ class Session(SessionKernel):
         store, slots = self.store, SlotStates(self.plan)
         hs = store.open_handles()
         slots.keep_python(store.state[h] for h in hs)
-        for h, slot in zip(hs, slots.new_many(len(hs)), strict=True):
-            slots.set_state(slot, store.state[h])
-            store.slot[h] = slot
+        slots.open(hs)
+        for h in hs:
+            slots.set_state(h, store.state[h])
             store.state[h] = None
         self.states, self.columnar = slots, True
 
     def _state(self, h: int) -> Any:
-        """Session h's aggregation state: its slot, or its Plan state."""
-        return self.store.slot[h] if self.columnar else self.store.state[h]
+        """Session h's aggregation state: its slot (h), or its Plan state."""
+        return h if self.columnar else self.store.state[h]
 
     def _touching(self, hs: list[int], t: int) -> list[int]:
         gap, start, last = self.gap, self.store.start, self.store.last
@@ -135,7 +135,7 @@ class Session(SessionKernel):
         return t <= self.store.closed[g] + self.gap
 
     def _add_state(self, h: int, vals: tuple, seq: int) -> None:
-        self.states.add(self.store.slot[h] if self.columnar else self.store.state[h], vals, seq)  # (_state, inline)
+        self.states.add(h if self.columnar else self.store.state[h], vals, seq)  # (_state, inline: per event)
 
     def add(self, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool:
         gap, store = self.gap, self.store
@@ -182,11 +182,10 @@ class Session(SessionKernel):
     def _new(self, g: int, t: int) -> int:
         """A new session [t, t + GAP) of group g, in no list yet."""
         h = self.store.new(g, t, t, self._sid())
-        st = self.states.new()
         if self.columnar:
-            self.store.slot[h] = st
+            self.states.open([h])
         else:
-            self.store.state[h] = st
+            self.store.state[h] = self.plan.new()
         return h
 
     def _sid(self) -> int:

@@ -206,13 +206,10 @@ class SessionKernel(Windower):
         store.view("start")[handle_of[had]] = runs.start[had]
         store.view("last")[handle_of[had]] = runs.last[had]
         handles = handle_of[runs.of_event]  # each kept event's session, in input order
-        store.view("slot")[new_h] = states.new_many(m)
+        states.open(new_h)
         if keep is not None:
             numbers = [c if c is None else c.take(keep) for c in numbers]
-        slot_idx = store.view("slot")[handles]
-        states.fold_at(slot_idx, numbers)
-        if states.py:
-            states.fold_python(slot_idx, cols, pos, seq)
+        states.fold(handles, numbers, cols, pos, seq)
         maxt = self._close_batch(high, lateness, out)
         states.keep_exact()
         return maxt, lates
@@ -255,13 +252,12 @@ class SessionKernel(Windower):
             ks = [ks[i] for i in fix]
         lasts = store.view("last")[hs]
         ends = (lasts + gap).tolist()
-        slot_idx = store.view("slot")[hs]
         if self.text_rows and not self.states.py:  # (window_text writes numbers and nulls: the states in arrays)
             from streamctl.processing.windows.output import window_text
 
-            out.append(window_text(starts.tolist(), ends, ks, self.plan.names, self.states.result_columns(slot_idx)))
+            out.append(window_text(starts.tolist(), ends, ks, self.plan.names, self.states.result_columns(hs)))
         else:
-            out += zip(starts.tolist(), ends, ks, self.states.results_at(slot_idx), repeat(None))
-        self.states.release_at(slot_idx)
+            out += zip(starts.tolist(), ends, ks, self.states.results_at(hs), repeat(None))
+        self.states.release_at(hs)
         np.maximum.at(store.view("closed"), groups, lasts)  # a group's sessions close in time order
         store.release_many(hs, groups.tolist())
