@@ -217,12 +217,7 @@ class GridWindows(Windower):
         start = end - self.size
         keys = key_order(d)
         if not isinstance(d, dict):  # cells.Cells
-            if self.text_rows and not d.py:  # (window_text writes numbers and nulls: the states in arrays)
-                from streamctl.processing.windows.output import window_text
-
-                out.append(window_text(start, end, keys, self.plan.names, d.result_columns(d.slots_of(keys))))
-            else:
-                out += zip(repeat(start), repeat(end), keys, d.results(keys), repeat(None))
+            d.write(out, start, end, keys, d.slots_of(keys), self.text_rows)
             return
         if not self.update:
             out += zip(repeat(start), repeat(end), keys, map(self.plan.result, map(d.__getitem__, keys)), repeat(None))

@@ -30,7 +30,7 @@ nothing here goes by a function's name.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import chain, filterfalse
+from itertools import chain, filterfalse, repeat
 from typing import Any
 
 import numpy as np
@@ -256,16 +256,28 @@ class Slots:
                 columns.append(agg.slot_results(self.total[i][idx], self.count[i][idx], self.floaty[i][idx]))
         return columns
 
-    def results_at(self, idx: np.ndarray) -> list[dict]:
-        """Plan.result of the states in slots `idx`."""
+    def write(self, out: list, start: Any, end: Any, keys: list[bytes], idx: np.ndarray, text: bool) -> None:
+        """The rows of closed windows onto `out`, key j's state in slot idx[j]: (start, end, key,
+        Plan.result, None), `start` and `end` an int each (one window) or a list (a window a key);
+        with `text` (the rows go to JSON lines) and every state in arrays, their JSON lines at once
+        (output.window_text, which writes numbers and nulls)."""
         names, columns = self.names, self.result_columns(idx)
+        if text and not self.py:
+            from streamctl.processing.windows.output import window_text
+
+            out.append(window_text(start, end, keys, names, columns))
+            return
         if len(names) == 1:  # dict displays: a third of dict(zip())'s time, for the usual one or two
             (a,), (ca,) = names, columns
-            return [{a: x} for x in ca]
-        if len(names) == 2:
+            results = [{a: x} for x in ca]
+        elif len(names) == 2:
             (a, b), (ca, cb) = names, columns
-            return [{a: x, b: y} for x, y in zip(ca, cb, strict=True)]
-        return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+            results = [{a: x, b: y} for x, y in zip(ca, cb, strict=True)]
+        else:
+            results = [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+        if isinstance(start, int):
+            start, end = repeat(start), repeat(end)
+        out += zip(start, end, keys, results, repeat(None))
 
     def state_at(self, s: int) -> list:
         """Plan's state of slot s, exact."""
@@ -307,11 +319,7 @@ class Cells(Slots):
             if self.size > self.cap:
                 self._grow(self.size)
             self._new_rows(fresh)
-        return np.fromiter(map(slot.__getitem__, keys), dtype=np.intp, count=len(keys))
-
-    def results(self, keys: list[bytes]) -> list[dict]:
-        """Plan.result of each key's state, in the order of `keys`."""
-        return self.results_at(self.slots_of(keys))
+        return self.slots_of(keys)
 
     def slots_of(self, keys: list[bytes]) -> np.ndarray:
         return np.fromiter(map(self.slot.__getitem__, keys), dtype=np.intp, count=len(keys))
@@ -339,7 +347,7 @@ class Cells(Slots):
 
 
 class SlotStates(Slots):
-    """Plan's state interface (add, merge, result, dump) over slots, for session windows: a
+    """Plan's state interface (add, merge, dump) over slots, for session windows: a
     session's state is the slot of its handle in the store (session_index.SessionStore), opened
     with the session (open) and released when it is written or merged away."""
 
@@ -394,9 +402,6 @@ class SlotStates(Slots):
             self.floaty[i][a] |= self.floaty[i][b]
         self.release(b)
         return a
-
-    def result(self, s: int) -> dict:
-        return self.results_at(np.array([s], dtype=np.intp))[0]
 
     def dump(self, s: int) -> list:
         return self.plan.dump(self.state_at(s))

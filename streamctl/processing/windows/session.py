@@ -258,7 +258,7 @@ class Session(SessionKernel):
             for old in sorted(shown):
                 if old != window:
                     out.append((old[0], old[1], key, None, None))
-        out.append((window[0], window[1], key, self.states.result(store.state[h]), store.rev[h] or None))
+        out.append((window[0], window[1], key, self.plan.result(store.state[h]), store.rev[h] or None))
         store.shown[h] = [window]
 
     def close(self, wm: int, out: list) -> None:

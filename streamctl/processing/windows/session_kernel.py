@@ -18,7 +18,6 @@ the Spark job's per-group replay goes through add() alone.
 
 from __future__ import annotations
 
-from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from streamctl.processing.eventfields import key_positions
@@ -252,12 +251,7 @@ class SessionKernel(Windower):
             ks = [ks[i] for i in fix]
         lasts = store.view("last")[hs]
         ends = (lasts + gap).tolist()
-        if self.text_rows and not self.states.py:  # (window_text writes numbers and nulls: the states in arrays)
-            from streamctl.processing.windows.output import window_text
-
-            out.append(window_text(starts.tolist(), ends, ks, self.plan.names, self.states.result_columns(hs)))
-        else:
-            out += zip(starts.tolist(), ends, ks, self.states.results_at(hs), repeat(None))
+        self.states.write(out, starts.tolist(), ends, ks, hs, self.text_rows)
         self.states.release_at(hs)
         np.maximum.at(store.view("closed"), groups, lasts)  # a group's sessions close in time order
         store.release_many(hs, groups.tolist())
