@@ -300,8 +300,8 @@ class GridWindows(Windower):
         self.open = {end: (d if isinstance(d, dict) else d.states()) for end, d in self.open.items()}
 
     def ends_of(self, t: int) -> list[int]:
-        """The ends of the windows holding t, oldest first: the grid formula (`_tumbling` is its
-        array form). Python's % floors, so negative (pre-1970) times land in the right windows too."""
+        """The ends of the windows holding t, oldest first: the grid formula (fold has its array
+        form). Python's % floors, so negative (pre-1970) times land in the right windows too."""
         size, hop = self.size, self.hop
         first = t - t % hop
         if hop == size:  # tumbling: the one window that starts at first
