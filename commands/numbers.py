@@ -134,8 +134,9 @@ def parse_position(text: str, flag: str) -> None:
 
 
 def window_size(kind: str, text: str, flag: str) -> tuple[int, int]:
-    """`--tumbling/--sliding/--session SIZE`, `--hopping SIZE/HOP` -> (size, hop) in ms: positive, and
-    short enough that some window's bounds lie within years 1..9999 (timeparse.usable_range)."""
+    """`--tumbling/--sliding/--session SIZE`, `--hopping SIZE/HOP` -> (size, hop) in ms (hop = size
+    but for hopping): positive, short enough that some window's bounds lie within years 1..9999
+    (timeparse.usable_range), and a HOP not above its SIZE."""
     from streamctl.timeparse import usable_range
 
     if kind == "hopping":
@@ -163,6 +164,8 @@ def window_size(kind: str, text: str, flag: str) -> tuple[int, int]:
         raise UsageError(f"{flag} {_shown(text)!r} is too long: windows of 1ms to {format_duration(a)}"
                          f"{' (for this HOP)' if kind == 'hopping' else ''} keep their bounds within "
                          "years 1..9999, where ISO-8601 can write them")
+    if hop > size:
+        raise UsageError(f"{flag} {_shown(text)!r}: HOP must not exceed SIZE (gaps would drop events)")
     return size, hop
 
 

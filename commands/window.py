@@ -108,7 +108,7 @@ def window(
     emit_job: str | None = options.emit_job("INPUT may then be any Spark URI (hdfs://, s3a://)."),
 ) -> None:
     from streamctl.errors import UsageError
-    from streamctl.processing.windows.config import WindowConfig, parse_hopping
+    from streamctl.processing.windows.config import WindowConfig
     from streamctl.spark import window_run
     from streamctl.timeparse import parse_duration
 
@@ -117,17 +117,11 @@ def window(
     if len(chosen) != 1:
         raise UsageError("choose exactly one of --tumbling SIZE, --hopping SIZE/HOP, --sliding SIZE, --session GAP"
                          + (f" (got {' and '.join(chosen)})" if chosen else ""))
-    hop = 0
-    if tumbling is not None:
-        kind, size = "tumbling", parse_duration(tumbling)
-    elif hopping is not None:
-        kind, (size, hop) = "hopping", parse_hopping(hopping, parse_duration)
-    elif sliding is not None:
-        kind, size = "sliding", parse_duration(sliding)
-    else:
-        kind, size = "session", parse_duration(session or "")
-    if size <= 0:
-        raise UsageError(f"{chosen[0]} must be a positive duration")
+    # (each flag's callback checked its value already: numbers.window_size)
+    kind, text = next((k, v) for k, v in (("tumbling", tumbling), ("hopping", hopping), ("sliding", sliding),
+                                          ("session", session)) if v is not None)
+    size, hop = numbers.window_size(kind, text, chosen[0])
+    hop = hop if kind == "hopping" else 0
     if output not in ("jsonl", "csv", "table"):
         raise UsageError(f"--output must be jsonl, csv or table, not {output!r}")
     cfg = WindowConfig(kind=kind, size=size, hop=hop, by=list(by or []), time_field=time_field,

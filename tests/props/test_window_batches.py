@@ -646,8 +646,9 @@ def test_a_late_correction_bridging_a_closed_and_an_open_session():
 
 
 def test_sessions_go_back_to_slots_once_the_states_fit(monkeypatch):
-    """An int past 2**31 moves the sessions' states to Plan's exact lists; once the session holding
-    it has closed, the states go back to slots (not for good), with the rows of the per-record path."""
+    """An int past 2**31 moves the sum's states to exact Python states (cells.Slots.to_python); once
+    the session holding it has closed, they go back to arrays (not for good), with the rows of the
+    per-record path."""
     from streamctl.processing.windows import session
 
     monkeypatch.setattr(session, "RETRY_SLOTS", 2)
@@ -658,7 +659,7 @@ def test_sessions_go_back_to_slots_once_the_states_fit(monkeypatch):
     seen = []
     for part in cut(records(evs), [5] * 41):
         run.feed_batches([part], lambda rows: None)
-        seen.append(run.op.columnar)
+        seen.append(run.op.columnar and run.op.states.py == set())
     assert seen[0] and not any(seen[3:20]) and seen[-1]  # exact while the session holding 2**60 is open
     a, b = both(cfg, records(evs), [5] * 41)
     assert a == b

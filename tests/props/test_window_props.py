@@ -315,7 +315,8 @@ def test_column_read_agrees_with_the_record_read(value, key, is_log, by, time_fi
     assert repr(got_vals) == repr(vals)
     assert {column_plan.specs[i].name: n for i, n in counts} == record_plan.non_numeric
     a, b = column_plan.new(), record_plan.new()
-    column_plan.fold_groups([(a, [0])], cols, 1)
+    for i, (agg, col) in enumerate(zip(column_plan.aggs, cols, strict=True)):
+        agg.fold_groups(i, [(a, [0])], col, 1)
     record_plan.add(b, vals, 1)
     assert repr(a) == repr(b)
     assert repr(column_plan.result(a)) == repr(record_plan.result(b))
@@ -345,7 +346,8 @@ def test_column_results_equal_folded_results(rows):
                        max_size=30),
        cuts=st.lists(st.integers(0, 30), max_size=4), picks=st.lists(st.booleans(), min_size=30, max_size=30))
 def test_fold_equals_add_one_by_one(values, cuts, picks):
-    """Plan.fold_groups over a batch's positions (in pieces, as batches come) equals Plan.add per event."""
+    """Each class's fold_groups over a batch's positions (in pieces, as batches come), into Plan's
+    state, equals Plan.add per event."""
     from streamctl.processing.aggregations import Plan, parse_agg
     from streamctl.processing.windows import rows
     from streamctl.storage.fieldpaths import record_path
@@ -361,5 +363,6 @@ def test_fold_equals_add_one_by_one(values, cuts, picks):
     for lo, hi in zip([0, *sorted(cuts)], [*sorted(cuts), len(values)], strict=True):
         part = [i for i in idx if lo <= i < hi]
         if part:
-            plan.fold_groups([(folded, part)], cols, 100)
+            for j, (agg, col) in enumerate(zip(plan.aggs, cols, strict=True)):
+                agg.fold_groups(j, [(folded, part)], col, 100)
     assert repr(plan.result(folded)) == repr(plan.result(one))

@@ -20,16 +20,15 @@ runs it on the executors, so they fold exactly as the local engine does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from streamctl.processing.aggregations import exact, sketches  # noqa: F401  (they register their classes)
-from streamctl.processing.aggregations.base import REGISTRY, Agg, agg_class, columnar, is_number
+from streamctl.processing.aggregations.base import REGISTRY, Agg, agg_class, is_number
 from streamctl.storage import fieldpaths
 
 AGG_FUNCS = tuple(REGISTRY)
 
-__all__ = ["AGG_FUNCS", "Agg", "AggSpec", "AggSpecError", "Plan", "agg_class", "columnar", "parse_agg"]
+__all__ = ["AGG_FUNCS", "Agg", "AggSpec", "AggSpecError", "Plan", "agg_class", "parse_agg"]
 
 
 class AggSpecError(ValueError):
@@ -70,8 +69,9 @@ class Plan:
     """The aggregations of one run: extract values per event, fold them into window states.
 
     A state is a list with one slot per aggregation; each operation asks each aggregation's class
-    (base.py): `new`, `add` (one event), `fold_groups` (the events of a batch that fall
-    into one window: the same state as adding them one by one), `merge`, `result`, `dump`/`load`.
+    (base.py): `new`, `add` (one event), `merge`, `result`, `dump`/`load`. A batch's events are
+    folded by the classes' `fold_groups` into slots (windows.cells.Slots.fold), which keep the
+    states of the aggregations that cannot be numpy arrays in this shape.
     """
 
     def __init__(self, specs: list[AggSpec]) -> None:
@@ -118,15 +118,6 @@ class Plan:
     def add(self, st: list, vals: tuple, seq: int) -> None:
         for i, (add, v) in enumerate(zip(self._adds, vals, strict=True)):
             st[i] = add(st[i], v, seq)
-
-    def fold_groups(self, groups: list[tuple[list, list[int]]], cols: Sequence[list | None], seq0: int) -> None:
-        """add() of the events at positions `idx` (ascending) of a batch into `st`, for each (st, idx)
-        of `groups`: `cols` are the batch's columns (one per aggregation, None for a bare count), seq0
-        its first event's sequence number. An aggregation at a time: a batch whose windows hold one
-        or two events each spends its time per group, so each aggregation's loop over the groups is
-        its own (Agg.fold_groups)."""
-        for i, (a, col) in enumerate(zip(self.aggs, cols, strict=True)):
-            a.fold_groups(i, groups, col, seq0)  # type: ignore[arg-type]  # None: a bare count
 
     def result(self, st: list) -> dict:
         return {name: a.result(x) for name, a, x in zip(self.names, self.aggs, st, strict=True)}

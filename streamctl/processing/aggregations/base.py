@@ -28,7 +28,6 @@ is there): the Spark window job carries it to the executors.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any, ClassVar
 
 REGISTRY: dict[str, type[Agg]] = {}
@@ -43,11 +42,6 @@ def register(cls: type[Agg]) -> type[Agg]:
 
 def agg_class(func: str) -> type[Agg]:
     return REGISTRY[func]
-
-
-def columnar(funcs: Sequence[str]) -> bool:
-    """Whether every aggregation of a run can live in numpy slots (windows.cells)."""
-    return all(REGISTRY[f].slots is not None for f in funcs)
 
 
 _INF = (math.inf, -math.inf)
@@ -110,8 +104,8 @@ class Agg:
     # -- numpy slots (windows.cells): only for classes with `slots` ---------------------------
 
     def slot_results(self, total: Any, count: Any, floaty: Any) -> list:
-        """result() of each slot, from numpy arrays of the slots' totals (float64; None for "count"
-        slots), counts (int64) and whether a float was among their numbers (bool; None for "count")."""
+        """result() of each slot, from numpy arrays of the slots' totals (float64; 0 for "count"
+        slots), counts (int64) and whether a float was among their numbers (bool)."""
         raise NotImplementedError
 
     def slot_state(self, total: float, count: int, floaty: bool) -> Any:

@@ -289,6 +289,7 @@ class First(Agg):
 
     names = ("first",)
     by_seq = True
+    pick = 0  # which of a group's events (in input order) the batch kernel takes: the one better wins
 
     def new(self) -> Any:
         return None
@@ -301,10 +302,9 @@ class First(Agg):
         return seq < than
 
     def fold_groups(self, i: int, groups: list[tuple[list, list[int]]], col: list, seq0: int) -> None:
-        last = self.names[0] == "last"
-        better = self.better
+        better, pick = self.better, self.pick
         for st, idx in groups:
-            j = idx[-1] if last else idx[0]
+            j = idx[pick]
             x = st[i]
             if x is None or better(seq0 + j, x[0]):
                 st[i] = (seq0 + j, col[j])
@@ -331,6 +331,7 @@ class Last(First):
     """`last:PATH`: the value (null too) of the event last in the input order."""
 
     names = ("last",)
+    pick = -1
 
     @staticmethod
     def better(seq: int, than: int) -> bool:

@@ -1,7 +1,7 @@
 """Window operators: tumbling, hopping, sliding and session windows over event time.
 
 Each kind is one operator class (grid windows, tumbling and hopping, here; sliding.py;
-session.py), made by kinds.make_operator. The driver
+session.py) on the one base, Windower, made by kinds.make_operator. The driver
 (`streamctl.processing.windows.driver`, reading through `windows.events`) reads event time and builds batches of
 columns; the operator assigns events to windows and the aggregations
 (`streamctl.processing.aggregations`) fold them. Every operator has the same
@@ -122,7 +122,31 @@ def _window_runs(end_array: Any, ks: list[bytes], numbers: list) -> dict[int, tu
     return runs
 
 
-class GridWindows:
+class Windower:
+    """What the operator of every window kind has: its SIZE (a session's GAP) in ms, the run's Plan,
+    `update` (--emit update) and `correct` (--late correct), and the reference fold (fold_events),
+    which a kind with a batch kernel overrides."""
+
+    # a closed window's rows may come as their JSON lines (output.window_text), not a row tuple each:
+    # set where the rows go to JSON lines (WindowRun's text_rows)
+    text_rows = False
+    # batches the batch kernel declined, and their events (session.py's kernel is the one that may)
+    declined = 0
+    declined_events = 0
+
+    def __init__(self, size: int, plan: Any, update: bool = False, correct: bool = False) -> None:
+        self.size = size
+        self.plan = plan
+        self.update = update
+        self.correct = correct
+
+    def fold(self, batch: Batch, out: list) -> tuple[int, list[int]]:
+        """Fold a batch of events (the module docstring's `fold`): add() per event, close() at each
+        watermark move."""
+        return fold_events(self, batch, out)
+
+
+class GridWindows(Windower):
     """Windows on a fixed grid aligned to the epoch: [start, start + SIZE) for every start that is a
     multiple of HOP. Tumbling windows are HOP = SIZE (every event in exactly one); hopping windows
     overlap (SIZE/HOP of them hold each event, windows that start before the first event included).
@@ -132,11 +156,8 @@ class GridWindows:
     def __init__(self, size: int, hop: int, plan, update: bool = False, correct: bool = False) -> None:
         if hop <= 0 or hop > size:
             raise ValueError("HOP must be positive and at most SIZE")
-        self.size = size
+        super().__init__(size, plan, update, correct)
         self.hop = hop
-        self.plan = plan
-        self.update = update
-        self.correct = correct
         self.open: dict[int, Any] = {}  # end -> {key: state}, or its cells.Cells while columnar
         self.ends: list[int] = []  # heap of the ends in `open`
         # --late correct only: closed windows kept so a late event can revise them
@@ -144,9 +165,6 @@ class GridWindows:
         # rows only at close: open windows as columns (cells.py), a batch folded a window at a time;
         # rows per event come from Plan's states, folded one event at a time (fold_events)
         self.columnar = not update and not correct
-        # a closed window kept as columns written as its JSON lines (output.window_text), not a row
-        # tuple each: set where the rows go to JSON lines (WindowRun's text_rows)
-        self.text_rows = False
 
     def add(self, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool:
         late = False
@@ -199,12 +217,7 @@ class GridWindows:
         start = end - self.size
         keys = key_order(d)
         if not isinstance(d, dict):  # cells.Cells
-            if self.text_rows and not d.py:  # (window_text writes numbers and nulls: the states in arrays)
-                from streamctl.processing.windows.output import window_text
-
-                out.append(window_text(start, end, keys, self.plan.names, d.result_columns(d.slots_of(keys))))
-            else:
-                out += zip(repeat(start), repeat(end), keys, d.results(self.plan.names, keys), repeat(None))
+            d.write(out, start, end, keys, d.slots_of(keys), self.text_rows)
             return
         if not self.update:
             out += zip(repeat(start), repeat(end), keys, map(self.plan.result, map(d.__getitem__, keys)), repeat(None))
@@ -222,7 +235,7 @@ class GridWindows:
         left out) with numpy, the batch cut by window and each window's run folded into its cells
         at once, then the windows the watermark passed close."""
         if not self.columnar:
-            return fold_events(self, batch, out)
+            return super().fold(batch, out)
         import numpy as np
 
         from streamctl.processing.windows import cells
@@ -250,7 +263,7 @@ class GridWindows:
             where = pos.tolist()
             ks = list(map(ks.__getitem__, where))
             kept = [None if col is None else list(map(col.__getitem__, where)) for col in cols]
-        numbers, too_big = cells.number_columns(self.plan.funcs, kept)
+        numbers, too_big = cells.number_columns(self.plan.aggs, kept)
         if len(ends):
             self._fold_cells(ends, ks, numbers, too_big, batch, pos)
         maxt = max(maxt, int(t.max()))
@@ -274,11 +287,11 @@ class GridWindows:
         for end, (run_ks, run_cols) in runs.items():
             table = self.open.get(end)
             if table is None:
-                table = self.open[end] = cells.Cells(self.plan.funcs)
+                table = self.open[end] = cells.Cells(self.plan)
                 heapq.heappush(self.ends, end)
             for i in too_big:
                 table.to_python(i)
-            table.fold(run_ks, run_cols[:-1], batch.cols, run_cols[-1], batch.seq)
+            table.fold(table.slots(run_ks), run_cols[:-1], batch.cols, run_cols[-1], batch.seq)
             table.keep_exact()
 
     def to_states(self) -> None:
@@ -287,8 +300,8 @@ class GridWindows:
         self.open = {end: (d if isinstance(d, dict) else d.states()) for end, d in self.open.items()}
 
     def ends_of(self, t: int) -> list[int]:
-        """The ends of the windows holding t, oldest first: the grid formula (`_tumbling` is its
-        array form). Python's % floors, so negative (pre-1970) times land in the right windows too."""
+        """The ends of the windows holding t, oldest first: the grid formula (fold has its array
+        form). Python's % floors, so negative (pre-1970) times land in the right windows too."""
         size, hop = self.size, self.hop
         first = t - t % hop
         if hop == size:  # tumbling: the one window that starts at first
@@ -316,4 +329,4 @@ class GridWindows:
         if self.columnar:
             from streamctl.processing.windows import cells
 
-            self.open = {end: cells.Cells.from_states(self.plan.funcs, d) for end, d in self.open.items()}
+            self.open = {end: cells.Cells.from_states(self.plan, d) for end, d in self.open.items()}

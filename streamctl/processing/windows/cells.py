@@ -2,8 +2,10 @@
 
 A window's groups are slots (key -> slot number). Each aggregation keeps its
 states one of two ways:
-- in numpy arrays, for count, sum and avg: a count; or the total, how many
-  numbers it holds and whether a float was among them. A batch's events of
+- in numpy arrays, for count, sum and avg: one slot layout for all three, the
+  total, how many numbers it holds and whether a float was among them (a
+  count's total stays 0), which each class reads and writes through its slot
+  methods. A batch's events of
   one window are folded with `np.add.at`, which adds in index order, one
   element at a time: each slot's total is the same left-to-right float sum
   that `Plan.add` makes event by event, so the rows are the same, bit for bit;
@@ -27,24 +29,19 @@ nothing here goes by a function's name.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from itertools import filterfalse
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain, filterfalse, repeat
 from typing import Any
 
 import numpy as np
 
-from streamctl.processing.aggregations import Agg, agg_class, columnar
+from streamctl.processing.aggregations import Agg
 
 INT_LIMIT = 1 << 31  # the largest int a column holds (with fewer than COUNT_LIMIT numbers: sums stay exact)
 COUNT_LIMIT = 1 << 21
 
 
-__all__ = ["COUNT_LIMIT", "INT_LIMIT", "Cells", "NumberColumn", "SlotStates", "columnar", "number_columns"]
-
-
-def _counts_only(func: str) -> bool:
-    """Whether an aggregation's slot is a count of present values alone (no total)."""
-    return agg_class(func).slots == "count"
+__all__ = ["COUNT_LIMIT", "INT_LIMIT", "Cells", "NumberColumn", "SlotStates", "number_columns"]
 
 
 class NumberColumn:
@@ -93,34 +90,40 @@ class NumberColumn:
     __getitem__ = take  # selected as a numpy array is (windows._window_runs cuts both alike)
 
 
-def number_columns(funcs: Sequence[str], cols: Sequence[list | None]) -> tuple[list[NumberColumn | None], set[int]]:
+def number_columns(aggs: Sequence[Agg], cols: Sequence[list | None]) -> tuple[list[NumberColumn | None], set[int]]:
     """A batch's inputs of the aggregations that can live in arrays as NumberColumns (None for a
     bare count and for the others), and which of them hold an int too large to be kept exactly
     (those fold as Python states instead: Slots.to_python)."""
     out: list[NumberColumn | None] = []
     too_big = set()
-    for i, (col, func) in enumerate(zip(cols, funcs, strict=True)):
+    for i, (col, agg) in enumerate(zip(cols, aggs, strict=True)):
         number = None
-        if col is not None and agg_class(func).slots is not None:
-            number = NumberColumn.presence(col) if _counts_only(func) else NumberColumn.of(col)
+        if col is not None and agg.slots is not None:
+            number = NumberColumn.presence(col) if agg.slots == "count" else NumberColumn.of(col)
             if number is None:
                 too_big.add(i)
         out.append(number)
     return out, too_big
 
 
-def _slot_holds(agg: Agg, st: Any) -> bool:
-    """Whether an aggregation's Python state fits in its arrays exactly (Slots.set_state)."""
+def _slot_values(agg: Agg, st: Any) -> tuple[Any, int, bool] | None:
+    """A Python state as its slot's (total, count, floaty) (Agg.slot_values); None when a slot
+    cannot keep it exactly."""
     got = agg.slot_values(st)
-    return got is not None and (agg.slots == "count" or got[1] < COUNT_LIMIT)
+    return got if got is not None and (agg.slots == "count" or got[1] < COUNT_LIMIT) else None
 
 
 class Slots:
-    """Aggregation states as numpy arrays, one slot per state (module docstring)."""
+    """The states of a run's aggregations (a Plan's) as numpy arrays, one slot per state (module
+    docstring). Every aggregation in arrays has the one slot layout its class's slot methods read
+    and write: a total (float64), a count (int64) and whether a float was among the numbers (bool);
+    a count's total stays 0."""
 
-    def __init__(self, funcs: Sequence[str]) -> None:
-        self.funcs = list(funcs)
-        self.aggs: list[Agg] = [agg_class(f)(f) for f in funcs]
+    def __init__(self, plan: Any) -> None:
+        self.plan = plan
+        self.aggs: list[Agg] = plan.aggs
+        self.names: list[str] = plan.names
+        self.sums = [a.slots == "total" for a in self.aggs]  # which fold their numbers into the total
         self.size = 0
         # every value ever counted into a slot (folds, adds, loaded states): no count is above it, so
         # while it is below COUNT_LIMIT every total is exact without looking (fits)
@@ -129,33 +132,38 @@ class Slots:
         # slot, Plan's state shape (an entry per aggregation, those in arrays unused), so that each
         # class's fold_groups folds into them as it does into Plan's
         self.py = {i for i, a in enumerate(self.aggs) if a.slots is None}
-        self.rows: list[list] = []
+        self.rows: list[Any] = []  # (a free slot's: None, SlotStates.release_at)
         self._alloc(16)
 
     def _alloc(self, cap: int) -> None:
         self.cap = cap
-        self.count = [np.zeros(cap, dtype=np.int64) for _ in self.funcs]
-        self.total = [np.zeros(cap, dtype=np.float64) if a.slots == "total" else None for a in self.aggs]
-        self.floaty = [np.zeros(cap, dtype=bool) if a.slots == "total" else None for a in self.aggs]
+        n = len(self.aggs)
+        self.total = [np.zeros(cap, dtype=np.float64) for _ in range(n)]
+        self.count = [np.zeros(cap, dtype=np.int64) for _ in range(n)]
+        self.floaty = [np.zeros(cap, dtype=bool) for _ in range(n)]
+
+    def _arrays(self) -> Iterator[np.ndarray]:
+        """Every array of every aggregation's slots."""
+        return chain(self.total, self.count, self.floaty)
 
     def _grow(self, need: int) -> None:
         cap = self.cap
         while cap < need:
             cap *= 2
-        count, total, floaty = self.count, self.total, self.floaty
+        was = list(self._arrays())
         self._alloc(cap)
-        for i in range(len(self.funcs)):
-            self.count[i][:len(count[i])] = count[i]
-            t, fl = total[i], floaty[i]
-            if t is not None and fl is not None:
-                self.total[i][:len(t)] = t  # type: ignore[index]
-                self.floaty[i][:len(fl)] = fl  # type: ignore[index]
+        for new, old in zip(self._arrays(), was, strict=True):
+            new[:len(old)] = old
 
-    def fold_at(self, idx: np.ndarray, cols: Sequence[NumberColumn | None]) -> None:
-        """Fold events into the slots `idx` (one per event; one input column per aggregation, None
-        for a bare count)."""
+    def fold(self, idx: np.ndarray, numbers: Sequence[NumberColumn | None], raw: Sequence[list | None],
+             positions: np.ndarray, seq0: int) -> None:
+        """Fold events into the slots `idx` (one per event, in input order): the aggregations in
+        arrays from their inputs as NumberColumns (number_columns; None for a bare count), those kept
+        as Python states from the batch's raw columns `raw` (whose first event is number seq0), the
+        event at positions[j] into slot idx[j]: each slot's events in input order, a group per slot
+        (Agg.fold_groups)."""
         self.folded += len(idx)
-        for i, col in enumerate(cols):
+        for i, col in enumerate(numbers):
             if i in self.py:
                 continue
             if col is None:
@@ -163,48 +171,14 @@ class Slots:
                 continue
             at = idx if col.present is None else idx[col.present]
             np.add.at(self.count[i], at, 1)
-            total = self.total[i]
-            if total is not None:
+            if self.sums[i]:
                 vals = col.values if col.present is None else col.values[col.present]
-                np.add.at(total, at, vals)  # in index order: each slot's total sums left to right
+                np.add.at(self.total[i], at, vals)  # in index order: each slot's total sums left to right
                 if col.floats is not None:
                     floats = col.floats if col.present is None else col.floats[col.present]
-                    self.floaty[i][at[floats]] = True  # type: ignore[index]
-
-    def fits(self) -> bool:
-        """Whether every slot's total is still exact (fewer than COUNT_LIMIT numbers in each)."""
-        if self.folded < COUNT_LIMIT:
-            return True
-        return all(int(c[:self.size].max(initial=0)) < COUNT_LIMIT for c in self.count)
-
-    def keep_exact(self) -> None:
-        """Move each aggregation whose totals could stop being exact (COUNT_LIMIT numbers in a
-        slot) to Python states."""
-        if self.folded >= COUNT_LIMIT:
-            for i, c in enumerate(self.count):
-                if self.total[i] is not None and i not in self.py and int(c[:self.size].max(initial=0)) >= COUNT_LIMIT:
-                    self.to_python(i)
-
-    def to_python(self, i: int) -> None:
-        """Keep aggregation i as Python states from now on: each slot's exact state (slot_state)."""
-        if i in self.py:
+                    self.floaty[i][at[floats]] = True
+        if not self.py:
             return
-        if not self.rows:
-            self.rows = [[None] * len(self.aggs) for _ in range(self.size)]
-        for s, row in enumerate(self.rows):
-            row[i] = self._slot_state(i, s)
-        self.py.add(i)
-
-    def _slot_state(self, i: int, s: int) -> Any:
-        t, fl = self.total[i], self.floaty[i]
-        if t is None or fl is None:
-            return self.aggs[i].slot_state(0.0, int(self.count[i][s]), False)
-        return self.aggs[i].slot_state(float(t[s]), int(self.count[i][s]), bool(fl[s]))
-
-    def fold_python(self, idx: np.ndarray, cols: Sequence[list | None], positions: np.ndarray, seq0: int) -> None:
-        """Fold events into the Python states of slots `idx` (one per event): the event at
-        `positions[j]` of the batch's raw columns `cols` (whose first event is number seq0) into slot
-        idx[j]; each slot's events in input order, a group per slot (Agg.fold_groups)."""
         order = np.argsort(idx, kind="stable")
         slot_of = idx[order]
         cut = (np.flatnonzero(slot_of[1:] != slot_of[:-1]) + 1).tolist()
@@ -213,7 +187,63 @@ class Slots:
         groups = [(rows[s], pos[a:b]) for s, a, b in
                   zip(slot_of[[0, *cut]].tolist(), [0, *cut], [*cut, len(pos)], strict=True)]
         for i in sorted(self.py):
-            self.aggs[i].fold_groups(i, groups, cols[i], seq0)  # type: ignore[arg-type]  # None: a bare count
+            self.aggs[i].fold_groups(i, groups, raw[i], seq0)  # type: ignore[arg-type]  # None: a bare count
+
+    def keep_exact(self) -> None:
+        """Move each aggregation whose totals could stop being exact (COUNT_LIMIT numbers in a
+        slot) to Python states."""
+        if self.folded >= COUNT_LIMIT:
+            for i, c in enumerate(self.count):
+                if self.sums[i] and i not in self.py and int(c[:self.size].max(initial=0)) >= COUNT_LIMIT:
+                    self.to_python(i)
+
+    def to_python(self, i: int) -> None:
+        """Keep aggregation i as Python states from now on: each slot's exact state (slot_state)."""
+        if i in self.py:
+            return
+        if not self.py:  # the rows are kept while an aggregation is Python states: one per slot
+            self.rows = [[None] * len(self.aggs) for _ in range(self.size)]
+        for s, row in enumerate(self.rows):
+            if row is not None:  # (None: a free slot, SlotStates.release_at)
+                row[i] = self._slot_state(i, s)
+        self.py.add(i)
+
+    def to_arrays(self) -> None:
+        """Move each aggregation kept as Python states whose class can live in arrays back to them,
+        where every slot's state fits (SlotStates: once the sessions holding a number beyond a slot
+        have closed)."""
+        for i in sorted(self.py):
+            agg = self.aggs[i]
+            if agg.slots is None:
+                continue
+            live = [s for s, row in enumerate(self.rows) if row is not None]
+            got = [_slot_values(agg, self.rows[s][i]) for s in live]
+            if all(got):
+                for s, values in zip(live, got, strict=True):
+                    self._put(i, s, values)  # type: ignore[arg-type]  # (all of them)
+                self.py.discard(i)
+
+    def keep_python(self, states: Iterable[list]) -> None:
+        """Before any slot is made: keep each aggregation that a slot cannot hold exactly in one of
+        these Plan states as Python states (a checkpoint's states put into slots, set_state)."""
+        states = list(states)
+        for i, agg in enumerate(self.aggs):
+            if i not in self.py and not all(_slot_values(agg, st[i]) is not None for st in states):
+                self.py.add(i)
+
+    def _new_rows(self, slots: Iterable[int]) -> None:
+        """The Python states of new slots (fresh ones, Agg.new), while some aggregation is kept so."""
+        if self.py:
+            rows, py = self.rows, [(i, self.aggs[i].new) for i in sorted(self.py)]
+            rows += [None] * (self.size - len(rows))
+            for s in slots:
+                row = [None] * len(self.aggs)
+                for i, make in py:
+                    row[i] = make()
+                rows[s] = row
+
+    def _slot_state(self, i: int, s: int) -> Any:
+        return self.aggs[i].slot_state(float(self.total[i][s]), int(self.count[i][s]), bool(self.floaty[i][s]))
 
     def result_columns(self, idx: np.ndarray) -> list[list]:
         """Each aggregation's results (Plan.result's values) of the states in slots `idx`, a column each."""
@@ -222,59 +252,58 @@ class Slots:
             if i in self.py:
                 rows = self.rows
                 columns.append([agg.result(rows[s][i]) for s in idx.tolist()])
-                continue
-            count = self.count[i][idx]
-            t, fl = self.total[i], self.floaty[i]
-            if t is None or fl is None:
-                columns.append(agg.slot_results(None, count, None))
             else:
-                columns.append(agg.slot_results(t[idx], count, fl[idx]))
+                columns.append(agg.slot_results(self.total[i][idx], self.count[i][idx], self.floaty[i][idx]))
         return columns
 
-    def results_at(self, names: Sequence[str], idx: np.ndarray) -> list[dict]:
-        """Plan.result of the states in slots `idx`."""
-        columns = self.result_columns(idx)
+    def write(self, out: list, start: Any, end: Any, keys: list[bytes], idx: np.ndarray, text: bool) -> None:
+        """The rows of closed windows onto `out`, key j's state in slot idx[j]: (start, end, key,
+        Plan.result, None), `start` and `end` an int each (one window) or a list (a window a key);
+        with `text` (the rows go to JSON lines) and every state in arrays, their JSON lines at once
+        (output.window_text, which writes numbers and nulls)."""
+        names, columns = self.names, self.result_columns(idx)
+        if text and not self.py:
+            from streamctl.processing.windows.output import window_text
+
+            out.append(window_text(start, end, keys, names, columns))
+            return
         if len(names) == 1:  # dict displays: a third of dict(zip())'s time, for the usual one or two
             (a,), (ca,) = names, columns
-            return [{a: x} for x in ca]
-        if len(names) == 2:
+            results = [{a: x} for x in ca]
+        elif len(names) == 2:
             (a, b), (ca, cb) = names, columns
-            return [{a: x, b: y} for x, y in zip(ca, cb, strict=True)]
-        return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+            results = [{a: x, b: y} for x, y in zip(ca, cb, strict=True)]
+        else:
+            results = [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+        if isinstance(start, int):
+            start, end = repeat(start), repeat(end)
+        out += zip(start, end, keys, results, repeat(None))
 
     def state_at(self, s: int) -> list:
         """Plan's state of slot s, exact."""
         return [self.rows[s][i] if i in self.py else self._slot_state(i, s) for i in range(len(self.aggs))]
 
-    def set_state(self, s: int, st: list) -> bool:
-        """Put Plan's state `st` into slot s; False when a total is beyond what a slot keeps exactly
-        (Cells keep such an aggregation as Python states instead)."""
+    def set_state(self, s: int, st: list) -> None:
+        """Put Plan's state `st` into slot s (which keep_python made sure it fits)."""
         for i, a in enumerate(self.aggs):
             if i in self.py:
                 self.rows[s][i] = st[i]
                 continue
-            got = a.slot_values(st[i])
-            if got is not None:
-                self.folded += got[1]
-            total, floaty = self.total[i], self.floaty[i]
-            if total is None or floaty is None:
-                if got is None:
-                    return False
-                self.count[i][s] = got[1]
-                continue
-            if got is None or got[1] >= COUNT_LIMIT:
-                return False
-            self.count[i][s] = got[1]
-            total[s] = got[0]
-            floaty[s] = got[2]
-        return True
+            got = _slot_values(a, st[i])
+            assert got is not None
+            self._put(i, s, got)
+
+    def _put(self, i: int, s: int, got: tuple[Any, int, bool]) -> None:
+        """Aggregation i's state in slot s, as its class's slot_values gave it."""
+        self.total[i][s], self.count[i][s], self.floaty[i][s] = got
+        self.folded += got[1]
 
 
 class Cells(Slots):
     """One open window's groups as columns: a slot per group key."""
 
-    def __init__(self, funcs: Sequence[str]) -> None:
-        super().__init__(funcs)
+    def __init__(self, plan: Any) -> None:
+        super().__init__(plan)
         self.slot: dict[bytes, int] = {}
 
     def slots(self, keys: list[bytes]) -> np.ndarray:
@@ -284,34 +313,13 @@ class Cells(Slots):
         # order; each step a C loop (map, filterfalse, update), no Python frame per event
         new = list(filterfalse(slot.__contains__, dict.fromkeys(keys)))
         if new:
-            slot.update(zip(new, range(len(slot), len(slot) + len(new)), strict=True))
-            if self.py:
-                aggs = self.aggs
-                py = [(i, aggs[i].new) for i in sorted(self.py)]
-                for _ in new:
-                    row = [None] * len(aggs)
-                    for i, make in py:
-                        row[i] = make()
-                    self.rows.append(row)
-        got = np.fromiter(map(slot.__getitem__, keys), dtype=np.intp, count=len(keys))
-        self.size = len(slot)
-        if self.size > self.cap:
-            self._grow(self.size)
-        return got
-
-    def fold(self, keys: list[bytes], numbers: Sequence[NumberColumn | None], raw: Sequence[list | None],
-             positions: np.ndarray, seq0: int) -> None:
-        """Fold events: their group keys; the aggregations' inputs as NumberColumns (number_columns)
-        for those in arrays, and for those kept as Python states each event's position in the
-        batch's raw columns `raw`, whose first event is number seq0."""
-        idx = self.slots(keys)
-        self.fold_at(idx, numbers)
-        if self.py:
-            self.fold_python(idx, raw, positions, seq0)
-
-    def results(self, names: Sequence[str], keys: list[bytes]) -> list[dict]:
-        """Plan.result of each key's state, in the order of `keys`."""
-        return self.results_at(names, self.slots_of(keys))
+            fresh = range(len(slot), len(slot) + len(new))
+            slot.update(zip(new, fresh, strict=True))
+            self.size = len(slot)
+            if self.size > self.cap:
+                self._grow(self.size)
+            self._new_rows(fresh)
+        return self.slots_of(keys)
 
     def slots_of(self, keys: list[bytes]) -> np.ndarray:
         return np.fromiter(map(self.slot.__getitem__, keys), dtype=np.intp, count=len(keys))
@@ -321,13 +329,11 @@ class Cells(Slots):
         return {key: self.state_at(s) for key, s in self.slot.items()}
 
     @classmethod
-    def from_states(cls, funcs: Sequence[str], states: dict[bytes, list]) -> Cells:
+    def from_states(cls, plan: Any, states: dict[bytes, list]) -> Cells:
         """Cells holding Plan states (a checkpoint's); an aggregation whose total is beyond what
         arrays keep exactly is kept as Python states."""
-        cells = cls(funcs)
-        for i, agg in enumerate(cells.aggs):
-            if i not in cells.py and not all(_slot_holds(agg, st[i]) for st in states.values()):
-                cells.py.add(i)
+        cells = cls(plan)
+        cells.keep_python(states.values())
         idx = cells.slots(list(states))
         for s, st in zip(idx.tolist(), states.values(), strict=True):
             cells.set_state(s, st)
@@ -341,81 +347,61 @@ class Cells(Slots):
 
 
 class SlotStates(Slots):
-    """Plan's state interface (new, add, merge, result, dump, load) over slots, for session windows:
-    a state is a slot number, freed when its session is written or merged away."""
+    """Plan's state interface (add, merge, dump) over slots, for session windows: a
+    session's state is the slot of its handle in the store (session_index.SessionStore), opened
+    with the session (open) and released when it is written or merged away."""
 
-    def __init__(self, funcs: Sequence[str], names: Sequence[str]) -> None:
-        super().__init__(funcs)
-        self.names = list(names)
-        self.free: list[int] = []
-
-    def new(self) -> int:
-        if self.free:
-            return self.free.pop()
-        s = self.size
-        self.size += 1
-        if self.size > self.cap:
-            self._grow(self.size)
-        return s
-
-    def new_many(self, m: int) -> list[int]:
-        """m new slots: new() m times."""
-        free = self.free
-        take = min(m, len(free))
-        got = free[len(free) - take:][::-1]  # as pop() would hand them out
-        del free[len(free) - take:]
-        if take < m:
-            got += range(self.size, self.size + m - take)
-            self.size += m - take
-            if self.size > self.cap:
-                self._grow(self.size)
-        return got
+    def open(self, hs: Sequence[int] | np.ndarray) -> None:
+        """The states of new sessions (their handles `hs`): empty (a released slot's arrays are 0)."""
+        if len(hs):
+            need = int(np.max(hs)) + 1
+            if need > self.size:
+                self.size = need
+                if need > self.cap:
+                    self._grow(need)
+            self._new_rows(hs.tolist() if isinstance(hs, np.ndarray) else hs)
 
     def release(self, s: int) -> None:
         self.release_at(np.array([s], dtype=np.intp))
 
     def release_at(self, idx: np.ndarray) -> None:
-        """Zero the slots `idx` and hand them out again (new)."""
-        for i in range(len(self.funcs)):
-            self.count[i][idx] = 0
-            t, fl = self.total[i], self.floaty[i]
-            if t is not None and fl is not None:
-                t[idx] = 0.0
-                fl[idx] = False
-        self.free += idx.tolist()
+        """Zero the slots `idx` and drop their Python states."""
+        for a in self._arrays():
+            a[idx] = 0
+        if self.py:
+            rows = self.rows
+            for s in idx.tolist():
+                rows[s] = None
 
-    def add(self, s: int, vals: tuple, seq: int) -> bool:
-        """Plan.add into slot s; False (and nothing added) when a value or the count is beyond what a
-        slot keeps exactly: the caller then moves to Plan's states."""
-        for i, v in enumerate(vals):
-            if v is not None and ((type(v) is int and not -INT_LIMIT <= v <= INT_LIMIT)
-                                  or self.count[i][s] + 1 >= COUNT_LIMIT):
-                return False
+    def add(self, s: int, vals: tuple, seq: int) -> None:
+        """Plan.add into slot s. A number beyond what a slot keeps exactly (an int past INT_LIMIT, a
+        total's COUNT_LIMIT-th number) moves its aggregation to Python states first (to_python)."""
         self.folded += 1
         for i, v in enumerate(vals):
-            if v is None:
-                continue
-            self.count[i][s] += 1
-            t = self.total[i]
-            if t is not None:
-                t[s] += v  # a float64 add, as np.add.at makes
-                if type(v) is float:
-                    self.floaty[i][s] = True  # type: ignore[index]
-        return True
+            if v is not None and self.sums[i] and i not in self.py and (
+                    (type(v) is int and not -INT_LIMIT <= v <= INT_LIMIT) or self.count[i][s] + 1 >= COUNT_LIMIT):
+                self.to_python(i)
+            if i in self.py:
+                row = self.rows[s]
+                row[i] = self.aggs[i].add(row[i], v, seq)
+            elif v is not None:
+                self.count[i][s] += 1
+                if self.sums[i]:
+                    self.total[i][s] += v  # a float64 add, as np.add.at makes
+                    if type(v) is float:
+                        self.floaty[i][s] = True
 
     def merge(self, a: int, b: int) -> int:
-        """Fold state b into a (Plan.merge: counts added, totals added as floats)."""
-        for i in range(len(self.funcs)):
+        """Fold state b into a (Plan.merge: counts added, totals added as floats, the Python states
+        merged by their classes)."""
+        for i, agg in enumerate(self.aggs):
+            if i in self.py:
+                self.rows[a][i] = agg.merge(self.rows[a][i], self.rows[b][i])
             self.count[i][a] += self.count[i][b]
-            t, fl = self.total[i], self.floaty[i]
-            if t is not None and fl is not None:
-                t[a] += t[b]
-                fl[a] |= fl[b]
+            self.total[i][a] += self.total[i][b]
+            self.floaty[i][a] |= self.floaty[i][b]
         self.release(b)
         return a
 
-    def result(self, s: int) -> dict:
-        return self.results_at(self.names, np.array([s], dtype=np.intp))[0]
-
     def dump(self, s: int) -> list:
-        return self.state_at(s)
+        return self.plan.dump(self.state_at(s))

@@ -1,15 +1,13 @@
-"""A window run's options (WindowConfig, checked by WindowRun), its counters, and the plan, usable
-event times and operator they make (the operators themselves: windows.kinds). The Spark window
-job builds its run from a WindowConfig here too (spark/window_job.py)."""
+"""A window run's options (WindowConfig, checked by WindowRun), its counters, and the plan and
+usable event times they make (the operator: windows.kinds.make_operator). The Spark window job
+builds its run from a WindowConfig here too (spark/window_job.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from streamctl.errors import UsageError
 from streamctl.processing import aggregations
-from streamctl.processing.windows import kinds
 from streamctl.storage import fieldpaths
 from streamctl.timeparse import usable_range
 
@@ -47,18 +45,6 @@ class WindowStats:
     bad_time_example: str | None = None
 
 
-def parse_hopping(text: str, parse_duration: Callable[[str], int]) -> tuple[int, int]:
-    size, sep, hop = text.partition("/")
-    if not sep:
-        raise UsageError(f"--hopping {text!r}: write SIZE/HOP, e.g. 10m/1m")
-    s, h = parse_duration(size), parse_duration(hop)
-    if s <= 0 or h <= 0:
-        raise UsageError(f"--hopping {text!r}: SIZE and HOP must be positive")
-    if h > s:
-        raise UsageError(f"--hopping {text!r}: HOP must not exceed SIZE (gaps would drop events)")
-    return s, h
-
-
 def make_plan(cfg: WindowConfig) -> aggregations.Plan:
     try:
         return aggregations.Plan([aggregations.parse_agg(a, fieldpaths.record_path) for a in cfg.aggs])
@@ -74,11 +60,3 @@ def time_range(cfg: WindowConfig) -> tuple[int, int]:
                          f"that fit in years 1..9999, where ISO-8601 can write their bounds")
     return lo, hi
 
-
-def make_operator(cfg: WindowConfig, plan: aggregations.Plan):
-    if cfg.size <= 0:
-        raise UsageError("the window size must be positive")
-    try:
-        return kinds.make_operator(cfg.kind, cfg.size, cfg.hop, plan, cfg.emit == "update", cfg.late == "correct")
-    except ValueError as e:
-        raise UsageError(str(e)) from None

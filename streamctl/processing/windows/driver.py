@@ -26,7 +26,6 @@ from streamctl.processing.windows.config import (
     LATE_POLICIES,
     WindowConfig,
     WindowStats,
-    make_operator,
     make_plan,
     time_range,
 )
@@ -38,6 +37,7 @@ from streamctl.processing.windows.events import (
     subset,
     unpacked_times,
 )
+from streamctl.processing.windows.kinds import make_operator
 from streamctl.timeparse import bad_time_reason, now_ms
 
 
@@ -58,9 +58,12 @@ class WindowRun:
             raise UsageError("--lateness must not be negative")
         self.cfg = cfg
         self.plan = make_plan(cfg)
-        self.op = make_operator(cfg, self.plan)
-        if text_rows and hasattr(self.op, "text_rows"):
-            self.op.text_rows = True
+        try:
+            self.op = make_operator(cfg.kind, cfg.size, cfg.hop, self.plan, cfg.emit == "update",
+                                    cfg.late == "correct")
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        self.op.text_rows = text_rows
         self.prepare = make_prepare(cfg, is_log, self.plan)
         self.columns = None if cfg.processing_time else EventColumns(cfg, is_log, self.plan)
         self.is_log = is_log
@@ -196,7 +199,7 @@ class WindowRun:
 
     def declined(self) -> tuple[int, int]:
         """(batches, events) the operator's batch kernel handed to the one-event path (see session.py)."""
-        return getattr(self.op, "declined", 0), getattr(self.op, "declined_events", 0)
+        return self.op.declined, self.op.declined_events
 
     def _bad_time(self, rec: dict, source: str, fail: bool) -> None:
         st = self.stats

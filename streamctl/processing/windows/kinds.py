@@ -1,5 +1,5 @@
-"""The window kinds by name: the one factory of window operators, for the local driver
-(windows/driver.py, which checks the flags first) and the Spark window job's per-group replay."""
+"""The window kinds by name: the one factory of window operators (windows.Windower), for the local
+driver (windows/driver.py, which checks the flags first) and the Spark window job's per-group replay."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ from typing import Any
 
 def make_operator(kind: str, size: int, hop: int, plan: Any, update: bool = False, correct: bool = False) -> Any:
     """The operator of one window kind: SIZE (the GAP of sessions) and HOP in ms; `update` for
-    --emit update, `correct` for --late correct. ValueError for a kind that does not exist."""
+    --emit update, `correct` for --late correct. ValueError for a kind that does not exist, or a
+    SIZE that is not positive."""
+    if size <= 0:
+        raise ValueError("the window size must be positive")
     if kind in ("tumbling", "hopping"):
         from streamctl.processing.windows import GridWindows
 

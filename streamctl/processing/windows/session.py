@@ -57,7 +57,6 @@ import bisect
 import heapq
 from typing import Any
 
-from streamctl.processing.aggregations import columnar
 from streamctl.processing.eventfields import key_positions
 from streamctl.processing.windows import NO_WATERMARK
 from streamctl.processing.windows.session_index import SessionStore
@@ -71,12 +70,8 @@ class Session(SessionKernel):
     DECLINE_REASON = "an event bridged two sessions of its group, or a session closed before all its events arrived"
 
     def __init__(self, gap: int, plan, update: bool = False, correct: bool = False) -> None:
-        if gap <= 0:
-            raise ValueError("GAP must be positive")
+        super().__init__(gap, plan, update, correct)
         self.gap = gap
-        self.plan = plan
-        self.update = update
-        self.correct = correct
         # every session (open, and the closed ones --late correct keeps) and what each group remembers
         # of its closed ones: the one state add() and the batch kernel work on
         self.store = SessionStore(arrays=not update and not correct)  # (arrays: for the batch kernel)
@@ -84,47 +79,47 @@ class Session(SessionKernel):
         self.heap_ok = True  # False once the kernel made or closed sessions: close() makes it again
         self.forgot = NO_WATERMARK  # the latest watermark close() or the kernel saw (--late drop)
         self.next_sid = 0  # the next session's SID: sessions are numbered as they are made
-        # the sessions' aggregation states: Plan's lists (the store's `state`), or with only
-        # count/sum/avg and rows only at close, slots in numpy arrays (cells.SlotStates, the same
-        # interface and the same numbers; the store's `slot`), taken at the first batch: the Spark
-        # job's per-group replay adds event by event, without numpy
+        # the sessions' aggregation states: Plan's lists (the store's `state`), or with rows only at
+        # close, slots (cells.SlotStates, the same interface and the same states: count, sum and avg
+        # in numpy arrays, the others, and those a number beyond a slot came to, as Python states;
+        # the store's `slot`), taken at the first batch: the Spark job's per-group replay adds event
+        # by event, without numpy
         self.states: Any = plan
         self.columnar = False
-        self.slots_ok = not update and not correct and columnar(plan.funcs)
-        self.text_rows = False  # closed sessions' rows as their JSON lines (GridWindows.text_rows)
-        # batches the kernel declined (folded one event at a time instead), and their events
-        self.declined = 0
-        self.declined_events = 0
-        self.exact_batches = 0  # batches folded with Plan's states since slots were last tried
+        self.slots_ok = not update and not correct
+        self.exact_batches = 0  # batches since an aggregation moved to Python states was last tried
 
     def _use_slots(self) -> None:
-        """Keep the states in slots where they can be: from the first batch, and again after a move
-        to exact states (to_states) once every open session's state fits a slot (tried when nothing
-        is open, and every RETRY_SLOTS batches)."""
-        if not self.slots_ok or self.columnar:
+        """Keep the states in slots: from the first batch on; and an aggregation that a number
+        beyond a slot moved to Python states (cells.Slots.to_python) back in arrays once every open
+        session's state of it fits (tried when nothing is open, and every RETRY_SLOTS batches)."""
+        if not self.slots_ok:
             return
-        if self.open_windows() and self.exact_batches < RETRY_SLOTS:
-            self.exact_batches += 1
-            return
-        self.exact_batches = 0
-        self._into_slots()
+        if not self.columnar:
+            self._into_slots()
+        elif any(self.plan.aggs[i].slots for i in self.states.py):
+            if self.open_windows() and self.exact_batches < RETRY_SLOTS:
+                self.exact_batches += 1
+                return
+            self.exact_batches = 0
+            self.states.to_arrays()
 
     def _into_slots(self) -> None:
-        """The open sessions' Plan states into numpy slots, where all fit."""
+        """The open sessions' Plan states into slots."""
         from streamctl.processing.windows.cells import SlotStates
 
-        store = self.store
-        slots = SlotStates(self.plan.funcs, self.plan.names)
-        moved = [(h, slots.new()) for h in store.open_handles()]
-        if all(slots.set_state(slot, store.state[h]) for h, slot in moved):
-            for h, slot in moved:
-                store.slot[h] = slot
-                store.state[h] = None
-            self.states, self.columnar = slots, True
+        store, slots = self.store, SlotStates(self.plan)
+        hs = store.open_handles()
+        slots.keep_python(store.state[h] for h in hs)
+        slots.open(hs)
+        for h in hs:
+            slots.set_state(h, store.state[h])
+            store.state[h] = None
+        self.states, self.columnar = slots, True
 
     def _state(self, h: int) -> Any:
-        """Session h's aggregation state: its slot, or its Plan state."""
-        return self.store.slot[h] if self.columnar else self.store.state[h]
+        """Session h's aggregation state: its slot (h), or its Plan state."""
+        return h if self.columnar else self.store.state[h]
 
     def _touching(self, hs: list[int], t: int) -> list[int]:
         gap, start, last = self.gap, self.store.start, self.store.last
@@ -140,10 +135,7 @@ class Session(SessionKernel):
         return t <= self.store.closed[g] + self.gap
 
     def _add_state(self, h: int, vals: tuple, seq: int) -> None:
-        st = self.store.slot[h] if self.columnar else self.store.state[h]  # (_state, inline: per event)
-        if self.states.add(st, vals, seq) is False:  # beyond what slots keep exactly
-            self.to_states()
-            self.states.add(self.store.state[h], vals, seq)
+        self.states.add(h if self.columnar else self.store.state[h], vals, seq)  # (_state, inline: per event)
 
     def add(self, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool:
         gap, store = self.gap, self.store
@@ -190,11 +182,10 @@ class Session(SessionKernel):
     def _new(self, g: int, t: int) -> int:
         """A new session [t, t + GAP) of group g, in no list yet."""
         h = self.store.new(g, t, t, self._sid())
-        st = self.states.new()
         if self.columnar:
-            self.store.slot[h] = st
+            self.states.open([h])
         else:
-            self.store.state[h] = st
+            self.store.state[h] = self.plan.new()
         return h
 
     def _sid(self) -> int:
@@ -267,7 +258,7 @@ class Session(SessionKernel):
             for old in sorted(shown):
                 if old != window:
                     out.append((old[0], old[1], key, None, None))
-        out.append((window[0], window[1], key, self.states.result(store.state[h]), store.rev[h] or None))
+        out.append((window[0], window[1], key, self.plan.result(store.state[h]), store.rev[h] or None))
         store.shown[h] = [window]
 
     def close(self, wm: int, out: list) -> None:
@@ -353,17 +344,6 @@ class Session(SessionKernel):
                 closed[g] = last[h]
             store.release(h)
 
-    def to_states(self) -> None:
-        """Move every open session's state from slots to Plan's lists (exact Python numbers);
-        _use_slots moves them back once they fit."""
-        if not self.columnar:
-            return
-        slots, store = self.states, self.store
-        for h in store.open_handles():
-            store.state[h] = slots.state_at(store.slot[h])
-        self.states = self.plan
-        self.columnar = False
-
     def open_windows(self) -> int:
         return sum(map(len, self.store.opened))
 
@@ -384,8 +364,8 @@ class Session(SessionKernel):
                 "closed_last": [[k.decode(), last] for k, last in closed_last]}
 
     def load(self, data: dict) -> None:
-        # a checkpoint holds Plan's states: read as such, then moved into slots when they fit
-        self.to_states()
+        # a checkpoint holds Plan's states: read as such, then moved into slots
+        self.states, self.columnar = self.plan, False
         store = self.store = SessionStore(arrays=not self.update and not self.correct)
         load = self.plan.load
         for name, lists in (("open", store.opened), ("closed", store.shut)):

@@ -1,8 +1,9 @@
 """The sessions of a session-window run, in one store that the one-event path and the batch kernel share.
 
 Session windows (session.py) hold every session in this store: its columns
-by handle (a session's number while it lives: start, last event time,
-creation number, group, aggregation slot, whether it is in use) are stdlib
+by handle (a session's number while it lives, and the slot of its
+aggregation state in cells.SlotStates while the states are slots: start,
+last event time, creation number, group, whether it is in use) are stdlib
 `array.array`s, which the one-event path (Session.add) reads and writes an
 item at a time, and the batch kernel (session_kernel.py) as numpy arrays over
 the same memory (`view`, no copy); in a run the kernel never folds (rows per
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 INDEX_SLACK = 65536
 
 # the columns by handle, each an array of int64 (q) or of bytes (b: whether the handle is in use)
-COLUMNS = (("start", "q"), ("last", "q"), ("sid", "q"), ("group", "q"), ("slot", "q"), ("alive", "b"))
+COLUMNS = (("start", "q"), ("last", "q"), ("sid", "q"), ("group", "q"), ("alive", "b"))
 
 
 class SessionStore:
@@ -63,13 +64,12 @@ class SessionStore:
         # by group id: the last event time of its latest closed session (NO_WATERMARK: none), --late drop
         self.closed = column("q")
         # by handle: the session's first and last event times (its window is [start, last + GAP)), its
-        # creation number (Session's SID), its group id, its cells.SlotStates slot (while the states are
-        # slots), whether the handle is in use (an open session, or a closed one --late correct keeps)
+        # creation number (Session's SID), its group id, whether the handle is in use (an open session,
+        # or a closed one --late correct keeps)
         self.start = column("q")
         self.last = column("q")
         self.sid = column("q")
         self.group = column("q")
-        self.slot = column("q")
         self.alive = column("b")
         self.state: list = []  # by handle: its Plan state, while the states are not slots
         self.rev: list[int] = []  # by handle: the late events in it (--late correct)
@@ -110,8 +110,8 @@ class SessionStore:
             return h
         h = len(self.start)
         self.views.clear()
-        for col, v in zip((self.start, self.last, self.sid, self.group, self.slot, self.alive),
-                          (start, last, sid, g, 0, 1), strict=True):
+        for col, v in zip((self.start, self.last, self.sid, self.group, self.alive),
+                          (start, last, sid, g, 1), strict=True):
             col.append(v)
         self.state.append(None)
         self.rev.append(0)
@@ -144,7 +144,7 @@ class SessionStore:
 
     def add_open(self, g: np.ndarray, start: np.ndarray, last: np.ndarray, sid: np.ndarray) -> np.ndarray:
         """Handles for new open sessions of groups `g`, each put last in its group's list (their
-        slots or states set by the caller)."""
+        states set by the caller)."""
         import numpy as np
 
         hs = np.array(self.alloc(len(g)), dtype=np.int64)
@@ -157,14 +157,12 @@ class SessionStore:
         _all(map(list.append, map(self.opened.__getitem__, g.tolist()), hs.tolist()))
         return hs
 
-    def release_many(self, hs: np.ndarray, groups: list[int], states: bool) -> None:
-        """The open sessions of handles `hs` (of groups `groups`) are written: out of their groups'
-        lists, their handles (not their slots) free, with `states` their Plan states dropped."""
+    def release_many(self, hs: np.ndarray, groups: list[int]) -> None:
+        """The open sessions of handles `hs` (of groups `groups`), their states in slots, are written:
+        out of their groups' lists, their handles free (their slots: the caller's part)."""
         self.view("alive")[hs] = False
         hl = hs.tolist()
         _all(map(list.remove, map(self.opened.__getitem__, groups), hl))
-        if states:
-            _all(map(self.state.__setitem__, hl, repeat(None)))
         self.free += hl
 
     def open_handles(self) -> list[int]:

@@ -18,11 +18,10 @@ the Spark job's per-group replay goes through add() alone.
 
 from __future__ import annotations
 
-from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from streamctl.processing.eventfields import key_positions
-from streamctl.processing.windows import NO_WATERMARK, Batch, fold_events
+from streamctl.processing.windows import NO_WATERMARK, Batch, Windower, fold_events
 
 # cuts of one batch where the kernel stopped; past them the batch's rest goes one event at a time
 MAX_SPLITS = 16
@@ -37,23 +36,17 @@ def _part(batch: Batch, lo: int, hi: int, maxt: int) -> Batch:
                  None if batch.times is None else batch.times[lo:hi])
 
 
-class SessionKernel:
+class SessionKernel(Windower):
     """Session's batch fold (a base of session.Session, whose state and one-event path it uses)."""
 
     # Session's state and one-event path (session.py)
     gap: int
-    plan: Any
-    update: bool
-    correct: bool
     store: Any  # session_index.SessionStore
     heap: list[tuple[int, int, int]]
     heap_ok: bool
     states: Any
     columnar: bool
     next_sid: int
-    declined: int
-    declined_events: int
-    text_rows: bool
 
     if TYPE_CHECKING:  # Session's methods, declared for the type checker only: Session defines them
         def add(self, key: bytes, t: int, seq: int, vals: tuple, wm: int, out: list) -> bool: ...
@@ -62,7 +55,6 @@ class SessionKernel:
 
         def _seen(self, wm: int) -> None: ...
 
-        def to_states(self) -> None: ...
 
     def fold(self, batch: Batch, out: list) -> tuple[int, list[int]]:
         """Fold a batch: the batch kernel (_fold_batch: array passes, the same states, rows and order
@@ -113,10 +105,10 @@ class SessionKernel:
 
     def _fold_events(self, batch: Batch, out: list) -> tuple[int, list[int]]:
         """The reference fold (add() per event, close() at each watermark move) of a batch."""
-        # (an int beyond what a slot keeps exactly moves the states to Plan's at its add: _add_state)
+        # (an int beyond what a slot keeps exactly moves its aggregation to Python states at its add)
         done = fold_events(self, batch, out)
-        if self.columnar and not self.states.fits():
-            self.to_states()
+        if self.columnar:
+            self.states.keep_exact()
         return done
 
     def _fold_one(self, batch: Batch, i: int, maxt: int, out: list) -> tuple[bool, int]:
@@ -131,8 +123,8 @@ class SessionKernel:
         if t > maxt:
             self._close_batch(np.array([t], dtype=np.int64), lateness, out)
             maxt = t
-        if self.columnar and not self.states.fits():
-            self.to_states()
+        if self.columnar:
+            self.states.keep_exact()
         return late, maxt
 
     def _fold_batch(self, batch: Batch, out: list) -> tuple[int, list[int]] | int:
@@ -173,14 +165,12 @@ class SessionKernel:
                 lates = straggler[late].tolist()
                 keep = np.ones(n, dtype=bool)
                 keep[straggler[late]] = False
-        numbers = None
-        if self.columnar:
-            from streamctl.processing.windows.cells import number_columns
+        from streamctl.processing.windows.cells import number_columns
 
-            numbers, too_big = number_columns(self.plan.funcs, cols)
-            if too_big:  # an int too large for a float64 total to stay exact
-                numbers = None
-                self.to_states()
+        states = self.states  # the slots (fold: _use_slots)
+        numbers, too_big = number_columns(self.plan.aggs, cols)
+        for i in too_big:  # an int too large for a float64 total to stay exact
+            states.to_python(i)
         pos = np.arange(n) if keep is None else np.flatnonzero(keep)
         if not len(pos):
             return self._close_batch(high, lateness, out), lates
@@ -215,26 +205,12 @@ class SessionKernel:
         store.view("start")[handle_of[had]] = runs.start[had]
         store.view("last")[handle_of[had]] = runs.last[had]
         handles = handle_of[runs.of_event]  # each kept event's session, in input order
-        if numbers is not None:
-            store.view("slot")[new_h] = self.states.new_many(m)
-            if keep is not None:
-                numbers = [c if c is None else c.take(keep) for c in numbers]
-            self.states.fold_at(store.view("slot")[handles], numbers)
-        else:
-            state, new = store.state, self.plan.new
-            for h in new_h.tolist():
-                state[h] = new()
-            order = np.argsort(handles, kind="stable")
-            hs = handles[order]
-            cuts = (np.flatnonzero(hs[1:] != hs[:-1]) + 1).tolist()
-            where = pos[order].tolist()
-            bounds = [0, *cuts, len(where)]
-            heads = hs[bounds[:-1]].tolist()
-            self.plan.fold_groups([(state[h], where[a:b]) for h, a, b in
-                                   zip(heads, bounds, bounds[1:], strict=False)], cols, seq)
+        states.open(new_h)
+        if keep is not None:
+            numbers = [c if c is None else c.take(keep) for c in numbers]
+        states.fold(handles, numbers, cols, pos, seq)
         maxt = self._close_batch(high, lateness, out)
-        if self.columnar and not self.states.fits():
-            self.to_states()
+        states.keep_exact()
         return maxt, lates
 
 
@@ -256,8 +232,9 @@ class SessionKernel:
         return maxt
 
     def _write_closed(self, hs: Any, at: Any, out: list) -> None:
-        """Write and release the open sessions `hs`, closed at the events `at`: by that event, then
-        start, then key (close()'s order), and remember each group's latest closed session."""
+        """Write and release the open sessions `hs` (their states in slots), closed at the events
+        `at`: by that event, then start, then key (close()'s order), and remember each group's
+        latest closed session."""
         import numpy as np
 
         store, gap = self.store, self.gap
@@ -274,19 +251,7 @@ class SessionKernel:
             ks = [ks[i] for i in fix]
         lasts = store.view("last")[hs]
         ends = (lasts + gap).tolist()
-        if self.columnar:
-            slot_idx = store.view("slot")[hs]
-            if self.text_rows:
-                from streamctl.processing.windows.output import window_text
-
-                out.append(window_text(starts.tolist(), ends, ks, self.plan.names,
-                                       self.states.result_columns(slot_idx)))
-            else:
-                out += zip(starts.tolist(), ends, ks, self.states.results_at(self.plan.names, slot_idx),
-                           repeat(None))
-            self.states.release_at(slot_idx)
-        else:
-            results = [self.plan.result(store.state[h]) for h in hs.tolist()]
-            out += zip(starts.tolist(), ends, ks, results, repeat(None))
+        self.states.write(out, starts.tolist(), ends, ks, hs, self.text_rows)
+        self.states.release_at(hs)
         np.maximum.at(store.view("closed"), groups, lasts)  # a group's sessions close in time order
-        store.release_many(hs, groups.tolist(), not self.columnar)
+        store.release_many(hs, groups.tolist())

@@ -14,19 +14,19 @@ import heapq
 from bisect import bisect_left, bisect_right, insort
 
 from streamctl.processing.eventfields import key_positions
-from streamctl.processing.windows import Batch, fold_events
+from streamctl.processing.windows import Windower
 
 
 def _time(ev: tuple) -> int:
     return ev[0]
 
 
-class Sliding:
+class Sliding(Windower):
+    """A row per event (module docstring), folded one event at a time (Windower.fold: close() sweeps
+    on every watermark move)."""
+
     def __init__(self, size: int, plan, update: bool = False, correct: bool = False) -> None:
-        self.size = size
-        self.plan = plan
-        self.update = update
-        self.correct = correct
+        super().__init__(size, plan, update, correct)
         self.events: dict[bytes, list[tuple]] = {}  # key -> [(t, seq, vals)] sorted by (t, seq)
         self.pending: list[tuple[int, bytes, int]] = []  # heap of rows not yet closed: (t, key, seq)
         self.revisions: dict[tuple[bytes, int], int] = {}  # --late correct: (key, t) -> last revision
@@ -115,10 +115,6 @@ class Sliding:
                 del evs[:i]
             if not evs:
                 del self.events[key]
-
-    def fold(self, batch: Batch, out: list) -> tuple[int, list[int]]:
-        """A row per event: one event at a time (close() sweeps on every watermark move)."""
-        return fold_events(self, batch, out)
 
     def open_windows(self) -> int:
         return len(self.pending)
