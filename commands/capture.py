@@ -71,7 +71,10 @@ def capture(
     PostgreSQL prints), numeric its exact digits as a JSON number (as a JSON string
     of its exact digits beyond the range of a double, 1e400, which JSON readers
     cannot take as a number), boolean true/false,
-    text types strings, json/jsonb the JSON itself, bytea base64, arrays JSON arrays,
+    text types strings, json/jsonb the JSON itself (the JSON readers refuse a number
+    beyond the range of a double in it, a lone UTF-16 surrogate escape or nesting deeper
+    than 1022 levels: such a number is a string of its text, 1e309 -> "1e309", such
+    an escape U+FFFD, such a value its text as a string), bytea base64, arrays JSON arrays,
     timestamptz ISO-8601 UTC with microseconds (2026-11-21T10:00:00.123456Z),
     timestamp with a T (2026-11-21T10:00:00), date, time and interval ISO-8601 as
     PostgreSQL prints them (interval as P1DT2H), NULL null, any other type its text.

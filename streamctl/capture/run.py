@@ -316,13 +316,13 @@ def _snapshot_table(server: srv.Server, new_slot: srv.NewSlot, tl: TableLog) -> 
 
     def rows(lines: list) -> None:
         if plan is not None:
-            tl.snapshot_fast(lines, headers[0], plan[1], known)
+            tl.snapshot_fast(lines, headers[0], plan.kinds, known, plan.mend)
         else:
             tl.snapshot_rows(lines, headers[0], info.convs, info.columns, known)
         if tl.pending_count() >= FLUSH_RECORDS:
             tl.flush()
 
-    n = srv.read_snapshot(server, new_slot.snapshot_name, info, start, rows, plan[0] if plan else None)
+    n = srv.read_snapshot(server, new_slot.snapshot_name, info, start, rows, plan.sql if plan else None)
     if known:
         # keys the log holds that the table no longer has: deleted while no slot was kept; the deletes
         # themselves are not known, so the tombstone carries the snapshot's point and the id of the

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from streamctl.capture import dsn as dsnmod
 from streamctl.capture.values import SESSION_OPTIONS, Converter, converter
@@ -329,10 +329,15 @@ def create_slot(server: Server, slot: str) -> NewSlot:
     return NewSlot(conn, parse_lsn(point), snap)
 
 
-def fast_plan(table: TableInfo) -> tuple[str, list[str]] | None:
-    """The snapshot's fast lane for this table (values.fast_expr): the SELECT giving each row's key
-    column texts and its JSON, and each key column's kind; None when a column has no fast form."""
-    from streamctl.capture.values import NUMERIC, _ident, fast_expr, fast_key_kind
+class FastPlan(NamedTuple):
+    sql: str  # the SELECT giving each row's key column texts and its JSON
+    kinds: list[str]  # each key column's kind (values.fast_key_kind)
+    mend: Callable[[bytes], bytes] | None  # the row JSON's json columns as the converters write them
+
+
+def fast_plan(table: TableInfo) -> FastPlan | None:
+    """The snapshot's fast lane for this table (values.fast_expr); None when a column has no fast form."""
+    from streamctl.capture.values import JSON, JSONB, NUMERIC, _ident, fast_expr, fast_key_kind, row_mender
 
     bases = [_type_cache.get(t, (t, 0, ","))[0] for t in table.types]
     exprs = [fast_expr(t, c) for t, c in zip(bases, table.columns, strict=True)]
@@ -349,7 +354,8 @@ def fast_plan(table: TableInfo) -> tuple[str, list[str]] | None:
                      for k in table.key)
     sql = (f'select {keys}, row_to_json({alias})::text from (select {inner} from "{table.schema}"."{table.name}") '
            f"{alias}")
-    return sql, [k for k in kinds if k is not None]
+    json_columns = {c: b for c, b in zip(table.columns, bases, strict=True) if b in (JSON, JSONB)}
+    return FastPlan(sql, [k for k in kinds if k is not None], row_mender(json_columns))
 
 
 def read_snapshot(server: Server, snapshot_name: str, table: TableInfo, start: Callable[[int], None],

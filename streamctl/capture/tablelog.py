@@ -12,7 +12,7 @@ built the same way on every run (the same changes in the same order), so the cou
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -208,7 +208,7 @@ class TableLog:
             self.queued += 1
 
     def snapshot_fast(self, rows: list[tuple], headers: bytes, kinds: list[str],
-                      known: dict[str, bytes] | None) -> None:
+                      known: dict[str, bytes] | None, mend: Callable[[bytes], bytes] | None = None) -> None:
         """The fast lane's rows (key column texts, then the row's JSON, as bytes) -> 'r' records, appended
         through the appender's spliced lane; as snapshot_rows otherwise."""
         dumps = orjson.dumps
@@ -219,7 +219,7 @@ class TableLog:
             # a number as is, but NaN or one beyond the double range as a string (to_float's form)
             keys = ["[" + ",".join(f.decode() if k == "n" and is_json_number(f.decode()) else dumps(f.decode()).decode()
                                    for f, k in zip(r, kinds, strict=False)) + "]" for r in rows]
-        values = [r[nk] for r in rows]
+        values = [r[nk] for r in rows] if mend is None else [mend(r[nk]) for r in rows]
         if known is not None:
             keep = [known.pop(k, None) != v for k, v in zip(keys, values, strict=True)]
             keys = [k for k, ok in zip(keys, keep, strict=True) if ok]

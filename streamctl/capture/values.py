@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +29,8 @@ INT_OIDS = {20, 21, 23, 26, 28, 29}  # int8, int2, int4, oid, xid, cid
 FLOAT_OIDS = {700, 701}
 NUMERIC = 1700
 BOOL = 16
-JSON_OIDS = {114, 3802}
+JSON = 114
+JSONB = 3802
 BYTEA = 17
 TIMESTAMPTZ = 1184
 TIMESTAMP = 1114
@@ -77,7 +79,130 @@ def to_json(text: str) -> Any:
     # a json value keeps its text, whose line breaks can only be whitespace: a record is one line
     if "\n" in text or "\r" in text:
         text = text.replace("\n", " ").replace("\r", " ")
+    return orjson.Fragment(readable_json(text))
+
+
+def to_jsonb(text: str) -> Any:
+    if len(text) > _FINITE_CHARS and json_suspect(text.encode()):
+        text = readable_json(text)
     return orjson.Fragment(text)
+
+
+# -- json the readers cannot take --------------------------------------------------------------
+# The server accepts json that streamctl's readers (orjson) refuse: a number beyond the double
+# range (jsonb's `1e400` printed as 401 digits, json's `1e309`), a lone UTF-16 surrogate escape
+# (json's `"\ud800"`; jsonb refuses it) and nesting deeper than orjson's 1024 levels (less the
+# record's two around a column). Such a value is written readable, the same way whichever path it
+# takes (to_json, to_jsonb, the snapshot's fast lane: row_mender): a number beyond the double
+# range as a JSON string of its text (as a numeric's digits are, to_float), a lone surrogate as
+# U+FFFD (as jq and Go's encoding/json read one), and a value still too deep as a JSON string of
+# its text. The check costs one orjson parse of a json value (any text may hold any of these); a
+# jsonb text, which has no exponent and no surrogate escape, is parsed only when json_suspect finds
+# a run of 309 digits or 1022 brackets, which no text of 308 characters has (json_suspect costs
+# ~2 ns a byte, a parse ~5: python -m timeit on a 10 KiB document).
+
+_DIGITS = bytes(0x30 if 0x30 <= i <= 0x39 else 0x78 for i in range(256))
+_LONG_RUN = b"0" * (_FINITE_CHARS + 1)  # a number of 309 digits or more may be beyond the range
+_DEPTH = 1022  # orjson reads 1024 levels in a line; a column's value is two levels inside its record
+
+
+def json_suspect(data: bytes) -> bool:
+    """Whether a jsonb text (or a row of the fast lane holding jsonb) may hold a number beyond the
+    double range or nest too deep; False: it surely does not."""
+    return data.count(b"[") + data.count(b"{") > _DEPTH or _LONG_RUN in data.translate(_DIGITS)
+
+
+def _reads(text: str) -> bool:
+    try:
+        orjson.loads("[[" + text + "]]")  # at a column's depth in a record
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[^\s{}\[\],:"]+')
+_ESCAPE = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|\\u[dD][89a-fA-F][0-9a-fA-F]{2}|\\.",
+                     re.S)
+
+
+def _mend_token(m: re.Match) -> str:
+    tok = m.group()
+    if tok[0] == '"':
+        if "\\u" not in tok:
+            return tok
+        # a pair stays; a surrogate alone (six characters) is U+FFFD; other escapes stay
+        return _ESCAPE.sub(lambda e: "\\ufffd" if len(e.group()) == 6 else e.group(), tok)
+    if tok[0] in "-0123456789":
+        try:
+            if math.isinf(float(tok)):
+                return '"' + tok + '"'
+        except ValueError:
+            pass
+    return tok
+
+
+def readable_json(text: str) -> str:
+    """The json text as capture writes it: as is when the readers read it, else mended (see above)."""
+    if _reads(text):
+        return text
+    mended = _TOKEN.sub(_mend_token, text)
+    if _reads(mended):
+        return mended
+    return orjson.dumps(text).decode()  # nested too deep: its text
+
+
+_ROW_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[^\s{}\[\],:"]+|[{}\[\],:]')
+
+
+def row_mender(json_columns: dict[str, int]) -> Callable[[bytes], bytes] | None:
+    """For the snapshot's fast lane: a function giving a row's JSON (row_to_json) with its json and
+    jsonb columns (name -> type) as to_json and to_jsonb write them; None for a table without any."""
+    if not json_columns:
+        return None
+    every = JSON in json_columns.values()  # a json column may be unreadable at any length
+
+    def mend(row: bytes) -> bytes:
+        if not every and (len(row) <= _FINITE_CHARS or not json_suspect(row)):
+            return row
+        try:
+            orjson.loads(b"[" + row + b"]")  # its columns at their depth in a record
+            return row
+        except orjson.JSONDecodeError:
+            pass
+        return _mend_columns(row.decode(), json_columns).encode()
+
+    return mend
+
+
+def _mend_columns(row: str, json_columns: dict[str, int]) -> str:
+    """The row's JSON object with each json column's value through readable_json."""
+    out: list[str] = []
+    depth = 0
+    last = 0
+    name: str | None = None
+    start: int | None = None  # where the current column's value starts
+    for m in _ROW_TOKEN.finditer(row):
+        t = m.group()
+        c = t[0]
+        if c in "{[":
+            depth += 1
+            continue
+        if depth == 1 and start is None:
+            if c == '"':
+                name = orjson.loads(t)
+            elif c == ":":
+                start = m.end()
+            continue
+        if (depth == 1 and c == ",") or (depth == 1 and c == "}"):
+            if name in json_columns and start is not None:
+                out.append(row[last:start])
+                out.append(readable_json(row[start:m.start()].strip()))
+                last = m.start()
+            name = start = None
+        if c in "}]":
+            depth -= 1
+    out.append(row[last:])
+    return "".join(out)
 
 
 def to_bytea(text: str) -> str:
@@ -113,8 +238,10 @@ def _scalar(oid: int) -> Converter:
         return to_float
     if oid == BOOL:
         return to_bool
-    if oid in JSON_OIDS:
+    if oid == JSON:
         return to_json
+    if oid == JSONB:
+        return to_jsonb
     if oid == BYTEA:
         return to_bytea
     if oid == TIMESTAMPTZ:
@@ -226,8 +353,9 @@ def unescape_copy(field: str) -> str:
 # converters' form above under SESSION_OPTIONS (the numbers' and booleans' own text, text types
 # as strings, timestamp/date/time/interval as printed, arrays of those as arrays); timestamptz,
 # bytea, json and numeric (a string beyond the double range) get an expression giving the
-# converter's form; numeric[] has none (an element may be such a string). A table with any other type
-# takes the converters row by row. tests/capture/test_capture_changes.py::test_types holds the
+# converter's form; numeric[] has none (an element may be such a string). A row holding json or
+# jsonb goes through row_mender (their texts as to_json/to_jsonb write them). A table with any other
+# type takes the converters row by row. tests/capture/test_capture_changes.py::test_types holds the
 # two ways to the same values, column for column.
 SAME_AS_TO_JSON = {20, 21, 23, 26, 700, 701, 16, 25, 1043, 1042, 19, 2950, 3802, 1082, 1083, 1114, 1186}
 SIMPLE_ARRAYS = {1005, 1007, 1016, 1021, 1022, 1000, 1009, 1015, 1014, 2951, 1182, 1183, 1115, 1187}

@@ -105,3 +105,28 @@ def test_numeric_beyond_the_double_range_is_a_string() -> None:
     assert values.is_json_number("12.5") and not values.is_json_number("NaN")
     assert not values.is_json_number(huge)
     assert j(values.parse_array("{1.5," + huge + "}", conv)) == b'[1.5,"%s"]' % huge.encode()
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ('{"a": 1.5e3, "b": "x"}', '{"a": 1.5e3, "b": "x"}'),  # readable: the server's text, as is
+    ("[1e309, -1E+400, 1e-400, \"1e309\"]", '["1e309", "-1E+400", 1e-400, "1e309"]'),
+    ("1" + "0" * 400, '"1' + "0" * 400 + '"'),
+    ('["\\ud800", "\\ud83d\\ude00", "\\\\ud800", "\\udc00\\ud800x"]',
+     '["\\ufffd", "\\ud83d\\ude00", "\\\\ud800", "\\ufffd\\ufffdx"]'),
+    ("[" * 1100 + "]" * 1100, '"' + "[" * 1100 + "]" * 1100 + '"'),
+])
+def test_json_the_readers_refuse(text: str, want: str) -> None:
+    assert j(values.converter(114)(text)) == want.encode()
+    orjson.loads(b'{"value":{"j":%s}}' % j(values.converter(114)(text)))
+    if "e" not in text and "\\u" not in text:  # a text jsonb can print
+        assert j(values.converter(3802)(text)) == want.encode()
+
+
+def test_fast_lane_rows_mended_as_the_converters() -> None:
+    mend = values.row_mender({"a": 3802, "b": 114})
+    assert mend is not None and values.row_mender({}) is None
+    row = ('{"id":1,"a":{"x": [1' + "0" * 400 + ', 2]},"b":["\\ud800", 1e309],"t":"1e309 \\\\ud800"}').encode()
+    assert mend(row) == ('{"id":1,"a":{"x": ["1' + "0" * 400 + '", 2]},"b":["\\ufffd", "1e309"],'
+                         '"t":"1e309 \\\\ud800"}').encode()
+    ok = b'{"id":2,"a":{"x": 1},"b":[1.5e3]}'
+    assert mend(ok) is ok
