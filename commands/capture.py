@@ -48,7 +48,8 @@ def capture(
     The first run creates a logical replication slot (pgoutput; PostgreSQL 12+, wal_level
     = logical, a role with REPLICATION) and copies every row in the snapshot the slot's
     creation exported, then the changes after it, in commit order: no gap, no overlap.
-    Each record's key is the primary key (its text, or a JSON array for a composite key);
+    Each record's key is the primary key (its text as in the value, a char(n)'s padding
+    kept, or a JSON array of the values for a composite key);
     its value is the row as a JSON object, null for a delete; headers op (r snapshot,
     c insert, u update, d delete), lsn (the commit's LSN; a snapshot row's is the slot's
     consistent point) and txid (a snapshot row's is that of the transaction that read the

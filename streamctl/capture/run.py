@@ -280,7 +280,9 @@ def _fetcher(conn: Any, tl: TableLog) -> Callable[[list, list[str]], dict | None
     def fetch(key_texts: list, columns: list[str]) -> dict | None:
         t = tl.table
         ident = srv.ident
-        where = " and ".join(f"{ident(t.columns[i])}::text = %s" for i in tl.key_idx)
+        # the key's texts as the server sent them, read back as the column's type (`= 'ab  '`: an
+        # untyped literal), not compared as text (char(n)'s ::text drops the padding its output keeps)
+        where = " and ".join(f"{ident(t.columns[i])} = %s" for i in tl.key_idx)
         rows = srv.query(conn, f"select {', '.join(ident(c) + '::text' for c in columns)} from "
                                f"{ident(t.schema)}.{ident(t.name)} where {where}", tuple(key_texts))
         if not rows:

@@ -337,7 +337,7 @@ class FastPlan(NamedTuple):
 
 def fast_plan(table: TableInfo) -> FastPlan | None:
     """The snapshot's fast lane for this table (values.fast_expr); None when a column has no fast form."""
-    from streamctl.capture.values import JSON, JSONB, NUMERIC, _ident, fast_expr, fast_key_kind, row_mender
+    from streamctl.capture.values import JSON, JSONB, _ident, fast_expr, fast_key_kind, row_mender
 
     bases = [_type_cache.get(t, (t, 0, ","))[0] for t in table.types]
     exprs = [fast_expr(t, c) for t, c in zip(bases, table.columns, strict=True)]
@@ -349,13 +349,22 @@ def fast_plan(table: TableInfo) -> FastPlan | None:
     alias = "_streamctl_row_"
     while alias in table.columns:
         alias += "_"
-    # a numeric key column is to_json's value in the row (fast_expr): its scalar's text, a string's unquoted
-    keys = ", ".join(f"{alias}.{_ident(k)}" + (" #>> '{}'" if bases[table.columns.index(k)] == NUMERIC else "::text")
-                     for k in table.key)
+    keys = ", ".join(_key_text(f"{alias}.{_ident(k)}", bases[table.columns.index(k)]) for k in table.key)
     sql = (f'select {keys}, row_to_json({alias})::text from (select {inner} from "{table.schema}"."{table.name}") '
            f"{alias}")
     json_columns = {c: b for c, b in zip(table.columns, bases, strict=True) if b in (JSON, JSONB)}
     return FastPlan(sql, [k for k in kinds if k is not None], row_mender(json_columns))
+
+
+def _key_text(column: str, base: int) -> str:
+    """The SQL giving a key column's text as the stream sends it (its type's output)."""
+    from streamctl.capture.values import BPCHAR, NUMERIC
+
+    if base == NUMERIC:  # to_json's value in the row (fast_expr): its scalar's text, a string's unquoted
+        return f"{column} #>> '{{}}'"
+    if base == BPCHAR:  # ::text drops char(n)'s padding, which its output (and the value) keeps
+        return f"concat({column})"
+    return f"{column}::text"
 
 
 def read_snapshot(server: Server, snapshot_name: str, table: TableInfo, start: Callable[[int], None],

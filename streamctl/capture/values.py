@@ -34,6 +34,7 @@ JSONB = 3802
 BYTEA = 17
 TIMESTAMPTZ = 1184
 TIMESTAMP = 1114
+BPCHAR = 1042  # char(n)
 
 _SPECIAL = {"NaN", "Infinity", "-Infinity"}
 
