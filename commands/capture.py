@@ -75,7 +75,8 @@ def capture(
     text types strings, json/jsonb the JSON itself (the JSON readers refuse a number
     beyond the range of a double in it, a lone UTF-16 surrogate escape or nesting deeper
     than 1022 levels: such a number is a string of its text, 1e309 -> "1e309", such
-    an escape U+FFFD, such a value its text as a string), bytea base64, arrays JSON arrays,
+    an escape U+FFFD, such a value its text as a string), bytea base64, arrays JSON arrays
+    (int2vector and oidvector, printed 1 2, too: [1,2]),
     timestamptz ISO-8601 UTC with microseconds (2026-11-21T10:00:00.123456Z),
     timestamp with a T (2026-11-21T10:00:00), date, time and interval ISO-8601 as
     PostgreSQL prints them (interval as P1DT2H), NULL null, any other type its text.

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from streamctl.capture import dsn as dsnmod
-from streamctl.capture.values import SESSION_OPTIONS, Converter, converter
+from streamctl.capture.values import INT_VECTORS, SESSION_OPTIONS, Converter, converter
 from streamctl.errors import StreamctlError, UsageError
 
 
@@ -235,7 +235,8 @@ def converters(conn: Any, types: list[int]) -> list[Converter]:
                 conn, "select t.oid, b.oid, b.typcategory, b.typelem, coalesce(e.typdelim, ',') from pg_type t "
                       "join pg_type b on b.oid = case when t.typtype = 'd' then t.typbasetype else t.oid end "
                       "left join pg_type e on e.oid = b.typelem where t.oid = any(%s)", (missing,)):
-            _type_cache[oid] = (base, elem if category == "A" else 0, delim)
+            # int2vector and oidvector have an element type but no array literal (values.to_int_vector)
+            _type_cache[oid] = (base, elem if category == "A" and base not in INT_VECTORS else 0, delim)
     out = []
     for t in types:
         base, elem, delim = _type_cache.get(t, (t, 0, ","))

@@ -35,6 +35,7 @@ BYTEA = 17
 TIMESTAMPTZ = 1184
 TIMESTAMP = 1114
 BPCHAR = 1042  # char(n)
+INT_VECTORS = {22, 30}  # int2vector, oidvector: arrays in the catalog, `1 2` in text
 
 _SPECIAL = {"NaN", "Infinity", "-Infinity"}
 
@@ -70,6 +71,11 @@ def to_float(text: str) -> Any:
     if text in _SPECIAL or (len(text) > _FINITE_CHARS and beyond_double(text)):
         return text
     return orjson.Fragment(text)
+
+
+def to_int_vector(text: str) -> list:
+    # int2vector and oidvector print their integers space-separated (`1 2`), not as an array literal
+    return [orjson.Fragment(n) for n in text.split()]
 
 
 def to_bool(text: str) -> bool:
@@ -237,6 +243,8 @@ def _scalar(oid: int) -> Converter:
         return to_int
     if oid in FLOAT_OIDS or oid == NUMERIC:
         return to_float
+    if oid in INT_VECTORS:
+        return to_int_vector
     if oid == BOOL:
         return to_bool
     if oid == JSON:

@@ -100,3 +100,18 @@ def test_char_keys_keep_their_padding_in_both_paths(pg, db, tmp_path: Path) -> N
     cap(pg, db, other, "--table", "ct", "--snapshot", "never")
     (only,) = log_records(other)
     assert only["key"] == "ab  " and only["value"] == {"k": "ab  ", "big": big, "n": 1}
+
+
+def test_int_vectors_are_arrays_of_integers(pg, db, tmp_path: Path) -> None:
+    """int2vector and oidvector print `1 2`: written as the JSON arrays [1,2], in the snapshot and the stream."""
+    pg.sql("create table iv (id int primary key, a int2vector, o oidvector, aa int2vector[])", db)
+    pg.sql("insert into iv values (1, '1 2', '3 4 5', array['1 2', '7']::int2vector[]), (2, '', '', null)", db)
+    log = str(tmp_path / "iv")
+    cap(pg, db, log, "--table", "iv")
+    pg.sql("insert into iv select id + 10, a, o, aa from iv", db)
+    cap(pg, db, log, "--table", "iv")
+    run_cli("check", log, check=True)
+    got = _values(log)
+    assert got["1"] == {"id": 1, "a": [1, 2], "o": [3, 4, 5], "aa": [[1, 2], [7]]}
+    assert got["2"] == {"id": 2, "a": [], "o": [], "aa": None}
+    assert {**got["11"], "id": 1} == got["1"] and {**got["12"], "id": 2} == got["2"]

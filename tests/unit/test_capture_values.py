@@ -130,3 +130,8 @@ def test_fast_lane_rows_mended_as_the_converters() -> None:
                          '"t":"1e309 \\\\ud800"}').encode()
     ok = b'{"id":2,"a":{"x": 1},"b":[1.5e3]}'
     assert mend(ok) is ok
+
+
+def test_int_vectors() -> None:
+    assert j(values.converter(22)("1 2")) == b"[1,2]" and j(values.converter(30)("")) == b"[]"
+    assert j(values.converter(1006, 22)('{"1 2",7}')) == b"[[1,2],[7]]"
