@@ -79,7 +79,8 @@ def capture(
     (int2vector and oidvector, printed 1 2, too: [1,2]),
     timestamptz ISO-8601 UTC with microseconds (2026-11-21T10:00:00.123456Z),
     timestamp with a T (2026-11-21T10:00:00), date, time and interval ISO-8601 as
-    PostgreSQL prints them (interval as P1DT2H), NULL null, any other type its text.
+    PostgreSQL prints them (interval as P1DT2H), NULL null, any other type its text;
+    a domain as its base type, in an array too.
     A TOASTed column an update left unchanged is written with its value from the log
     (or, for a row the log never held, the database). Columns added or dropped appear
     in or leave the rows from the next change on. Generated columns (GENERATED

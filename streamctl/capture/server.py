@@ -224,19 +224,30 @@ def _replica_identity_problem(conn: Any, oid: int) -> str | None:
     return None
 
 
-_type_cache: dict[int, tuple[int, int, str]] = {}  # type oid -> (base type, array element type or 0, delimiter)
+_type_cache: dict[int, tuple[int, int, str]] = {}  # type oid -> (base type, array element's base type or 0, delimiter)
+
+# each type -> its base type (through domains over domains), the base's category, element type and
+# the element's delimiter
+_BASES = """with recursive r(oid, cur) as (
+    select t.oid, t.oid from pg_type t where t.oid = any(%s)
+    union all
+    select r.oid, t.typbasetype from r join pg_type t on t.oid = r.cur where t.typtype = 'd')
+select r.oid, b.oid, b.typcategory, b.typelem, coalesce(e.typdelim, ',') from r
+join pg_type b on b.oid = r.cur and b.typtype <> 'd' left join pg_type e on e.oid = b.typelem"""
 
 
 def converters(conn: Any, types: list[int]) -> list[Converter]:
-    """Each column's converter: a domain converts as its base type, an array type element by element."""
+    """Each column's converter: a domain converts as its base type, an array type element by element
+    (an element of a domain type as the domain's base type)."""
     missing = [t for t in set(types) if t not in _type_cache]
     if missing:
-        for oid, base, category, elem, delim in query(
-                conn, "select t.oid, b.oid, b.typcategory, b.typelem, coalesce(e.typdelim, ',') from pg_type t "
-                      "join pg_type b on b.oid = case when t.typtype = 'd' then t.typbasetype else t.oid end "
-                      "left join pg_type e on e.oid = b.typelem where t.oid = any(%s)", (missing,)):
-            # int2vector and oidvector have an element type but no array literal (values.to_int_vector)
-            _type_cache[oid] = (base, elem if category == "A" and base not in INT_VECTORS else 0, delim)
+        found = {r[0]: r[1:] for r in query(conn, _BASES, (missing,))}
+        # int2vector and oidvector have an element type but no array literal (values.to_int_vector)
+        elems = {elem for base, category, elem, _ in found.values() if category == "A" and base not in INT_VECTORS}
+        elem_bases = {r[0]: r[1] for r in query(conn, _BASES, (list(elems),))} if elems else {}
+        for oid, (base, category, elem, delim) in found.items():
+            array = category == "A" and base not in INT_VECTORS
+            _type_cache[oid] = (base, elem_bases.get(elem, elem) if array else 0, delim)
     out = []
     for t in types:
         base, elem, delim = _type_cache.get(t, (t, 0, ","))

@@ -115,3 +115,21 @@ def test_int_vectors_are_arrays_of_integers(pg, db, tmp_path: Path) -> None:
     assert got["1"] == {"id": 1, "a": [1, 2], "o": [3, 4, 5], "aa": [[1, 2], [7]]}
     assert got["2"] == {"id": 2, "a": [], "o": [], "aa": None}
     assert {**got["11"], "id": 1} == got["1"] and {**got["12"], "id": 2} == got["2"]
+
+
+def test_arrays_of_a_domain_convert_as_its_base_type(pg, db, tmp_path: Path) -> None:
+    """An array of a domain (of a domain) converts its elements as the base type: integers as numbers, jsonb
+    as JSON, in the snapshot and the stream; a domain over an array too."""
+    pg.sql("create domain posint as int check (value > 0)", db)
+    pg.sql("create domain smallpos as posint check (value < 100)", db)
+    pg.sql("create domain doc as jsonb", db)
+    pg.sql("create domain ints as int[]", db)
+    pg.sql("create table da (id int primary key, a posint[], s smallpos[], j doc[], i ints, one smallpos)", db)
+    pg.sql("""insert into da values (1, '{1,2}', '{3,NULL}', array['{"k": [1]}', '2']::doc[], '{4,5}', 6)""", db)
+    log = str(tmp_path / "da")
+    cap(pg, db, log, "--table", "da")
+    pg.sql("insert into da select id + 10, a, s, j, i, one from da", db)
+    cap(pg, db, log, "--table", "da")
+    got = _values(log)
+    want = {"id": 1, "a": [1, 2], "s": [3, None], "j": [{"k": [1]}, 2], "i": [4, 5], "one": 6}
+    assert got["1"] == want and got["11"] == {**want, "id": 11}
