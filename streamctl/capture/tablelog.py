@@ -22,7 +22,8 @@ import orjson
 from streamctl.capture.pgoutput import UNCHANGED, parse_lsn
 from streamctl.capture.server import TableInfo
 from streamctl.capture.values import is_json_number, key_text, to_float, to_int, to_text, unescape_copy
-from streamctl.storage import record
+from streamctl.errors import StorageError
+from streamctl.storage import reader, record
 from streamctl.storage.appender import Appender, Item
 from streamctl.storage.log import Log
 from streamctl.storage.partitioner import Partitioner
@@ -59,6 +60,32 @@ def _lines(log: Log, p: int, newest_first: bool = False) -> Iterator[bytes]:
             os.close(fd)
         lines = data.splitlines()
         yield from reversed(lines) if newest_first else lines
+
+
+def _parse(log: Log, p: int, line: bytes) -> dict:
+    """A stored line of partition p as a record; a line that is not one is an error naming its segment,
+    line and byte (found again on this error path only: the scans stay one split per segment)."""
+    try:
+        return record.parse(line)
+    except record.BadRecord as e:
+        raise _corrupt(log, p, line, e) from None
+
+
+def _corrupt(log: Log, p: int, line: bytes, e: Exception) -> StorageError:
+    hint = (" (capture resumes from what the log holds, so it cannot go on past this line: "
+            "restore the segment from a copy, or capture into another LOG)")
+    for seg in list_segments(log.partition_dir(p)):
+        try:
+            with open(seg.path, "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        at = data.find(line + b"\n")
+        while at > 0 and data[at - 1] != 0x0A:  # the line itself, not the end of a longer one
+            at = data.find(line + b"\n", at + 1)
+        if at >= 0:
+            return reader.corrupt(seg.path, at, e, hint)
+    return reader.corrupt(log.partition_dir(p), None, e, hint)
 
 
 def _op_lsn(rec: dict) -> tuple[str, int] | None:
@@ -132,7 +159,7 @@ class TableLog:
             last: int | None = None
             held = 0
             for line in _lines(self.log, p, newest_first=True):
-                ol = _op_lsn(record.parse(line))
+                ol = _op_lsn(_parse(self.log, p, line))
                 if ol is None or ol[0] == "r":
                     break
                 if last is None:
@@ -322,7 +349,7 @@ class TableLog:
         for line in _lines(self.log, p, newest_first=True):
             if kj not in line:
                 continue
-            rec = record.parse(line)
+            rec = _parse(self.log, p, line)
             if rec.get("key") == key:
                 v = rec.get("value")
                 return v if isinstance(v, dict) else None
@@ -334,7 +361,7 @@ class TableLog:
         live: dict[str, bytes] = {}
         for p in range(self.log.partitions):
             for line in _lines(self.log, p):
-                rec = record.parse(line)
+                rec = _parse(self.log, p, line)
                 ol = _op_lsn(rec)
                 if ol is not None and ol[0] != "r" and ol[1] >= before_lsn:
                     continue
