@@ -79,7 +79,9 @@ def capture(
     (int2vector and oidvector, printed 1 2, too: [1,2]),
     timestamptz ISO-8601 UTC with microseconds (2026-11-21T10:00:00.123456Z),
     timestamp with a T (2026-11-21T10:00:00), date, time and interval ISO-8601 as
-    PostgreSQL prints them (interval as P1DT2H), NULL null, any other type its text;
+    PostgreSQL prints them (interval as P1DT2H), a BC timestamptz, timestamp or date
+    with ISO 8601's year numbering (44 BC is -0043, 1 BC 0000: -0043-03-15T12:00:00Z,
+    not 0044-03-15 12:00:00+00 BC), NULL null, any other type its text;
     a domain as its base type, in an array too.
     A TOASTed column an update left unchanged is written with its value from the log
     (or, for a row the log never held, the database). Columns added or dropped appear

@@ -34,6 +34,7 @@ JSONB = 3802
 BYTEA = 17
 TIMESTAMPTZ = 1184
 TIMESTAMP = 1114
+DATE = 1082
 BPCHAR = 1042  # char(n)
 INT_VECTORS = {22, 30}  # int2vector, oidvector: arrays in the catalog, `1 2` in text
 
@@ -218,20 +219,40 @@ def to_bytea(text: str) -> str:
     return base64.b64encode(text.encode()).decode()  # escape format is never asked for (bytea_output=hex)
 
 
+def _astronomical(iso: str) -> str:
+    """A BC value's ISO text with PostgreSQL's year (`0044-03-15...`, always four digits) -> ISO 8601's
+    year numbering, where 1 BC is year 0000 and 44 BC -0043 (as Java's and Python's ISO formats have it)."""
+    year = 1 - int(iso[:4])
+    return (f"{year:05d}" if year < 0 else f"{year:04d}") + iso[4:]
+
+
 def to_timestamptz(text: str) -> str:
-    """`2026-11-21 10:00:00.123+00` (TimeZone=UTC) -> `2026-11-21T10:00:00.123000Z`."""
-    if text in ("infinity", "-infinity") or text.endswith(" BC"):
+    """`2026-11-21 10:00:00.123+00` (TimeZone=UTC) -> `2026-11-21T10:00:00.123000Z`; a BC one's year as
+    ISO 8601 numbers it (`0044-03-15 12:00:00+00 BC` -> `-0043-03-15T12:00:00.000000Z`)."""
+    if text in ("infinity", "-infinity"):
         return text
+    bc = text.endswith(" BC")
+    if bc:
+        text = text[:-3]
     if text.endswith("+00"):
         text = text[:-3]
     date, _, clock = text.partition(" ")
     whole, _, frac = clock.partition(".")
-    return f"{date}T{whole}.{frac.ljust(6, '0')}Z"
+    iso = f"{date}T{whole}.{frac.ljust(6, '0')}Z"
+    return _astronomical(iso) if bc else iso
 
 
 def to_timestamp(text: str) -> str:
-    # ISO-8601 as to_json prints it (the T instead of the space)
-    return text if text in ("infinity", "-infinity") else text.replace(" ", "T", 1)
+    # ISO-8601 as to_json prints it (the T instead of the space); BC as to_timestamptz
+    if text in ("infinity", "-infinity"):
+        return text
+    if text.endswith(" BC"):
+        return _astronomical(text[:-3].replace(" ", "T", 1))
+    return text.replace(" ", "T", 1)
+
+
+def to_date(text: str) -> str:
+    return _astronomical(text[:-3]) if text.endswith(" BC") else text
 
 
 def to_text(text: str) -> str:
@@ -257,6 +278,8 @@ def _scalar(oid: int) -> Converter:
         return to_timestamptz
     if oid == TIMESTAMP:
         return to_timestamp
+    if oid == DATE:
+        return to_date
     return to_text
 
 
@@ -360,14 +383,15 @@ def unescape_copy(field: str) -> str:
 # -- the snapshot's fast lane -------------------------------------------------------------------
 # The server builds each row's JSON (row_to_json) for the types whose to_json form is the
 # converters' form above under SESSION_OPTIONS (the numbers' and booleans' own text, text types
-# as strings, timestamp/date/time/interval as printed, arrays of those as arrays); timestamptz,
-# bytea, json and numeric (a string beyond the double range) get an expression giving the
-# converter's form; numeric[] has none (an element may be such a string). A row holding json or
+# as strings, time/interval as printed, arrays of those as arrays); timestamptz, timestamp and date
+# (a BC year), bytea, json and numeric (a string beyond the double range) get an expression giving
+# the converter's form; numeric[], timestamp[] and date[] have none (an element may be such a
+# string, or BC). A row holding json or
 # jsonb goes through row_mender (their texts as to_json/to_jsonb write them). A table with any other
 # type takes the converters row by row. tests/capture/test_capture_changes.py::test_types holds the
 # two ways to the same values, column for column.
-SAME_AS_TO_JSON = {20, 21, 23, 26, 700, 701, 16, 25, 1043, 1042, 19, 2950, 3802, 1082, 1083, 1114, 1186}
-SIMPLE_ARRAYS = {1005, 1007, 1016, 1021, 1022, 1000, 1009, 1015, 1014, 2951, 1182, 1183, 1115, 1187}
+SAME_AS_TO_JSON = {20, 21, 23, 26, 700, 701, 16, 25, 1043, 1042, 19, 2950, 3802, 1083, 1186}
+SIMPLE_ARRAYS = {1005, 1007, 1016, 1021, 1022, 1000, 1009, 1015, 1014, 2951, 1183, 1187}
 KEY_NUMBERS = {20, 21, 23, 26, 1700}
 KEY_STRINGS = {25, 1043, 1042, 19, 2950}
 
@@ -386,12 +410,27 @@ def fast_expr(oid: int, column: str) -> str | None:
     if oid in SAME_AS_TO_JSON or oid in SIMPLE_ARRAYS:
         return c
     if oid == TIMESTAMPTZ:
-        return (f"case when isfinite({c}) and {c} >= '0001-01-01 00:00:00+00' then to_char({c} at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') else {c}::text end")
+        utc = f"({c} at time zone 'UTC')"
+        return (f"case when {c} >= '0001-01-01 00:00:00+00' and isfinite({c}) then to_char({utc}, "
+                f"'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') when isfinite({c}) then {_bc_year(utc)} || to_char({utc}, "
+                f"'-MM-DD\"T\"HH24:MI:SS.US\"Z\"') else {c}::text end")
+    if oid in (TIMESTAMP, DATE):
+        # to_json's text, but a BC value's as to_timestamp/to_date make it: its text less the year (four
+        # digits) and ` BC`, the space before the time a T
+        return (f"case when {c} < '0001-01-01' and isfinite({c}) then to_json({_bc_year(c)} || "
+                f"replace(substr({c}::text, 5, length({c}::text) - 7), ' ', 'T')) else to_json({c}) end")
     if oid == BYTEA:
         return f"translate(encode({c}, 'base64'), E'\\n', '')"
     if oid == 114:
         return f"translate({c}::text, E'\\n\\r', '  ')::json"
     return None
+
+
+def _bc_year(value: str) -> str:
+    """The SQL of a BC value's year as ISO 8601 numbers it (_astronomical); PostgreSQL's year of it is
+    negative, 1 BC -1."""
+    return (f"(case when extract(year from {value}) = -1 then '0000' else "
+            f"'-' || lpad((-1 - extract(year from {value}))::int::text, 4, '0') end)")
 
 
 def fast_key_kind(oid: int) -> str | None:

@@ -133,3 +133,35 @@ def test_arrays_of_a_domain_convert_as_its_base_type(pg, db, tmp_path: Path) -> 
     got = _values(log)
     want = {"id": 1, "a": [1, 2], "s": [3, None], "j": [{"k": [1]}, 2], "i": [4, 5], "one": 6}
     assert got["1"] == want and got["11"] == {**want, "id": 11}
+
+
+def test_bc_dates_and_times_number_years_as_iso_8601(pg, db, tmp_path: Path) -> None:
+    """A BC timestamptz, timestamp or date is ISO 8601 with its year numbering (1 BC is 0000, 44 BC -0043),
+    not PostgreSQL's `0044-03-15 ... BC`, the same in both snapshot lanes and the stream, arrays too."""
+    for t, extra in (("bf", ""), ("bconv", ", p point")):
+        pg.sql(f"create table {t} (id int primary key, ts timestamptz, t timestamp, d date, ta timestamp[], "
+               f"da date[]{extra})", db)
+        pg.sql(f"""insert into {t} (id, ts, t, d, ta, da) values
+            (1, '0044-03-15 12:00:00.5+00 BC', '0044-03-15 12:00:00 BC', '0044-03-15 BC',
+             array['0044-03-15 12:00:00.25 BC'::timestamp, '2026-01-01'], array['0001-01-01 BC'::date]),
+            (2, '0001-12-31 23:59:59.999999+00 BC', '4713-11-24 00:00:00.000001 BC', '0001-01-01 BC', null, null),
+            (3, '2026-11-21 10:00:00.123+00', '2026-11-21 10:00:00', '2026-11-21', null, null),
+            (4, '-infinity', 'infinity', '-infinity', null, null)""", db)
+    want = {
+        "1": {"ts": "-0043-03-15T12:00:00.500000Z", "t": "-0043-03-15T12:00:00", "d": "-0043-03-15",
+              "ta": ["-0043-03-15T12:00:00.25", "2026-01-01T00:00:00"], "da": ["0000-01-01"]},
+        "2": {"ts": "0000-12-31T23:59:59.999999Z", "t": "-4712-11-24T00:00:00.000001", "d": "0000-01-01",
+              "ta": None, "da": None},
+        "3": {"ts": "2026-11-21T10:00:00.123000Z", "t": "2026-11-21T10:00:00", "d": "2026-11-21", "ta": None,
+              "da": None},
+        "4": {"ts": "-infinity", "t": "infinity", "d": "-infinity", "ta": None, "da": None},
+    }
+    for t in ("bf", "bconv"):
+        log = str(tmp_path / t)
+        cap(pg, db, log, "--table", t)
+        pg.sql(f"insert into {t} (id, ts, t, d, ta, da) select id + 10, ts, t, d, ta, da from {t}", db)
+        cap(pg, db, log, "--table", t)
+        got = _values(log)
+        for k, v in want.items():
+            for key in (k, str(int(k) + 10)):
+                assert {c: x for c, x in got[key].items() if c not in ("id", "p")} == v, (t, key)

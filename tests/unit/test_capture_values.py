@@ -135,3 +135,10 @@ def test_fast_lane_rows_mended_as_the_converters() -> None:
 def test_int_vectors() -> None:
     assert j(values.converter(22)("1 2")) == b"[1,2]" and j(values.converter(30)("")) == b"[]"
     assert j(values.converter(1006, 22)('{"1 2",7}')) == b"[[1,2],[7]]"
+
+
+def test_bc_years() -> None:
+    assert values.converter(1184)("0044-03-15 12:00:00.5+00 BC") == "-0043-03-15T12:00:00.500000Z"
+    assert values.converter(1184)("0001-01-01 00:00:00+00 BC") == "0000-01-01T00:00:00.000000Z"
+    assert values.converter(1114)("0044-03-15 12:00:00 BC") == "-0043-03-15T12:00:00"
+    assert values.converter(1082)("4713-01-01 BC") == "-4712-01-01" and values.converter(1082)("2026-11-21") == "2026-11-21"
