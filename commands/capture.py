@@ -27,7 +27,9 @@ def capture(
     log: str = typer.Argument(..., metavar="LOG", help="Log folder; {table} is replaced by SCHEMA.TABLE (one log "
                                                         "per table, e.g. cdc/{table})."),
     tables: list[str] | None = typer.Option(None, "--table", "-t", metavar="[SCHEMA.]TABLE",
-                                            help="A table to capture (repeatable; schema public by default)."),
+                                            help="A table to capture (repeatable; schema public by default; names as "
+                                                 "in SQL: unquoted ones folded to lower case, a double-quoted one "
+                                                 "as written, dots and \"\" included: '\"dot.ted\"')."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming changes (a committed change is in "
                                                                 "the log within a second), reconnecting after a "
                                                                 "lost connection; SIGTERM/SIGINT end it after a "

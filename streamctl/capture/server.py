@@ -150,11 +150,31 @@ def check_server(conn: Any, shown: str) -> None:
 
 
 def split_table(name: str) -> tuple[str, str]:
-    """`[SCHEMA.]TABLE` -> (schema, table); unquoted names as given (PostgreSQL folds them to lower case)."""
-    schema, dot, table = name.rpartition(".")
-    if not table or (dot and not schema):
+    """`[SCHEMA.]TABLE` -> (schema, table), each as given: a double-quoted part keeps its quotes (and
+    any dot in it: `"dot.ted"`, `"my.s"."t"`), an unquoted one is folded by _folded."""
+    parts: list[str] = []
+    i, n = 0, len(name)
+    while True:
+        start = i
+        if i < n and name[i] == '"':
+            i += 1
+            while i < n and not (name[i] == '"' and name[i + 1:i + 2] != '"'):
+                i += 2 if name[i] == '"' else 1  # "" is a quote inside the name
+            if i >= n:
+                raise UsageError(f"--table {name!r}: a quoted name has no closing quote")
+            i += 1
+        else:
+            while i < n and name[i] not in '."':
+                i += 1
+        parts.append(name[start:i])
+        if i >= n:
+            break
+        if name[i] != ".":
+            raise UsageError(f"--table {name!r}: expected [SCHEMA.]TABLE")
+        i += 1
+    if len(parts) > 2 or any(not p or p == '""' for p in parts):
         raise UsageError(f"--table {name!r}: expected [SCHEMA.]TABLE")
-    return (schema or "public"), table
+    return ("public", parts[0]) if len(parts) == 1 else (parts[0], parts[1])
 
 
 def _folded(ident: str) -> str:
@@ -300,7 +320,7 @@ def publication_tables(conn: Any, pub: str) -> dict[int, str] | None:
 def ensure_publication(conn: Any, pub: str, tables: list[TableInfo], shown: str) -> bool:
     """The publication pgoutput reads (one per slot, named like it), holding exactly the captured tables;
     True when this call created it."""
-    names = ", ".join(f'"{t.schema}"."{t.name}"' for t in tables)
+    names = ", ".join(f"{ident(t.schema)}.{ident(t.name)}" for t in tables)
     try:
         # a partitioned table's changes under its own name and key, not its partitions' (13 and later;
         # table_info refuses a partitioned table on 12)
@@ -362,7 +382,7 @@ def fast_plan(table: TableInfo) -> FastPlan | None:
     while alias in table.columns:
         alias += "_"
     keys = ", ".join(_key_text(f"{alias}.{_ident(k)}", bases[table.columns.index(k)]) for k in table.key)
-    sql = (f'select {keys}, row_to_json({alias})::text from (select {inner} from "{table.schema}"."{table.name}") '
+    sql = (f'select {keys}, row_to_json({alias})::text from (select {inner} from {ident(table.schema)}.{ident(table.name)}) '
            f"{alias}")
     json_columns = {c: b for c, b in zip(table.columns, bases, strict=True) if b in (JSON, JSONB)}
     return FastPlan(sql, [k for k in kinds if k is not None], row_mender(json_columns))
@@ -428,7 +448,7 @@ def read_snapshot(server: Server, snapshot_name: str, table: TableInfo, start: C
                     return len(data)
 
             with conn.cursor() as cur:
-                cur.copy_expert(f'copy (select {cols} from "{table.schema}"."{table.name}") to stdout', Sink(),
+                cur.copy_expert(f"copy (select {cols} from {ident(table.schema)}.{ident(table.name)}) to stdout", Sink(),
                                 size=1 << 18)
             if pending:
                 got += len(pending)
