@@ -27,7 +27,9 @@ def capture(
     log: str = typer.Argument(..., metavar="LOG", help="Log folder; {table} is replaced by SCHEMA.TABLE (one log "
                                                         "per table, e.g. cdc/{table})."),
     tables: list[str] | None = typer.Option(None, "--table", "-t", metavar="[SCHEMA.]TABLE",
-                                            help="A table to capture (repeatable; schema public by default)."),
+                                            help="A table to capture (repeatable; schema public by default; names as "
+                                                 "in SQL: unquoted ones folded to lower case, a double-quoted one "
+                                                 "as written, dots and \"\" included: '\"dot.ted\"')."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming changes (a committed change is in "
                                                                 "the log within a second), reconnecting after a "
                                                                 "lost connection; SIGTERM/SIGINT end it after a "
@@ -48,7 +50,8 @@ def capture(
     The first run creates a logical replication slot (pgoutput; PostgreSQL 12+, wal_level
     = logical, a role with REPLICATION) and copies every row in the snapshot the slot's
     creation exported, then the changes after it, in commit order: no gap, no overlap.
-    Each record's key is the primary key (its text, or a JSON array for a composite key);
+    Each record's key is the primary key (its text as in the value, a char(n)'s padding
+    kept, or a JSON array of the values for a composite key);
     its value is the row as a JSON object, null for a delete; headers op (r snapshot,
     c insert, u update, d delete), lsn (the commit's LSN; a snapshot row's is the slot's
     consistent point) and txid (a snapshot row's is that of the transaction that read the
@@ -71,10 +74,17 @@ def capture(
     PostgreSQL prints), numeric its exact digits as a JSON number (as a JSON string
     of its exact digits beyond the range of a double, 1e400, which JSON readers
     cannot take as a number), boolean true/false,
-    text types strings, json/jsonb the JSON itself, bytea base64, arrays JSON arrays,
+    text types strings, json/jsonb the JSON itself (the JSON readers refuse a number
+    beyond the range of a double in it, a lone UTF-16 surrogate escape or nesting deeper
+    than 1022 levels: such a number is a string of its text, 1e309 -> "1e309", such
+    an escape U+FFFD, such a value its text as a string), bytea base64, arrays JSON arrays
+    (int2vector and oidvector, printed 1 2, too: [1,2]),
     timestamptz ISO-8601 UTC with microseconds (2026-11-21T10:00:00.123456Z),
     timestamp with a T (2026-11-21T10:00:00), date, time and interval ISO-8601 as
-    PostgreSQL prints them (interval as P1DT2H), NULL null, any other type its text.
+    PostgreSQL prints them (interval as P1DT2H), a BC timestamptz, timestamp or date
+    with ISO 8601's year numbering (44 BC is -0043, 1 BC 0000: -0043-03-15T12:00:00Z,
+    not 0044-03-15 12:00:00+00 BC), NULL null, any other type its text;
+    a domain as its base type, in an array too.
     A TOASTed column an update left unchanged is written with its value from the log
     (or, for a row the log never held, the database). Columns added or dropped appear
     in or leave the rows from the next change on. Generated columns (GENERATED

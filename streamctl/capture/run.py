@@ -280,7 +280,9 @@ def _fetcher(conn: Any, tl: TableLog) -> Callable[[list, list[str]], dict | None
     def fetch(key_texts: list, columns: list[str]) -> dict | None:
         t = tl.table
         ident = srv.ident
-        where = " and ".join(f"{ident(t.columns[i])}::text = %s" for i in tl.key_idx)
+        # the key's texts as the server sent them, read back as the column's type (`= 'ab  '`: an
+        # untyped literal), not compared as text (char(n)'s ::text drops the padding its output keeps)
+        where = " and ".join(f"{ident(t.columns[i])} = %s" for i in tl.key_idx)
         rows = srv.query(conn, f"select {', '.join(ident(c) + '::text' for c in columns)} from "
                                f"{ident(t.schema)}.{ident(t.name)} where {where}", tuple(key_texts))
         if not rows:
@@ -316,13 +318,13 @@ def _snapshot_table(server: srv.Server, new_slot: srv.NewSlot, tl: TableLog) -> 
 
     def rows(lines: list) -> None:
         if plan is not None:
-            tl.snapshot_fast(lines, headers[0], plan[1], known)
+            tl.snapshot_fast(lines, headers[0], plan.kinds, known, plan.mend)
         else:
             tl.snapshot_rows(lines, headers[0], info.convs, info.columns, known)
         if tl.pending_count() >= FLUSH_RECORDS:
             tl.flush()
 
-    n = srv.read_snapshot(server, new_slot.snapshot_name, info, start, rows, plan[0] if plan else None)
+    n = srv.read_snapshot(server, new_slot.snapshot_name, info, start, rows, plan.sql if plan else None)
     if known:
         # keys the log holds that the table no longer has: deleted while no slot was kept; the deletes
         # themselves are not known, so the tombstone carries the snapshot's point and the id of the

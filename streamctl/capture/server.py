@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from streamctl.capture import dsn as dsnmod
-from streamctl.capture.values import SESSION_OPTIONS, Converter, converter
+from streamctl.capture.values import INT_VECTORS, SESSION_OPTIONS, Converter, converter
 from streamctl.errors import StreamctlError, UsageError
 
 
@@ -150,11 +150,31 @@ def check_server(conn: Any, shown: str) -> None:
 
 
 def split_table(name: str) -> tuple[str, str]:
-    """`[SCHEMA.]TABLE` -> (schema, table); unquoted names as given (PostgreSQL folds them to lower case)."""
-    schema, dot, table = name.rpartition(".")
-    if not table or (dot and not schema):
+    """`[SCHEMA.]TABLE` -> (schema, table), each as given: a double-quoted part keeps its quotes (and
+    any dot in it: `"dot.ted"`, `"my.s"."t"`), an unquoted one is folded by _folded."""
+    parts: list[str] = []
+    i, n = 0, len(name)
+    while True:
+        start = i
+        if i < n and name[i] == '"':
+            i += 1
+            while i < n and not (name[i] == '"' and name[i + 1:i + 2] != '"'):
+                i += 2 if name[i] == '"' else 1  # "" is a quote inside the name
+            if i >= n:
+                raise UsageError(f"--table {name!r}: a quoted name has no closing quote")
+            i += 1
+        else:
+            while i < n and name[i] not in '."':
+                i += 1
+        parts.append(name[start:i])
+        if i >= n:
+            break
+        if name[i] != ".":
+            raise UsageError(f"--table {name!r}: expected [SCHEMA.]TABLE")
+        i += 1
+    if len(parts) > 2 or any(not p or p == '""' for p in parts):
         raise UsageError(f"--table {name!r}: expected [SCHEMA.]TABLE")
-    return (schema or "public"), table
+    return ("public", parts[0]) if len(parts) == 1 else (parts[0], parts[1])
 
 
 def _folded(ident: str) -> str:
@@ -224,18 +244,30 @@ def _replica_identity_problem(conn: Any, oid: int) -> str | None:
     return None
 
 
-_type_cache: dict[int, tuple[int, int, str]] = {}  # type oid -> (base type, array element type or 0, delimiter)
+_type_cache: dict[int, tuple[int, int, str]] = {}  # type oid -> (base type, array element's base type or 0, delimiter)
+
+# each type -> its base type (through domains over domains), the base's category, element type and
+# the element's delimiter
+_BASES = """with recursive r(oid, cur) as (
+    select t.oid, t.oid from pg_type t where t.oid = any(%s)
+    union all
+    select r.oid, t.typbasetype from r join pg_type t on t.oid = r.cur where t.typtype = 'd')
+select r.oid, b.oid, b.typcategory, b.typelem, coalesce(e.typdelim, ',') from r
+join pg_type b on b.oid = r.cur and b.typtype <> 'd' left join pg_type e on e.oid = b.typelem"""
 
 
 def converters(conn: Any, types: list[int]) -> list[Converter]:
-    """Each column's converter: a domain converts as its base type, an array type element by element."""
+    """Each column's converter: a domain converts as its base type, an array type element by element
+    (an element of a domain type as the domain's base type)."""
     missing = [t for t in set(types) if t not in _type_cache]
     if missing:
-        for oid, base, category, elem, delim in query(
-                conn, "select t.oid, b.oid, b.typcategory, b.typelem, coalesce(e.typdelim, ',') from pg_type t "
-                      "join pg_type b on b.oid = case when t.typtype = 'd' then t.typbasetype else t.oid end "
-                      "left join pg_type e on e.oid = b.typelem where t.oid = any(%s)", (missing,)):
-            _type_cache[oid] = (base, elem if category == "A" else 0, delim)
+        found = {r[0]: r[1:] for r in query(conn, _BASES, (missing,))}
+        # int2vector and oidvector have an element type but no array literal (values.to_int_vector)
+        elems = {elem for base, category, elem, _ in found.values() if category == "A" and base not in INT_VECTORS}
+        elem_bases = {r[0]: r[1] for r in query(conn, _BASES, (list(elems),))} if elems else {}
+        for oid, (base, category, elem, delim) in found.items():
+            array = category == "A" and base not in INT_VECTORS
+            _type_cache[oid] = (base, elem_bases.get(elem, elem) if array else 0, delim)
     out = []
     for t in types:
         base, elem, delim = _type_cache.get(t, (t, 0, ","))
@@ -288,7 +320,7 @@ def publication_tables(conn: Any, pub: str) -> dict[int, str] | None:
 def ensure_publication(conn: Any, pub: str, tables: list[TableInfo], shown: str) -> bool:
     """The publication pgoutput reads (one per slot, named like it), holding exactly the captured tables;
     True when this call created it."""
-    names = ", ".join(f'"{t.schema}"."{t.name}"' for t in tables)
+    names = ", ".join(f"{ident(t.schema)}.{ident(t.name)}" for t in tables)
     try:
         # a partitioned table's changes under its own name and key, not its partitions' (13 and later;
         # table_info refuses a partitioned table on 12)
@@ -329,10 +361,15 @@ def create_slot(server: Server, slot: str) -> NewSlot:
     return NewSlot(conn, parse_lsn(point), snap)
 
 
-def fast_plan(table: TableInfo) -> tuple[str, list[str]] | None:
-    """The snapshot's fast lane for this table (values.fast_expr): the SELECT giving each row's key
-    column texts and its JSON, and each key column's kind; None when a column has no fast form."""
-    from streamctl.capture.values import NUMERIC, _ident, fast_expr, fast_key_kind
+class FastPlan(NamedTuple):
+    sql: str  # the SELECT giving each row's key column texts and its JSON
+    kinds: list[str]  # each key column's kind (values.fast_key_kind)
+    mend: Callable[[bytes], bytes] | None  # the row JSON's json columns as the converters write them
+
+
+def fast_plan(table: TableInfo) -> FastPlan | None:
+    """The snapshot's fast lane for this table (values.fast_expr); None when a column has no fast form."""
+    from streamctl.capture.values import JSON, JSONB, _ident, fast_expr, fast_key_kind, row_mender
 
     bases = [_type_cache.get(t, (t, 0, ","))[0] for t in table.types]
     exprs = [fast_expr(t, c) for t, c in zip(bases, table.columns, strict=True)]
@@ -344,12 +381,22 @@ def fast_plan(table: TableInfo) -> tuple[str, list[str]] | None:
     alias = "_streamctl_row_"
     while alias in table.columns:
         alias += "_"
-    # a numeric key column is to_json's value in the row (fast_expr): its scalar's text, a string's unquoted
-    keys = ", ".join(f"{alias}.{_ident(k)}" + (" #>> '{}'" if bases[table.columns.index(k)] == NUMERIC else "::text")
-                     for k in table.key)
-    sql = (f'select {keys}, row_to_json({alias})::text from (select {inner} from "{table.schema}"."{table.name}") '
+    keys = ", ".join(_key_text(f"{alias}.{_ident(k)}", bases[table.columns.index(k)]) for k in table.key)
+    sql = (f'select {keys}, row_to_json({alias})::text from (select {inner} from {ident(table.schema)}.{ident(table.name)}) '
            f"{alias}")
-    return sql, [k for k in kinds if k is not None]
+    json_columns = {c: b for c, b in zip(table.columns, bases, strict=True) if b in (JSON, JSONB)}
+    return FastPlan(sql, [k for k in kinds if k is not None], row_mender(json_columns))
+
+
+def _key_text(column: str, base: int) -> str:
+    """The SQL giving a key column's text as the stream sends it (its type's output)."""
+    from streamctl.capture.values import BPCHAR, NUMERIC
+
+    if base == NUMERIC:  # to_json's value in the row (fast_expr): its scalar's text, a string's unquoted
+        return f"{column} #>> '{{}}'"
+    if base == BPCHAR:  # ::text drops char(n)'s padding, which its output (and the value) keeps
+        return f"concat({column})"
+    return f"{column}::text"
 
 
 def read_snapshot(server: Server, snapshot_name: str, table: TableInfo, start: Callable[[int], None],
@@ -401,7 +448,7 @@ def read_snapshot(server: Server, snapshot_name: str, table: TableInfo, start: C
                     return len(data)
 
             with conn.cursor() as cur:
-                cur.copy_expert(f'copy (select {cols} from "{table.schema}"."{table.name}") to stdout', Sink(),
+                cur.copy_expert(f"copy (select {cols} from {ident(table.schema)}.{ident(table.name)}) to stdout", Sink(),
                                 size=1 << 18)
             if pending:
                 got += len(pending)

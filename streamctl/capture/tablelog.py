@@ -12,7 +12,7 @@ built the same way on every run (the same changes in the same order), so the cou
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -22,7 +22,8 @@ import orjson
 from streamctl.capture.pgoutput import UNCHANGED, parse_lsn
 from streamctl.capture.server import TableInfo
 from streamctl.capture.values import is_json_number, key_text, to_float, to_int, to_text, unescape_copy
-from streamctl.storage import record
+from streamctl.errors import StorageError
+from streamctl.storage import reader, record
 from streamctl.storage.appender import Appender, Item
 from streamctl.storage.log import Log
 from streamctl.storage.partitioner import Partitioner
@@ -59,6 +60,32 @@ def _lines(log: Log, p: int, newest_first: bool = False) -> Iterator[bytes]:
             os.close(fd)
         lines = data.splitlines()
         yield from reversed(lines) if newest_first else lines
+
+
+def _parse(log: Log, p: int, line: bytes) -> dict:
+    """A stored line of partition p as a record; a line that is not one is an error naming its segment,
+    line and byte (found again on this error path only: the scans stay one split per segment)."""
+    try:
+        return record.parse(line)
+    except record.BadRecord as e:
+        raise _corrupt(log, p, line, e) from None
+
+
+def _corrupt(log: Log, p: int, line: bytes, e: Exception) -> StorageError:
+    hint = (" (capture resumes from what the log holds, so it cannot go on past this line: "
+            "restore the segment from a copy, or capture into another LOG)")
+    for seg in list_segments(log.partition_dir(p)):
+        try:
+            with open(seg.path, "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        at = data.find(line + b"\n")
+        while at > 0 and data[at - 1] != 0x0A:  # the line itself, not the end of a longer one
+            at = data.find(line + b"\n", at + 1)
+        if at >= 0:
+            return reader.corrupt(seg.path, at, e, hint)
+    return reader.corrupt(log.partition_dir(p), None, e, hint)
 
 
 def _op_lsn(rec: dict) -> tuple[str, int] | None:
@@ -132,7 +159,7 @@ class TableLog:
             last: int | None = None
             held = 0
             for line in _lines(self.log, p, newest_first=True):
-                ol = _op_lsn(record.parse(line))
+                ol = _op_lsn(_parse(self.log, p, line))
                 if ol is None or ol[0] == "r":
                     break
                 if last is None:
@@ -208,7 +235,7 @@ class TableLog:
             self.queued += 1
 
     def snapshot_fast(self, rows: list[tuple], headers: bytes, kinds: list[str],
-                      known: dict[str, bytes] | None) -> None:
+                      known: dict[str, bytes] | None, mend: Callable[[bytes], bytes] | None = None) -> None:
         """The fast lane's rows (key column texts, then the row's JSON, as bytes) -> 'r' records, appended
         through the appender's spliced lane; as snapshot_rows otherwise."""
         dumps = orjson.dumps
@@ -219,7 +246,7 @@ class TableLog:
             # a number as is, but NaN or one beyond the double range as a string (to_float's form)
             keys = ["[" + ",".join(f.decode() if k == "n" and is_json_number(f.decode()) else dumps(f.decode()).decode()
                                    for f, k in zip(r, kinds, strict=False)) + "]" for r in rows]
-        values = [r[nk] for r in rows]
+        values = [r[nk] for r in rows] if mend is None else [mend(r[nk]) for r in rows]
         if known is not None:
             keep = [known.pop(k, None) != v for k, v in zip(keys, values, strict=True)]
             keys = [k for k, ok in zip(keys, keep, strict=True) if ok]
@@ -322,7 +349,7 @@ class TableLog:
         for line in _lines(self.log, p, newest_first=True):
             if kj not in line:
                 continue
-            rec = record.parse(line)
+            rec = _parse(self.log, p, line)
             if rec.get("key") == key:
                 v = rec.get("value")
                 return v if isinstance(v, dict) else None
@@ -334,7 +361,7 @@ class TableLog:
         live: dict[str, bytes] = {}
         for p in range(self.log.partitions):
             for line in _lines(self.log, p):
-                rec = record.parse(line)
+                rec = _parse(self.log, p, line)
                 ol = _op_lsn(rec)
                 if ol is not None and ol[0] != "r" and ol[1] >= before_lsn:
                     continue

@@ -188,3 +188,34 @@ def test_a_replica_identity_without_the_key_is_refused(pg: PgServer, db: str, tm
         run_cli("capture", pg.dsn(db), str(tmp_path / t), "--table", t, check=True, timeout=60)
         got = [(r["key"], r["headers"]["op"]) for r in log_records(str(tmp_path / t))[2:]]
         assert got == [("1", "d"), ("2", "d"), ("3", "u")], t
+
+
+def test_a_corrupt_line_in_the_log_is_named(pg: PgServer, db: str, tmp_path: Path) -> None:
+    """A line of the log that is not a record stops capture (which reads the log to resume) with one line
+    naming the segment, the line and the reason, exit 1, as the log's other readers do; the log is left
+    as it was."""
+    pg.sql("create table cl (id int primary key, v text)", db)
+    pg.sql("insert into cl values (1, 'a'), (2, 'b'), (3, 'c')", db)
+    log = str(tmp_path / "cl")
+    run_cli("capture", pg.dsn(db), log, "--table", "cl", check=True, timeout=60)
+    pg.sql("insert into cl values (4, 'd')", db)
+    run_cli("capture", pg.dsn(db), log, "--table", "cl", check=True, timeout=60)
+    (seg,) = Path(log, "p0").glob("*.jsonl")
+    lines = seg.read_bytes().splitlines(keepends=True)
+    assert len(lines) == 4
+    good = seg.read_bytes()
+    # the newest line (what a rerun reads to know where it stopped) and a snapshot row (what a TRUNCATE reads)
+    for at, change in ((3, "insert into cl values (5, 'e')"), (1, "truncate cl")):
+        bad = lines[:]
+        bad[at] = b'{"offset":%d,"partition":0,"ts":1,"key":"x","value":[1e400]}\n' % at
+        seg.write_bytes(b"".join(bad))
+        pg.sql(change, db)
+        err = _fails(run_cli("capture", pg.dsn(db), log, "--table", "cl", timeout=60), 1,
+                     f"{seg}:{at + 1}: byte {sum(map(len, lines[:at]))}", "corrupt record", "number is infinity",
+                     "streamctl check")
+        assert "invalid JSON: number" in err and seg.read_bytes() == b"".join(bad)
+        seg.write_bytes(good)
+        run_cli("capture", pg.dsn(db), log, "--table", "cl", check=True, timeout=60)  # mended: it goes on
+        good = seg.read_bytes()
+        lines = good.splitlines(keepends=True)
+    assert [r["headers"]["op"] for r in log_records(log)] == ["r", "r", "r", "c", "c", "d", "d", "d", "d", "d"]

@@ -105,3 +105,40 @@ def test_numeric_beyond_the_double_range_is_a_string() -> None:
     assert values.is_json_number("12.5") and not values.is_json_number("NaN")
     assert not values.is_json_number(huge)
     assert j(values.parse_array("{1.5," + huge + "}", conv)) == b'[1.5,"%s"]' % huge.encode()
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ('{"a": 1.5e3, "b": "x"}', '{"a": 1.5e3, "b": "x"}'),  # readable: the server's text, as is
+    ("[1e309, -1E+400, 1e-400, \"1e309\"]", '["1e309", "-1E+400", 1e-400, "1e309"]'),
+    ("1" + "0" * 400, '"1' + "0" * 400 + '"'),
+    ('["\\ud800", "\\ud83d\\ude00", "\\\\ud800", "\\udc00\\ud800x"]',
+     '["\\ufffd", "\\ud83d\\ude00", "\\\\ud800", "\\ufffd\\ufffdx"]'),
+    ("[" * 1100 + "]" * 1100, '"' + "[" * 1100 + "]" * 1100 + '"'),
+])
+def test_json_the_readers_refuse(text: str, want: str) -> None:
+    assert j(values.converter(114)(text)) == want.encode()
+    orjson.loads(b'{"value":{"j":%s}}' % j(values.converter(114)(text)))
+    if "e" not in text and "\\u" not in text:  # a text jsonb can print
+        assert j(values.converter(3802)(text)) == want.encode()
+
+
+def test_fast_lane_rows_mended_as_the_converters() -> None:
+    mend = values.row_mender({"a": 3802, "b": 114})
+    assert mend is not None and values.row_mender({}) is None
+    row = ('{"id":1,"a":{"x": [1' + "0" * 400 + ', 2]},"b":["\\ud800", 1e309],"t":"1e309 \\\\ud800"}').encode()
+    assert mend(row) == ('{"id":1,"a":{"x": ["1' + "0" * 400 + '", 2]},"b":["\\ufffd", "1e309"],'
+                         '"t":"1e309 \\\\ud800"}').encode()
+    ok = b'{"id":2,"a":{"x": 1},"b":[1.5e3]}'
+    assert mend(ok) is ok
+
+
+def test_int_vectors() -> None:
+    assert j(values.converter(22)("1 2")) == b"[1,2]" and j(values.converter(30)("")) == b"[]"
+    assert j(values.converter(1006, 22)('{"1 2",7}')) == b"[[1,2],[7]]"
+
+
+def test_bc_years() -> None:
+    assert values.converter(1184)("0044-03-15 12:00:00.5+00 BC") == "-0043-03-15T12:00:00.500000Z"
+    assert values.converter(1184)("0001-01-01 00:00:00+00 BC") == "0000-01-01T00:00:00.000000Z"
+    assert values.converter(1114)("0044-03-15 12:00:00 BC") == "-0043-03-15T12:00:00"
+    assert values.converter(1082)("4713-01-01 BC") == "-4712-01-01" and values.converter(1082)("2026-11-21") == "2026-11-21"
