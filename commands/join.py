@@ -116,7 +116,7 @@ def join(
     table_retention: str | None = typer.Option(None, "--table-retention", callback=numbers.duration(), metavar="DUR", help="With --as-of event-time: keep table versions only back to watermark - DUR."),
     lateness: str | None = typer.Option(None, "--lateness", callback=numbers.duration(), metavar="DUR", help="How far the watermark trails the largest event time seen (default 0); with --within or --as-of event-time."),
     late_out: str | None = typer.Option(None, "--late-out", metavar="FILE", help="Write late records to FILE (a log's records as stored JSON, a plain file's values)."),
-    output: str = typer.Option("jsonl", "--output", "-o", metavar="jsonl|csv|table", help="jsonl for scripts (default), csv, or an aligned table for people (buffers all rows)."),
+    output: str = typer.Option("jsonl", "--output", "-o", metavar="jsonl|csv|table", help="jsonl for scripts (default), csv, or an aligned table for people (buffers the rows; with --follow, written before each checkpoint)."),
     engine: str = options.engine(),
     spark_threshold: str | None = options.spark_threshold(),
     master: str | None = options.master(),

@@ -266,3 +266,26 @@ def test_late_events_are_counted_and_kept_across_runs(tmp_path):
     assert p.returncode == 0 and b"1 late event" in p.stderr
     with open(late_out, "rb") as f:
         assert [r["value"]["id"] for r in rows(f.read())] == ["l-late"]
+
+
+def test_a_table_output_is_written_before_each_checkpoint(tmp_path):
+    """-o table holds its rows until it is written: a checkpoint comes after that, so kill -9 once a
+    checkpoint is there loses no row (the rows are in the output already, the rerun writes none again)."""
+    left, right = make_inputs(tmp_path)
+    out_path = tmp_path / "run1.out"
+    with open(out_path, "wb") as out:
+        p = subprocess.Popen([*CLI, "join", left, right, *KINDS["table"], "--follow", "--group", "g", "-o", "table"],
+                             stdout=out, stderr=subprocess.PIPE, env=cli_env())
+        db = os.path.join(left, "groups", ".g.join.db")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not _has_checkpoint(db):
+            time.sleep(0.1)
+        p.kill()
+        p.communicate(timeout=60)
+    again = join(left, right, *KINDS["table"], "--follow", "--group", "g", "-o", "table", *IDLE)
+    assert again.returncode == 0, again.stderr
+    text = out_path.read_text() + again.stdout.decode()
+    ids = {r["left"]["id"] for r in rows(join(left, right, *KINDS["table"]).stdout)}
+    assert len(ids) == 60
+    cells = text.split()
+    assert all(i in cells for i in ids), sorted(ids - set(cells))
