@@ -48,9 +48,10 @@ Keys: --on omitted = the record key on both sides; --on PATH = the same field
 on both sides; --on A=B = A on LEFT, B on RIGHT (a path not starting with
 key/ts/offset/partition/headers/value is under value: user.id = value.user.id;
 headers.NAME is a header of the envelope).
-A plain file has no record key: join it on a value field. A changelog's table
-key is its join key; a tombstone (null value) deletes the key equal to its
-record key. Keys match when their JSON is equal ("7" is not 7); null keys
+A plain file's offset is its line number (from 0) and its partition 0; it has
+no record key, headers or append time: join it on a value field (or offset).
+A changelog's table key is its join key; a tombstone (null value) deletes the
+key equal to its record key. Keys match when their JSON is equal ("7" is not 7); null keys
 never match. Event time: --time-field PATH or A=B (default ts, the append
 time; in a plain file, the value's own ts field, as in window); ISO-8601 or
 epoch s/ms/us numbers. A stream event without a usable time is skipped and

@@ -414,7 +414,8 @@ def test_cli_enrichment_from_stdin_and_tables(tmp_path):
 @pytest.mark.parametrize("args,code,msg", [
     (["--within", "1s"], 2, "plain file: it has no key"),
     (["--table", "--on", "id", "--as-of", "event-time", "--time-field", "key"], 2, "LEFT "),
-    (["--within", "1h", "--on", "id", "--time-field", "at=partition"], 2, "RIGHT "),
+    (["--within", "1h", "--on", "id", "--time-field", "at=headers.t"], 2, "RIGHT "),
+    (["--table", "--on", "ts"], 2, "plain file: it has no ts"),
     (["--table", "--on", "id", "--output", "xml"], 2, "--output must be one of"),
 ])
 def test_cli_usage_errors(tmp_path, args, code, msg):
