@@ -55,7 +55,10 @@ key equal to its record key. Keys match when their JSON is equal ("7" is not 7);
 never match. Event time: --time-field PATH or A=B (default ts, the append
 time; in a plain file, the value's own ts field, as in window); ISO-8601 or
 epoch s/ms/us numbers. A stream event without a usable time is skipped and
-counted on stderr.
+counted on stderr where the join needs its time: stream-stream (--within) and
+--as-of event-time. An enrichment as of position (--table) needs none: such an
+event keeps its place in its partition's order and is joined, uncounted, and
+--tables takes every change.
 
 \b
 Watermark and lateness (--within, and --table --as-of event-time): the
