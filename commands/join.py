@@ -96,7 +96,8 @@ one SQLite transaction in LEFT/groups/.G.join.db, after the rows they produced
 were written: after kill -9 a rerun loses no row and joins no event twice;
 rows written after the last checkpoint are written again, identical. The
 tables live on disk there (a bounded cache in memory), and a checkpoint
-writes only what changed. stat shows the group's lag on both inputs.
+writes only what changed. stat shows the group's lag on both inputs. The
+counts on stderr (late events, events without a time) are this run's.
 --idle-timeout DUR exits after DUR without new records, without writing what
 only the end of input would (unmatched events that could still match stay
 pending in the checkpoint). SIGTERM/Ctrl-C checkpoint and exit (0/130).

@@ -289,3 +289,27 @@ def test_a_table_output_is_written_before_each_checkpoint(tmp_path):
     assert len(ids) == 60
     cells = text.split()
     assert all(i in cells for i in ids), sorted(ids - set(cells))
+
+
+def test_a_rerun_reports_its_own_counts(tmp_path):
+    """stderr's late and untimed counts are the run's own: a rerun that reads one new, timely record
+    reports none of the earlier runs' (the checkpoint keeps the totals)."""
+    left, right = str(tmp_path / "left"), str(tmp_path / "right")
+    lines = [json.dumps({"u": "a", "at": T0 + 60_000})] + [json.dumps({"u": "a", "at": T0 + i}) for i in range(3)]
+    produce(left, [*lines, json.dumps({"u": "a", "at": "soon"})], partitions=1)
+    produce(right, [json.dumps({"u": "a", "at": T0 + 60_000})], partitions=1)
+    args = [left, right, *KINDS["stream-outer"], "--follow", "--group", "g", *IDLE]
+    first = join(*args)
+    assert first.returncode == 0, first.stderr
+    assert b"3 late event(s)" in first.stderr and b"1 event(s) without a usable time" in first.stderr
+    produce(left, [json.dumps({"u": "a", "at": T0 + 61_000})], partitions=1)
+    again = join(*args)
+    assert again.returncode == 0, again.stderr
+    assert rows(again.stdout) and b"late" not in again.stderr and b"usable time" not in again.stderr, again.stderr
+    db = os.path.join(left, "groups", ".g.join.db")
+    con = sqlite3.connect(db)
+    try:
+        stats = json.loads(con.execute("SELECT value FROM meta WHERE name = 'checkpoint'").fetchone()[0])["stats"]
+    finally:
+        con.close()
+    assert stats["late"] == [3, 0] and stats["no_time"] == [1, 0] and stats["records"][0] == 6
