@@ -48,13 +48,17 @@ Keys: --on omitted = the record key on both sides; --on PATH = the same field
 on both sides; --on A=B = A on LEFT, B on RIGHT (a path not starting with
 key/ts/offset/partition/headers/value is under value: user.id = value.user.id;
 headers.NAME is a header of the envelope).
-A plain file has no record key: join it on a value field. A changelog's table
-key is its join key; a tombstone (null value) deletes the key equal to its
-record key. Keys match when their JSON is equal ("7" is not 7); null keys
+A plain file's offset is its line number (from 0) and its partition 0; it has
+no record key, headers or append time: join it on a value field (or offset).
+A changelog's table key is its join key; a tombstone (null value) deletes the
+key equal to its record key. Keys match when their JSON is equal ("7" is not 7); null keys
 never match. Event time: --time-field PATH or A=B (default ts, the append
 time; in a plain file, the value's own ts field, as in window); ISO-8601 or
 epoch s/ms/us numbers. A stream event without a usable time is skipped and
-counted on stderr.
+counted on stderr where the join needs its time: stream-stream (--within) and
+--as-of event-time. An enrichment as of position (--table) needs none: such an
+event keeps its place in its partition's order and is joined, uncounted, and
+--tables takes every change.
 
 \b
 Watermark and lateness (--within, and --table --as-of event-time): the
@@ -92,7 +96,8 @@ one SQLite transaction in LEFT/groups/.G.join.db, after the rows they produced
 were written: after kill -9 a rerun loses no row and joins no event twice;
 rows written after the last checkpoint are written again, identical. The
 tables live on disk there (a bounded cache in memory), and a checkpoint
-writes only what changed. stat shows the group's lag on both inputs.
+writes only what changed. stat shows the group's lag on both inputs. The
+counts on stderr (late events, events without a time) are this run's.
 --idle-timeout DUR exits after DUR without new records, without writing what
 only the end of input would (unmatched events that could still match stay
 pending in the checkpoint). SIGTERM/Ctrl-C checkpoint and exit (0/130).
@@ -116,7 +121,7 @@ def join(
     table_retention: str | None = typer.Option(None, "--table-retention", callback=numbers.duration(), metavar="DUR", help="With --as-of event-time: keep table versions only back to watermark - DUR."),
     lateness: str | None = typer.Option(None, "--lateness", callback=numbers.duration(), metavar="DUR", help="How far the watermark trails the largest event time seen (default 0); with --within or --as-of event-time."),
     late_out: str | None = typer.Option(None, "--late-out", metavar="FILE", help="Write late records to FILE (a log's records as stored JSON, a plain file's values)."),
-    output: str = typer.Option("jsonl", "--output", "-o", metavar="jsonl|csv|table", help="jsonl for scripts (default), csv, or an aligned table for people (buffers all rows)."),
+    output: str = typer.Option("jsonl", "--output", "-o", metavar="jsonl|csv|table", help="jsonl for scripts (default), csv, or an aligned table for people (buffers the rows; with --follow, written before each checkpoint)."),
     engine: str = options.engine(),
     spark_threshold: str | None = options.spark_threshold(),
     master: str | None = options.master(),

@@ -112,7 +112,9 @@ def run_follow(spec: joining.JoinSpec, output: str, group: str | None, idle: flo
     out = Output(unbuffered=True if unbuffered else None)
     rows = JoinRows(spec, output, out)
     with late_file(late_out, append=True) as f:
-        flush_rows, flush_late = follow_flushes(group, out.flush, f, late_out)
+        # rows.finish, not only a flush: a table (-o table) holds its rows until it is written, and a
+        # checkpoint must come after them, so each checkpoint writes the table of the rows since the last
+        flush_rows, flush_late = follow_flushes(group, rows.finish, f, late_out)
         stopflag.install()
         stats = follow(spec, group, rows.emit, rows.emit_op, flush_rows, idle, late_sink(f), flush_late, say,
                        rows.write_jsonl)

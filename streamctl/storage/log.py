@@ -167,6 +167,11 @@ def log_name(path: str) -> str:
 
 def open_log(path: str) -> Log:
     if not os.path.isdir(path):
+        if os.path.isfile(path):
+            # commands that only read take a plain file (is_log_input); the others need a log
+            raise StorageError(f"{path} is a plain file, not a log (a log is a folder that produce creates)")
+        if os.path.exists(path):
+            raise StorageError(f"{path} is not a log (a log is a folder that produce creates)")
         raise StorageError(f"{path}: no such log")
     return Log(path, _read_meta(path))
 

@@ -149,3 +149,37 @@ def test_where_over_objects_and_arrays_mixed(tmp_path, command, form):
             got = [r["value"] for r in got]
         want = [v for v in mixed if orjson.dumps(_get(v, path)) == lit.encode()]
         assert got == want, (path, out)
+
+
+PLAIN_KINDS = [["--within", "3s", "--how", "outer"], ["--table", "--how", "left"],
+               ["--table", "--how", "left", "--as-of", "event-time"], ["--tables"]]
+
+
+@pytest.mark.parametrize("kind", PLAIN_KINDS, ids=lambda k: " ".join(k))
+@pytest.mark.parametrize("output", ["jsonl", "csv"])  # the batch kernels write JSON lines; CSV takes the record path
+def test_join_reads_a_plain_files_offset_and_partition(tmp_path, kind, output):
+    """A plain file's offset is its line number from 0 (a blank line counted) and its partition 0, in
+    --on and --time-field as in consume --where and window --by."""
+    left, right = tmp_path / "l.jsonl", tmp_path / "r.jsonl"
+    left.write_text('{"a":"x"}\n{"a":"y"}\n{"a":"z"}\n{"a":"w"}\n')
+    right.write_text('{"b":0}\n\n{"b":2}\n')
+    assert [orjson.loads(x)["b"] for x in run_cli("consume", str(right), "--value", "--where", "offset == 2",
+                                                    check=True).stdout.splitlines()] == [2]
+
+    def joined(*args: str) -> list[tuple]:
+        out = run_cli("join", str(left), str(right), *kind, *args, "--time-field", "offset", "-o", output,
+                      check=True).stdout.decode()
+        if output == "jsonl":
+            rows = [orjson.loads(x) for x in out.splitlines()]
+        else:
+            import csv
+
+            rows = [{c: orjson.loads(v) if v and c != "op" else None for c, v in r.items()}
+                    for r in csv.DictReader(out.splitlines())]
+        return sorted((r["key"], (r["left"] or {}).get("a"), (r["right"] or {}).get("b")) for r in rows)
+
+    by_offset = joined("--on", "offset")
+    assert (0, "x", 0) in by_offset and (2, "z", 2) in by_offset
+    assert not [r for r in by_offset if r[1] and r[2] is not None and r[0] not in (0, 2)]
+    by_partition = joined("--on", "partition")
+    assert by_partition and all(r[0] == 0 for r in by_partition)

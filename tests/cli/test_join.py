@@ -414,7 +414,8 @@ def test_cli_enrichment_from_stdin_and_tables(tmp_path):
 @pytest.mark.parametrize("args,code,msg", [
     (["--within", "1s"], 2, "plain file: it has no key"),
     (["--table", "--on", "id", "--as-of", "event-time", "--time-field", "key"], 2, "LEFT "),
-    (["--within", "1h", "--on", "id", "--time-field", "at=partition"], 2, "RIGHT "),
+    (["--within", "1h", "--on", "id", "--time-field", "at=headers.t"], 2, "RIGHT "),
+    (["--table", "--on", "ts"], 2, "plain file: it has no ts"),
     (["--table", "--on", "id", "--output", "xml"], 2, "--output must be one of"),
 ])
 def test_cli_usage_errors(tmp_path, args, code, msg):
@@ -500,3 +501,22 @@ def test_cli_enrichment_of_a_plain_file_with_a_partitioned_log_table(tmp_path):
         assert [(r["left"]["n"], r["right"] and r["right"]["tier"]) for r in rows] == want
         rows = jl(run_cli("join", src, tb, *flags, input=stdin))
         assert [r["left"]["n"] for r in rows] == [1, 2, 3, 4]
+
+
+def test_cli_untimed_events_are_skipped_only_where_the_join_needs_their_time(tmp_path):
+    """Stream-stream and --as-of event-time skip and count an event without a usable time; an
+    enrichment as of position joins it (its place in the input order is enough), uncounted, and
+    --help says which is which."""
+    ev, tb = tmp_path / "e.jsonl", tmp_path / "t.jsonl"
+    ev.write_text('{"u":1,"at":1000}\n{"u":1,"at":"soon"}\n{"u":1}\n')
+    tb.write_text('{"u":1,"at":500}\n')
+    common = [str(ev), str(tb), "--on", "u", "--time-field", "at"]
+    for kind in (["--within", "1h"], ["--table", "--as-of", "event-time"]):
+        p = run_cli("join", *common, *kind, check=True)
+        assert len(jl(p)) == 1 and b"2 event(s) without a usable time" in p.stderr
+    for output in ("jsonl", "csv"):
+        p = run_cli("join", *common, "--table", "-o", output, check=True)
+        assert len(p.stdout.splitlines()) == 3 + (output == "csv") and b"usable time" not in p.stderr
+    text = " ".join(run_cli("join", "--help", check=True).stdout.decode().split())
+    assert "stream-stream (--within) and --as-of event-time" in text
+    assert "An enrichment as of position (--table) needs none" in text

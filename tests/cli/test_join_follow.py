@@ -266,3 +266,50 @@ def test_late_events_are_counted_and_kept_across_runs(tmp_path):
     assert p.returncode == 0 and b"1 late event" in p.stderr
     with open(late_out, "rb") as f:
         assert [r["value"]["id"] for r in rows(f.read())] == ["l-late"]
+
+
+def test_a_table_output_is_written_before_each_checkpoint(tmp_path):
+    """-o table holds its rows until it is written: a checkpoint comes after that, so kill -9 once a
+    checkpoint is there loses no row (the rows are in the output already, the rerun writes none again)."""
+    left, right = make_inputs(tmp_path)
+    out_path = tmp_path / "run1.out"
+    with open(out_path, "wb") as out:
+        p = subprocess.Popen([*CLI, "join", left, right, *KINDS["table"], "--follow", "--group", "g", "-o", "table"],
+                             stdout=out, stderr=subprocess.PIPE, env=cli_env())
+        db = os.path.join(left, "groups", ".g.join.db")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not _has_checkpoint(db):
+            time.sleep(0.1)
+        p.kill()
+        p.communicate(timeout=60)
+    again = join(left, right, *KINDS["table"], "--follow", "--group", "g", "-o", "table", *IDLE)
+    assert again.returncode == 0, again.stderr
+    text = out_path.read_text() + again.stdout.decode()
+    ids = {r["left"]["id"] for r in rows(join(left, right, *KINDS["table"]).stdout)}
+    assert len(ids) == 60
+    cells = text.split()
+    assert all(i in cells for i in ids), sorted(ids - set(cells))
+
+
+def test_a_rerun_reports_its_own_counts(tmp_path):
+    """stderr's late and untimed counts are the run's own: a rerun that reads one new, timely record
+    reports none of the earlier runs' (the checkpoint keeps the totals)."""
+    left, right = str(tmp_path / "left"), str(tmp_path / "right")
+    lines = [json.dumps({"u": "a", "at": T0 + 60_000})] + [json.dumps({"u": "a", "at": T0 + i}) for i in range(3)]
+    produce(left, [*lines, json.dumps({"u": "a", "at": "soon"})], partitions=1)
+    produce(right, [json.dumps({"u": "a", "at": T0 + 60_000})], partitions=1)
+    args = [left, right, *KINDS["stream-outer"], "--follow", "--group", "g", *IDLE]
+    first = join(*args)
+    assert first.returncode == 0, first.stderr
+    assert b"3 late event(s)" in first.stderr and b"1 event(s) without a usable time" in first.stderr
+    produce(left, [json.dumps({"u": "a", "at": T0 + 61_000})], partitions=1)
+    again = join(*args)
+    assert again.returncode == 0, again.stderr
+    assert rows(again.stdout) and b"late" not in again.stderr and b"usable time" not in again.stderr, again.stderr
+    db = os.path.join(left, "groups", ".g.join.db")
+    con = sqlite3.connect(db)
+    try:
+        stats = json.loads(con.execute("SELECT value FROM meta WHERE name = 'checkpoint'").fetchone()[0])["stats"]
+    finally:
+        con.close()
+    assert stats["late"] == [3, 0] and stats["no_time"] == [1, 0] and stats["records"][0] == 6

@@ -46,6 +46,16 @@ def test_stat_missing_log(tmp_path):
     assert p.returncode == 1 and b"no such log" in p.stderr
 
 
+@pytest.mark.parametrize("command", ["stat", "check"])
+def test_a_plain_file_is_named_as_one(tmp_path, command):
+    """A plain file exists: it is said to be a plain file, not a log, never "no such log"."""
+    f = tmp_path / "L.jsonl"
+    f.write_text('{"a":1}\n')
+    p = run_cli(command, str(f))
+    assert p.returncode == 1 and p.stdout == b"" and b"Traceback" not in p.stderr
+    assert p.stderr.decode() == f"streamctl: {f} is a plain file, not a log (a log is a folder that produce creates)\n"
+
+
 def test_check_clean_torn_and_corrupt(logdir):
     run_cli("produce", logdir, input="1\n2\n3\n", check=True)
     assert run_cli("check", logdir).returncode == 0

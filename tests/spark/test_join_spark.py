@@ -126,6 +126,12 @@ CASES = [
     ("s", "t", {"table": True, "how": "left", "as_of": "event-time", "table_retention": "2s"}),
     ("lt", "t", {"tables": True}),
     ("lt", "t", {"tables": True, "on": "key=k"}),
+    # a plain file's offset is its line number (blank lines counted), its partition 0
+    ("s.jsonl", "c.jsonl", {"within": "1s", "how": "left", "on": "offset", "time_field": "at"}),
+    ("s.jsonl", "c.jsonl", {"within": "4s", "how": "outer", "on": "partition", "time_field": "offset"}),
+    ("s.jsonl", "t.jsonl", {"table": True, "how": "left", "on": "offset"}),
+    ("s.jsonl", "t.jsonl", {"table": True, "how": "left", "as_of": "event-time", "time_field": "offset", "on": "k"}),
+    ("lt", "t.jsonl", {"tables": True, "on": "partition"}),
 ]
 
 

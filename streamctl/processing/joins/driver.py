@@ -4,7 +4,9 @@ Decisions (also in `streamctl join --help` and docs/guide/joins.md):
 - `--on` omitted means the record key on both sides. `--on PATH` uses the same
   path on both sides, `--on A=B` path A on LEFT and B on RIGHT; a path not
   starting with an envelope field is under `value` (`user.id` = `value.user.id`).
-  A plain file has no record key, so it needs a value path.
+  A plain file has no record key (nor headers or append time), so it needs a
+  value path, or its `offset` (the line number from 0) or `partition` (0), read
+  as consume --where and window --by read them.
 - The key of a changelog (a table side) is its join key: the record key by
   default. A null value is a tombstone for that key; when the key comes from
   a value path, a tombstone (which has no value to read it from) deletes the
@@ -112,11 +114,13 @@ def check_inputs(spec: JoinSpec) -> list[inputorder.InputSpec]:
     needs_time = (spec.has_watermark, spec.kind == "stream")
     for i, s in enumerate(specs):
         side = ("LEFT", "RIGHT")[i]
-        if not s.is_log and spec.on[i][0] in ("key", "offset", "partition", "ts", "headers"):
+        # A plain file's offset is its line number and its partition 0, as everywhere; it has no key,
+        # append time or headers: a join on one would never match, an event time never be found
+        if not s.is_log and spec.on[i][0] in ("key", "ts", "headers"):
             raise UsageError(f"{side} {s.path} is a plain file: it has no {'.'.join(spec.on[i])}; "
                              f"join it on a value field with --on PATH (e.g. --on user.id)")
-        if not s.is_log and needs_time[i] and spec.time_field[i][0] in ("ts", "offset", "partition", "key"):
-            # `ts` alone became value.ts (make_spec); ts.x, offset, partition and key have nothing to read
+        if not s.is_log and needs_time[i] and spec.time_field[i][0] in ("ts", "key", "headers"):
+            # `ts` alone became value.ts (make_spec); ts.x, key and headers have nothing to read
             raise UsageError(f"{side} {s.path} is a plain file: it has no {'.'.join(spec.time_field[i])} to "
                              f"take event times from; give a value field with --time-field PATH")
     return specs

@@ -10,7 +10,7 @@ With `--group G` the checkpoint is one SQLite file, LEFT/groups/.G.join.db, writ
 transaction: the tables (joins/store.py: only the rows that changed since the last
 checkpoint), both inputs' offsets and merge keys, the operator's small state (the
 stream-stream buffers, as-of events still waiting, the watermark, the input position)
-and the counts. It is written after the rows the records produced were flushed (and
+and the counts of all the group's runs (a run reports its own). It is written after the rows the records produced were flushed (and
 fsynced when stdout is a file), so after a kill -9 a rerun starts from a consistent
 (offsets, state) pair: no row lost, no event joined twice, and the rows written after
 the last checkpoint written again, identically. The group's offset file in each log
@@ -153,7 +153,8 @@ class JoinFollower:
         self.spec = spec
         self.group = group
         self.notice = notice
-        self.stats = JoinStats()
+        self.stats = JoinStats()  # this run's counts (what it reports); the checkpoint keeps the totals
+        self.earlier = JoinStats()  # the counts of the group's runs before this one (from the checkpoint)
         self.inputs = Inputs((logmod.open_log(spec.left), logmod.open_log(spec.right)))
         self.lock_fd: int | None = None
         self.reader: Generator[follow_inputs.Message, None, None] | None = None  # the kernel's reader of the current plan
@@ -225,7 +226,7 @@ class JoinFollower:
                 self.inputs.positions[side].update({int(p): int(o) for p, o in data["offsets"][side].items()})
                 self.inputs.highs[side].update({int(p): int(h) for p, h in data["merge_keys"][side].items()})
             s = data["stats"]
-            st = self.stats
+            st = self.earlier
             st.records, st.no_time, st.late = ([int(x) for x in s[k]] for k in ("records", "no_time", "late"))
             self.feeder.load(data["state"])
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
@@ -245,7 +246,8 @@ class JoinFollower:
                 body = {"format": CHECKPOINT_FORMAT, "group": self.group, "options": options(self.spec),
                         "offsets": [{str(p): o for p, o in sorted(inputs.positions[s].items())} for s in (0, 1)],
                         "merge_keys": [{str(p): h for p, h in sorted(inputs.highs[s].items())} for s in (0, 1)],
-                        "stats": {"records": st.records, "no_time": st.no_time, "late": st.late},
+                        "stats": {k: [a + b for a, b in zip(getattr(self.earlier, k), getattr(st, k), strict=True)]
+                                  for k in ("records", "no_time", "late")},
                         "state": self.feeder.dump()}
                 db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES ('checkpoint', ?)", (orjson.dumps(body),))
             db.execute("COMMIT")
