@@ -76,6 +76,19 @@ def test_event_time_magnitudes():
     assert event_time_ms(float("nan")) is None
 
 
+def test_sub_millisecond_digits():
+    """Event times drop them (floor, whatever the form); a time given as a bound rounds them up."""
+    assert event_time_ms("2025-11-21T10:00:00.9999Z") == 1763719200999
+    assert event_time_ms(1763719200.9999) == 1763719200999
+    assert event_time_ms(1763719200.123) == 1763719200123  # 1763719200.123 * 1000 is just below
+    assert event_time_ms(1763719200999.9) == 1763719200999
+    assert event_time_ms(1763719200999999) == 1763719200999
+    assert event_time_ms("1969-12-31T23:59:59.9995Z") == event_time_ms(-0.0005) == -1
+    assert parse_time("2025-11-21T10:00:00.9991Z") == 1763719201000
+    assert parse_time("2025-11-21T10:00:00.999Z") == parse_time("2025-11-21T10:00:00.999000Z") == 1763719200999
+    assert parse_time("1969-12-31T23:59:59.9995Z") == 0
+
+
 def test_record_encode_and_fast_paths():
     line = record.encode(42, 3, 1763719200123, b'"user-7"', b'{"a":[1,2],"value":"x"}')
     assert line == b'{"offset":42,"partition":3,"ts":1763719200123,"key":"user-7","value":{"a":[1,2],"value":"x"}}\n'
