@@ -116,6 +116,27 @@ def test_batch_needs_positive(logdir: str) -> None:
     assert run_cli("consume", logdir, "--batch-timeout", "1s").returncode == 2
 
 
+@pytest.mark.parametrize("args,message", [
+    (["--exec", ""], b"--exec needs a command"),
+    (["--exec", "  "], b"--exec needs a command"),
+    (["--exec", "", "--group", "g"], b"--exec needs a command"),
+    (["--sqlite", "", "--group", "g"], b"--sqlite needs a database file"),
+    (["--sqlite", ""], b"--sqlite needs a database file"),
+])
+def test_empty_command_or_database_is_refused(tmp_path, args: list[str], message: bytes) -> None:
+    """An empty --exec or --sqlite is refused with or without a group, from a log or a plain
+    file: it is never taken as no flag at all."""
+    log = str(tmp_path / "log")
+    produce(log, 0, 2)
+    plain = tmp_path / "v.jsonl"
+    plain.write_text('{"a":1}\n')
+    for source in (log, str(plain)):
+        r = run_cli("consume", source, "--max", "2", *args)
+        assert (r.returncode, r.stdout) == (2, b""), r.stderr
+        assert r.stderr == b"streamctl: " + message + b"\n"
+    assert committed(log, "g") == {}
+
+
 # --- retries and dead letters ------------------------------------------------------------
 
 # The command of the tests below: each run's stdin is kept in runs/NNNNN with, on its first
