@@ -142,11 +142,13 @@ def test_template_kcat_tokens_each():
     assert one("%K") == b"7"  # bytes, not characters: é is 2 bytes in UTF-8
     assert one("%s") == '{"a":"é"}'.encode()
     assert one("%S") == b"10"
+    assert one("%R") == b"\x00\x00\x00\x0a"  # kcat's binary %S: big-endian signed 32-bit
     assert one("%h") == b"x=1,y=b"
     assert one("%%") == b"%"
     assert one(r"a\tb\nc") == b"a\tb\nc"
     tomb = record.encode(1, 0, 5, b"null", b"null")
     assert one("[%k][%K][%s][%S][%h]", tomb) == b"[][-1][][-1][]"
+    assert one("%R", tomb) == b"\xff\xff\xff\xff"
     assert one("%s %S", record.encode(1, 0, 5, b'"k"', b'"plain text"')) == b"plain text 10"
     assert one("%d", record.encode(1, 0, 0, b'"k"', b"1")) == b"1970-01-01T00:00:00.000Z"
 
