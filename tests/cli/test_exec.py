@@ -58,6 +58,18 @@ def test_failure_leaves_batch_uncommitted_and_redelivers(logdir: str, tmp_path) 
     assert committed(logdir, "g") == {0: 7}
 
 
+def test_failure_without_a_group_promises_no_redelivery(logdir: str) -> None:
+    """Without --group nothing is committed and nothing resumes: the message says so instead of
+    a group's "not committed, delivered again on the next run"."""
+    produce(logdir, 0, 3)
+    r = run_cli("consume", logdir, "--exec", "cat > /dev/null; exit 3")
+    assert r.returncode == 1
+    assert r.stderr == (b"streamctl: --exec 'cat > /dev/null; exit 3' exited with status 3; consume stops at "
+                        b"this batch of 3 record(s) (p0 0..2); without --group nothing is committed, so a rerun "
+                        b"starts again where --from says (the first record by default)\n")
+    assert not os.path.exists(os.path.join(logdir, "groups")) or not os.listdir(os.path.join(logdir, "groups"))
+
+
 def test_batches_and_a_failure_midway(logdir: str, tmp_path) -> None:
     produce(logdir, 0, 10)
     counts = tmp_path / "counts"
