@@ -87,11 +87,16 @@ def consume(
     """
     from streamctl.errors import UsageError
 
+    # an empty value is no command, file or table; checked before anything tests them for truth
+    if exec_ is not None and not exec_.strip():
+        raise UsageError("--exec needs a command")
+    if sqlite is not None and not sqlite.strip():
+        raise UsageError("--sqlite needs a database file")
     if value and fmt is not None:
         raise UsageError("--value and --format cannot be combined")
     if max_ is not None and max_ < 0:
         raise UsageError("--max must not be negative")
-    if (idle_timeout or exec_) and not follow and exec_ is None:
+    if idle_timeout is not None and not follow and exec_ is None:
         raise UsageError("--idle-timeout needs --follow")
     if batch < 1:
         raise UsageError("--batch must be at least 1")
@@ -125,7 +130,7 @@ def consume(
 
     flt, bound = consume_once.selection(group, from_, key, header, where, until)
     if not logmod.is_log_input(log):
-        if group or exec_ or partition not in (None, 0):
+        if group is not None or exec_ is not None or partition not in (None, 0):
             raise UsageError("--group, --exec and --partition need a log, not a plain file")
         if bound is not None and bound.kind != "offset":
             raise UsageError(f"{log}: a plain file has no timestamps; --until takes an offset (a line number)")
@@ -133,7 +138,7 @@ def consume(
                                           bound.value if bound is not None else None, follow,
                                           parse_duration(idle_timeout) / 1000 if idle_timeout else None, info)
 
-    if follow or exec_ or group:
+    if follow or exec_ is not None or group is not None:
         # a group run claims its partitions so competing members split them
         from streamctl.live import consume as consume_live
 

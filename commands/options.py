@@ -17,7 +17,8 @@ WHERE_HELP = ("Only records where PATH OP VALUE holds (repeatable: all must hold
               "too) is false, except by !=.")
 FORMAT_HELP = ("kcat's -f template, kcat's meanings: %t the log's name (its folder's base name), %p partition, "
                "%o offset, %T timestamp (epoch ms), %k key, %s value, %h headers (n=v,n2=v2), %K / %S key / "
-               "value length in bytes (-1: null), %% a %, kcat's escapes (\\t \\n \\r, \\xHH, \\NNN); "
+               "value length in bytes (-1: null), %R the value length as 4 bytes (binary, big-endian signed "
+               "32-bit, -1: null), %% a %, kcat's escapes (\\t \\n \\r, \\xHH, \\NNN); "
                "plus %d, the timestamp as ISO-8601 UTC with milliseconds.")
 
 

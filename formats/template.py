@@ -8,6 +8,8 @@
     %d  timestamp, ISO-8601 UTC with milliseconds (streamctl's addition)
     %k  key                %K  key length in bytes (-1 for a null key)
     %s  value              %S  value length in bytes (-1 for a null value)
+    %R  value length in bytes (-1 for a null value) as kcat writes it: binary, a 32-bit
+        signed big-endian integer (4 bytes, for framing values in a byte stream)
     %h  headers, `name=value` comma-separated
     %%  a literal %
     and kcat's escapes: \\t \\n \\r, \\xHH a byte in hex, \\NNN a byte in decimal (or
@@ -16,7 +18,7 @@
 
 A key or value that is a JSON string prints as its characters (kcat prints
 the payload's bytes); any other value prints as its JSON text; null prints
-nothing. %K and %S are the byte lengths of what %k and %s print.
+nothing. %K, %S and %R are the byte lengths of what %k and %s print.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ TOKENS = {
     "t": "the log's name (its folder's base name)", "p": "partition", "o": "offset",
     "T": "timestamp (epoch ms)", "d": "timestamp (ISO-8601 UTC)",
     "k": "key", "K": "key length in bytes (-1: null)", "s": "value", "S": "value length in bytes (-1: null)",
+    "R": "value length in bytes (-1: null) as a 4-byte big-endian signed integer",
     "h": "headers (n=v,n2=v2)", "%": "a literal %",
 }
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r"}
@@ -135,6 +138,13 @@ def _length(json_text: bytes) -> bytes:
     return b"%d" % len(_raw(json_text))
 
 
+def _binary_length(json_text: bytes) -> bytes:
+    """kcat's %R: the length %S gives, as 4 bytes of a big-endian signed 32-bit integer (kcat
+    writes htonl of the length; a length of 2 GiB or more wraps as that C cast does)."""
+    n = -1 if json_text == b"null" else len(_raw(json_text))
+    return (n & 0xFFFF_FFFF).to_bytes(4, "big")
+
+
 def _headers(line: bytes) -> bytes:
     if b'"headers"' not in line:
         return b""
@@ -180,6 +190,8 @@ def compile_template(text: str, name: str = "") -> Callable[[bytes], bytes]:
                 out.append(_raw(record.value_bytes(line)))
             elif p == "S":
                 out.append(_length(record.value_bytes(line)))
+            elif p == "R":
+                out.append(_binary_length(record.value_bytes(line)))
             elif p == "h":
                 out.append(_headers(line))
         return b"".join(out)
@@ -205,6 +217,8 @@ def compile_plain_template(text: str, name: str = "") -> Callable[[int, bytes], 
                 out.append(_raw(value))
             elif v == "S":
                 out.append(_length(value))
+            elif v == "R":
+                out.append(_binary_length(value))
             else:
                 out.append(fixed[v])
         return b"".join(out)

@@ -20,6 +20,7 @@ unparseable one: counted and skipped, or the run fails (`--on-bad-time`).
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Iterable
@@ -83,8 +84,13 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def parse_iso(text: str) -> int:
-    """ISO-8601 date-time -> epoch ms. A naive time (no offset) is UTC."""
+def parse_iso(text: str, round_up: bool = False) -> int:
+    """ISO-8601 date-time -> epoch ms. A naive time (no offset) is UTC.
+
+    Digits below the millisecond are dropped (floor): an event at 10:00:00.0009 lies in every
+    window [s, e) of whole milliseconds that 10:00:00.000 lies in. `round_up` rounds them up
+    instead (ceiling), for a bound: a ts of whole ms is >= 10:00:00.0009 exactly when it is
+    >= 10:00:00.001, and < it exactly when it is < 10:00:00.001."""
     s = text.strip()
     if s.endswith(("Z", "z")):
         s = s[:-1] + "+00:00"
@@ -95,7 +101,8 @@ def parse_iso(text: str) -> int:
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     delta = dt - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+    ms = delta.microseconds // 1000 if not round_up else -(-delta.microseconds // 1000)
+    return (delta.days * 86_400 + delta.seconds) * 1000 + ms
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -104,7 +111,11 @@ MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last
 
 
 def parse_time(text: str, now: int | None = None) -> int:
-    """A point in time: ISO-8601, `@EPOCHMS`, or relative `-1h` (now minus). -> epoch ms."""
+    """A point in time: ISO-8601, `@EPOCHMS`, or relative `-1h` (now minus). -> epoch ms.
+
+    Every such time is a bound compared with a record's ts (`ts >= T` starts a range, `ts < T`
+    ends one), so an ISO-8601 time with digits below the millisecond rounds up (parse_iso's
+    `round_up`): rounding down would take in, or leave out, the records of that millisecond."""
     s = text.strip()
     if s.startswith("@"):
         try:
@@ -114,7 +125,7 @@ def parse_time(text: str, now: int | None = None) -> int:
     if s.startswith("-") and len(s) > 1 and not s[1:].isdecimal():
         return (now_ms() if now is None else now) - parse_duration(s[1:])
     try:
-        return parse_iso(s)
+        return parse_iso(s, round_up=True)
     except ValueError:
         raise UsageError(
             f"invalid time {text!r} (use ISO-8601 like 2026-11-21T10:00:00Z, @EPOCHMS or -1h)"
@@ -157,6 +168,8 @@ def event_time_ms(value: object) -> int | None:
     otherwise microseconds (so 1763719200, 1763719200123 and 1763719200123456
     are the same instant). Strings are ISO-8601 (naive = UTC) or digits.
     An instant outside years 1..9999 (MIN_MS..MAX_MS) is not a time.
+    Whatever the form, digits below the millisecond are dropped (floor, as parse_iso does):
+    1763719200.9999 is 1763719200999, like 2025-11-21T10:00:00.9999Z.
     """
     if isinstance(value, bool) or value is None:
         return None
@@ -165,9 +178,10 @@ def event_time_ms(value: object) -> int | None:
             return None
         a = abs(value)
         if a < EPOCH_S_BELOW:
-            return int(round(value * 1000))
+            # rounded to the microsecond first: 1763719200.123 * 1000 is 1763719200122.9998
+            return math.floor(round(value * 1000, 3))
         if a < EPOCH_MS_BELOW:
-            return int(value)
+            return math.floor(value)
         ms = int(value // 1000)
         return ms if MIN_MS <= ms <= MAX_MS else None
     if isinstance(value, str):

@@ -97,10 +97,13 @@ def plan(log: Log, partitions: list[int], from_spec: str | None, group: str | No
                     f"of the log ({info.next_offset}); the log was truncated or replaced. Reset with "
                     f"`{offsets.reset_command(log.path, group or '', '--to-latest')}`")
             if start < info.first_offset:
-                out.notices.append(
-                    f"group {group}: partition {p}: committed offset {start} is no longer in the log "
-                    f"(retention or compaction removed it); resuming at {info.first_offset}, "
-                    f"the next existing record")
+                # Only retention's deleted range is told: records compaction removed are gaps a
+                # reader passes over anywhere in the log (Kafka does not report them either).
+                if start < info.first_base:
+                    out.notices.append(
+                        f"group {group}: partition {p}: committed offset {start} is no longer in the log "
+                        f"(retention deleted its segment); resuming at {info.first_offset}, "
+                        f"the next existing record")
                 start = info.first_offset
         else:
             start = resolve_start(log, p, from_spec or "earliest", info)

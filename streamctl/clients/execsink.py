@@ -374,6 +374,14 @@ class ExecBatcher:
         parts = ", ".join(f"p{p} {first[p]}..{last[p]}" for p in sorted(first))
         return f"batch of {hi - lo} record(s) ({parts})"
 
+    def left_undone(self, lo: int = 0, hi: int | None = None) -> str:
+        """What becomes of records [lo, hi) the command failed on, for the message that stops consume."""
+        if self.group is None:
+            # no group: no offsets are kept at all, so there is no "next run" that resumes
+            return (f"consume stops at this {self.describe(lo, hi)}; without --group nothing is committed, "
+                    "so a rerun starts again where --from says (the first record by default)")
+        return f"{self.describe(lo, hi)} was not committed and will be delivered again on the next run"
+
     def run(self) -> None:
         if not self.count:
             return
@@ -394,8 +402,7 @@ class ExecBatcher:
         why = _failure_text(rc)
         tried = f" (tried {self.policy.retries + 1} times)" if self.policy.retries else ""
         if self.dead is None:
-            raise ExecFailed(f"--exec {self.command!r} {why}{tried}; {self.describe(lo, hi)} was not committed "
-                             "and will be delivered again on the next run")
+            raise ExecFailed(f"--exec {self.command!r} {why}{tried}; {self.left_undone(lo, hi)}")
         if hi - lo == 1:
             p, nxt, line = self.records[lo]
             error = _error_header(rc, tail)
@@ -446,8 +453,7 @@ class ExecBatcher:
                 return run_capturing(self.command, data, env)
             return subprocess.run(self.command, shell=True, input=data, env=env).returncode, b""
         except OSError as e:
-            raise ExecFailed(f"--exec {self.command!r}: cannot run: {e.strerror}; {self.describe()} "
-                             "was not committed") from None
+            raise ExecFailed(f"--exec {self.command!r}: cannot run: {e.strerror}; {self.left_undone()}") from None
 
     def _commit(self, lo: int, hi: int) -> None:
         """Records [lo, hi) were delivered; the ones before lo are committed already."""

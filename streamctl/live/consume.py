@@ -40,7 +40,6 @@ def run(log: str, group: str | None, from_: str | None, partition: int | None, m
         exec_policy: ExecPolicy | None = None, info: Callable[[str], None] = lambda msg: None) -> None:
     from streamctl import stopflag
     from streamctl.clients import consumer
-    from streamctl.errors import UsageError
     from streamctl.formats.records import renderer
     from streamctl.formats.template import log_name
     from streamctl.formats.writer import Output
@@ -48,8 +47,6 @@ def run(log: str, group: str | None, from_: str | None, partition: int | None, m
     from streamctl.storage import log as logmod
     from streamctl.timeparse import parse_duration
 
-    if exec_ is not None and not exec_.strip():
-        raise UsageError("--exec needs a command")
     idle = parse_duration(idle_timeout) / 1000 if idle_timeout else None
     btimeout = parse_duration(batch_timeout) / 1000 if batch_timeout else None
     if btimeout is None and exec_ is not None and follow:

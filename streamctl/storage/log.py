@@ -167,13 +167,19 @@ def log_name(path: str) -> str:
 
 def open_log(path: str) -> Log:
     if not os.path.isdir(path):
-        if os.path.isfile(path):
-            # commands that only read take a plain file (is_log_input); the others need a log
-            raise StorageError(f"{path} is a plain file, not a log (a log is a folder that produce creates)")
-        if os.path.exists(path):
-            raise StorageError(f"{path} is not a log (a log is a folder that produce creates)")
-        raise StorageError(f"{path}: no such log")
+        raise StorageError(f"{path}: {_not_a_folder(path) or 'no such log'}")
     return Log(path, _read_meta(path))
+
+
+def _not_a_folder(path: str) -> str | None:
+    """Why `path`, which exists but is no folder, is no log (for a message); None when it does not exist."""
+    if os.path.isfile(path):
+        return "a plain file, not a log (a log is the folder `streamctl produce` creates)"
+    if os.path.islink(path) and not os.path.exists(path):
+        return "no such log (a symlink to nothing)"
+    if os.path.lexists(path):
+        return "not a log (not a folder)"
+    return None
 
 
 def own_leftover(name: str) -> bool:
@@ -197,6 +203,9 @@ def open_or_create(path: str, partitions: int | None, segment_bytes: int | None,
     try:
         makedirs_durable(path)
     except OSError as e:
+        reason = _not_a_folder(path) if isinstance(e, FileExistsError) else None
+        if reason is not None:
+            raise StorageError(f"{path}: {reason}; refusing to create a log there") from None
         raise StorageError(f"{path}: cannot create log folder: {e.strerror}") from None
     # a creation that crashed half-way leaves only our own names behind: finish it
     foreign = [n for n in os.listdir(path) if not own_leftover(n)]

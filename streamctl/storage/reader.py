@@ -28,6 +28,10 @@ class PartitionInfo:
     bytes: int
     first_ts: int | None
     last_ts: int | None
+    # The base offset of the first segment: the offsets below it were in segments retention
+    # deleted. Offsets from it to first_offset were only removed by compaction (which keeps
+    # each segment's name, so its base, even when it keeps none of its records).
+    first_base: int = 0
 
 
 def corrupt(path: str, pos: int | None, e: Exception, hint: str = "") -> StorageError:
@@ -76,13 +80,15 @@ def _open(seg: Segment) -> tuple[int, int] | None:
 def partition_info(log: Log, p: int) -> PartitionInfo:
     segs = log.segments(p)
     total = 0
-    first_off = first_ts = last_ts = None
+    first_off = first_ts = last_ts = first_base = None
     next_off = segs[-1].base if segs else 0
     for seg in segs:
         opened = _open(seg)
         if opened is None:
             continue
         fd, end = opened
+        if first_base is None:
+            first_base = seg.base
         try:
             total += os.fstat(fd).st_size
             if first_off is None:
@@ -112,7 +118,8 @@ def partition_info(log: Log, p: int) -> PartitionInfo:
             break
     if first_off is None:
         first_off = next_off
-    return PartitionInfo(p, first_off, next_off, len(segs), total, first_ts, last_ts)
+    return PartitionInfo(p, first_off, next_off, len(segs), total, first_ts, last_ts,
+                         next_off if first_base is None else first_base)
 
 
 def count_records(log: Log, p: int) -> int:

@@ -500,3 +500,24 @@ if given is not None:
 def segment_lines_of(path: str) -> list[bytes]:
     with open(path, "rb") as f:
         return f.read().splitlines(keepends=True)
+
+
+@pytest.mark.parametrize("committed", [1, 3])
+def test_committed_offset_compaction_removed_is_passed_over_quietly(tmp_path, committed: int) -> None:
+    """A group whose committed offset compaction removed resumes at the next record without a
+    word, at the head of the log (offset 1) as in its middle (offset 3): only a range retention
+    deleted is told (tests/cli/test_retention.py)."""
+    log = str(tmp_path / "log")
+    pad = "x" * 300
+    lines = [{"key": k, "value": f"{v}{pad}"} for k, v in (("a", 1), ("b", 1), ("a", 2), ("b", 2), ("c", 3))]
+    lines.insert(3, {"key": "d", "value": 0})  # offsets: 0 a, 1 b, 2 a, 3 d, 4 b, 5 c
+    lines.insert(4, {"key": "d", "value": 1})  # 4 d (so 3 goes), 5 b, 6 c
+    run_cli("produce", log, "--envelope", "--segment-bytes", "1024", check=True,
+            input="".join(orjson.dumps(x).decode() + "\n" for x in lines))
+    run_cli("replay", log, "--group", "g", "--to-offset", str(committed), "--execute", check=True)
+    run_cli("compact", log, "--roll", check=True)
+    kept = [orjson.loads(x)["offset"] for x in run_cli("consume", log, check=True).stdout.splitlines()]
+    assert committed not in kept and kept[0] > 0  # compaction removed offsets 0 and `committed`
+    r = run_cli("consume", log, "--group", "g", "--format", "%o\n")
+    assert (r.returncode, r.stderr) == (0, b"")
+    assert [int(x) for x in r.stdout.split()] == [o for o in kept if o > committed]

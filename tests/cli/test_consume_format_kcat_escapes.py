@@ -31,3 +31,21 @@ def test_format_escapes_read_as_kcat_reads_them(logdir, template, expected):
     assert r.stdout == expected
     r = run_cli("tail", logdir, "--format", template, check=True)
     assert r.stdout == expected
+
+
+def test_binary_value_length_frames_values_as_kcat_does(tmp_path):
+    """kcat's %R: the value's length in bytes (-1 for null) as a big-endian signed 32-bit integer,
+    so `%R%s` frames each value in a byte stream."""
+    import struct
+
+    log = str(tmp_path / "framed")
+    run_cli("produce", log, "--envelope", check=True,
+            input='{"key":"a","value":"héllo"}\n{"key":"b","value":null}\n{"key":"c","value":{"n":1}}\n')
+    want = struct.pack(">i", 6) + "héllo".encode() + struct.pack(">i", -1) + struct.pack(">i", 7) + b'{"n":1}'
+    for cmd in ("consume", "tail"):
+        assert run_cli(cmd, log, "--format", "%R%s", check=True).stdout == want
+    assert run_cli("consume", log, "--format", "%R%s", "--max", "1", check=True).stdout == want[:10]
+    plain = tmp_path / "values.jsonl"
+    plain.write_text('"abc"\n[1,2]\n')
+    assert run_cli("consume", str(plain), "--format", "%R%s", check=True).stdout == \
+        b"\x00\x00\x00\x03abc\x00\x00\x00\x05[1,2]"

@@ -58,6 +58,18 @@ def test_failure_leaves_batch_uncommitted_and_redelivers(logdir: str, tmp_path) 
     assert committed(logdir, "g") == {0: 7}
 
 
+def test_failure_without_a_group_promises_no_redelivery(logdir: str) -> None:
+    """Without --group nothing is committed and nothing resumes: the message says so instead of
+    a group's "not committed, delivered again on the next run"."""
+    produce(logdir, 0, 3)
+    r = run_cli("consume", logdir, "--exec", "cat > /dev/null; exit 3")
+    assert r.returncode == 1
+    assert r.stderr == (b"streamctl: --exec 'cat > /dev/null; exit 3' exited with status 3; consume stops at "
+                        b"this batch of 3 record(s) (p0 0..2); without --group nothing is committed, so a rerun "
+                        b"starts again where --from says (the first record by default)\n")
+    assert not os.path.exists(os.path.join(logdir, "groups")) or not os.listdir(os.path.join(logdir, "groups"))
+
+
 def test_batches_and_a_failure_midway(logdir: str, tmp_path) -> None:
     produce(logdir, 0, 10)
     counts = tmp_path / "counts"
@@ -114,6 +126,27 @@ def test_batch_needs_positive(logdir: str) -> None:
     produce(logdir, 0, 1)
     assert run_cli("consume", logdir, "--exec", "cat", "--batch", "0").returncode == 2
     assert run_cli("consume", logdir, "--batch-timeout", "1s").returncode == 2
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--exec", ""], b"--exec needs a command"),
+    (["--exec", "  "], b"--exec needs a command"),
+    (["--exec", "", "--group", "g"], b"--exec needs a command"),
+    (["--sqlite", "", "--group", "g"], b"--sqlite needs a database file"),
+    (["--sqlite", ""], b"--sqlite needs a database file"),
+])
+def test_empty_command_or_database_is_refused(tmp_path, args: list[str], message: bytes) -> None:
+    """An empty --exec or --sqlite is refused with or without a group, from a log or a plain
+    file: it is never taken as no flag at all."""
+    log = str(tmp_path / "log")
+    produce(log, 0, 2)
+    plain = tmp_path / "v.jsonl"
+    plain.write_text('{"a":1}\n')
+    for source in (log, str(plain)):
+        r = run_cli("consume", source, "--max", "2", *args)
+        assert (r.returncode, r.stdout) == (2, b""), r.stderr
+        assert r.stderr == b"streamctl: " + message + b"\n"
+    assert committed(log, "g") == {}
 
 
 # --- retries and dead letters ------------------------------------------------------------

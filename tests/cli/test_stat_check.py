@@ -46,16 +46,6 @@ def test_stat_missing_log(tmp_path):
     assert p.returncode == 1 and b"no such log" in p.stderr
 
 
-@pytest.mark.parametrize("command", ["stat", "check"])
-def test_a_plain_file_is_named_as_one(tmp_path, command):
-    """A plain file exists: it is said to be a plain file, not a log, never "no such log"."""
-    f = tmp_path / "L.jsonl"
-    f.write_text('{"a":1}\n')
-    p = run_cli(command, str(f))
-    assert p.returncode == 1 and p.stdout == b"" and b"Traceback" not in p.stderr
-    assert p.stderr.decode() == f"streamctl: {f} is a plain file, not a log (a log is a folder that produce creates)\n"
-
-
 def test_check_clean_torn_and_corrupt(logdir):
     run_cli("produce", logdir, input="1\n2\n3\n", check=True)
     assert run_cli("check", logdir).returncode == 0
@@ -234,3 +224,19 @@ def test_stat_usage_errors(logdir):
     assert run_cli("stat", logdir, "--json", "--output", "json").returncode == 0
     p = run_cli("stat", logdir, logdir + "-missing")
     assert p.returncode == 1 and b"no such log" in p.stderr and p.stdout == b""
+
+
+def test_log_commands_name_a_plain_file_as_one(tmp_path):
+    """A plain file given where only a log will do is named as a plain file, not as missing (with
+    the exit code a missing log gets, 1); produce refuses to make a log there."""
+    plain = tmp_path / "v.jsonl"
+    plain.write_text("1\n")
+    said = f"streamctl: {plain}: a plain file, not a log (a log is the folder `streamctl produce` creates)\n"
+    for args in (["compact"], ["stat"], ["check"], ["replay", "--group", "g", "--to-earliest"]):
+        p = run_cli(args[0], str(plain), *args[1:])
+        assert (p.returncode, p.stdout, p.stderr.decode()) == (1, b"", said), args
+    p = run_cli("compact", str(tmp_path / "none"))
+    assert (p.returncode, p.stderr) == (1, f"streamctl: {tmp_path / 'none'}: no such log\n".encode())
+    p = run_cli("produce", str(plain), input="2\n")
+    assert (p.returncode, p.stderr.decode()) == (1, said[:-1] + "; refusing to create a log there\n")
+    assert plain.read_text() == "1\n"

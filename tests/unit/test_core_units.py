@@ -76,6 +76,19 @@ def test_event_time_magnitudes():
     assert event_time_ms(float("nan")) is None
 
 
+def test_sub_millisecond_digits():
+    """Event times drop them (floor, whatever the form); a time given as a bound rounds them up."""
+    assert event_time_ms("2025-11-21T10:00:00.9999Z") == 1763719200999
+    assert event_time_ms(1763719200.9999) == 1763719200999
+    assert event_time_ms(1763719200.123) == 1763719200123  # 1763719200.123 * 1000 is just below
+    assert event_time_ms(1763719200999.9) == 1763719200999
+    assert event_time_ms(1763719200999999) == 1763719200999
+    assert event_time_ms("1969-12-31T23:59:59.9995Z") == event_time_ms(-0.0005) == -1
+    assert parse_time("2025-11-21T10:00:00.9991Z") == 1763719201000
+    assert parse_time("2025-11-21T10:00:00.999Z") == parse_time("2025-11-21T10:00:00.999000Z") == 1763719200999
+    assert parse_time("1969-12-31T23:59:59.9995Z") == 0
+
+
 def test_record_encode_and_fast_paths():
     line = record.encode(42, 3, 1763719200123, b'"user-7"', b'{"a":[1,2],"value":"x"}')
     assert line == b'{"offset":42,"partition":3,"ts":1763719200123,"key":"user-7","value":{"a":[1,2],"value":"x"}}\n'
@@ -129,11 +142,13 @@ def test_template_kcat_tokens_each():
     assert one("%K") == b"7"  # bytes, not characters: é is 2 bytes in UTF-8
     assert one("%s") == '{"a":"é"}'.encode()
     assert one("%S") == b"10"
+    assert one("%R") == b"\x00\x00\x00\x0a"  # kcat's binary %S: big-endian signed 32-bit
     assert one("%h") == b"x=1,y=b"
     assert one("%%") == b"%"
     assert one(r"a\tb\nc") == b"a\tb\nc"
     tomb = record.encode(1, 0, 5, b"null", b"null")
     assert one("[%k][%K][%s][%S][%h]", tomb) == b"[][-1][][-1][]"
+    assert one("%R", tomb) == b"\xff\xff\xff\xff"
     assert one("%s %S", record.encode(1, 0, 5, b'"k"', b'"plain text"')) == b"plain text 10"
     assert one("%d", record.encode(1, 0, 0, b'"k"', b"1")) == b"1970-01-01T00:00:00.000Z"
 
