@@ -100,8 +100,9 @@ def _in_input_order(params, records, parts, bad_count):
 def _replay(params):
     """Per partition of groups: run the window operator over each group's events in input order."""
     cfg = _config(params)
-    # sliding rows and sessions close only once the watermark is strictly past their end
-    strict = cfg.kind in ("sliding", "session")
+    # sliding rows close only once the watermark is strictly past their end (both ends inclusive);
+    # every other window, sessions too, when the watermark reaches its end
+    strict = cfg.kind == "sliding"
 
     def replay(groups):
         plan = make_plan(cfg)
@@ -115,7 +116,7 @@ def _replay(params):
             op.flush(out)
             for start, end, k, values, _revision in out:
                 # the watermark value that closes it: end, or just past it (sliding: both ends
-                # inclusive; session: an event exactly GAP after the last still joins)
+                # inclusive)
                 yield ("row", (end + 1 if strict else end, start, end, k, values))
             if late:
                 yield ("late", late)

@@ -100,6 +100,59 @@ def test_session_gap_exactly_gap_merges_and_one_ms_more_splits():
     ])
 
 
+SESSION_END_CASES = [
+    # b@10 moves the watermark to 10, the end of a's [0, 10): it closes; a@9 and a@10 are within GAP of it
+    ([("a", 0), ("b", 10), ("a", 9)], [], [(0, 10, "a", 1), (10, 20, "b", 1)], 1),
+    ([("a", 0), ("b", 10), ("a", 10)], [], [(0, 10, "a", 1), (10, 20, "b", 1)], 1),
+    # before b@10, the watermark (0) is below the end: a@10, exactly GAP after a@0, joins the session
+    ([("a", 0), ("a", 10), ("b", 10)], [], [(0, 20, "a", 2), (10, 20, "b", 1)], 0),
+    # the lateness shifts the watermark (max time - 1s): 9 is below the end, 10 reaches it
+    ([("a", 0), ("b", 10), ("a", 9)], ["--lateness", "1s"], [(0, 19, "a", 2), (10, 20, "b", 1)], 0),
+    ([("a", 0), ("b", 10), ("a", 10)], ["--lateness", "1s"], [(0, 20, "a", 2), (10, 20, "b", 1)], 0),
+    ([("a", 0), ("b", 11), ("a", 10)], ["--lateness", "1s"], [(0, 10, "a", 1), (11, 21, "b", 1)], 1),
+]
+
+
+@pytest.mark.parametrize("emit", ["final", "update"])
+@pytest.mark.parametrize("events,extra,want,late", SESSION_END_CASES)
+def test_a_session_closes_when_the_watermark_reaches_its_end(run, tmp_path, events, extra, want, late, emit):
+    """A session [start, end) closes, as every window, when the watermark reaches end: an event
+    within GAP of it after that is late, one before joins it (a batch, and one event at a time)."""
+    f = tmp_path / "g.jsonl"
+    f.write_text(jsonl([{"t": t, "k": k} for k, t in events]))
+    p = run("window", str(f), "--session", "10s", "--by", "k", "--time-field", "t", "--agg", "count",
+            "--emit", emit, *extra, check=True)
+    rows = [json.loads(line) for line in p.stdout.splitlines()]
+    if emit == "update":  # folded by (window, key): the rows of --emit final
+        folded: dict = {}
+        for r in rows:
+            key = (r["window"]["start"], r["window"]["end"], r["key"])
+            if r.get("op") == "delete":
+                del folded[key]
+            else:
+                folded[key] = r
+        rows = list(folded.values())
+    assert sorted((r["window"]["start"], r["window"]["end"], r["key"], r["count"]) for r in rows) == [
+        (format_iso(a * S), format_iso(b * S), k, n) for a, b, k, n in want]
+    assert (b"1 late event(s) DROPPED" in p.stderr) == (late == 1)
+    assert (b"late" in p.stderr) == (late == 1)
+
+
+def test_late_correct_reopens_a_session_closed_at_its_end(run, tmp_path):
+    f = tmp_path / "g.jsonl"
+    f.write_text(jsonl([{"t": 0, "k": "a"}, {"t": 10, "k": "b"}, {"t": 9, "k": "a"}]))
+    p = run("window", str(f), "--session", "10s", "--by", "k", "--time-field", "t", "--agg", "count",
+            "--late", "correct", check=True)
+    rows = [json.loads(line) for line in p.stdout.splitlines()]
+    # a's [0, 10) closed at b@10 and was written; a@9 merges into it: [0, 19) ends past the watermark (10),
+    # so it is open again and written at the end of input
+    assert rows == [{"window": w(0, 10 * S), "key": "a", "count": 1},
+                    {"window": w(0, 10 * S), "key": "a", "op": "delete"},
+                    {"window": w(0, 19 * S), "key": "a", "count": 2, "revision": 1},
+                    {"window": w(10 * S, 20 * S), "key": "b", "count": 1}]
+    assert b"1 late event(s) corrected" in p.stderr
+
+
 def test_session_bridging_event_merges_two_sessions():
     gap = 10 * S
     evs = [{"ts": T0}, {"ts": T0 + 20 * S}, {"ts": T0 + 10 * S}]

@@ -37,7 +37,26 @@ def records(arrivals_: list[tuple]) -> list[dict]:
 @given(evs=arrivals, how=steps, gap=st.sampled_from([M, 3 * M, 30 * M]), lateness=st.sampled_from([0, M, 15 * M]),
        aggs=st.sampled_from([["count", "avg:v"], ["count", "sum:v", "first:v", "max:v"]]))
 def test_batches_records_and_restores_in_any_mix_equal_one_event_at_a_time(evs, how, gap, lateness, aggs):
-    cfg = WindowConfig(kind="session", size=gap, by=["k"], aggs=aggs, lateness=lateness)
+    _in_any_mix(evs, how, WindowConfig(kind="session", size=gap, by=["k"], aggs=aggs, lateness=lateness))
+
+
+# times on a grid of half a GAP, mostly in order: events exactly GAP after a session's last, at the
+# watermark that reaches its end (it closes), or just before it, are common
+grid_arrivals = st.lists(st.tuples(st.sampled_from([0, 0, M // 2, M, M, 2 * M]),
+                                   st.sampled_from([0] * 6 + [M // 2, M, 2 * M]), st.integers(0, 3), values),
+                         max_size=80)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(evs=grid_arrivals, how=steps, lateness=st.sampled_from([0, M // 2, M]),
+       aggs=st.sampled_from([["count", "avg:v"], ["count", "sum:v", "first:v", "max:v"]]))
+def test_ties_at_a_session_end_in_any_mix_equal_one_event_at_a_time(evs, how, lateness, aggs):
+    """A session closes when the watermark reaches its end: the kernel's in-order and out-of-order
+    assignments, its closes and its late stragglers and ties agree with add() at that edge."""
+    _in_any_mix(evs, how, WindowConfig(kind="session", size=M, by=["k"], aggs=aggs, lateness=lateness))
+
+
+def _in_any_mix(evs: list[tuple], how: list[tuple], cfg: WindowConfig) -> None:
     recs = records(evs)
     ref, run = WindowRun(cfg, is_log=False), WindowRun(cfg, is_log=False)
     rows_ref: list = []

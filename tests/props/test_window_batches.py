@@ -361,13 +361,17 @@ def test_cli_window_on_a_log_is_the_same_through_batches(run, logdir):
 
 
 @pytest.mark.parametrize("sizes", [[4], [1, 1, 1, 1], [2, 2], [3, 1]])
-def test_session_closing_inside_a_batch_keeps_a_session_open_at_exactly_gap(sizes):
+def test_session_closing_inside_a_batch_at_its_end_makes_an_event_exactly_gap_after_late(sizes):
+    """x@1+GAP moves the watermark to the end of a's [1, 1 + GAP): it closes (with b's), so a@1+GAP,
+    exactly GAP after a's last event, is within GAP of a closed session: late, in a batch (a tie
+    with the largest time before it, in time order) as one event at a time."""
     g = 3 * M
     evs = [{"ts": T0, "k": "b"}, {"ts": T0 + 1, "k": "a"}, {"ts": T0 + 1 + g, "k": "x"}, {"ts": T0 + 1 + g, "k": "a"}]
     cfg = WindowConfig(kind="session", size=g, by=["k"], aggs=["count"])
     a, b = both(cfg, records(evs), sizes)
     assert a == b
-    assert [(orjson.loads(r[2]), r[3]["count"]) for r in a[0]] == [("b", 1), ("a", 2), ("x", 1)]
+    assert [(orjson.loads(r[2]), r[0] - T0, r[3]["count"]) for r in a[0]] == [("b", 0, 1), ("a", 1, 1), ("x", 1 + g, 1)]
+    assert a[1]["late"] == 1
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

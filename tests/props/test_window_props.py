@@ -8,7 +8,7 @@ from collections import defaultdict
 from itertools import accumulate
 
 import orjson
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from streamctl.processing.windows.config import WindowConfig
@@ -90,23 +90,12 @@ def session_components(times, gap):
 
 
 def reference_late(events, kind, size, hop=0):
-    """Late events by the spec's rules, watermark = max time before each event (lateness 0).
-
-    Sessions: late when t + GAP <= watermark, or when t lies within GAP of a closed session of its
-    group (one whose end, last + GAP, the watermark has passed); the sessions are those of the
-    group's events that were not late."""
+    """Late events by the spec's rules, watermark = max time before each event (lateness 0)."""
+    if kind == "session":
+        return len(events) - len(session_kept(events, size))
     late = 0
     wm = None
-    kept: dict = defaultdict(list)
-    for t, k, _v in events:
-        if kind == "session":
-            closed = [c for c in session_components(kept[k], size) if wm is not None and c[1] + size < wm]
-            if (wm is not None and t + size <= wm) or any(a - size <= t <= b + size for a, b in closed):
-                late += 1
-            else:
-                kept[k].append(t)
-            wm = t if wm is None else max(wm, t)
-            continue
+    for t, _k, _v in events:
         if wm is not None:
             if kind == "tumbling":
                 late += (t - t % size) + size <= wm
@@ -119,6 +108,23 @@ def reference_late(events, kind, size, hop=0):
                 late += t < wm
         wm = t if wm is None else max(wm, t)
     return late
+
+
+def session_kept(events, size, lateness=0):
+    """The events that are not late by the spec's session rules (watermark = max time before each
+    event - lateness): late when t + GAP <= watermark, or when t lies within GAP of a closed
+    session of its group (one whose end, last + GAP, the watermark has reached: end <= watermark);
+    the sessions are those of the group's events that were not late."""
+    wm = None
+    kept: dict = defaultdict(list)
+    out = []
+    for t, k, v in events:
+        closed = [c for c in session_components(kept[k], size) if wm is not None and c[1] + size <= wm]
+        if not ((wm is not None and t + size <= wm) or any(a - size <= t <= b + size for a, b in closed)):
+            kept[k].append(t)
+            out.append((t, k, v))
+        wm = t - lateness if wm is None else max(wm, t - lateness)
+    return out
 
 
 def max_disorder(events):
@@ -193,6 +199,54 @@ def test_session_late_counts_equal_reference_with_closed_sessions(evs, gap):
     """Dense events, so that an event often lands within GAP of a session that already closed."""
     _, late, _ = run_local(evs, "session", gap, 0, 0)
     assert late == reference_late(evs, "session", gap)
+
+
+def run_batches(events, size, lateness, sizes):
+    """Sessions over events cut into batches of `sizes` (the batch kernel) -> (sorted rows, late count)."""
+    cfg = WindowConfig(kind="session", size=size, by=["k"], aggs=AGGS, lateness=lateness)
+    run = WindowRun(cfg, is_log=False)
+    rows: list = []
+    recs = [{"offset": i, "partition": 0, "key": None, "value": {"ts": t, "k": k, "v": v}}
+            for i, (t, k, v) in enumerate(events)]
+    parts, i = [], 0
+    for n in [*sizes, len(recs)]:
+        if i < len(recs):
+            parts.append(recs[i:i + n])
+            i += n
+    run.feed_batches(parts, rows.extend)
+    run.finish(rows.extend)
+    out = [(s, e, orjson.loads(key), tuple(vals.values())) for s, e, key, vals, _rev in rows]
+    return sorted(out, key=repr), run.stats.late
+
+
+def at(*events):
+    """(seconds * 7 ms after T0, key, value) -> events on the dense grid."""
+    return [(T0 + x * 7, k, v) for x, k, v in events]
+
+
+@SETTINGS
+@given(evs=st.lists(dense_event, min_size=1, max_size=40), gap=st.sampled_from([7, 14, 60, 300]),
+       lateness=st.sampled_from([0, 7, 20]), sizes=st.lists(st.integers(1, 9), max_size=8))
+# ties at exactly a session's end (times in steps of 7 ms, GAP one step): b@1 moves the watermark to
+# the end of a's [0, 1) and closes it, so a@1 after it is late (within GAP of a closed session); a@1
+# before b@1 still joins it; with a lateness of one step, b@2 closes it
+@example(evs=at((0, "a", 1), (1, "b", 2), (1, "a", 3)), gap=7, lateness=0, sizes=[])
+@example(evs=at((0, "a", 1), (1, "b", 2), (1, "a", 3)), gap=7, lateness=0, sizes=[2])
+@example(evs=at((0, "a", 1), (1, "a", 2), (1, "b", 3), (2, "a", 4)), gap=7, lateness=0, sizes=[])
+@example(evs=at((0, "a", 1), (2, "b", 2), (1, "a", 3)), gap=7, lateness=7, sizes=[])
+@example(evs=at((0, "a", 1), (1, "b", 2), (1, "a", 3)), gap=7, lateness=7, sizes=[1])
+def test_session_rows_at_their_end_equal_the_spec(evs, gap, lateness, sizes):
+    """The spec's rule on dense events, where ties at exactly a session's end (end = watermark)
+    are common: the late events, and the rows, the sessions of the events that are not late; one
+    event at a time and in batches (the batch kernel) alike."""
+    kept = session_kept(evs, gap, lateness)
+    ref = reference(kept, "session", gap) if kept else []
+    got, late, _ = run_local(evs, "session", gap, 0, lateness)
+    assert late == len(evs) - len(kept)
+    same(got, ref)
+    got, late = run_batches(evs, gap, lateness, sizes)
+    assert late == len(evs) - len(kept)
+    same(got, ref)
 
 
 @SETTINGS

@@ -377,6 +377,33 @@ def late_notes(stderr: bytes) -> list[bytes]:
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("lateness", [0, 1000])
+def test_parity_sessions_close_when_the_watermark_reaches_their_end(spark, tmp_path, lateness):
+    """Times on a grid of a second, GAP 3 s: events exactly GAP after a session's last, before and
+    after the event that moves the watermark to its end (which closes it: end <= watermark), on
+    both engines alike: the rows, their order and the late count."""
+    rnd = random.Random(11)
+    evs = [{"at": 0, "k": "a"}, {"at": 3000, "k": "b"}, {"at": 3000, "k": "a"},  # a@3 late: [0, 3) closed
+           {"at": 10_000, "k": "a"}, {"at": 13_000, "k": "a"}, {"at": 13_000, "k": "b"}]  # a@13 joins
+    t = 20
+    for _ in range(300):
+        t += rnd.choice([0, 1, 1, 2, 3])
+        evs.append({"at": (t - rnd.choice([0, 0, 0, 0, 1, 2, 3, 4])) * 1000, "k": rnd.choice("abcd"),
+                    "v": rnd.randint(0, 9)})
+    path = tmp_path / "ties.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in evs))
+    cfg = WindowConfig(kind="session", size=3000, time_field="at", by=["k"], aggs=["count", "sum:v"],
+                       lateness=lateness)
+    want_rows, want_stats = local(str(path), cfg)
+    assert want_stats["late"] > 0
+    if not lateness:
+        assert [orjson.loads(r)["count"] for r in want_rows[:2]] == [1, 1]  # a's [0, 3), then b's [3, 6)
+    got_rows, got_stats = on_spark(spark, str(path), cfg)
+    assert got_stats == want_stats
+    assert got_rows == want_rows
+
+
+@pytest.mark.spark
 @pytest.mark.parametrize("kind", ["tumbling", "session"])
 def test_parity_rows_closing_together_by_group_key(spark, tmp_path, kind):
     """Rows that close together come by group key on both engines: numbers by value, then strings."""

@@ -5,8 +5,10 @@ group through it):
 
 - An event joins every open session of its group that it is within GAP of
   (start - GAP <= t <= last + GAP); they merge, so one event can bridge two.
-- A session closes when the watermark passes its end, last + GAP (strictly:
-  an event exactly GAP after the last still joins it).
+- A session closes when the watermark reaches its end, last + GAP (end <=
+  watermark, as every window). An event exactly GAP after the last joins it
+  while the watermark is below that end; once the watermark reaches the end
+  the session is closed, and such an event is late (within GAP of it).
 - An event is late when t + GAP <= watermark (no open session could take it,
   Kafka Streams' rule), or when it lies within GAP of a session of its group
   that has already closed (it would change a closed window). So sessions of
@@ -16,7 +18,7 @@ group through it):
   of it, so it is late, and [50s, 95s) stays as it was.
 - `--late correct` keeps the closed sessions. A late event joins every session
   of its group it touches, closed or open, and they merge. The result is closed
-  when its end is before the watermark (written at once) and open otherwise
+  when its end is at or before the watermark (written at once) and open otherwise
   (written when it closes, or at once with `--emit update`): a correction that
   reaches the open sessions reopens the closed ones it merges, and the events
   after it join as usual. Its rows carry `"revision": n`, the number of late
@@ -31,7 +33,7 @@ group through it):
 
 Drop mode remembers, per group, only the last event time of its latest closed
 session (no other closed session can be within GAP of an event that is not
-late by the first rule); once the watermark is 2 GAP past it, the first rule
+late by the first rule); once the watermark reaches 2 GAP past it, the first rule
 covers every event it could catch, and the store may forget the group
 (session_index.SessionStore.compact).
 
@@ -127,8 +129,9 @@ class Session(SessionKernel):
 
     def _near_closed(self, g: int, t: int) -> bool:
         """Whether t (not late by t + GAP <= watermark) lies within GAP of a closed session of group g.
-        Every closed session ended before the watermark, so t is after its last event: only the
-        latest one's last + GAP matters (NO_WATERMARK, none, is far below every time)."""
+        Every closed session ends at or before the watermark, so t (t + GAP > watermark >= last +
+        GAP) is after its last event: only the latest one's last + GAP matters (NO_WATERMARK, none,
+        is far below every time)."""
         if self.correct:
             shut = self.store.shut[g]
             return bool(shut) and t <= self.store.last[shut[-1]] + self.gap
@@ -237,8 +240,8 @@ class Session(SessionKernel):
         last[h] = max(last[h], t)
         store.rev[h] += 1
         end = last[h] + gap
-        if end < wm:
-            # closed (an open session it touched would have an end at or past the watermark)
+        if end <= wm:
+            # closed (an open session it touched has its end past the watermark: it stays open)
             bisect.insort(closed, h, key=start.__getitem__)
             self._write(h, store.gkey[g], out)
             return
@@ -262,16 +265,16 @@ class Session(SessionKernel):
         store.shown[h] = [window]
 
     def close(self, wm: int, out: list) -> None:
-        # Strictly after the end: an event at exactly last + GAP is "at most GAP apart"
-        # and still joins the session, so the session cannot close while wm == end.
+        # A session closes when the watermark reaches its end (end <= wm), as every window: an
+        # event at exactly last + GAP joins it only while the watermark is below that end.
         if not self.heap_ok:
             self._heap_again()
         heap = self.heap
-        if heap and heap[0][0] < wm:
+        if heap and heap[0][0] <= wm:
             store, gap = self.store, self.gap
             alive, sids, last = store.alive, store.sid, store.last
             batch = []
-            while heap and heap[0][0] < wm:
+            while heap and heap[0][0] <= wm:
                 end, sid, h = heapq.heappop(heap)
                 if not alive[h] or sids[h] != sid:
                     continue  # merged away (its handle free, or in use by a later session)
@@ -299,6 +302,7 @@ class Session(SessionKernel):
         store = self.store
         if len(store.gkey) > store.compact_at:
             # a closed session with last + 2 GAP <= the watermark is out of reach of every event not late
+            # (one within GAP of it has t + GAP <= last + 2 GAP <= the watermark: late by the first rule)
             store.compact(self.forgot - 2 * self.gap)
 
     def flush(self, out: list) -> None:

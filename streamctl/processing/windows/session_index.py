@@ -271,18 +271,22 @@ def cluster(t: np.ndarray, g: np.ndarray, pos: np.ndarray, wm: np.ndarray, pre: 
     that are at most GAP apart (what Session.add's merging leaves, whatever the arrival order), as
     long as nothing closes or merges along the way. So a batch is taken here when, for each run
     in input order, every event touches what the run holds when it arrives (start - GAP <= t <=
-    last + GAP: it joins one session, never bridges two), the watermark before it has not passed
-    that last + GAP (the session is still open when it arrives), and a run holds at most one open
-    session. Then each run is one session, and its events are folded into it in input order, as
-    Session.add folds them: the same states, bit for bit. A run without an open session is a new
-    session, made at its first event in input order.
+    last + GAP: it joins one session, never bridges two), the watermark before it is below that
+    last + GAP (the session is still open when it arrives: it closes when the watermark reaches
+    its end), and a run holds at most one open session. Then each run is one session, and its
+    events are folded into it in input order, as Session.add folds them: the same states, bit
+    for bit. A run without an open session is a new session, made at its first event in input
+    order.
 
     `in_order`: the batch has no straggler (its times never go down, the first at or above the
     largest time before it) and no group has more than one open session. Then a group's items
     sorted by time are its open session and its events in input order (one stable sort by
-    group), and every check holds: an event within GAP of its group's latest item is within
-    GAP of its run's last time, which the watermark before it cannot pass (that is at most the
-    event's own time), and a run cannot hold two open sessions."""
+    group), and every check holds but one: an event within GAP of its group's latest item is
+    within GAP of its run's last time, and a run cannot hold two open sessions; the watermark
+    before it is at most the event's own time, so it is below the run's last + GAP unless both
+    are that time: a tie (no lateness, the event at the largest time before it, exactly GAP
+    after its run's last), where the session closed before the event came. Only those are
+    checked."""
     import numpy as np
 
     n_ev, n_pre = len(t), len(pre.g)
@@ -305,6 +309,15 @@ def cluster(t: np.ndarray, g: np.ndarray, pos: np.ndarray, wm: np.ndarray, pre: 
     np.not_equal(gs[1:], gs[:-1], out=head[1:])
     if in_order:
         run_last = ls  # times never go down within a group
+        # an event exactly GAP after its run's last that the watermark before it reached: the
+        # session closed (only events come after a group's first item, and they are not new)
+        edge = np.flatnonzero(ss[1:] == ls[:-1] + gap) + 1
+        if len(edge):
+            edge = edge[gs[edge] == gs[edge - 1]]
+            ev = order[edge]
+            shut = wm[ev] - lo >= ss[edge]
+            if shut.any():
+                return int(pos[ev[shut]].min())
     else:
         off = np.cumsum(head) * span  # each group's own range of values: one accumulate for all
         run_last = np.maximum.accumulate(ls + off) - off  # the largest last so far in the group
@@ -332,7 +345,8 @@ def cluster(t: np.ndarray, g: np.ndarray, pos: np.ndarray, wm: np.ndarray, pre: 
         prev = later - 1
         ta = sa[later]
         w = wm[arr[later]] - lo  # only events come after a run's first item
-        ok = (ta >= held_start[prev] - gap) & (np.maximum(ta, w) <= held_last[prev] + gap)
+        reach = held_last[prev] + gap  # the session's end: it closes when the watermark reaches it
+        ok = (ta >= held_start[prev] - gap) & (ta <= reach) & (w < reach)
         if not ok.all():
             return int(pos[arr[later[~ok]]].min())  # (only events come after a run's first item)
     has_events = np.bincount(cid[:n_ev], minlength=k) > 0

@@ -132,12 +132,14 @@ class SessionKernel(Windower):
         first event it stopped at (-1: none in particular, the batch goes one event at a time).
 
         The watermark before each event is a running maximum (windows.watermarks, with arrays). An
-        event below the largest time before it (a straggler) is late as add() finds it: t + GAP <=
-        watermark, or within GAP of its group's latest closed session. The others are assigned to
-        sessions by session_index.cluster (which declines what would need merges or an early close),
-        folded into them in input order, and then each close() the one-event path makes at an
-        event that moves the watermark past a session's end is made (a session's events all
-        arrive before that event: cluster checked it)."""
+        event at or below the largest time before it (a straggler, or a tie with it) is late as
+        add() finds it: t + GAP <= watermark, or within GAP of its group's latest closed session (a
+        tie can be only by the second: with no lateness, exactly GAP after a session the watermark
+        closed on reaching its end). The others are assigned to sessions by session_index.cluster
+        (which declines what would need merges or an early close), folded into them in input
+        order, and then each close() the one-event path makes at an event that moves the
+        watermark to a session's end or past it is made (a session's events all arrive before
+        that event: cluster checked it)."""
         import numpy as np
 
         from streamctl.processing.windows.session_index import Pre, cluster
@@ -155,16 +157,16 @@ class SessionKernel(Windower):
         g_all = store.group_ids(ks, batch.ids)
         lates: list[int] = []
         keep = None
-        straggler = np.flatnonzero(t < before)
-        if len(straggler):
-            st = t[straggler]
+        behind = np.flatnonzero(t <= before)  # the events that may be late: stragglers and ties
+        if len(behind):
+            st = t[behind]
             # late: no open session could take it, or within GAP of its group's latest closed session
             # (a closed session forgotten on the one-event path is one no event that is not late can reach)
-            late = (st + gap <= wm[straggler]) | (st <= store.view("closed")[g_all[straggler]] + gap)
+            late = (st + gap <= wm[behind]) | (st <= store.view("closed")[g_all[behind]] + gap)
             if late.any():
-                lates = straggler[late].tolist()
+                lates = behind[late].tolist()
                 keep = np.ones(n, dtype=bool)
-                keep[straggler[late]] = False
+                keep[behind[late]] = False
         from streamctl.processing.windows.cells import number_columns
 
         states = self.states  # the slots (fold: _use_slots)
@@ -182,7 +184,7 @@ class SessionKernel(Windower):
         has = np.zeros(len(store.gkey), dtype=bool)
         has[pg] = True
         one_each = np.count_nonzero(has) == len(pg)  # no group with two open sessions
-        in_order = keep is None and not len(straggler) and one_each
+        in_order = keep is None and one_each and not (t < before).any()  # (no straggler)
         runs = cluster(t[pos], g, pos, wm[pos], pre, gap, in_order)
         if isinstance(runs, int):
             return runs
@@ -217,16 +219,18 @@ class SessionKernel(Windower):
     def _close_batch(self, high: Any, lateness: int, out: list) -> int:
         """The close() calls the one-event path makes over a batch whose largest time up to each
         event is `high`, made from the store: the open sessions whose end the last watermark
-        passed, each closed at the first event that moves the watermark past its end, in the
-        order close() writes them (by that event, then start, then key). Returns the largest time."""
+        reached (end <= watermark), each closed at the first event that moves the watermark to
+        its end or past it, in the order close() writes them (by that event, then start, then
+        key). Returns the largest time."""
         import numpy as np
 
         store, gap = self.store, self.gap
         maxt = int(high[-1])
         ends = store.view("last") + gap
-        hs = np.flatnonzero(store.view("alive") & (ends < maxt - lateness))
+        hs = np.flatnonzero(store.view("alive") & (ends <= maxt - lateness))
         if len(hs):
-            at = np.searchsorted(high, ends[hs] + lateness, side="right")  # the event that closes each
+            # the event that closes each: the first whose watermark, high - lateness, reaches its end
+            at = np.searchsorted(high, ends[hs] + lateness, side="left")
             self._write_closed(hs, at, out)
         self._seen(maxt - lateness)
         return maxt
