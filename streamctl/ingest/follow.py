@@ -40,7 +40,7 @@ from streamctl.clients.inputlines import TooLong
 from streamctl.clients.lanes import Spliced
 from streamctl.clients.producer import RAW_KEEP, ProduceOptions, ProduceStats, _DeadLetters, _split_spliced, batch_lane
 from streamctl.errors import DataError, UsageError
-from streamctl.ingest.files import Followed, Read, count_lines, expand, find_in_folder, fingerprint, matches
+from streamctl.ingest.files import FP_BYTES, Followed, Read, count_lines, expand, find_in_folder, fingerprint, matches
 from streamctl.ingest.positions import MARK, FileEntry, Positions
 from streamctl.storage import reader
 from streamctl.storage.appender import Appender, AppendResult, Item, Stamped
@@ -100,15 +100,16 @@ class Follower:
         for old in [e.id for e in self.reg.files.values() if (e.dev, e.ino) == (st.st_dev, st.st_ino)]:
             del self.reg.files[old]
         self.reg.files[entry.id] = entry
-        # an ID is in a durable registry before the first record that carries it
-        self.commit()
+        # not committed here: append() commits the entry, with the fingerprint of the bytes about to be
+        # appended, before the first record that carries its ID
         return self._track(entry, fd, 0)
 
     def _track(self, entry: FileEntry, fd: int, pos: int) -> Followed:
         if entry.lines < 0:
             entry.lines = count_lines(fd, pos) if pos else 0  # a registry that did not keep it
         f = Followed(entry, fd, next=pos, next_line=entry.lines)
-        f.head = os.pread(fd, min(pos, 1024), 0) if pos else b""
+        # the bytes the committed fingerprint covers (matches() checked them), or more: it never shrinks
+        f.head = os.pread(fd, min(FP_BYTES, max(pos, entry.fp_len)), 0) if pos or entry.fp_len else b""
         marks = [m.get(entry.id, -1) for m in self.pos.marks.values()]
         f.recover_until = max(marks, default=-1)
         self.open[entry.id] = f
@@ -146,8 +147,9 @@ class Follower:
                 else:
                     origin = path
                     if known is not None:
-                        self.say(f"{path}: read again from its start (its first bytes changed or it is shorter than "
-                                 f"the {known.pos} bytes read: truncated or replaced)")
+                        why = (f"it is shorter than the {known.pos} bytes read" if fst.st_size < known.pos
+                               else "its first bytes changed")
+                        self.say(f"{path}: read again from its start ({why}: truncated or replaced)")
                         origin = known.origin
                         self.stats.truncations += 1
                     self._new_generation(path, origin, fd, fst)
@@ -245,6 +247,14 @@ class Follower:
         """Append a read batch's records; f.entry.pos moves past it (or, on a bad line with --on-error fail,
         to that line, before the error is raised)."""
         batch = rd.batch
+        if f.entry.fp_len < min(FP_BYTES, rd.end):
+            # A rerun takes the records marked with this ID as read from the file it finds under the
+            # registry's identity, so the committed fingerprint must cover every line appended under the
+            # ID (up to FP_BYTES) before the first of them is: otherwise a file truncated (or deleted and
+            # its inode reused) while no follower runs would pass for this one, and its new lines would
+            # be skipped as if in the log. Committed here (the lines before are appended and their
+            # positions set), this costs a commit per batch only while a file's first FP_BYTES grow.
+            self.commit()
         recovering = rd.starts[0] <= f.recover_until
         if self.lane is not None and not recovering:
             spliced = self.lane(batch, self.opts.decoder)
@@ -318,7 +328,7 @@ class Follower:
 
     def commit(self) -> None:
         for f in self.open.values():
-            if f.head and len(f.head) != f.entry.fp_len:
+            if len(f.head) > f.entry.fp_len:
                 f.entry.fp_len, f.entry.fp = len(f.head), fingerprint(f.head)
         self.reg.scan_from = dict(self.next_offsets)
         self.pos.commit()
