@@ -85,6 +85,8 @@ class Follower:
             # a log never followed before: no marks can exist; scan from today's ends next time
             self.reg.scan_from = {p: reader.partition_info(log, p).next_offset for p in range(log.partitions)}
         self.next_offsets = dict(self.reg.scan_from)
+        # while a batch is appended: each partition's next offset before the batch's first share went there
+        self._undo: dict[int, int | None] | None = None
 
     # -- the files ---------------------------------------------------------------------------
 
@@ -206,6 +208,8 @@ class Follower:
         if res.last_offset < res.first_offset:
             return
         self.stats.produced.add(res)
+        if self._undo is not None:
+            self._undo.setdefault(res.partition, self.next_offsets.get(res.partition))
         self.next_offsets[res.partition] = res.last_offset + 1
         if self.opts.echo is not None and res.lines:
             self.opts.echo(res.lines)
@@ -246,6 +250,25 @@ class Follower:
     def append(self, f: Followed, rd: Read) -> None:
         """Append a read batch's records; f.entry.pos moves past it (or, on a bad line with --on-error fail,
         to that line, before the error is raised)."""
+        self._undo = {}
+        try:
+            self._append(f, rd)
+        except BaseException:
+            # A failure part way (a full disk or the file-size limit on one partition after another's share
+            # was appended, a closed pipe under --echo after the append): the records appended are in the
+            # log, but f.entry.pos has not moved past their lines. The commit that follows the failure must
+            # not move scan_from past them either, or a rerun never sees their marks and appends them again:
+            # back to where this batch started, so a rerun reads their marks and skips their lines.
+            for p, before in self._undo.items():
+                if before is None:
+                    self.next_offsets.pop(p, None)
+                else:
+                    self.next_offsets[p] = before
+            raise
+        finally:
+            self._undo = None
+
+    def _append(self, f: Followed, rd: Read) -> None:
         batch = rd.batch
         if f.entry.fp_len < min(FP_BYTES, rd.end):
             # A rerun takes the records marked with this ID as read from the file it finds under the
