@@ -13,7 +13,7 @@ EPILOG = example(
     "printf 'u1:hello\\n' | streamctl produce chat --raw --key-delimiter :",
     "streamctl consume a | jq -c '.value |= .+1' | streamctl produce b --envelope",
     "streamctl produce orders in.jsonl --on-error dead-letter=rejected.jsonl --fsync always --echo",
-    "streamctl consume a -g copy | jq -c '.value.n += 1' | streamctl produce b --envelope --exactly-once --source a",
+    "streamctl consume a | jq -c '.value.n += 1' | streamctl produce b --envelope --exactly-once --source a   # killed? rerun it",
     "streamctl produce app /var/log/app.jsonl --follow --key-field user     # like tail -F, exactly once across restarts",
     "streamctl produce web '/var/log/nginx/*.log' --raw --follow --idle-timeout 1h",
 )
