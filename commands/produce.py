@@ -30,7 +30,7 @@ def produce(
     key: str | None = typer.Option(None, "--key", metavar="K", help="Use K as the key of every record."),
     envelope: bool = typer.Option(False, "--envelope", help="Input lines are {\"key\", \"value\", \"headers\"} objects (consume's output fits)."),
     raw: bool = typer.Option(False, "--raw", help="Input lines are plain text; each becomes a JSON string value."),
-    key_delimiter: str | None = typer.Option(None, "--key-delimiter", metavar="SEP", help="With --raw: split 'key SEP value' at the first SEP (kcat -K)."),
+    key_delimiter: str | None = typer.Option(None, "--key-delimiter", metavar="SEP", help="With --raw: split 'key SEP value' at the first SEP (kcat -K; escapes: \\t, \\r, \\xNN a byte in hex, \\\\ a backslash)."),
     partitions: int | None = typer.Option(None, "--partitions", callback=numbers.count(1, 10_000), metavar="N", help="Partitions when the log is created (default 1)."),
     partition: int | None = typer.Option(None, "--partition", callback=numbers.count(0, 9_999), metavar="P", help="Append every record to partition P."),
     segment_bytes: str | None = typer.Option(None, "--segment-bytes", callback=numbers.size(lo=1 << 10), metavar="SIZE", help="Segment size when the log is created (default 16MiB)."),
@@ -72,8 +72,14 @@ def produce(
         raise UsageError("--raw and --envelope cannot be combined")
     if key_delimiter is not None and not raw:
         raise UsageError("--key-delimiter needs --raw")
-    if key_delimiter == "":
-        raise UsageError("--key-delimiter must not be empty")
+    if key_delimiter is not None:
+        from streamctl.formats.inputs import parse_delimiter
+
+        key_delimiter = parse_delimiter(key_delimiter)  # kcat -K's escapes: '\t' is a tab
+        if key_delimiter == "":
+            raise UsageError("--key-delimiter must not be empty")
+        if "\n" in key_delimiter:
+            raise UsageError("--key-delimiter cannot hold a newline: the input is split into lines at newlines")
     if key is not None and key_field is not None:
         raise UsageError("--key and --key-field cannot be combined")
     if key is not None and key_delimiter is not None:

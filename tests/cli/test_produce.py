@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from conftest import run_cli
 
 
@@ -77,6 +79,21 @@ def test_raw_and_key_delimiter(logdir):
     assert run_cli("produce", logdir, "--key-delimiter", ":", input="a:b\n").returncode == 2
     p = run_cli("produce", logdir, "--raw", "--key-delimiter", ":", "--key", "q", input="a:b\n")
     assert p.returncode == 2 and b"--key and --key-delimiter cannot be combined" in p.stderr
+
+
+@pytest.mark.parametrize("fsync", ["batch", "always"])  # the raw lane, and the per-line decoder
+def test_key_delimiter_takes_kcat_escapes(tmp_path, fsync):
+    cases = [("\\t", b"a\tb\n"), ("\\x1f", b"a\x1fb\n"), ("\\\\", b"a\\b\n"), ("\\xc3\\xa9", b"a\xc3\xa9b\n"),
+             ("\\q", b"a\\qb\n"), ("::", b"a::b\n")]
+    for i, (sep, line) in enumerate(cases):
+        p = run_cli("produce", str(tmp_path / f"L{i}"), "--raw", "--key-delimiter", sep,
+                    "--fsync", fsync, "--echo", input=line, check=True)
+        assert [(r["key"], r["value"]) for r in map(json.loads, p.stdout.splitlines())] == [("a", "b")], sep
+    p = run_cli("produce", str(tmp_path / "N"), "--raw", "--key-delimiter", "\\n", input="a\n")
+    assert p.returncode == 2 and b"--key-delimiter cannot hold a newline" in p.stderr
+    assert not os.path.exists(tmp_path / "N")
+    p = run_cli("produce", str(tmp_path / "N"), "--raw", "--key-delimiter", "\\xg", input="a\n")
+    assert p.returncode == 2 and b"\\x needs a byte in hex" in p.stderr
 
 
 def test_several_files_and_stdin_dash(logdir, tmp_path):
