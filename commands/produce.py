@@ -47,7 +47,8 @@ def produce(
     """Append records read from FILEs or stdin to LOG.
 
     Each input line is a JSON value and becomes a record's value (stored exactly
-    as written, after validation). Blank lines are skipped. On success a one-line
+    as written, after validation). Blank lines, and a UTF-8 byte order mark before
+    an input's first line, are skipped. On success a one-line
     summary goes to stderr; stdout stays empty unless --echo.
 
     --follow (Filebeat's job): FILEs are names or quoted globs, looked at again

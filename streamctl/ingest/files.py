@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from operator import add
 
-from streamctl.clients.inputlines import Batch, TooLong
+from streamctl.clients.inputlines import BOM, Batch, TooLong
 from streamctl.ingest import positions
 from streamctl.ingest.positions import FileEntry
 from streamctl.storage.log import Log
@@ -122,6 +122,11 @@ class Followed:
             lines = whole.split(b"\n")
             starts += accumulate(map(add, map(len, lines[:-1]), repeat(1)), initial=base)
             self.next = base + last + 1
+            if base == 0 and whole.startswith(BOM):
+                # a UTF-8 byte order mark before the file's first line is no part of it (as for produce's
+                # inputs); the line's start (its mark) stays where the line starts in the file
+                lines[0] = lines[0][len(BOM):]
+                whole = whole[len(BOM):]
             if b"\r" in whole:  # CRLF line endings: the \r is not part of the record
                 lines = [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
             if max(map(len, lines)) > max_line:

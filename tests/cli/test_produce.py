@@ -96,6 +96,20 @@ def test_key_delimiter_takes_kcat_escapes(tmp_path, fsync):
     assert p.returncode == 2 and b"\\x needs a byte in hex" in p.stderr
 
 
+@pytest.mark.parametrize("mode,line,value", [((), b'{"a":1}', {"a": 1}), (("--fsync", "always"), b'{"a":1}', {"a": 1}),
+                                              (("--raw",), b"text", "text"), (("--envelope",), b'{"value":1}', 1)])
+def test_a_bom_before_the_first_line_is_skipped(tmp_path, mode, line, value):
+    f = tmp_path / "in.jsonl"
+    f.write_bytes(b"\xef\xbb\xbf" + line + b"\n" + line + b"\n")
+    for i, (args, data) in enumerate([((), f.read_bytes()), ((str(f),), b"")]):  # stdin, then a file
+        p = run_cli("produce", str(tmp_path / f"L{i}"), *args, *mode, "--echo", input=data)
+        assert p.returncode == 0, p.stderr
+        assert [r["value"] for r in map(json.loads, p.stdout.splitlines())] == [value, value]
+    if "--raw" not in mode:  # on any other line it is data: JSON that does not start with a BOM
+        p = run_cli("produce", str(tmp_path / "M"), *mode, input=line + b"\n\xef\xbb\xbf" + line + b"\n")
+        assert p.returncode == 65 and b"<stdin>:2" in p.stderr
+
+
 def test_several_files_and_stdin_dash(logdir, tmp_path):
     f1, f2 = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     f1.write_text("1\n2\n")

@@ -82,3 +82,14 @@ def test_the_file_size_limit_on_one_partition_after_another_took_its_share(tmp_p
     follow_once(log, app, "--key-field", "k")
     got = [v["n"] for v in values(log) if isinstance(v, dict) and "n" in v]
     assert sorted(got) == [1, 2]
+
+
+def test_a_bom_before_a_followed_files_first_line_is_skipped(tmp_path):
+    log, app = str(tmp_path / "L"), str(tmp_path / "app.jsonl")
+    with open(app, "wb") as f:
+        f.write(b'\xef\xbb\xbf{"a":1}\n')
+    follow_once(log, app)
+    append(app, {"a": 2})
+    follow_once(log, app)
+    assert values(log) == [{"a": 1}, {"a": 2}]
+    assert [r["headers"]["streamctl.file"] for r in log_records(log)] == ["f1:0", "f1:11"]  # where lines start
