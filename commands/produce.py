@@ -37,7 +37,7 @@ def produce(
     fsync: str = typer.Option("batch", "--fsync", metavar="always|batch|never", help="always: each record is written and fsynced alone; batch: one fsync per write batch and at exit; never: leave it to the OS (still safe against kill -9, not power loss)."),
     echo: bool = typer.Option(False, "--echo", help="Write the stored records to stdout, once durable."),
     max_record_bytes: str = typer.Option("1MiB", "--max-record-bytes", callback=numbers.size(lo=1), metavar="SIZE", help="Reject input lines longer than this."),
-    on_error: str = typer.Option("fail", "--on-error", metavar="fail|skip|dead-letter=FILE", help="Bad input: stop with exit 65 (default), skip and count, or append to FILE."),
+    on_error: str = typer.Option("fail", "--on-error", metavar="fail|skip|dead-letter=FILE", help="Bad input: stop with exit 65 (default), skip and count, or append to FILE (opened, created if missing, when produce starts; never inside LOG)."),
     lock_timeout: str | None = typer.Option(None, "--lock-timeout", callback=numbers.duration(), metavar="DUR", help="Fail if a partition lock is not free within DUR (default: wait)."),
     exactly_once: bool = typer.Option(False, "--exactly-once", help="Skip records whose source (log, partition, offset) was already appended (needs --envelope)."),
     source: str | None = typer.Option(None, "--source", metavar="NAME", help="With --exactly-once: the source log name for envelope lines that carry offset/partition."),

@@ -26,7 +26,14 @@ def run(log: str, files: list[str] | None, *, key_field: str | None, key: str | 
     import stat
     import sys
 
-    from streamctl.clients.producer import EnvelopeLane, Input, ProduceOptions, RawLane, validate_values
+    from streamctl.clients.producer import (
+        EnvelopeLane,
+        Input,
+        ProduceOptions,
+        RawLane,
+        open_dead_letters,
+        validate_values,
+    )
     from streamctl.clients.producer import produce as run_produce
     from streamctl.errors import UsageError
     from streamctl.formats import inputs
@@ -60,6 +67,7 @@ def run(log: str, files: list[str] | None, *, key_field: str | None, key: str | 
         if stat.S_ISDIR(os.fstat(fd).st_mode):
             raise UsageError(f"{name}: cannot open: Is a directory")
         fds.append(fd)
+    dead = open_dead_letters(dead_letter, log) if dead_letter is not None else None
     lg = logmod.open_or_create(log, partitions, segment_bytes, now_ms())
     if partition is not None:
         check_partition(partition, lg.partitions)
@@ -80,7 +88,7 @@ def run(log: str, files: list[str] | None, *, key_field: str | None, key: str | 
 
     opts = ProduceOptions(
         decoder=decoder, partition=partition, max_record_bytes=max_record_bytes, on_error=on_error,
-        dead_letter=dead_letter, per_record=fsync == "always", echo=echo_fn,
+        dead_letter=dead_letter, dead=dead, per_record=fsync == "always", echo=echo_fn,
     )
     if raw:
         opts.raw_batch = RawLane(key_delimiter, key)

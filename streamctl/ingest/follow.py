@@ -79,7 +79,7 @@ class Follower:
         self.lane = batch_lane(opts)
         # which lines a lane turns into records: the non-empty ones (--raw: the non-blank ones)
         self.record_lines: Callable[[list], Any] = (lambda ls: map(bytes.strip, ls)) if raw else (lambda ls: ls)
-        self.dead = _DeadLetters(opts.dead_letter) if opts.dead_letter else None
+        self.dead = opts.dead if opts.dead is not None else _DeadLetters(opts.dead_letter) if opts.dead_letter else None
         self.dirty = False
         if not self.reg.scan_from:
             # a log never followed before: no marks can exist; scan from today's ends next time
