@@ -93,6 +93,8 @@ def produce(
         raise UsageError("--source needs --exactly-once")
     if follow and "-" in (files or []):
         raise UsageError("--follow reads files, not stdin (-)")
+    if follow and "" in (files or []):
+        raise UsageError("--follow: a FILE is an empty name; name a file or a quoted glob to follow")
     if follow and not [f for f in files or [] if f != "-"]:
         raise UsageError("--follow needs FILEs to follow (names or quoted globs); it does not follow stdin "
                          "(for a pipe, run produce without --follow)")

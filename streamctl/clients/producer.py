@@ -11,7 +11,7 @@ import base64
 import errno
 import os
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from operator import call
 from typing import Any, cast
@@ -20,7 +20,7 @@ import orjson
 
 from streamctl.clients.inputlines import Batch, TooLong, read_batches
 from streamctl.clients.lanes import EnvelopeLane, Exact, KeyedLane, RawLane, Spliced, validate_values
-from streamctl.errors import DataError, StorageError, UsageError
+from streamctl.errors import DataError, StorageError, StreamctlError, UsageError
 from streamctl.storage.appender import Appender, AppendResult, Item
 from streamctl.storage.fsutil import NOFOLLOW, write_all
 from streamctl.storage.log import Log
@@ -185,6 +185,21 @@ def batch_lane(opts: ProduceOptions) -> Callable[[Batch, Exact], Spliced | None]
     return opts.raw_batch
 
 
+def _read(inp: Input, max_line: int, batch_bytes: int, keep_raw: int, stats: ProduceStats) -> Iterator[Batch]:
+    """read_batches of one input; a read that fails (stdin closed with `<&-`: EBADF; EIO) names the input."""
+    batches = read_batches(inp.fd, max_line, batch_bytes, keep_raw=keep_raw)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except OSError as e:
+            why = "it is closed" if e.errno == errno.EBADF and inp.name == "<stdin>" else e.strerror
+            raise StreamctlError(f"{inp.name}: cannot read: {why}; {stats.records} record(s) before it were "
+                                 "appended and are durable") from None
+        yield batch
+
+
 def produce(log: Log, inputs: Iterable[Input], opts: ProduceOptions, appender: Appender) -> ProduceStats:
     stats = ProduceStats()
     part = Partitioner(log.partitions, start=os.getpid())
@@ -244,8 +259,8 @@ def produce(log: Log, inputs: Iterable[Input], opts: ProduceOptions, appender: A
 
     try:
         for inp in inputs:
-            for batch in read_batches(inp.fd, opts.max_record_bytes, opts.batch_bytes,
-                                      keep_raw=RAW_KEEP if dead is not None else 0):
+            for batch in _read(inp, opts.max_record_bytes, opts.batch_bytes, RAW_KEEP if dead is not None else 0,
+                               stats):
                 if lane is not None:
                     spliced = lane(batch, decode)
                     if spliced is not None:

@@ -455,6 +455,8 @@ def follow(log: Log, patterns: list[str], opts: ProduceOptions, appender: Append
                          "it cannot follow stdin (pipe `tail -F FILE` into produce instead)")
     if "-" in patterns:
         raise UsageError("--follow reads files, not stdin (-): name the file to follow")
+    if "" in patterns:
+        raise UsageError("--follow: a FILE is an empty name; name a file or a quoted glob to follow")
     positions = Positions(log)
     try:
         return Follower(log, patterns, opts, appender, positions, raw, say).run(idle)

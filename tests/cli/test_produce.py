@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 
 import pytest
 
-from conftest import run_cli
+from conftest import CLI, cli_env, run_cli
 
 
 def read_log(log: str) -> list[dict]:
@@ -108,6 +109,21 @@ def test_a_bom_before_the_first_line_is_skipped(tmp_path, mode, line, value):
     if "--raw" not in mode:  # on any other line it is data: JSON that does not start with a BOM
         p = run_cli("produce", str(tmp_path / "M"), *mode, input=line + b"\n\xef\xbb\xbf" + line + b"\n")
         assert p.returncode == 65 and b"<stdin>:2" in p.stderr
+
+
+def test_empty_names_and_unreadable_inputs_are_named(tmp_path):
+    log = str(tmp_path / "L")
+    p = run_cli("produce", "", input="1\n", cwd=str(tmp_path))
+    assert p.returncode == 2 and b"LOG is an empty name" in p.stderr
+    p = run_cli("produce", log, "", input="1\n")
+    assert p.returncode == 2 and p.stderr.startswith(b"streamctl: '': cannot open: ")
+    p = run_cli("produce", log, "--follow", "", "--idle-timeout", "100ms")
+    assert p.returncode == 2 and b"a FILE is an empty name" in p.stderr
+    closed = subprocess.run([*CLI, "produce", log], capture_output=True, env=cli_env(), preexec_fn=lambda: os.close(0))
+    assert closed.returncode == 2 and b"<stdin>: cannot read: it is closed" in closed.stderr
+    assert not os.path.exists(log)  # usage errors create nothing
+    p = run_cli("produce", log, "/proc/self/mem")  # opens, but every read fails (EIO)
+    assert p.returncode == 1 and b"/proc/self/mem: cannot read: Input/output error" in p.stderr, p.stderr
 
 
 def test_several_files_and_stdin_dash(logdir, tmp_path):
