@@ -170,20 +170,26 @@ class Follower:
                 where = find_in_folder(e)
                 got = self._open(where) if where is not None else None
                 if got is None or where is None:
-                    del self.reg.files[e.id]  # deleted: nothing of it can be read any more
-                    self.dirty = True
+                    self._gone(e, f"deleted, or moved out of {os.path.dirname(e.path) or '.'}")
                     continue
                 fd, fst = got
                 if (fst.st_dev, fst.st_ino) != (e.dev, e.ino) or not matches(e, fd):
                     os.close(fd)
-                    del self.reg.files[e.id]  # another file now (inode reused, or rewritten)
-                    self.dirty = True
+                    self._gone(e, "deleted, its inode now another file's")
                     continue
                 # read to its end or not, it stays known and open for ROTATED_GRACE: a writer that still
                 # holds it may add a last line, and a rerun must neither miss that line nor read it twice
                 e.path, e.rotated = where, True
                 f = self._track(e, fd, e.pos)
                 f.rotated_at = now
+
+    def _gone(self, e: FileEntry, how: str) -> None:
+        """A known file is not where it was and nowhere in its folder: nothing of it can be read any more.
+        How much was written to it after the position is unknown; say what was appended, once."""
+        self.say(f"{e.path}: gone while no follower ran ({how}): read and appended up to byte {e.pos}; any line "
+                 "written to it after that was never read and is not in the log")
+        del self.reg.files[e.id]
+        self.dirty = True
 
     def _close_finished(self) -> None:
         now = time.monotonic()

@@ -93,3 +93,21 @@ def test_a_bom_before_a_followed_files_first_line_is_skipped(tmp_path):
     follow_once(log, app)
     assert values(log) == [{"a": 1}, {"a": 2}]
     assert [r["headers"]["streamctl.file"] for r in log_records(log)] == ["f1:0", "f1:11"]  # where lines start
+
+
+def test_a_known_file_gone_while_no_follower_ran_is_told_once(tmp_path):
+    """Moved to another folder or deleted with lines not read yet: those lines cannot be appended any more;
+    the rerun says so (the file, and where it was read to) instead of dropping it from the registry quietly."""
+    log, app, other = str(tmp_path / "L"), str(tmp_path / "app.jsonl"), tmp_path / "elsewhere"
+    other.mkdir()
+    append(app, 1, 2)
+    follow_once(log, app)
+    append(app, 3)
+    os.rename(app, other / "app.jsonl")
+    r = run_cli("produce", log, app, "--follow", "--idle-timeout", "300ms", check=True)
+    assert f"{app}: gone while no follower ran (deleted, or moved out of {tmp_path}): read and appended up to " \
+           "byte 4; any line written to it after that was never read and is not in the log".encode() in r.stderr
+    r = run_cli("produce", log, app, "--follow", "--idle-timeout", "300ms", check=True)
+    assert b"while no follower ran" not in r.stderr  # told once: the registry no longer knows it
+    assert json.loads(run_cli("stat", log, "--json", check=True).stdout).get("files", []) == []
+    assert values(log) == [1, 2]
