@@ -40,7 +40,16 @@ from streamctl.clients.inputlines import TooLong
 from streamctl.clients.lanes import Spliced
 from streamctl.clients.producer import RAW_KEEP, ProduceOptions, ProduceStats, _DeadLetters, _split_spliced, batch_lane
 from streamctl.errors import DataError, UsageError
-from streamctl.ingest.files import FP_BYTES, Followed, Read, count_lines, expand, find_in_folder, fingerprint, matches
+from streamctl.ingest.files import (
+    FP_BYTES,
+    Followed,
+    Read,
+    count_lines,
+    expand,
+    find_in_folder,
+    fingerprint,
+    known_head,
+)
 from streamctl.ingest.positions import MARK, FileEntry, Positions
 from streamctl.storage import reader
 from streamctl.storage.appender import Appender, AppendResult, Item, Stamped
@@ -104,14 +113,13 @@ class Follower:
         self.reg.files[entry.id] = entry
         # not committed here: append() commits the entry, with the fingerprint of the bytes about to be
         # appended, before the first record that carries its ID
-        return self._track(entry, fd, 0)
+        return self._track(entry, fd, 0, b"")
 
-    def _track(self, entry: FileEntry, fd: int, pos: int) -> Followed:
+    def _track(self, entry: FileEntry, fd: int, pos: int, head: bytes) -> Followed:
+        """Follow entry's file from pos; head: its first bytes as known_head() checked them (b"" from 0)."""
         if entry.lines < 0:
             entry.lines = count_lines(fd, pos) if pos else 0  # a registry that did not keep it
-        f = Followed(entry, fd, next=pos, next_line=entry.lines)
-        # the bytes the committed fingerprint covers (matches() checked them), or more: it never shrinks
-        f.head = os.pread(fd, min(FP_BYTES, max(pos, entry.fp_len)), 0) if pos or entry.fp_len else b""
+        f = Followed(entry, fd, next=pos, next_line=entry.lines, head=head)
         marks = [m.get(entry.id, -1) for m in self.pos.marks.values()]
         f.recover_until = max(marks, default=-1)
         self.open[entry.id] = f
@@ -143,9 +151,10 @@ class Follower:
                 ident = (fst.st_dev, fst.st_ino)
                 named[ident] = path
                 known = next((e for e in self.reg.files.values() if (e.dev, e.ino) == ident), None)
-                if known is not None and matches(known, fd):
+                head = known_head(known, fd) if known is not None else None
+                if known is not None and head is not None:
                     known.path, known.rotated = path, False
-                    self._track(known, fd, known.pos)
+                    self._track(known, fd, known.pos, head)
                 else:
                     origin = path
                     if known is not None:
@@ -173,14 +182,15 @@ class Follower:
                     self._gone(e, f"deleted, or moved out of {os.path.dirname(e.path) or '.'}")
                     continue
                 fd, fst = got
-                if (fst.st_dev, fst.st_ino) != (e.dev, e.ino) or not matches(e, fd):
+                head = known_head(e, fd) if (fst.st_dev, fst.st_ino) == (e.dev, e.ino) else None
+                if head is None:
                     os.close(fd)
                     self._gone(e, "deleted, its inode now another file's")
                     continue
                 # read to its end or not, it stays known and open for ROTATED_GRACE: a writer that still
                 # holds it may add a last line, and a rerun must neither miss that line nor read it twice
                 e.path, e.rotated = where, True
-                f = self._track(e, fd, e.pos)
+                f = self._track(e, fd, e.pos, head)
                 f.rotated_at = now
 
     def _gone(self, e: FileEntry, how: str) -> None:
