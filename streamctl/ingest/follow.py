@@ -185,7 +185,7 @@ class Follower:
                 head = known_head(e, fd) if (fst.st_dev, fst.st_ino) == (e.dev, e.ino) else None
                 if head is None:
                     os.close(fd)
-                    self._gone(e, "deleted, its inode now another file's")
+                    self._gone(e, "its inode now holds other content: deleted and reused, or truncated")
                     continue
                 # read to its end or not, it stays known and open for ROTATED_GRACE: a writer that still
                 # holds it may add a last line, and a rerun must neither miss that line nor read it twice
