@@ -60,7 +60,7 @@ def run(log: str, files: list[str] | None, *, key_field: str | None, key: str | 
     fds: list[int | None] = []  # (stdin's is taken once the log is open)
     for name in names:
         if name == "-":
-            if not _readable(sys.stdin.fileno()):
+            if not _readable(0):  # fd 0, not sys.stdin: tests may swap that for an object without a descriptor
                 raise UsageError("<stdin>: cannot read: it is closed; pipe the input in or name a FILE")
             fds.append(None)
             continue
