@@ -13,7 +13,7 @@ EPILOG = example(
     "printf 'u1:hello\\n' | streamctl produce chat --raw --key-delimiter :",
     "streamctl consume a | jq -c '.value |= .+1' | streamctl produce b --envelope",
     "streamctl produce orders in.jsonl --on-error dead-letter=rejected.jsonl --fsync always --echo",
-    "streamctl consume a -g copy | jq -c '.value.n += 1' | streamctl produce b --envelope --exactly-once --source a",
+    "streamctl consume a | jq -c '.value.n += 1' | streamctl produce b --envelope --exactly-once --source a   # killed? rerun it",
     "streamctl produce app /var/log/app.jsonl --follow --key-field user     # like tail -F, exactly once across restarts",
     "streamctl produce web '/var/log/nginx/*.log' --raw --follow --idle-timeout 1h",
 )
@@ -30,14 +30,14 @@ def produce(
     key: str | None = typer.Option(None, "--key", metavar="K", help="Use K as the key of every record."),
     envelope: bool = typer.Option(False, "--envelope", help="Input lines are {\"key\", \"value\", \"headers\"} objects (consume's output fits)."),
     raw: bool = typer.Option(False, "--raw", help="Input lines are plain text; each becomes a JSON string value."),
-    key_delimiter: str | None = typer.Option(None, "--key-delimiter", metavar="SEP", help="With --raw: split 'key SEP value' at the first SEP (kcat -K)."),
+    key_delimiter: str | None = typer.Option(None, "--key-delimiter", metavar="SEP", help="With --raw: split 'key SEP value' at the first SEP (kcat -K; escapes: \\t, \\r, \\xNN a byte in hex, \\\\ a backslash)."),
     partitions: int | None = typer.Option(None, "--partitions", callback=numbers.count(1, 10_000), metavar="N", help="Partitions when the log is created (default 1)."),
     partition: int | None = typer.Option(None, "--partition", callback=numbers.count(0, 9_999), metavar="P", help="Append every record to partition P."),
     segment_bytes: str | None = typer.Option(None, "--segment-bytes", callback=numbers.size(lo=1 << 10), metavar="SIZE", help="Segment size when the log is created (default 16MiB)."),
     fsync: str = typer.Option("batch", "--fsync", metavar="always|batch|never", help="always: each record is written and fsynced alone; batch: one fsync per write batch and at exit; never: leave it to the OS (still safe against kill -9, not power loss)."),
     echo: bool = typer.Option(False, "--echo", help="Write the stored records to stdout, once durable."),
     max_record_bytes: str = typer.Option("1MiB", "--max-record-bytes", callback=numbers.size(lo=1), metavar="SIZE", help="Reject input lines longer than this."),
-    on_error: str = typer.Option("fail", "--on-error", metavar="fail|skip|dead-letter=FILE", help="Bad input: stop with exit 65 (default), skip and count, or append to FILE."),
+    on_error: str = typer.Option("fail", "--on-error", metavar="fail|skip|dead-letter=FILE", help="Bad input: stop with exit 65 (default), skip and count, or append to FILE (opened, created if missing, when produce starts; never inside LOG)."),
     lock_timeout: str | None = typer.Option(None, "--lock-timeout", callback=numbers.duration(), metavar="DUR", help="Fail if a partition lock is not free within DUR (default: wait)."),
     exactly_once: bool = typer.Option(False, "--exactly-once", help="Skip records whose source (log, partition, offset) was already appended (needs --envelope)."),
     source: str | None = typer.Option(None, "--source", metavar="NAME", help="With --exactly-once: the source log name for envelope lines that carry offset/partition."),
@@ -47,7 +47,8 @@ def produce(
     """Append records read from FILEs or stdin to LOG.
 
     Each input line is a JSON value and becomes a record's value (stored exactly
-    as written, after validation). Blank lines are skipped. On success a one-line
+    as written, after validation). Blank lines, and a UTF-8 byte order mark before
+    an input's first line, are skipped. On success a one-line
     summary goes to stderr; stdout stays empty unless --echo.
 
     --follow (Filebeat's job): FILEs are names or quoted globs, looked at again
@@ -72,8 +73,14 @@ def produce(
         raise UsageError("--raw and --envelope cannot be combined")
     if key_delimiter is not None and not raw:
         raise UsageError("--key-delimiter needs --raw")
-    if key_delimiter == "":
-        raise UsageError("--key-delimiter must not be empty")
+    if key_delimiter is not None:
+        from streamctl.formats.inputs import parse_delimiter
+
+        key_delimiter = parse_delimiter(key_delimiter)  # kcat -K's escapes: '\t' is a tab
+        if key_delimiter == "":
+            raise UsageError("--key-delimiter must not be empty")
+        if "\n" in key_delimiter:
+            raise UsageError("--key-delimiter cannot hold a newline: the input is split into lines at newlines")
     if key is not None and key_field is not None:
         raise UsageError("--key and --key-field cannot be combined")
     if key is not None and key_delimiter is not None:
@@ -86,6 +93,8 @@ def produce(
         raise UsageError("--source needs --exactly-once")
     if follow and "-" in (files or []):
         raise UsageError("--follow reads files, not stdin (-)")
+    if follow and "" in (files or []):
+        raise UsageError("--follow: a FILE is an empty name; name a file or a quoted glob to follow")
     if follow and not [f for f in files or [] if f != "-"]:
         raise UsageError("--follow needs FILEs to follow (names or quoted globs); it does not follow stdin "
                          "(for a pipe, run produce without --follow)")

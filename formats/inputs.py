@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from streamctl.errors import UsageError
 from streamctl.storage import fieldpaths
 
 Decoded = tuple["str | None", bytes, "bytes | None", "tuple[str, int, int] | None"]
@@ -187,8 +188,43 @@ def _source_tuple(log: Any, partition: Any, offset: Any) -> tuple[str, int, int]
     return log, partition, offset
 
 
+_DELIM_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "\\": "\\"}
+_HEX = "0123456789abcdefABCDEF"
+
+
+def parse_delimiter(text: str) -> str:
+    """--key-delimiter's escapes, kcat -K's (its -D format): \\t \\n \\r, \\xNN a byte in hex (one or two
+    digits), and \\\\ a backslash; a backslash before anything else is itself. Bytes above 127 come back as
+    the surrogates "surrogateescape" encodes into them (as bytes of argv that are not UTF-8 do)."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        nxt = text[i + 1:i + 2]
+        if c != "\\" or not nxt:
+            out.append(c)
+            i += 1
+        elif nxt in _DELIM_ESCAPES:
+            out.append(_DELIM_ESCAPES[nxt])
+            i += 2
+        elif nxt == "x":
+            j = i + 2
+            while j < len(text) and j < i + 4 and text[j] in _HEX:
+                j += 1
+            if j == i + 2:
+                raise UsageError(f"--key-delimiter '{text}': \\x needs a byte in hex after it (\\x1f)")
+            n = int(text[i + 2:j], 16)
+            out.append(chr(n) if n < 128 else chr(0xDC00 + n))
+            i = j
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
 def raw_decoder(key_delimiter: str | None, const_key: str | None) -> Decoder:
-    delim = key_delimiter.encode() if key_delimiter else None
+    # a delimiter given as an escape of a byte above 127 (\\xff) holds it as a surrogate
+    delim = key_delimiter.encode("utf-8", "surrogateescape") if key_delimiter else None
 
     def decode(line: bytes) -> Decoded:
         if line.endswith(b"\r"):

@@ -13,6 +13,8 @@ import select
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+BOM = b"\xef\xbb\xbf"
+
 
 @dataclass(frozen=True, slots=True)
 class TooLong:
@@ -70,6 +72,8 @@ def read_batches(fd: int, max_line: int, batch_bytes: int = 1 << 20, keep_raw: i
         return TooLong(length, raw)
     lineno = 0
     eof = False
+    head = b""  # the input's first bytes while they may still be the start of a BOM
+    at_start = True
     while not eof:
         chunks = []
         got = 0
@@ -83,6 +87,16 @@ def read_batches(fd: int, max_line: int, batch_bytes: int = 1 << 20, keep_raw: i
             if got >= batch_bytes or not _readable_now(fd):
                 break
         data = b"".join(chunks)
+        if at_start:
+            # a UTF-8 byte order mark (Windows editors write one) before the first line is no part of it:
+            # skipped, as jq does; one anywhere else is data
+            data = head + data
+            if len(data) < len(BOM) and not eof and BOM.startswith(data):
+                head = data  # a pipe that gave only part of it so far
+                continue
+            at_start = False
+            if data.startswith(BOM):
+                data = data[len(BOM):]
         out: list[bytes | TooLong] = []
         text: bytes | None = b""
         start = 0

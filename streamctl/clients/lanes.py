@@ -304,7 +304,7 @@ class RawLane:
     """The --raw lane: each line's text becomes a JSON string (one encode per batch)."""
 
     def __init__(self, key_delimiter: str | None, const_key: str | None) -> None:
-        self.delim = key_delimiter.encode() if key_delimiter else None
+        self.delim = key_delimiter.encode("utf-8", "surrogateescape") if key_delimiter else None
         self.const_key = const_key
         self.const_text = orjson.dumps(const_key)
         self.texts = KeyTexts()

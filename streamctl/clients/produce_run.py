@@ -26,7 +26,14 @@ def run(log: str, files: list[str] | None, *, key_field: str | None, key: str | 
     import stat
     import sys
 
-    from streamctl.clients.producer import EnvelopeLane, Input, ProduceOptions, RawLane, validate_values
+    from streamctl.clients.producer import (
+        EnvelopeLane,
+        Input,
+        ProduceOptions,
+        RawLane,
+        open_dead_letters,
+        validate_values,
+    )
     from streamctl.clients.producer import produce as run_produce
     from streamctl.errors import UsageError
     from streamctl.formats import inputs
@@ -43,6 +50,8 @@ def run(log: str, files: list[str] | None, *, key_field: str | None, key: str | 
     else:
         decoder = inputs.value_decoder(key_field, key)
 
+    if not log:
+        raise UsageError("LOG is an empty name: name the log's folder (e.g. ./orders)")
     if partition is not None and not logmod.is_log(log):
         # a usage error creates nothing: --partition is checked against the log this run would make
         check_partition(partition, partitions or 1)
@@ -51,15 +60,18 @@ def run(log: str, files: list[str] | None, *, key_field: str | None, key: str | 
     fds: list[int | None] = []  # (stdin's is taken once the log is open)
     for name in names:
         if name == "-":
+            if not _readable(0):  # fd 0, not sys.stdin: tests may swap that for an object without a descriptor
+                raise UsageError("<stdin>: cannot read: it is closed; pipe the input in or name a FILE")
             fds.append(None)
             continue
         try:
             fd = os.open(name, os.O_RDONLY)
         except OSError as e:
-            raise UsageError(f"{name}: cannot open: {e.strerror}") from None
+            raise UsageError(f"{name or repr(name)}: cannot open: {e.strerror}") from None
         if stat.S_ISDIR(os.fstat(fd).st_mode):
             raise UsageError(f"{name}: cannot open: Is a directory")
         fds.append(fd)
+    dead = open_dead_letters(dead_letter, log) if dead_letter is not None else None
     lg = logmod.open_or_create(log, partitions, segment_bytes, now_ms())
     if partition is not None:
         check_partition(partition, lg.partitions)
@@ -80,7 +92,7 @@ def run(log: str, files: list[str] | None, *, key_field: str | None, key: str | 
 
     opts = ProduceOptions(
         decoder=decoder, partition=partition, max_record_bytes=max_record_bytes, on_error=on_error,
-        dead_letter=dead_letter, per_record=fsync == "always", echo=echo_fn,
+        dead_letter=dead_letter, dead=dead, per_record=fsync == "always", echo=echo_fn,
     )
     if raw:
         opts.raw_batch = RawLane(key_delimiter, key)
@@ -122,6 +134,18 @@ def run(log: str, files: list[str] | None, *, key_field: str | None, key: str | 
     if out is not None:
         out.flush()
     say(summary(log, stats, dead_letter))
+
+
+def _readable(fd: int) -> bool:
+    """Can fd be read? A stdin the caller closed (`<&-`) is /dev/null opened for writing only (the CLI
+    fills closed standard descriptors so no file takes their numbers)."""
+    import fcntl
+    import os
+
+    try:
+        return fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_WRONLY
+    except OSError:
+        return False
 
 
 def summary(log: str, stats: ProduceStats, dead_letter: str | None) -> str:

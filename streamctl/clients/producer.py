@@ -8,9 +8,10 @@ decoder (formats/inputs.py), which is the reference and names a bad line.
 from __future__ import annotations
 
 import base64
+import errno
 import os
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from operator import call
 from typing import Any, cast
@@ -19,7 +20,7 @@ import orjson
 
 from streamctl.clients.inputlines import Batch, TooLong, read_batches
 from streamctl.clients.lanes import EnvelopeLane, Exact, KeyedLane, RawLane, Spliced, validate_values
-from streamctl.errors import DataError, StorageError
+from streamctl.errors import DataError, StorageError, StreamctlError, UsageError
 from streamctl.storage.appender import Appender, AppendResult, Item
 from streamctl.storage.fsutil import NOFOLLOW, write_all
 from streamctl.storage.log import Log
@@ -44,6 +45,7 @@ class ProduceOptions:
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     on_error: str = "fail"  # fail | skip | dead-letter
     dead_letter: str | None = None
+    dead: _DeadLetters | None = None  # dead_letter opened already (open_dead_letters)
     # 1 MiB: one fsync per partition per batch stays a small share of the work, and a batch's
     # buffers (read, lines, the built lines) are reused by malloc rather than mapped afresh
     # (4 MiB took twice the system time in page faults)
@@ -108,9 +110,9 @@ RAW_KEEP = 16 << 20
 
 
 class _DeadLetters:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, fd: int = -1) -> None:
         self.path = path
-        self.fd = -1
+        self.fd = fd
 
     def write(self, name: str, lineno: int | None, reason: str, raw: bytes, byte: int | None = None,
               length: int | None = None) -> None:
@@ -143,6 +145,26 @@ class _DeadLetters:
             os.close(self.fd)
 
 
+def open_dead_letters(path: str, log: str) -> _DeadLetters:
+    """--on-error dead-letter=FILE, checked and opened (created if missing) when produce starts: a FILE
+    that cannot be written is a usage error before anything is appended, not a failure at the first bad
+    line with that line's batch half done. FILE inside LOG (a segment, say) is refused: a rejected line
+    written there would corrupt the log. Paths are compared resolved (symlinks, `..`)."""
+    shown = f"--on-error dead-letter={path}"
+    real, log_real = os.path.realpath(path), os.path.realpath(log)
+    if real == log_real or real.startswith(log_real.rstrip(os.sep) + os.sep):
+        raise UsageError(f"{shown}: that is inside the log {log}, and a rejected line written there would "
+                         "corrupt it; name a file outside the log's folder")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | NOFOLLOW, 0o644)
+    except OSError as e:
+        folder = os.path.dirname(path) or "."
+        why = (f"its folder {folder} does not exist" if e.errno == errno.ENOENT and not os.path.isdir(folder)
+               else "it is a symlink (refusing to follow it)" if e.errno == errno.ELOOP else e.strerror)
+        raise UsageError(f"{shown}: cannot open: {why}") from None
+    return _DeadLetters(path, fd)
+
+
 def batch_lane(opts: ProduceOptions) -> Callable[[Batch, Exact], Spliced | None] | None:
     """The lane of the input mode (lanes.py), or None when every batch goes line by line
     (--fsync always, --exactly-once)."""
@@ -163,10 +185,25 @@ def batch_lane(opts: ProduceOptions) -> Callable[[Batch, Exact], Spliced | None]
     return opts.raw_batch
 
 
+def _read(inp: Input, max_line: int, batch_bytes: int, keep_raw: int, stats: ProduceStats) -> Iterator[Batch]:
+    """read_batches of one input; a read that fails (stdin closed with `<&-`: EBADF; EIO) names the input."""
+    batches = read_batches(inp.fd, max_line, batch_bytes, keep_raw=keep_raw)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except OSError as e:
+            why = "it is closed" if e.errno == errno.EBADF and inp.name == "<stdin>" else e.strerror
+            raise StreamctlError(f"{inp.name}: cannot read: {why}; {stats.records} record(s) before it were "
+                                 "appended and are durable") from None
+        yield batch
+
+
 def produce(log: Log, inputs: Iterable[Input], opts: ProduceOptions, appender: Appender) -> ProduceStats:
     stats = ProduceStats()
     part = Partitioner(log.partitions, start=os.getpid())
-    dead = _DeadLetters(opts.dead_letter) if opts.dead_letter else None
+    dead = opts.dead if opts.dead is not None else _DeadLetters(opts.dead_letter) if opts.dead_letter else None
     pending: dict[int, list[Item]] = {}
     sources: dict[int, list] = {}
 
@@ -222,8 +259,8 @@ def produce(log: Log, inputs: Iterable[Input], opts: ProduceOptions, appender: A
 
     try:
         for inp in inputs:
-            for batch in read_batches(inp.fd, opts.max_record_bytes, opts.batch_bytes,
-                                      keep_raw=RAW_KEEP if dead is not None else 0):
+            for batch in _read(inp, opts.max_record_bytes, opts.batch_bytes, RAW_KEEP if dead is not None else 0,
+                               stats):
                 if lane is not None:
                     spliced = lane(batch, decode)
                     if spliced is not None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from operator import add
 
-from streamctl.clients.inputlines import Batch, TooLong
+from streamctl.clients.inputlines import BOM, Batch, TooLong
 from streamctl.ingest import positions
 from streamctl.ingest.positions import FileEntry
 from streamctl.storage.log import Log
@@ -91,12 +91,18 @@ class Followed:
             return None
         if not data:
             return None
+        # The first bytes again, after the data: a file truncated in place (copytruncate) and written past
+        # `at` again before this read would otherwise hand out the new content's bytes from `at` on as the
+        # old content's next lines (and its fingerprint would become the new content's). Changed: nothing
+        # of `data` is used, and the caller's truncated() starts the new content from its start.
+        try:
+            head = os.pread(self.fd, max(len(self.head), min(FP_BYTES, at + len(data))), 0)
+        except OSError:
+            return None
+        if not head.startswith(self.head):
+            return None
+        self.head = head
         self.last_data = time.monotonic()
-        if len(self.head) < FP_BYTES:
-            try:
-                self.head = os.pread(self.fd, min(FP_BYTES, at + len(data)), 0)
-            except OSError:
-                pass
         out_lines: list[bytes | TooLong] = []
         starts: list[int] = []
         text: bytes | None = None
@@ -122,6 +128,11 @@ class Followed:
             lines = whole.split(b"\n")
             starts += accumulate(map(add, map(len, lines[:-1]), repeat(1)), initial=base)
             self.next = base + last + 1
+            if base == 0 and whole.startswith(BOM):
+                # a UTF-8 byte order mark before the file's first line is no part of it (as for produce's
+                # inputs); the line's start (its mark) stays where the line starts in the file
+                lines[0] = lines[0][len(BOM):]
+                whole = whole[len(BOM):]
             if b"\r" in whole:  # CRLF line endings: the \r is not part of the record
                 lines = [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
             if max(map(len, lines)) > max_line:
@@ -150,14 +161,22 @@ def expand(pattern: str) -> list[str]:
     return [pattern] if os.path.isfile(pattern) else []
 
 
-def matches(entry: FileEntry, fd: int) -> bool:
-    """Is the open file `fd` (same device and inode as entry) still the file the entry knew?"""
+def known_head(entry: FileEntry, fd: int) -> bytes | None:
+    """The first bytes of the open file `fd` (same device and inode as entry) if it is still the file the
+    entry knew: not shorter than the position, and the bytes the fingerprint covers unchanged; else None.
+
+    One read gives both the check and the head a Followed keeps to notice a later truncation: read apart,
+    a copytruncate between them would leave an empty head that any new content passes."""
+    want = min(FP_BYTES, max(entry.pos, entry.fp_len))
     try:
-        if os.fstat(fd).st_size < entry.pos:
-            return False
-        return not entry.fp_len or fingerprint(os.pread(fd, entry.fp_len, 0)) == entry.fp
+        head = os.pread(fd, want, 0)
+        if len(head) < want or os.fstat(fd).st_size < entry.pos:
+            return None
     except OSError:
-        return False
+        return None
+    if entry.fp_len and fingerprint(head[:entry.fp_len]) != entry.fp:
+        return None
+    return head
 
 
 def count_lines(fd: int, end: int) -> int:

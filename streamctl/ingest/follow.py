@@ -40,7 +40,16 @@ from streamctl.clients.inputlines import TooLong
 from streamctl.clients.lanes import Spliced
 from streamctl.clients.producer import RAW_KEEP, ProduceOptions, ProduceStats, _DeadLetters, _split_spliced, batch_lane
 from streamctl.errors import DataError, UsageError
-from streamctl.ingest.files import Followed, Read, count_lines, expand, find_in_folder, fingerprint, matches
+from streamctl.ingest.files import (
+    FP_BYTES,
+    Followed,
+    Read,
+    count_lines,
+    expand,
+    find_in_folder,
+    fingerprint,
+    known_head,
+)
 from streamctl.ingest.positions import MARK, FileEntry, Positions
 from streamctl.storage import reader
 from streamctl.storage.appender import Appender, AppendResult, Item, Stamped
@@ -79,12 +88,14 @@ class Follower:
         self.lane = batch_lane(opts)
         # which lines a lane turns into records: the non-empty ones (--raw: the non-blank ones)
         self.record_lines: Callable[[list], Any] = (lambda ls: map(bytes.strip, ls)) if raw else (lambda ls: ls)
-        self.dead = _DeadLetters(opts.dead_letter) if opts.dead_letter else None
+        self.dead = opts.dead if opts.dead is not None else _DeadLetters(opts.dead_letter) if opts.dead_letter else None
         self.dirty = False
         if not self.reg.scan_from:
             # a log never followed before: no marks can exist; scan from today's ends next time
             self.reg.scan_from = {p: reader.partition_info(log, p).next_offset for p in range(log.partitions)}
         self.next_offsets = dict(self.reg.scan_from)
+        # while a batch is appended: each partition's next offset before the batch's first share went there
+        self._undo: dict[int, int | None] | None = None
 
     # -- the files ---------------------------------------------------------------------------
 
@@ -100,15 +111,15 @@ class Follower:
         for old in [e.id for e in self.reg.files.values() if (e.dev, e.ino) == (st.st_dev, st.st_ino)]:
             del self.reg.files[old]
         self.reg.files[entry.id] = entry
-        # an ID is in a durable registry before the first record that carries it
-        self.commit()
-        return self._track(entry, fd, 0)
+        # not committed here: append() commits the entry, with the fingerprint of the bytes about to be
+        # appended, before the first record that carries its ID
+        return self._track(entry, fd, 0, b"")
 
-    def _track(self, entry: FileEntry, fd: int, pos: int) -> Followed:
+    def _track(self, entry: FileEntry, fd: int, pos: int, head: bytes) -> Followed:
+        """Follow entry's file from pos; head: its first bytes as known_head() checked them (b"" from 0)."""
         if entry.lines < 0:
             entry.lines = count_lines(fd, pos) if pos else 0  # a registry that did not keep it
-        f = Followed(entry, fd, next=pos, next_line=entry.lines)
-        f.head = os.pread(fd, min(pos, 1024), 0) if pos else b""
+        f = Followed(entry, fd, next=pos, next_line=entry.lines, head=head)
         marks = [m.get(entry.id, -1) for m in self.pos.marks.values()]
         f.recover_until = max(marks, default=-1)
         self.open[entry.id] = f
@@ -140,14 +151,16 @@ class Follower:
                 ident = (fst.st_dev, fst.st_ino)
                 named[ident] = path
                 known = next((e for e in self.reg.files.values() if (e.dev, e.ino) == ident), None)
-                if known is not None and matches(known, fd):
+                head = known_head(known, fd) if known is not None else None
+                if known is not None and head is not None:
                     known.path, known.rotated = path, False
-                    self._track(known, fd, known.pos)
+                    self._track(known, fd, known.pos, head)
                 else:
                     origin = path
                     if known is not None:
-                        self.say(f"{path}: read again from its start (its first bytes changed or it is shorter than "
-                                 f"the {known.pos} bytes read: truncated or replaced)")
+                        why = (f"it is shorter than the {known.pos} bytes read" if fst.st_size < known.pos
+                               else "its first bytes changed")
+                        self.say(f"{path}: read again from its start ({why}: truncated or replaced)")
                         origin = known.origin
                         self.stats.truncations += 1
                     self._new_generation(path, origin, fd, fst)
@@ -166,20 +179,27 @@ class Follower:
                 where = find_in_folder(e)
                 got = self._open(where) if where is not None else None
                 if got is None or where is None:
-                    del self.reg.files[e.id]  # deleted: nothing of it can be read any more
-                    self.dirty = True
+                    self._gone(e, f"deleted, or moved out of {os.path.dirname(e.path) or '.'}")
                     continue
                 fd, fst = got
-                if (fst.st_dev, fst.st_ino) != (e.dev, e.ino) or not matches(e, fd):
+                head = known_head(e, fd) if (fst.st_dev, fst.st_ino) == (e.dev, e.ino) else None
+                if head is None:
                     os.close(fd)
-                    del self.reg.files[e.id]  # another file now (inode reused, or rewritten)
-                    self.dirty = True
+                    self._gone(e, "its inode now holds other content: deleted and reused, or truncated")
                     continue
                 # read to its end or not, it stays known and open for ROTATED_GRACE: a writer that still
                 # holds it may add a last line, and a rerun must neither miss that line nor read it twice
                 e.path, e.rotated = where, True
-                f = self._track(e, fd, e.pos)
+                f = self._track(e, fd, e.pos, head)
                 f.rotated_at = now
+
+    def _gone(self, e: FileEntry, how: str) -> None:
+        """A known file is not where it was and nowhere in its folder: nothing of it can be read any more.
+        How much was written to it after the position is unknown; say what was appended, once."""
+        self.say(f"{e.path}: gone while no follower ran ({how}): read and appended up to byte {e.pos}; any line "
+                 "written to it after that was never read and is not in the log")
+        del self.reg.files[e.id]
+        self.dirty = True
 
     def _close_finished(self) -> None:
         now = time.monotonic()
@@ -204,6 +224,8 @@ class Follower:
         if res.last_offset < res.first_offset:
             return
         self.stats.produced.add(res)
+        if self._undo is not None:
+            self._undo.setdefault(res.partition, self.next_offsets.get(res.partition))
         self.next_offsets[res.partition] = res.last_offset + 1
         if self.opts.echo is not None and res.lines:
             self.opts.echo(res.lines)
@@ -244,7 +266,34 @@ class Follower:
     def append(self, f: Followed, rd: Read) -> None:
         """Append a read batch's records; f.entry.pos moves past it (or, on a bad line with --on-error fail,
         to that line, before the error is raised)."""
+        self._undo = {}
+        try:
+            self._append(f, rd)
+        except BaseException:
+            # A failure part way (a full disk or the file-size limit on one partition after another's share
+            # was appended, a closed pipe under --echo after the append): the records appended are in the
+            # log, but f.entry.pos has not moved past their lines. The commit that follows the failure must
+            # not move scan_from past them either, or a rerun never sees their marks and appends them again:
+            # back to where this batch started, so a rerun reads their marks and skips their lines.
+            for p, before in self._undo.items():
+                if before is None:
+                    self.next_offsets.pop(p, None)
+                else:
+                    self.next_offsets[p] = before
+            raise
+        finally:
+            self._undo = None
+
+    def _append(self, f: Followed, rd: Read) -> None:
         batch = rd.batch
+        if f.entry.fp_len < min(FP_BYTES, rd.end):
+            # A rerun takes the records marked with this ID as read from the file it finds under the
+            # registry's identity, so the committed fingerprint must cover every line appended under the
+            # ID (up to FP_BYTES) before the first of them is: otherwise a file truncated (or deleted and
+            # its inode reused) while no follower runs would pass for this one, and its new lines would
+            # be skipped as if in the log. Committed here (the lines before are appended and their
+            # positions set), this costs a commit per batch only while a file's first FP_BYTES grow.
+            self.commit()
         recovering = rd.starts[0] <= f.recover_until
         if self.lane is not None and not recovering:
             spliced = self.lane(batch, self.opts.decoder)
@@ -318,7 +367,7 @@ class Follower:
 
     def commit(self) -> None:
         for f in self.open.values():
-            if f.head and len(f.head) != f.entry.fp_len:
+            if len(f.head) > f.entry.fp_len:
                 f.entry.fp_len, f.entry.fp = len(f.head), fingerprint(f.head)
         self.reg.scan_from = dict(self.next_offsets)
         self.pos.commit()
@@ -422,6 +471,8 @@ def follow(log: Log, patterns: list[str], opts: ProduceOptions, appender: Append
                          "it cannot follow stdin (pipe `tail -F FILE` into produce instead)")
     if "-" in patterns:
         raise UsageError("--follow reads files, not stdin (-): name the file to follow")
+    if "" in patterns:
+        raise UsageError("--follow: a FILE is an empty name; name a file or a quoted glob to follow")
     positions = Positions(log)
     try:
         return Follower(log, patterns, opts, appender, positions, raw, say).run(idle)

@@ -11,8 +11,11 @@ Two things together make it exact (docs/design/guarantees.md, "produce --follow"
   file, fsync, rename, folder fsync): per file its identity (device, inode, and a
   hash of its first bytes, the fingerprint), how far it was read, and per partition
   the log's next offset when the registry was written (`scan_from`). It is written
-  about once a second while following, at the end, and before the first record of a
-  new ID (so every ID in the log is in a registry that a rerun reads).
+  about once a second while following, at the end, and before appending a line that
+  ends past the bytes the file's committed fingerprint covers (while under FP_BYTES):
+  so every ID in the log is in a registry that a rerun reads, with a fingerprint of
+  every line appended under it, and a file truncated (or deleted and its inode reused)
+  while no follower runs is never taken for the content whose marks are in the log.
 
 A rerun loads the registry and reads what each partition got from `scan_from` on
 (about a second of appends): the largest START of each ID there is that partition's

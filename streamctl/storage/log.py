@@ -189,6 +189,8 @@ def own_leftover(name: str) -> bool:
 
 def open_or_create(path: str, partitions: int | None, segment_bytes: int | None, created_ms: int) -> Log:
     """Open LOG, creating it (under a lock on its parent folder's entry) if missing."""
+    if not path:
+        raise UsageError("LOG is an empty name: name the log's folder (e.g. ./orders)")
     if partitions is not None and not 1 <= partitions <= 10_000:
         raise UsageError("--partitions must be from 1 to 10000")
     if segment_bytes is not None and not MIN_SEGMENT_BYTES <= segment_bytes <= MAX_SEGMENT_BYTES:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 
-from conftest import run_cli
+import pytest
+
+from conftest import CLI, cli_env, run_cli
 
 
 def read_log(log: str) -> list[dict]:
@@ -77,6 +80,50 @@ def test_raw_and_key_delimiter(logdir):
     assert run_cli("produce", logdir, "--key-delimiter", ":", input="a:b\n").returncode == 2
     p = run_cli("produce", logdir, "--raw", "--key-delimiter", ":", "--key", "q", input="a:b\n")
     assert p.returncode == 2 and b"--key and --key-delimiter cannot be combined" in p.stderr
+
+
+@pytest.mark.parametrize("fsync", ["batch", "always"])  # the raw lane, and the per-line decoder
+def test_key_delimiter_takes_kcat_escapes(tmp_path, fsync):
+    cases = [("\\t", b"a\tb\n"), ("\\x1f", b"a\x1fb\n"), ("\\\\", b"a\\b\n"), ("\\xc3\\xa9", b"a\xc3\xa9b\n"),
+             ("\\q", b"a\\qb\n"), ("::", b"a::b\n")]
+    for i, (sep, line) in enumerate(cases):
+        p = run_cli("produce", str(tmp_path / f"L{i}"), "--raw", "--key-delimiter", sep,
+                    "--fsync", fsync, "--echo", input=line, check=True)
+        assert [(r["key"], r["value"]) for r in map(json.loads, p.stdout.splitlines())] == [("a", "b")], sep
+    p = run_cli("produce", str(tmp_path / "N"), "--raw", "--key-delimiter", "\\n", input="a\n")
+    assert p.returncode == 2 and b"--key-delimiter cannot hold a newline" in p.stderr
+    assert not os.path.exists(tmp_path / "N")
+    p = run_cli("produce", str(tmp_path / "N"), "--raw", "--key-delimiter", "\\xg", input="a\n")
+    assert p.returncode == 2 and b"\\x needs a byte in hex" in p.stderr
+
+
+@pytest.mark.parametrize("mode,line,value", [((), b'{"a":1}', {"a": 1}), (("--fsync", "always"), b'{"a":1}', {"a": 1}),
+                                              (("--raw",), b"text", "text"), (("--envelope",), b'{"value":1}', 1)])
+def test_a_bom_before_the_first_line_is_skipped(tmp_path, mode, line, value):
+    f = tmp_path / "in.jsonl"
+    f.write_bytes(b"\xef\xbb\xbf" + line + b"\n" + line + b"\n")
+    for i, (args, data) in enumerate([((), f.read_bytes()), ((str(f),), b"")]):  # stdin, then a file
+        p = run_cli("produce", str(tmp_path / f"L{i}"), *args, *mode, "--echo", input=data)
+        assert p.returncode == 0, p.stderr
+        assert [r["value"] for r in map(json.loads, p.stdout.splitlines())] == [value, value]
+    if "--raw" not in mode:  # on any other line it is data: JSON that does not start with a BOM
+        p = run_cli("produce", str(tmp_path / "M"), *mode, input=line + b"\n\xef\xbb\xbf" + line + b"\n")
+        assert p.returncode == 65 and b"<stdin>:2" in p.stderr
+
+
+def test_empty_names_and_unreadable_inputs_are_named(tmp_path):
+    log = str(tmp_path / "L")
+    p = run_cli("produce", "", input="1\n", cwd=str(tmp_path))
+    assert p.returncode == 2 and b"LOG is an empty name" in p.stderr
+    p = run_cli("produce", log, "", input="1\n")
+    assert p.returncode == 2 and p.stderr.startswith(b"streamctl: '': cannot open: ")
+    p = run_cli("produce", log, "--follow", "", "--idle-timeout", "100ms")
+    assert p.returncode == 2 and b"a FILE is an empty name" in p.stderr
+    closed = subprocess.run([*CLI, "produce", log], capture_output=True, env=cli_env(), preexec_fn=lambda: os.close(0))
+    assert closed.returncode == 2 and b"<stdin>: cannot read: it is closed" in closed.stderr
+    assert not os.path.exists(log)  # usage errors create nothing
+    p = run_cli("produce", log, "/proc/self/mem")  # opens, but every read fails (EIO)
+    assert p.returncode == 1 and b"/proc/self/mem: cannot read: Input/output error" in p.stderr, p.stderr
 
 
 def test_several_files_and_stdin_dash(logdir, tmp_path):

@@ -125,7 +125,7 @@ def test_dead_letter_file_symlink_is_refused(logdir, tmp_path):
     dl = tmp_path / "dead.jsonl"
     os.symlink(victim, dl)
     p = run_cli("produce", logdir, "--on-error", f"dead-letter={dl}", input="1\nbad\n")
-    assert p.returncode == 1 and b"Traceback" not in p.stderr
+    assert p.returncode == 2 and b"symlink" in p.stderr and b"Traceback" not in p.stderr  # refused at start
     assert victim.read_text() == "precious"
 
 
