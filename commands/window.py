@@ -72,7 +72,11 @@ ones are ignored like SQL NULLs.
 
 --follow --group G checkpoints input offsets and window state together,
 atomically, so a kill -9 and restart neither loses nor double-counts (rows
-written after the last checkpoint are written again, identically). The Spark
+written after the last checkpoint are written again, identically).
+--idle-timeout DUR then ends a run leaving the open windows in the checkpoint:
+each window is written once, by the run whose watermark closes it; the counts
+on stderr are the run's own. Without --group, the idle timeout flushes the
+open windows like the end of input. The Spark
 engine (finite input, --late drop, --emit final) gives the same rows, order
 and late count: it replays the watermark as a running max over the input order.
 Memory is bounded by open windows and groups, not by input length.
@@ -101,7 +105,7 @@ def window(
     output: str = typer.Option("jsonl", "--output", "-o", metavar="jsonl|csv|table", help="Output format (table is for people and is written at the end)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep running on a LOG, emitting windows as the watermark moves."),
     group: str | None = typer.Option(None, "--group", "-g", metavar="G", help="With --follow: checkpoint input offsets and window state together in LOG/groups/.G.window.json."),
-    idle_timeout: str | None = typer.Option(None, "--idle-timeout", callback=numbers.duration(), metavar="DUR", help="With --follow: after DUR without new records, flush open windows and exit (the checkpoint keeps them open)."),
+    idle_timeout: str | None = typer.Option(None, "--idle-timeout", callback=numbers.duration(), metavar="DUR", help="With --follow: exit after DUR without new records. With --group the open windows stay in the checkpoint, written once a later run closes them; without, they are flushed like at end of input."),
     engine: str = options.engine(),
     spark_threshold: str | None = options.spark_threshold(),
     master: str | None = options.master(),

@@ -81,13 +81,14 @@ def late_sink(f: Any, is_log: bool) -> Any:
 
 
 def report(cfg: WindowConfig, run: WindowRun, late_out: str | None, say: Say) -> None:
-    """The run's counts on stderr: records without a usable time, values that are not numbers, late events."""
-    st = run.stats
+    """The run's counts on stderr: records without a usable time, values that are not numbers, late
+    events (a follower's own: not the earlier runs' its checkpoint carries)."""
+    st, non_numeric = run.this_run()
     if st.bad_time:
         verb = "skipped" if cfg.on_bad_time == "skip" else "found"
         first = f" (first: {st.bad_time_example})" if st.bad_time_example else ""
         say(f"{st.bad_time} record(s) without a usable time in {cfg.time_field!r} {verb}{first}")
-    for name, n in sorted(run.plan.non_numeric.items()):
+    for name, n in sorted(non_numeric.items()):
         say(f"{name}: {n} value(s) that are not numbers were ignored")
     if st.late:
         what = "corrected (rows with a revision)" if cfg.late == "correct" else "DROPPED"
