@@ -174,8 +174,24 @@ def test_fail_exits_65_naming_record_and_reason(tmp_path, kind, value):
     assert p.returncode == 65, p.stderr
     err = p.stderr.decode()
     assert err.startswith("streamctl: ") and "Traceback" not in err
-    assert f"{f}: record 1: no usable time in 'at'" in err
+    assert f"{f}:2: no usable time in 'at'" in err  # FILE:LINE, from 1, as other messages name a line
     assert "outside" in err  # the reason: the years, or the range the windows need
+
+
+def test_a_bad_time_is_named_by_file_and_line_or_by_partition_and_offset(tmp_path):
+    """A plain file's record is named FILE:LINE (lines from 1, blank ones counted, as a JSON error
+    names them); stdin's <stdin>:LINE; a log's record by partition and offset."""
+    f = tmp_path / "b.jsonl"
+    f.write_text('{"t":1}\n\n{"t":"bad"}\n')
+    args = ("--tumbling", "1m", "--time-field", "t")
+    p = run_cli("window", str(f), *args, "--on-bad-time", "fail")
+    assert p.returncode == 65 and f"streamctl: {f}:3: no usable time in 't': 'bad'".encode() in p.stderr, p.stderr
+    p = run_cli("window", "-", *args, input=f.read_bytes())
+    assert p.returncode == 0 and b"(first: <stdin>:3: no usable time in 't'" in p.stderr, p.stderr
+    log = str(tmp_path / "log")
+    run_cli("produce", log, input='{"t":1}\n{"t":"bad"}\n', check=True)
+    p = run_cli("window", log, *args, "--on-bad-time", "fail")
+    assert p.returncode == 65 and f"streamctl: {log}: partition 0 offset 1: no usable time".encode() in p.stderr
 
 
 def test_reasons_name_what_is_wrong():
