@@ -45,7 +45,14 @@ def key_json(k: Any) -> bytes:
     """A key value's JSON text (a copy: orjson's result keeps its whole 4 KiB write buffer alive),
     an object's fields sorted: objects that differ only in field order are one group, as they are
     one value to --where, distinct and join keys."""
-    return b"null" if k is None else b"%b" % orjson.dumps(k, option=SORT_KEYS)
+    if k is None:
+        return b"null"
+    try:
+        return b"%b" % orjson.dumps(k, option=SORT_KEYS)
+    except TypeError:  # an int beyond 64 bits: its exact text
+        from streamctl.processing import exactjson
+
+        return exactjson.dumps(k, option=SORT_KEYS)
 
 
 def key_getter(by: list[str], key_json: Callable[[Any], bytes] = key_json) -> Callable[[dict], bytes]:

@@ -489,3 +489,30 @@ def test_options_only_the_local_engine_runs_are_refused_for_a_uri(run, tmp_path)
     assert not (tmp_path / "job.py").exists()
     p = run("window", uri, "--tumbling", "1m", "--emit-job", job)
     assert p.returncode == 0 and "def main(spark" in open(job).read()
+
+
+def test_integers_beyond_64_bits_pass_through_exactly(tmp_path):
+    """first, last and --by give an integer beyond 64 bits exactly as the input holds it, as jq and
+    consume do (orjson reads one as a float), from a plain file, stdin and a log, as JSON lines and
+    CSV; join's left and right values too. A sum over such integers may be a float."""
+    from tests.conftest import run_cli
+
+    line = '{"t":0,"v":100000000000000000000,"o":{"n":100000000000000000001},"neg":-9223372036854775809}\n'
+    f = tmp_path / "big.jsonl"
+    f.write_text(line)
+    log = str(tmp_path / "log")
+    run_cli("produce", log, input=line, check=True)
+    args = ("--tumbling", "1m", "--time-field", "t", "--agg", "first:v", "--agg", "last:o", "--agg", "first:neg",
+            "--by", "v")
+    for src, stdin in ((str(f), None), ("-", line), (log, None)):
+        p = run_cli("window", src, *args, input=stdin, check=True)
+        row = json.loads(p.stdout)
+        assert row["key"] == row["first_v"] == 100000000000000000000, p.stdout
+        assert row["last_o"] == {"n": 100000000000000000001} and row["first_neg"] == -9223372036854775809
+        p = run_cli("window", src, *args, "--output", "csv", input=stdin, check=True)
+        assert b"100000000000000000000,100000000000000000000," in p.stdout and b"100000000000000000001" in p.stdout
+    for left in (str(f), log):
+        for how in (["--within", "1m", "--time-field", "t"], ["--table"]):
+            p = run_cli("join", left, left, "--on", "v", *how, check=True)
+            row = json.loads(p.stdout)
+            assert row["key"] == 100000000000000000000 and row["left"] == row["right"] == json.loads(line), p.stdout
