@@ -15,6 +15,7 @@ EPILOG = example(
     "streamctl window clicks --session 30m --by user --agg count --agg first:page --agg last:page",
     "streamctl window events.jsonl --tumbling 1h --time-field at --on-bad-time fail --output csv",
     "cat events.jsonl | streamctl window - --tumbling 10s --processing-time --emit update",
+    "streamctl consume clicks --follow --value | streamctl window - --tumbling 10s --time-field at  # rows as windows close",
     "streamctl window orders --tumbling 1m --lateness 30s --late correct --agg sum:amount --agg distinct:user",
     "streamctl window orders --tumbling 1m --late drop --late-out late.jsonl --agg max:amount --agg min:amount",
     "streamctl window requests --tumbling 1h --by path --agg approx_p99:latency_ms --agg users=approx_distinct:user",
@@ -39,7 +40,8 @@ run with exit 65 (--on-bad-time fail).
 
 Watermark = the largest event time seen so far in input order minus --lateness;
 a window closes (and is written, with --emit final) when the watermark reaches
-its end; end of input flushes all. An event for a window that already closed
+its end; end of input flushes all. INPUT - read from a pipe writes each row,
+flushed, as its window closes, while the pipe stays open. An event for a window that already closed
 (a session event also when it lies within GAP of a closed session of its
 group) is late: dropped and counted on stderr (--late drop), or it produces an
 updated row with "revision": n (--late correct, which keeps closed windows in

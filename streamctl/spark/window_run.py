@@ -40,9 +40,13 @@ def run(path: str, cfg: WindowConfig, output: str, follow: bool, group: str | No
 class WindowRows(Rows):
     """A window's rows (operator rows, see windows.output) in the chosen format."""
 
-    def __init__(self, output: str, cfg: WindowConfig, unbuffered: bool | None = None) -> None:
+    def __init__(self, output: str, cfg: WindowConfig, unbuffered: bool | None = None, live: bool = False) -> None:
+        """`live`: the input is a pipe that may stay open, so each batch of rows (the windows one
+        watermark move closed) is flushed as it is written, not when the output buffer fills or
+        the input ends (rows in a file or a pipe are still written in large writes otherwise)."""
         from streamctl.formats.writer import Output
 
+        self.live = live
         cols = ["window.start", "window.end", "key", *(s.name for s in make_plan(cfg).specs)]
         if cfg.late == "correct":
             cols.append("revision")
@@ -69,6 +73,8 @@ class WindowRows(Rows):
                     write(row_json(r))
         else:
             self.dicts(map(row_dict, rows))
+        if self.live and self.output != "table":  # (a table is written at the end)
+            self.out.flush()
 
 
 def late_sink(f: Any, is_log: bool) -> Any:
@@ -108,7 +114,7 @@ def run_local(path: str, cfg: WindowConfig, late_out: str | None, output: str, s
 
     is_log, recs = records_of(path, cfg)
     with late_file(late_out) as f:
-        rows = WindowRows(output, cfg)
+        rows = WindowRows(output, cfg, live=path == "-" and stdin_is_live())
         run = WindowRun(cfg, is_log, late_sink(f, is_log), text_rows=output == "jsonl")
         try:
             run.feed(recs, rows, source=path if path != "-" else "<stdin>")
@@ -123,6 +129,18 @@ def run_local(path: str, cfg: WindowConfig, late_out: str | None, output: str, s
             report(cfg, run, late_out, say)
             raise
     report(cfg, run, late_out, say)
+
+
+def stdin_is_live() -> bool:
+    """Whether stdin is a pipe, a socket or a terminal (`consume LOG --follow | streamctl window -`),
+    where input may pause for long, rather than a regular file (`< events.jsonl`), read at full speed."""
+    import os
+    import stat
+
+    try:
+        return not stat.S_ISREG(os.fstat(0).st_mode)
+    except OSError:
+        return False
 
 
 def run_follow(path: str, cfg: WindowConfig, group: str | None, idle: float | None, late_out: str | None,

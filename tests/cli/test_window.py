@@ -516,3 +516,32 @@ def test_integers_beyond_64_bits_pass_through_exactly(tmp_path):
             p = run_cli("join", left, left, "--on", "v", *how, check=True)
             row = json.loads(p.stdout)
             assert row["key"] == 100000000000000000000 and row["left"] == row["right"] == json.loads(line), p.stdout
+
+
+def test_rows_from_a_pipe_come_out_as_their_windows_close(tmp_path):
+    """`consume LOG --follow --value | streamctl window -`: with the pipe still open, the row of a
+    window the watermark closed is written (and flushed) at once, not when input ends."""
+    import select
+    import subprocess
+
+    from tests.conftest import CLI, cli_env
+
+    p = subprocess.Popen([*CLI, "window", "-", "--tumbling", "10s", "--time-field", "t"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env())
+    try:
+        assert p.stdin is not None and p.stdout is not None
+        for t in (0, 1000, 2000, 12000):  # the last one closes the first window
+            p.stdin.write(b'{"t":%d}\n' % (T0 + t))
+        p.stdin.flush()
+        ready, _, _ = select.select([p.stdout], [], [], 60)
+        assert ready, "no row while the pipe was open"
+        first = p.stdout.readline()
+        assert json.loads(first)["count"] == 3
+        p.stdin.close()
+        rest = p.stdout.read()
+        assert p.wait(timeout=60) == 0
+        assert [json.loads(x)["count"] for x in rest.splitlines()] == [1]
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
