@@ -15,6 +15,7 @@ EPILOG = example(
     "streamctl window clicks --session 30m --by user --agg count --agg first:page --agg last:page",
     "streamctl window events.jsonl --tumbling 1h --time-field at --on-bad-time fail --output csv",
     "cat events.jsonl | streamctl window - --tumbling 10s --processing-time --emit update",
+    "streamctl consume clicks --follow --value | streamctl window - --tumbling 10s --time-field at  # rows as windows close",
     "streamctl window orders --tumbling 1m --lateness 30s --late correct --agg sum:amount --agg distinct:user",
     "streamctl window orders --tumbling 1m --late drop --late-out late.jsonl --agg max:amount --agg min:amount",
     "streamctl window requests --tumbling 1h --by path --agg approx_p99:latency_ms --agg users=approx_distinct:user",
@@ -39,7 +40,8 @@ run with exit 65 (--on-bad-time fail).
 
 Watermark = the largest event time seen so far in input order minus --lateness;
 a window closes (and is written, with --emit final) when the watermark reaches
-its end; end of input flushes all. An event for a window that already closed
+its end; end of input flushes all. INPUT - read from a pipe writes each row,
+flushed, as its window closes, while the pipe stays open. An event for a window that already closed
 (a session event also when it lies within GAP of a closed session of its
 group) is late: dropped and counted on stderr (--late drop), or it produces an
 updated row with "revision": n (--late correct, which keeps closed windows in
@@ -72,7 +74,11 @@ ones are ignored like SQL NULLs.
 
 --follow --group G checkpoints input offsets and window state together,
 atomically, so a kill -9 and restart neither loses nor double-counts (rows
-written after the last checkpoint are written again, identically). The Spark
+written after the last checkpoint are written again, identically).
+--idle-timeout DUR then ends a run leaving the open windows in the checkpoint:
+each window is written once, by the run whose watermark closes it; the counts
+on stderr are the run's own. Without --group, the idle timeout flushes the
+open windows like the end of input. The Spark
 engine (finite input, --late drop, --emit final) gives the same rows, order
 and late count: it replays the watermark as a running max over the input order.
 Memory is bounded by open windows and groups, not by input length.
@@ -101,7 +107,7 @@ def window(
     output: str = typer.Option("jsonl", "--output", "-o", metavar="jsonl|csv|table", help="Output format (table is for people and is written at the end)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep running on a LOG, emitting windows as the watermark moves."),
     group: str | None = typer.Option(None, "--group", "-g", metavar="G", help="With --follow: checkpoint input offsets and window state together in LOG/groups/.G.window.json."),
-    idle_timeout: str | None = typer.Option(None, "--idle-timeout", callback=numbers.duration(), metavar="DUR", help="With --follow: after DUR without new records, flush open windows and exit (the checkpoint keeps them open)."),
+    idle_timeout: str | None = typer.Option(None, "--idle-timeout", callback=numbers.duration(), metavar="DUR", help="With --follow: exit after DUR without new records. With --group the open windows stay in the checkpoint, written once a later run closes them; without, they are flushed like at end of input."),
     engine: str = options.engine(),
     spark_threshold: str | None = options.spark_threshold(),
     master: str | None = options.master(),

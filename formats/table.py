@@ -7,7 +7,7 @@ import io
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-import orjson
+from streamctl.processing import exactjson
 
 OUTPUTS = ("jsonl", "csv", "table")
 
@@ -17,7 +17,7 @@ def csv_cell(v: Any) -> Any:
     if v is None:
         return ""
     if isinstance(v, (dict, list, bool)):
-        return orjson.dumps(v).decode()
+        return exactjson.dumps(v).decode()  # an int beyond 64 bits exact, as in JSON lines
     return v
 
 

@@ -52,6 +52,18 @@ def log_records(log: str) -> list[dict]:
     return [json.loads(line) for p in range(lg.partitions) for line in reader.iter_lines(lg, p, 0, None)]
 
 
+def closed_rows(lines: list[bytes], watermark_ms: int) -> list[bytes]:
+    """The window rows (JSON lines) of windows a watermark of `watermark_ms` has closed (end <= it):
+    what `window --follow --group G` runs write by then, where a batch run also flushes the rest."""
+    import json
+    from datetime import datetime
+
+    def end_ms(line: bytes) -> int:
+        return round(datetime.fromisoformat(json.loads(line)["window"]["end"]).timestamp() * 1000)
+
+    return [ln for ln in lines if ln.strip() and end_ms(ln) <= watermark_ms]
+
+
 @pytest.fixture
 def run():
     return run_cli

@@ -3,8 +3,7 @@
     {"format": 1, "group": "G", "offsets": {"0": 42}, "merge_keys": {"0": 17},
      "run": {"config": {...}, "watermark": {"lateness": 0, "max_time": T}, "seq": N,
              "stats": {"events": N, "late": N, "bad_time": N, "bad_time_example": TEXT},
-             "non_numeric": {"avg_x": N}, "state": OPERATOR STATE},
-     "provisional": [[KEY, START, END], ...]}
+             "non_numeric": {"avg_x": N}, "state": OPERATOR STATE}}
 
 The operator state is what WindowRun.dump writes for the kind in `run.config`
 (tumbling and hopping: open and closed windows; session: open and closed
@@ -76,8 +75,6 @@ class Checkpoint(msgspec.Struct):
     offsets: dict[Annotated[int, msgspec.Meta(ge=0, le=9_999)], Count]
     run: Run
     merge_keys: dict[Annotated[int, msgspec.Meta(ge=0, le=9_999)], int] = {}
-    # rows an idle timeout wrote for windows still open: (key, start, end) (windows.follow.supersede)
-    provisional: list[tuple[KEY, Time, Time]] = []
 
 
 class _Types:

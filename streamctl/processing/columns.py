@@ -222,16 +222,16 @@ class FieldBatch:
         return self.n
 
     def __getitem__(self, i: int) -> dict:
-        import orjson
+        from streamctl.processing import exactjson
 
-        value = orjson.loads(self.lines()[i])
+        value = exactjson.loads(self.lines()[i])
         if self.base is None:
             return value
         return {"offset": self.base + i, "partition": 0, "key": None, "value": value}
 
     def __iter__(self) -> Iterator[dict]:
-        import orjson
+        from streamctl.processing import exactjson
 
         if self.base is None:
-            return map(orjson.loads, self.lines())
+            return map(exactjson.loads, self.lines())
         return map(self.__getitem__, range(self.n))

@@ -45,7 +45,14 @@ def key_json(k: Any) -> bytes:
     """A key value's JSON text (a copy: orjson's result keeps its whole 4 KiB write buffer alive),
     an object's fields sorted: objects that differ only in field order are one group, as they are
     one value to --where, distinct and join keys."""
-    return b"null" if k is None else b"%b" % orjson.dumps(k, option=SORT_KEYS)
+    if k is None:
+        return b"null"
+    try:
+        return b"%b" % orjson.dumps(k, option=SORT_KEYS)
+    except TypeError:  # an int beyond 64 bits: its exact text
+        from streamctl.processing import exactjson
+
+        return exactjson.dumps(k, option=SORT_KEYS)
 
 
 def key_getter(by: list[str], key_json: Callable[[Any], bytes] = key_json) -> Callable[[dict], bytes]:
@@ -103,9 +110,13 @@ def key_positions(keys: Iterable[bytes]) -> dict[bytes, int]:
 
 
 def bad_time_place(source: str, partition: Any, offset: Any, is_log: bool, time_field: str) -> str:
-    """Where a record without a usable time is, as a run names the first one (both engines)."""
-    place = f"partition {partition} offset {offset}" if is_log else f"record {offset}"
-    return f"{source}: {place}: no usable time in {time_field!r}"
+    """Where a record without a usable time is, as a run names the first one (both engines): a log's
+    partition and offset; a plain file's line, from 1 (its offset is the line number from 0), written
+    FILE:LINE as every other message about a line of a plain file is."""
+    if is_log:
+        return f"{source}: partition {partition} offset {offset}: no usable time in {time_field!r}"
+    line = offset + 1 if isinstance(offset, int) else offset
+    return f"{source}:{line}: no usable time in {time_field!r}"
 
 
 def field_getter(time_field: str, is_log: bool) -> tuple[Callable[[dict], Any], bool]:

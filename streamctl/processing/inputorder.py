@@ -20,7 +20,7 @@ import orjson
 
 from streamctl.clients import consumer
 from streamctl.errors import StorageError, UsageError
-from streamctl.processing import columns
+from streamctl.processing import columns, exactjson
 from streamctl.processing.mergeorder import NO_TIME, Lane, MergedBatch, merge_lanes, record_lane
 from streamctl.storage import fieldpaths, plainfile, reader, record
 from streamctl.storage import log as logmod
@@ -207,7 +207,8 @@ def _block_records(block: bytes) -> RecordBatch | None:
     column at a time), else None. (Parsing the block as one JSON array is a little faster but needs
     two more scans of the bytes to prove it reads the same lines.)"""
     try:
-        objs = list(map(orjson.loads, block.splitlines()))
+        lines = block.splitlines()
+        objs = exactjson.exact_all(list(map(orjson.loads, lines)), lines, block)
         tss = list(map(_get_ts, objs))  # KeyError / TypeError: a line that is not a record
         offs = list(map(_get_offset, objs))
         keys = list(map(dict.get, objs, repeat("key")))
@@ -325,10 +326,11 @@ def plain_piece(piece: bytes, raw: bool = False) -> tuple[list[Any], list[Any], 
             pass
         else:
             if len(values) == text.count(b"\n") + 1 and {*map(type, values)} == _DICT:
+                values = exactjson.exact_all(values, None, text)
                 return values, _payloads(values, text, array, raw), None, len(values), None
     lines = text.split(b"\n")
     try:
-        values = list(map(loads, lines))
+        values = exactjson.exact_all(list(map(loads, lines)), lines, text)
     except orjson.JSONDecodeError:
         pass
     else:
@@ -340,7 +342,7 @@ def plain_piece(piece: bytes, raw: bool = False) -> tuple[list[Any], list[Any], 
         if not line:
             continue
         try:
-            values.append(loads(line))
+            values.append(exactjson.loads(line))
         except orjson.JSONDecodeError as e:
             return values, values, str(e), i, at
         at.append(i)
@@ -353,7 +355,11 @@ def _payloads(values: list[Any], text: bytes, array: bytes, raw: bool,
     else the values. One comparison decides: `array` is the lines joined with commas in
     brackets, and when it equals orjson.dumps(values) each line equals its value's dumps
     (both are complete JSON values at the same place, so they end at the same byte)."""
-    if raw and orjson.dumps(values) == array:
+    try:
+        same = raw and orjson.dumps(values) == array
+    except TypeError:  # an int beyond 64 bits (exactjson): the values, exact
+        return values
+    if same:
         return lines if lines is not None else text.split(b"\n")
     return values
 
@@ -414,7 +420,7 @@ def plain_records_of(values: list[Any], base: Base) -> list[Record]:
 def late_line(rec: Record, is_log: bool) -> bytes:
     """A late record as --late-out keeps it (window and join alike): the record (log) or the
     value line (plain file), the form its input holds it in."""
-    return orjson.dumps(rec if is_log else rec.get("value")) + b"\n"
+    return exactjson.dumps(rec if is_log else rec.get("value")) + b"\n"
 
 
 def records(spec: InputSpec) -> Iterator[Record]:

@@ -14,7 +14,7 @@ import orjson
 
 from streamctl.errors import UsageError
 from streamctl.formats.rows import Rows
-from streamctl.processing import inputorder
+from streamctl.processing import exactjson, inputorder
 from streamctl.processing.joins import driver as joining
 from streamctl.spark.engine import LATE_OUT, Say, follow_options, job_inputs, pick_engine
 from streamctl.spark.jobgen import Job
@@ -72,10 +72,16 @@ class JoinRows(Rows):
             nl = orjson.OPT_APPEND_NEWLINE
 
             def emit(key: object, lv: object, rv: object) -> None:
-                write(dumps({"key": key, "left": lv, "right": rv}, option=nl))
+                try:
+                    write(dumps({"key": key, "left": lv, "right": rv}, option=nl))
+                except TypeError:  # an int beyond 64 bits: written exactly
+                    write(exactjson.dumps({"key": key, "left": lv, "right": rv}, option=nl))
 
             def emit_op(op: str, key: object, lv: object, rv: object) -> None:
-                write(dumps({"key": key, "left": lv, "right": rv, "op": op}, option=nl))
+                try:
+                    write(dumps({"key": key, "left": lv, "right": rv, "op": op}, option=nl))
+                except TypeError:
+                    write(exactjson.dumps({"key": key, "left": lv, "right": rv, "op": op}, option=nl))
 
             self.emit, self.emit_op, self.write_jsonl = emit, emit_op, self.json_lines
             return

@@ -40,9 +40,13 @@ def run(path: str, cfg: WindowConfig, output: str, follow: bool, group: str | No
 class WindowRows(Rows):
     """A window's rows (operator rows, see windows.output) in the chosen format."""
 
-    def __init__(self, output: str, cfg: WindowConfig, unbuffered: bool | None = None) -> None:
+    def __init__(self, output: str, cfg: WindowConfig, unbuffered: bool | None = None, live: bool = False) -> None:
+        """`live`: the input is a pipe that may stay open, so each batch of rows (the windows one
+        watermark move closed) is flushed as it is written, not when the output buffer fills or
+        the input ends (rows in a file or a pipe are still written in large writes otherwise)."""
         from streamctl.formats.writer import Output
 
+        self.live = live
         cols = ["window.start", "window.end", "key", *(s.name for s in make_plan(cfg).specs)]
         if cfg.late == "correct":
             cols.append("revision")
@@ -69,6 +73,8 @@ class WindowRows(Rows):
                     write(row_json(r))
         else:
             self.dicts(map(row_dict, rows))
+        if self.live and self.output != "table":  # (a table is written at the end)
+            self.out.flush()
 
 
 def late_sink(f: Any, is_log: bool) -> Any:
@@ -81,13 +87,14 @@ def late_sink(f: Any, is_log: bool) -> Any:
 
 
 def report(cfg: WindowConfig, run: WindowRun, late_out: str | None, say: Say) -> None:
-    """The run's counts on stderr: records without a usable time, values that are not numbers, late events."""
-    st = run.stats
+    """The run's counts on stderr: records without a usable time, values that are not numbers, late
+    events (a follower's own: not the earlier runs' its checkpoint carries)."""
+    st, non_numeric = run.this_run()
     if st.bad_time:
         verb = "skipped" if cfg.on_bad_time == "skip" else "found"
         first = f" (first: {st.bad_time_example})" if st.bad_time_example else ""
         say(f"{st.bad_time} record(s) without a usable time in {cfg.time_field!r} {verb}{first}")
-    for name, n in sorted(run.plan.non_numeric.items()):
+    for name, n in sorted(non_numeric.items()):
         say(f"{name}: {n} value(s) that are not numbers were ignored")
     if st.late:
         what = "corrected (rows with a revision)" if cfg.late == "correct" else "DROPPED"
@@ -107,7 +114,7 @@ def run_local(path: str, cfg: WindowConfig, late_out: str | None, output: str, s
 
     is_log, recs = records_of(path, cfg)
     with late_file(late_out) as f:
-        rows = WindowRows(output, cfg)
+        rows = WindowRows(output, cfg, live=path == "-" and stdin_is_live())
         run = WindowRun(cfg, is_log, late_sink(f, is_log), text_rows=output == "jsonl")
         try:
             run.feed(recs, rows, source=path if path != "-" else "<stdin>")
@@ -122,6 +129,18 @@ def run_local(path: str, cfg: WindowConfig, late_out: str | None, output: str, s
             report(cfg, run, late_out, say)
             raise
     report(cfg, run, late_out, say)
+
+
+def stdin_is_live() -> bool:
+    """Whether stdin is a pipe, a socket or a terminal (`consume LOG --follow | streamctl window -`),
+    where input may pause for long, rather than a regular file (`< events.jsonl`), read at full speed."""
+    import os
+    import stat
+
+    try:
+        return not stat.S_ISREG(os.fstat(0).st_mode)
+    except OSError:
+        return False
 
 
 def run_follow(path: str, cfg: WindowConfig, group: str | None, idle: float | None, late_out: str | None,

@@ -9,6 +9,7 @@ per-record path, the column path (plain files and logs), --follow and Spark.
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime, timedelta
 
 import orjson
@@ -173,8 +174,24 @@ def test_fail_exits_65_naming_record_and_reason(tmp_path, kind, value):
     assert p.returncode == 65, p.stderr
     err = p.stderr.decode()
     assert err.startswith("streamctl: ") and "Traceback" not in err
-    assert f"{f}: record 1: no usable time in 'at'" in err
+    assert f"{f}:2: no usable time in 'at'" in err  # FILE:LINE, from 1, as other messages name a line
     assert "outside" in err  # the reason: the years, or the range the windows need
+
+
+def test_a_bad_time_is_named_by_file_and_line_or_by_partition_and_offset(tmp_path):
+    """A plain file's record is named FILE:LINE (lines from 1, blank ones counted, as a JSON error
+    names them); stdin's <stdin>:LINE; a log's record by partition and offset."""
+    f = tmp_path / "b.jsonl"
+    f.write_text('{"t":1}\n\n{"t":"bad"}\n')
+    args = ("--tumbling", "1m", "--time-field", "t")
+    p = run_cli("window", str(f), *args, "--on-bad-time", "fail")
+    assert p.returncode == 65 and f"streamctl: {f}:3: no usable time in 't': 'bad'".encode() in p.stderr, p.stderr
+    p = run_cli("window", "-", *args, input=f.read_bytes())
+    assert p.returncode == 0 and b"(first: <stdin>:3: no usable time in 't'" in p.stderr, p.stderr
+    log = str(tmp_path / "log")
+    run_cli("produce", log, input='{"t":1}\n{"t":"bad"}\n', check=True)
+    p = run_cli("window", log, *args, "--on-bad-time", "fail")
+    assert p.returncode == 65 and f"streamctl: {log}: partition 0 offset 1: no usable time".encode() in p.stderr
 
 
 def test_reasons_name_what_is_wrong():
@@ -263,17 +280,18 @@ def test_follow_group_gets_past_extreme_times(tmp_path, kind):
     assert p.returncode == 0, p.stderr
     bad = 3 if kind != "sliding" else 2  # year 9999's last instant is a sliding row's end, no other window's
     assert f"{bad} record(s) without a usable time in 'at' skipped".encode() in p.stderr
-    first = [orjson.loads(x) for x in p.stdout.splitlines()]
-    assert first
+    ck = os.path.join(log, "groups", ".g.window.json")
+    assert orjson.loads(open(ck, "rb").read())["run"]["stats"]["events"] == 6 - bad
     run_cli("produce", log, "--key-field", "u", input=lines([T0 + 3000, 1e300]), check=True)
     p = run_cli(*follow, "--on-bad-time", "fail")
     assert p.returncode == 65 and b"1e+300" in p.stderr  # the new one; the old ones are behind the checkpoint
-    p = run_cli(*follow)
+    p = run_cli(*follow)  # a run reports what it read itself; the checkpoint keeps the total
     assert p.returncode == 0, p.stderr
-    assert f"{bad + 1} record(s) without a usable time in 'at' skipped".encode() in p.stderr
-    p = run_cli(*follow)  # nothing new: the count stays, nothing fails
+    assert b"1 record(s) without a usable time in 'at' skipped" in p.stderr and b"1e+300" in p.stderr
+    assert orjson.loads(open(ck, "rb").read())["run"]["stats"]["bad_time"] == bad + 1
+    p = run_cli(*follow)  # nothing new: nothing to report, nothing fails
     assert p.returncode == 0, p.stderr
-    assert f"{bad + 1} record(s) without a usable time in 'at' skipped".encode() in p.stderr
+    assert b"without a usable time" not in p.stderr
 
 
 # -- Spark: the same counts -----------------------------------------------------------

@@ -313,3 +313,20 @@ def test_a_rerun_reports_its_own_counts(tmp_path):
     finally:
         con.close()
     assert stats["late"] == [3, 0] and stats["no_time"] == [1, 0] and stats["records"][0] == 6
+
+
+@pytest.mark.parametrize("kind", [["--within", "1m", "--time-field", "t"], ["--table"], ["--tables"]])
+def test_integers_beyond_64_bits_survive_a_follower_and_its_checkpoint(tmp_path, kind):
+    """join --follow --group writes an integer beyond 64 bits exactly, and keeps it so through its
+    checkpoint and table state (orjson refuses to write one, and reads one as a float)."""
+    log = str(tmp_path / "log")
+    line = '{"t":%d,"v":100000000000000000000,"o":{"n":100000000000000000001}}\n'
+    follow = ("join", log, log, "--on", "v", *kind, "--follow", "--group", "g", "--idle-timeout", "300ms")
+    rows = []
+    for t in (0, 1000):
+        run_cli("produce", log, input=line % t, check=True)
+        p = run_cli(*follow)
+        assert p.returncode == 0, p.stderr
+        rows += [json.loads(x) for x in p.stdout.splitlines()]
+    assert rows and all(r["key"] == 100000000000000000000 for r in rows)
+    assert {json.dumps(r["right"]) for r in rows} >= {json.dumps(json.loads(line % 1000))}, rows

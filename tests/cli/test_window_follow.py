@@ -13,7 +13,7 @@ import time
 import orjson
 import pytest
 
-from tests.conftest import CLI, cli_env, run_cli
+from tests.conftest import CLI, cli_env, closed_rows, run_cli
 
 T0 = 1_763_719_200_000
 WINDOW = ["--tumbling", "2s", "--time-field", "at", "--agg", "count", "--agg", "sum:v", "--lateness", "10s"]
@@ -31,6 +31,11 @@ def batches(n_batches: int, per_batch: int, seed: int = 7) -> list[str]:
             i += 1
         out.append("\n".join(lines) + "\n")
     return out
+
+
+def watermark(todo: list[str], lateness: int = 10_000) -> int:
+    """The watermark after the events of `todo` (batches()' lines): their largest time minus the lateness."""
+    return max(json.loads(line)["at"] for b in todo for line in b.splitlines()) - lateness
 
 
 def rows_of(data: bytes) -> list[bytes]:
@@ -71,12 +76,12 @@ def test_kill_9_loop_equals_one_uninterrupted_run(tmp_path):
             kills += 1
     finally:
         th.join()
-    # a clean finish: runs until idle, then flushes what is open, like the end of a file
+    # a clean finish: runs until idle; the windows still open stay in the checkpoint, unwritten
     proc = start_follow(log, out_path, "--idle-timeout", "1s")
     assert proc.wait(timeout=60) == 0
 
     followed = rows_of(open(out_path, "rb").read())
-    once = rows_of(run_cli("window", log, *WINDOW, check=True).stdout)
+    once = closed_rows(rows_of(run_cli("window", log, *WINDOW, check=True).stdout), watermark(todo))
     # rows emitted after the last checkpoint are written again, identically, after a restart
     assert set(followed) == set(once)
     by_window: dict = {}
@@ -98,13 +103,10 @@ def test_restart_continues_from_checkpoint(tmp_path):
     run_cli("produce", log, "--key-field", "u", input=todo[1], check=True)
     b = run_cli("window", log, *WINDOW, "--follow", "--group", "g", "--idle-timeout", "300ms", check=True)
     once = run_cli("window", log, *WINDOW, check=True).stdout
-    # the first run's idle flush was provisional (the checkpoint kept those windows open):
-    # the second run's rows, upserted over the first's by (window, key), are the whole answer
-    latest = {}
-    for line in rows_of(a.stdout) + rows_of(b.stdout):
-        r = orjson.loads(line)
-        latest[(r["window"]["start"], r["key"])] = line
-    assert sorted(latest.values()) == sorted(rows_of(once))
+    # each run writes the windows its watermark closed; the open ones wait in the checkpoint for
+    # the run that closes them: the runs' rows, put together, are the batch run's closed rows
+    assert rows_of(a.stdout) == closed_rows(rows_of(once), watermark(todo[:1]))
+    assert rows_of(a.stdout) + rows_of(b.stdout) == closed_rows(rows_of(once), watermark(todo))
     # stat sees the group's progress
     assert orjson.loads(open(os.path.join(log, "groups", "g.json"), "rb").read())["offsets"] == {"0": 60}
 
@@ -131,15 +133,17 @@ def test_new_aggregations_survive_restarts(tmp_path, kind):
         run_cli("produce", log, "--key-field", "u", input="\n".join(lines) + "\n", check=True)
         runs.append(run_cli("window", log, *window, "--follow", "--group", "g", "--idle-timeout", "300ms",
                             check=True).stdout)
-    once = run_cli("window", log, *window, check=True).stdout
-    latest = {}
-    for out in runs:  # an idle flush is provisional: the rows of later runs replace it
-        for line in rows_of(out):
-            r = orjson.loads(line)
-            latest[(r["window"]["start"], r["key"])] = line
-    assert sorted(latest.values()) == sorted(rows_of(once))
+    # a last event an hour later closes every window: the runs' rows, put together, are the batch
+    # run's but the closer's own (still open for the follower, flushed by the batch run's end)
+    closer = json.dumps({"at": T0 + 3_600_000 + 10 * 400 * 100, "u": "closer", "v": 1, "w": 1.0})
+    run_cli("produce", log, "--key-field", "u", input=closer + "\n", check=True)
+    runs.append(run_cli("window", log, *window, "--follow", "--group", "g", "--idle-timeout", "300ms",
+                        check=True).stdout)
+    once = rows_of(run_cli("window", log, *window, check=True).stdout)
+    assert orjson.loads(once[-1])["key"] == "closer"
+    assert [line for out in runs for line in rows_of(out)] == once[:-1]
     if kind == "tumbling":
-        assert max(orjson.loads(line)["count"] for line in rows_of(once)) > 300
+        assert max(orjson.loads(line)["count"] for line in once) > 300
     ck = orjson.loads(open(os.path.join(log, "groups", ".g.window.json"), "rb").read())
     assert len(json.dumps(ck)) < 3 * 60_000  # a few KiB a sketch, not the values
 
@@ -264,13 +268,17 @@ def test_resume_in_a_range_retention_deleted_says_so_and_goes_on(tmp_path, check
     assert notes == []
 
 
+CLOSER = json.dumps({"at": T0 + 3_600_000, "u": "closer", "v": 1}) + "\n"  # closes the windows of padded()
+
+
 def test_resume_after_retention_from_the_shell(tmp_path):
     log, first = retention_log(tmp_path, 0)
+    run_cli("produce", log, input=CLOSER, check=True)
     p = run_cli("window", log, *WINDOW, "--follow", "--group", "g", "--idle-timeout", "1s")
     assert p.returncode == 0, p.stderr
     assert f"resuming at {first}, the next existing record".encode() in p.stderr
     assert sum(orjson.loads(x)["count"] for x in p.stdout.splitlines()) == 2000 - first
-    assert orjson.loads(open(os.path.join(log, "groups", "g.json"), "rb").read())["offsets"] == {"0": 2000}
+    assert orjson.loads(open(os.path.join(log, "groups", "g.json"), "rb").read())["offsets"] == {"0": 2001}
 
 
 def test_retention_while_following_says_so_and_goes_on(tmp_path):
@@ -288,7 +296,7 @@ def test_retention_while_following_says_so_and_goes_on(tmp_path):
                 break
             time.sleep(0.05)
         os.kill(proc.pid, signal.SIGSTOP)
-        run_cli("produce", log, input=padded(100, 1900), check=True)
+        run_cli("produce", log, input=padded(100, 1900) + CLOSER, check=True)
         run_cli("compact", log, "--retention-bytes", "64KiB", "--force", check=True)
         from streamctl.storage import log as logmod
         from streamctl.storage import reader
@@ -345,26 +353,35 @@ def test_a_sum_beyond_64_bits_survives_a_restart(tmp_path):
     lines = "".join(json.dumps({"k": "a", "ts": T0 + i, "v": big}) + "\n" for i in range(3))
     args = ("window", log, "--tumbling", "1m", "--time-field", "value.ts", "--agg", "sum:value.v",
             "--follow", "--group", "g", "--idle-timeout", "200ms")
-    for run in range(2):
-        run_cli("produce", log, "--key-field", "k", input=lines, check=True)
-        p = run_cli(*args)
-        assert p.returncode == 0, p.stderr
-        assert p.stdout.splitlines()[-1].endswith(b'"sum_v":%d}' % (3 * (run + 1) * big))
+    run_cli("produce", log, "--key-field", "k", input=lines, check=True)
+    p = run_cli(*args)
+    assert p.returncode == 0 and p.stdout == b"", p.stderr  # the window is open: in the checkpoint
+    closer = json.dumps({"k": "a", "ts": T0 + 120_000, "v": 0}) + "\n"
+    run_cli("produce", log, "--key-field", "k", input=lines + closer, check=True)
+    p = run_cli(*args)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[-1].endswith(b'"sum_v":%d}' % (6 * big))
 
 
-def test_a_restart_keeps_the_first_record_without_a_time(tmp_path):
-    """The count of records without a usable time and the first of them both survive a restart,
-    so the report still names the record (never "first: None")."""
+def test_a_restart_reports_its_own_counts(tmp_path):
+    """Each run reports what it read itself: its records without a usable time (naming its first,
+    never "first: None") and its late events; the checkpoint keeps the totals of all runs."""
     log = str(tmp_path / "log")
     args = ("window", log, "--tumbling", "1m", "--time-field", "t", "--follow", "--group", "g",
             "--idle-timeout", "200ms")
-    run_cli("produce", log, input='{"t":"2025-11-21T10:00:00Z"}\n{"x":1}\n', check=True)
+    run_cli("produce", log, input='{"t":"2025-11-21T10:01:00Z"}\n{"x":1}\n{"t":"2025-11-21T10:00:00Z"}\n',
+            check=True)
     first = run_cli(*args, check=True).stderr
-    run_cli("produce", log, input='{"t":"2025-11-21T10:00:30Z"}\n', check=True)
+    one_bad = b"1 record(s) without a usable time in 't' skipped (first: "
+    assert one_bad in first and b"offset 1" in first and b"1 late event(s) DROPPED" in first, first
+    quiet = run_cli(*args, check=True).stderr  # nothing new to read: nothing to report
+    assert b"record(s) without a usable time" not in quiet and b"late" not in quiet, quiet
+    run_cli("produce", log, input='{"t":"2025-11-21T10:01:30Z"}\n{"y":1}\n', check=True)
     again = run_cli(*args, check=True).stderr
-    named = b"1 record(s) without a usable time in 't' skipped (first: "
-    assert named in first and named in again and b"None" not in again, again
-    assert first.split(named)[1].split(b")")[0] == again.split(named)[1].split(b")")[0]
+    assert one_bad in again and b"offset 4" in again and b"None" not in again and b"late" not in again, again
+    ck = orjson.loads(open(os.path.join(log, "groups", ".g.window.json"), "rb").read())
+    assert ck["run"]["stats"]["bad_time"] == 2 and ck["run"]["stats"]["late"] == 1
+    assert "offset 1" in ck["run"]["stats"]["bad_time_example"]
 
 
 def _fold(lines: list[bytes]) -> dict:
@@ -382,22 +399,40 @@ def _fold(lines: list[bytes]) -> dict:
 
 @pytest.mark.parametrize("kind", [["--session", "5m"], ["--tumbling", "10m"], ["--sliding", "5m"]])
 @pytest.mark.parametrize("late", [[], ["--late", "correct"], ["--emit", "update"]])
-def test_rows_an_idle_timeout_wrote_are_withdrawn_when_their_window_changes(tmp_path, kind, late):
-    """An idle timeout writes the open windows (as the end of input would) and keeps them open; a
-    later run that writes one again under other bounds (a session that grew) withdraws the old row
-    first, so the output of all the runs folds to the batch run's rows: nothing counted twice."""
+def test_successive_runs_write_each_window_once(tmp_path, kind, late):
+    """An idle timeout with --group writes only the windows the watermark closed; the open ones
+    stay in the checkpoint and are written once, by the run that closes them. So the outputs of
+    successive runs, put together, are the batch run's rows (but for the windows only the end of
+    input closes); a run with nothing new to read writes nothing."""
     log = str(tmp_path / "log")
     args = ("window", log, *kind, "--time-field", "at", "--agg", "sum:v", *late)
     follow = (*args, "--follow", "--group", "g", "--idle-timeout", "200ms")
     batches = [[("a", "10:00", 1), ("b", "10:00", 10)], [("a", "10:03", 2)], [("a", "10:06", 4), ("b", "10:30", 8)],
-               [("a", "10:40", 16)]]
+               [("a", "10:40", 16)], [("z", "12:00", 0)]]  # the last one closes every window but its own
     out: list[bytes] = []
     for batch in batches:
         lines = "".join(json.dumps({"key": k, "value": {"at": f"2026-01-01T{t}:00Z", "v": v}}) + "\n"
                         for k, t, v in batch)
         run_cli("produce", log, "--envelope", input=lines, check=True)
-        p = run_cli(*follow)
-        assert p.returncode == 0, p.stderr
-        out += rows_of(p.stdout)
-    batch_rows = _fold(rows_of(run_cli(*args, check=True).stdout))
-    assert _fold(out) == batch_rows
+        for _ in range(2):  # the second run has nothing new: it writes nothing
+            p = run_cli(*follow)
+            assert p.returncode == 0, p.stderr
+            out += rows_of(p.stdout)
+    once = rows_of(run_cli(*args, check=True).stdout)
+    if late == ["--emit", "update"]:  # a row at every change, open windows too
+        assert out == once
+        return
+    closed = [line for line in once if orjson.loads(line)["key"] != "z"]
+    assert len(closed) == len(once) - 1
+    assert out == closed
+
+
+def test_idle_timeout_without_a_group_flushes_the_open_windows(tmp_path):
+    """Without --group no later run resumes the open windows: the idle timeout writes them, as the
+    end of input would."""
+    log = str(tmp_path / "log")
+    todo = batches(1, 30)
+    run_cli("produce", log, "--key-field", "u", input=todo[0], check=True)
+    once = run_cli("window", log, *WINDOW, check=True).stdout
+    p = run_cli("window", log, *WINDOW, "--follow", "--idle-timeout", "300ms", check=True)
+    assert p.stdout == once and len(rows_of(once)) > len(closed_rows(rows_of(once), watermark(todo)))

@@ -241,7 +241,12 @@ def distinct_key(v: Any) -> Any:
     t = type(v)
     if t is str or t is int:
         return v
-    return bytes(memoryview(orjson.dumps(v, option=orjson.OPT_SORT_KEYS)))
+    try:
+        return bytes(memoryview(orjson.dumps(v, option=orjson.OPT_SORT_KEYS)))
+    except TypeError:  # an int beyond 64 bits inside: its exact text
+        from streamctl.processing import exactjson
+
+        return exactjson.dumps(v, option=orjson.OPT_SORT_KEYS)
 
 
 def _key_of_text(text: str) -> Any:

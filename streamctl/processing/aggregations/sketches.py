@@ -66,7 +66,12 @@ class ApproxDistinct(Agg):
     def fold(self, st: Any, vals: list) -> Any:
         update, dumps, sort = st.update, orjson.dumps, orjson.OPT_SORT_KEYS
         for v in vals:
-            update(dumps(v, option=sort).decode())
+            try:
+                update(dumps(v, option=sort).decode())
+            except TypeError:  # an int beyond 64 bits: its exact text
+                from streamctl.processing import exactjson
+
+                update(exactjson.dumps(v, option=sort).decode())
         return st
 
     def merge(self, a: Any, b: Any) -> Any:

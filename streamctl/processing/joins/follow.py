@@ -29,11 +29,9 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from streamctl import stopflag
 from streamctl.errors import Interrupted, StorageError, UsageError
-from streamctl.processing import following, inputorder
+from streamctl.processing import exactjson, following, inputorder
 from streamctl.processing.eventfields import record_time
 from streamctl.processing.joins import Emit, EmitOp, JoinSpec, JoinStats, feeders, follow_inputs, gc_frozen
 from streamctl.processing.joins.keys import RememberedTime, norm_key
@@ -96,8 +94,8 @@ def _tables(spec: JoinSpec, db: sqlite3.Connection, raw: bool) -> list[DiskTable
     if spec.kind == "tables":
         return [DiskTable(db, "left_table"), DiskTable(db, "right_table")]
     if spec.kind == "table" and spec.as_of == "event-time":
-        return [DiskTable(db, "table_versions", lambda h: orjson.dumps(h.dump()),
-                          lambda b: _History.load(orjson.loads(b)), mutable=True)]
+        return [DiskTable(db, "table_versions", lambda h: exactjson.dumps(h.dump()),
+                          lambda b: _History.load(exactjson.loads(b)), mutable=True)]
     if spec.kind == "table":
         return [DiskTable(db, "table_rows")]
     return []
@@ -216,7 +214,7 @@ class JoinFollower:
     def _load(self, raw: bytes) -> None:
         ck = self.ckpt
         try:
-            data = orjson.loads(raw)
+            data = exactjson.loads(raw)
             if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
                 raise StorageError(f"{ck}: not a join checkpoint of this version; {HINT}")
             if data["options"] != options(self.spec):
@@ -249,7 +247,7 @@ class JoinFollower:
                         "stats": {k: [a + b for a, b in zip(getattr(self.earlier, k), getattr(st, k), strict=True)]
                                   for k in ("records", "no_time", "late")},
                         "state": self.feeder.dump()}
-                db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES ('checkpoint', ?)", (orjson.dumps(body),))
+                db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES ('checkpoint', ?)", (exactjson.dumps(body),))
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:

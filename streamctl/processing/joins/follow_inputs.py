@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from streamctl.processing import following, inputorder
+from streamctl.processing import exactjson, following, inputorder
 from streamctl.processing.joins.table_inputs import Block, Path, log_lane, side_reader
 from streamctl.processing.mergeorder import NO_TIME, Lane, merge, round_columns
 from streamctl.storage import log as logmod
@@ -87,14 +87,22 @@ def messages(paths: tuple[str, str], the_plan: Plan, highs: tuple[dict[int, int]
             texts, all_keys, all_rkeys, all_marks = cols[side]
             if side:
                 # a copy of each text: orjson's result keeps its whole write buffer (4 KiB) alive with it
-                texts.extend([None if v is None else b"%b" % dumps(v) for v in values])
+                try:
+                    texts.extend([None if v is None else b"%b" % dumps(v) for v in values])
+                except TypeError:  # an int beyond 64 bits: its exact text
+                    texts.extend([None if v is None else exactjson.dumps(v) for v in values])
                 assert rkeys is not None  # (a table side keeps its record keys: tombstones)
                 all_rkeys.extend(rkeys)
             else:
                 # what orjson.dumps writes for the row {"key": k, "left": v, "right": ...} before the
                 # right side (it writes a value inside an object as it writes it alone)
-                texts.extend([b'{"key":%b,"left":%b,"right":' % (dumps(k), dumps(v))
-                              for k, v in zip(keys, values, strict=True)])
+                try:
+                    texts.extend([b'{"key":%b,"left":%b,"right":' % (dumps(k), dumps(v))
+                                  for k, v in zip(keys, values, strict=True)])
+                except TypeError:  # an int beyond 64 bits: its exact text
+                    exact = exactjson.dumps
+                    texts.extend([b'{"key":%b,"left":%b,"right":' % (exact(k), exact(v))
+                                  for k, v in zip(keys, values, strict=True)])
             all_keys.extend(keys)
             all_marks.extend(marks)
         for k, s, e in parts:

@@ -76,7 +76,12 @@ def norm_key(k: Any) -> Any:
     if k.__class__ is str or k is None:
         return k
     # a copy of the text: orjson's result keeps its whole write buffer (4 KiB) alive with it
-    return ("\x00json", b"%b" % orjson.dumps(k, option=_SORT))
+    try:
+        return ("\x00json", b"%b" % orjson.dumps(k, option=_SORT))
+    except TypeError:  # an int beyond 64 bits: its exact text
+        from streamctl.processing import exactjson
+
+        return ("\x00json", exactjson.dumps(k, option=_SORT))
 
 
 def column_times(ts: list[Any]) -> list[int | None]:

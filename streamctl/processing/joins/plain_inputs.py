@@ -27,7 +27,7 @@ import numpy as np
 import orjson
 
 from streamctl.errors import StreamctlError
-from streamctl.processing import inputorder, mergeorder
+from streamctl.processing import exactjson, inputorder, mergeorder
 from streamctl.processing.joins.keys import norm_key
 from streamctl.processing.joins.table_inputs import side_reader
 
@@ -82,7 +82,10 @@ def file_blocks(path: str, on: tuple[str, ...], time_field: tuple[str, ...],
         code, nks = key_codes(keys)
         if payloads is values or {*map(type, payloads)} != {bytes}:
             # (a copy of the text: orjson's result keeps its 4 KiB write buffer, and the join keeps payloads)
-            payloads = [p if p.__class__ is bytes else b"%b" % dumps(p) for p in payloads]
+            try:
+                payloads = [p if p.__class__ is bytes else b"%b" % dumps(p) for p in payloads]
+            except TypeError:  # an int beyond 64 bits (inputorder reads it exactly): its exact text
+                payloads = [p if p.__class__ is bytes else exactjson.dumps(p) for p in payloads]
         yield n, t.tobytes(), timed, mk.tobytes(), code.tobytes(), keys, payloads, nks
 
 

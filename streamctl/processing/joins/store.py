@@ -34,6 +34,8 @@ from typing import Any
 
 import orjson
 
+from streamctl.processing import exactjson
+
 CACHE_ENTRIES = 1 << 15  # decoded rows kept in memory per table
 CACHE_KIB = 8192  # SQLite's page cache per connection
 _ABSENT = object()  # in the cache: the key has no row
@@ -95,8 +97,8 @@ def _same(raw: bytes) -> bytes:
 
 
 class DiskTable(MutableMapping[Any, Any]):
-    def __init__(self, db: sqlite3.Connection, name: str, encode: Callable[[Any], bytes] = orjson.dumps,
-                 decode: Callable[[bytes], Any] = orjson.loads, mutable: bool = False, raw: bool = False) -> None:
+    def __init__(self, db: sqlite3.Connection, name: str, encode: Callable[[Any], bytes] = exactjson.dumps,
+                 decode: Callable[[bytes], Any] = exactjson.loads, mutable: bool = False, raw: bool = False) -> None:
         self.db = db
         self.name = name
         self.raw = raw  # values are their stored JSON text (bytes), neither encoded nor decoded

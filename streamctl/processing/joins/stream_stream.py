@@ -486,7 +486,12 @@ class _Rows:
         n = len(order)
         keys, lefts, rights = (cat(col)[order].tolist() for col in self.pieces)
         parts: list[Any] = [_LEFT] * (6 * n)
-        parts[0::6] = map(_KEY.__add__, map(orjson.dumps, keys))
+        try:
+            parts[0::6] = map(_KEY.__add__, map(orjson.dumps, keys))
+        except TypeError:  # a key beyond 64 bits: its exact text
+            from streamctl.processing import exactjson
+
+            parts[0::6] = map(_KEY.__add__, map(exactjson.dumps, keys))
         parts[2::6] = lefts
         parts[3::6] = [_RIGHT] * n
         parts[4::6] = rights

@@ -259,8 +259,14 @@ def enrich_sides(ev: table_inputs.Side, tb: table_inputs.Side, inner: bool, writ
             if k is not None:
                 # a copy of the text: orjson's result keeps its whole write buffer (4 KiB) alive with it
                 # (a follower's change is its value's text already, bytes: no JSON value is)
-                table[k if k.__class__ is str else norm_key(k)] = (
-                    value if value.__class__ is bytes else fragment(b"%b" % dumps(value)))
+                if value.__class__ is not bytes:
+                    try:
+                        value = fragment(b"%b" % dumps(value))
+                    except TypeError:  # an int beyond 64 bits: its exact text
+                        from streamctl.processing import exactjson
+
+                        value = fragment(exactjson.dumps(value))
+                table[k if k.__class__ is str else norm_key(k)] = value
         n_changes += j - tb.i
         tb.i = j
 
@@ -280,7 +286,13 @@ def enrich_sides(ev: table_inputs.Side, tb: table_inputs.Side, inner: bool, writ
             else:
                 rows = [{"key": k, "left": v, "right": r} for k, v, r in zip(keys, values, rights, strict=True)]
             if rows:
-                write_jsonl(b"".join(map(dumps, rows, repeat(None), repeat(nl))))
+                try:
+                    text = b"".join(map(dumps, rows, repeat(None), repeat(nl)))
+                except TypeError:  # an int beyond 64 bits: written exactly
+                    from streamctl.processing import exactjson
+
+                    text = b"".join(exactjson.dumps(row, nl) for row in rows)
+                write_jsonl(text)
         n_events += j - i
         ev.i = j
 

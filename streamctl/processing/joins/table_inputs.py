@@ -164,11 +164,21 @@ def _in_reader(make: Callable[[], Iterator[tuple[Any, list[Any], list[Any]]]], p
     before the fork: the same records as reading here. Its stop goes to `closers`."""
     from streamctl.processing import decoder
 
-    dumps, fragment = orjson.dumps, orjson.Fragment
-    items = decoder.items(lambda: ((source, list(map(dumps, values)), keys) for source, values, keys in make()), path)
+    fragment = orjson.Fragment
+    items = decoder.items(lambda: ((source, _texts(values), keys) for source, values, keys in make()), path)
     closers.append(items.close)
     for source, texts, keys in items:
         yield list(map(fragment, texts)), keys, None, source
+
+
+def _texts(values: list[Any]) -> list[bytes]:
+    """Each value's JSON text (orjson's; an int beyond 64 bits written exactly)."""
+    try:
+        return list(map(orjson.dumps, values))
+    except TypeError:
+        from streamctl.processing import exactjson
+
+        return list(map(exactjson.dumps, values))
 
 
 def _merged(lanes: list[mergeorder.Lane]) -> Iterator[Block]:

@@ -72,6 +72,9 @@ class WindowRun:
         self.stats = WindowStats()
         self.seq = 0
         self.late_sink = late_sink
+        # a follower resumed from a checkpoint: the earlier runs' counts (this_run leaves them out)
+        self.earlier: tuple[WindowStats, dict[str, int]] | None = None
+        self.bad_time_here: str | None = None  # the first record of this run without a usable time
 
     def feed(self, records: Iterable[dict], emit: Callable[[list], None], source: str = "input") -> None:
         """Process records; `emit(rows)` gets each non-empty batch of rows as they are ready.
@@ -197,6 +200,17 @@ class WindowRun:
             if gc_was_enabled:
                 gc.enable()
 
+    def this_run(self) -> tuple[WindowStats, dict[str, int]]:
+        """The counts of this run alone, and its values that were not numbers by aggregation. A
+        follower resumed from a checkpoint carries the earlier runs' totals there (stats and
+        non_numeric), which it keeps; what it reports is what it read itself."""
+        if self.earlier is None:
+            return self.stats, self.plan.non_numeric
+        st, (before, nn) = self.stats, self.earlier
+        return (WindowStats(st.events - before.events, st.late - before.late, st.bad_time - before.bad_time,
+                            self.bad_time_here),
+                {k: n - nn.get(k, 0) for k, n in self.plan.non_numeric.items() if n > nn.get(k, 0)})
+
     def declined(self) -> tuple[int, int]:
         """(batches, events) the operator's batch kernel handed to the one-event path (see session.py)."""
         return self.op.declined, self.op.declined_events
@@ -204,14 +218,17 @@ class WindowRun:
     def _bad_time(self, rec: dict, source: str, fail: bool) -> None:
         st = self.stats
         st.bad_time += 1
-        if st.bad_time_example is None or fail:
+        if st.bad_time_example is None or self.bad_time_here is None or fail:
             # a log's records carry their append time; a plain file's do not
             where = eventfields.bad_time_place(source, rec.get("partition"), rec.get("offset"),
                                                rec.get("ts") is not None, self.cfg.time_field)
             this = f"{where}: {self._bad_reason(rec)}"
+            if self.bad_time_here is None:
+                self.bad_time_here = this
             if fail:  # this record's (the example may be an earlier run's, from a follower's checkpoint)
                 raise DataError(f"{this} (--on-bad-time skip counts and skips such records)")
-            st.bad_time_example = this
+            if st.bad_time_example is None:
+                st.bad_time_example = this
 
     def _bad_reason(self, rec: dict) -> str:
         """Why rec's time is not usable (the time getters only say that it is not)."""
@@ -258,4 +275,5 @@ class WindowRun:
         s = data["stats"]
         self.stats = WindowStats(s["events"], s["late"], s["bad_time"], s.get("bad_time_example"))
         self.plan.non_numeric = dict(data["non_numeric"])
+        self.earlier = (WindowStats(s["events"], s["late"], s["bad_time"]), dict(self.plan.non_numeric))
         self.op.load(data["state"])

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from streamctl.processing import aggregations, eventfields, inputorder
+from streamctl.processing import aggregations, eventfields, exactjson, inputorder
 from streamctl.processing import columns as fieldcolumns
 from streamctl.processing.aggregations.base import is_number
 from streamctl.processing.eventfields import SORT_KEYS
@@ -39,7 +39,12 @@ def key_json_cached(cache: dict[str, bytes] | None = None) -> Callable[[Any], by
                 # a copy of the text: orjson's result keeps its whole write buffer (4 KiB) alive with it
                 j = cache[k] = b"%b" % dumps(k)
             return j
-        return b"null" if k is None else b"%b" % dumps(k, option=SORT_KEYS)  # eventfields.key_json's text
+        if k is None:
+            return b"null"
+        try:
+            return b"%b" % dumps(k, option=SORT_KEYS)  # eventfields.key_json's text
+        except TypeError:  # an int beyond 64 bits: its exact text
+            return exactjson.dumps(k, option=SORT_KEYS)
     return key_json
 
 
@@ -211,7 +216,7 @@ class EventColumns:
 
     def keys(self, recs: Any) -> list[bytes]:
         if len(self.key_paths) > 1:
-            return [b"%b" % orjson.dumps(list(t), option=SORT_KEYS) for t in zip(*(column(recs, p) for p in self.key_paths), strict=True)]
+            return [b"%b" % exactjson.dumps(list(t), option=SORT_KEYS) for t in zip(*(column(recs, p) for p in self.key_paths), strict=True)]
         return key_texts(column(recs, self.key_paths[0]), self.key_json)
 
 

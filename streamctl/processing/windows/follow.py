@@ -16,32 +16,6 @@ CHECKPOINT_FORMAT = 1
 _partition_offset = itemgetter("partition", "offset")
 
 
-def supersede(rows: list, provisional: dict[bytes, list[tuple[int, int]]]) -> list:
-    """The rows, each after a delete row for every provisional row it supersedes: a window of its
-    key that it contains under other bounds (a session that grew or merged since; windows of the
-    other kinds have fixed bounds, so only the same window, which replaces the row, contains one).
-    A row, or a delete row, of a provisional window itself ends that window's entry."""
-    out: list = []
-    for row in rows:
-        start, end, key, values = row[0], row[1], row[2], row[3]
-        olds = provisional.get(key)
-        if olds:
-            left = []
-            for a, b in olds:
-                if (a, b) == (start, end):
-                    continue
-                if values is not None and start <= a and b <= end:
-                    out.append((a, b, key, None, None))
-                    continue
-                left.append((a, b))
-            if left:
-                provisional[key] = left
-            else:
-                del provisional[key]
-        out.append(row)
-    return out
-
-
 def checkpoint_path(log, group: str) -> str:
     from streamctl.groups import files
 
@@ -61,11 +35,12 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
     event is lost or counted twice; rows emitted after the last checkpoint are
     written again (identically) after a restart.
 
-    An idle timeout writes the open windows' rows as the end of input would, while
-    the checkpoint keeps those windows open; it also keeps the rows' bounds, so a
-    later run that writes such a window again under other bounds (a session that
-    grew or merged) first withdraws the old row (`{"window": OLD, "key": K, "op":
-    "delete"}`, supersede): folding the output by (window, key) counts no event twice.
+    An idle timeout with a group ends the run like a stop signal: the windows the
+    watermark closed were written, the open ones stay in the checkpoint and are
+    written once, by the run that closes them (as join's idle timeout leaves its
+    pending events), so the outputs of successive runs, put together, hold each
+    window once. Without a group there is no later run to close them: the idle
+    timeout writes them as the end of input would.
 
     The group resumes as `consume --group` does: an offset that retention or
     compaction deleted resumes at the next record, said through `notice`; an
@@ -83,8 +58,6 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
     lg = logmod.open_log(path)
     run = WindowRun(cfg, True, late_sink)
     positions: dict[int, int] = {}
-    # rows an idle timeout wrote for windows still open: key text -> their windows (supersede)
-    provisional: dict[bytes, list[tuple[int, int]]] = {}
     # each partition's merge key (mergeorder.Lane.high) after its last record read, so a round
     # merges its partitions in the input order where the round before stopped
     highs: dict[int, int] = {}
@@ -106,8 +79,6 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
                     run.load(data["run"])
                     positions = {int(p): int(o) for p, o in data["offsets"].items()}
                     highs = {int(p): int(h) for p, h in data.get("merge_keys", {}).items()}
-                    for k, a, b in data.get("provisional", []):
-                        provisional.setdefault(k.encode(), []).append((a, b))
                 except UsageError as e:
                     raise UsageError(f"{ckpt}: {e}") from None  # other options: name the file
                 except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -120,25 +91,20 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
             os.close(lock_fd)  # a refused checkpoint or resume position: the group is free again
             raise
 
-    def save(state: dict | None = None) -> dict | None:
-        """Write the checkpoint (the run's state now, or `state`, a body saved before); returns its body."""
+    def save() -> None:
+        """Write the checkpoint: the run's state and the offsets it has read up to."""
         if ckpt is None:
-            return None
+            return
         if flush_late is not None:
             flush_late()
-        body = state or {"format": CHECKPOINT_FORMAT, "group": group,
-                         "offsets": {str(p): o for p, o in sorted(positions.items())},
-                         "merge_keys": {str(p): h for p, h in sorted(highs.items())}, "run": run.dump()}
-        body["provisional"] = [[k.decode(), a, b] for k, ws in sorted(provisional.items()) for a, b in ws]
+        body = {"format": CHECKPOINT_FORMAT, "group": group,
+                "offsets": {str(p): o for p, o in sorted(positions.items())},
+                "merge_keys": {str(p): h for p, h in sorted(highs.items())}, "run": run.dump()}
         files.write(lg, ckpt, encode_checkpoint(body))
         if positions:
             # the group file is for `stat` (lag); the checkpoint above is what a restart trusts
             assert group is not None  # a checkpoint is kept only with --group
             offsets.commit(lg, group, dict(positions))
-        return body
-
-    def write(rows: list) -> None:
-        emit(supersede(rows, provisional) if provisional else rows)
 
     def done(batch: inputorder.Block) -> None:
         assert isinstance(batch, mergeorder.MergedBatch)  # log_batches merges when given highs
@@ -163,34 +129,24 @@ def follow(path: str, group: str | None, cfg: WindowConfig, emit: Callable[[list
         before = run.seq + run.stats.bad_time
         skip_deleted(lg, positions, notice)
         batches = inputorder.log_batches(path, starts=dict(positions), time_of=time_of, highs=highs)
-        run.feed_batches(round_of(batches), write, source=path, done=done)
+        run.feed_batches(round_of(batches), emit, source=path, done=done)
         batches.close()
         got = run.seq + run.stats.bad_time - before
-        run.tick(write)
+        run.tick(emit)
         return got
-
-    saved: list[dict | None] = [None]
 
     def checkpoint() -> None:
         flush_out()
-        saved[0] = save()
+        save()
 
     waiter = Waiter(path)
     try:
         run_rounds(one_round, checkpoint, waiter, idle_timeout)
-        if not stopflag.is_set():
-            # idle timeout: like the end of a file, write what is open. The checkpoint saved just
-            # before keeps those windows open, so a later run completes them; saved again with the
-            # rows' bounds before they are written, so that run withdraws any it writes anew
-            rows: list = []
-            run.finish(rows.extend)
-            rows = supersede(rows, provisional) if provisional else rows
-            for start, end, key, values, _rev in rows:
-                if values is not None and (start, end) not in provisional.get(key, ()):
-                    provisional.setdefault(key, []).append((start, end))
-            if saved[0] is not None:
-                save(saved[0])
-            emit(rows)
+        if not stopflag.is_set() and ckpt is None:
+            # idle timeout without a group: no later run resumes these windows, so they are written
+            # as the end of input would write them. With a group they stay open in the checkpoint
+            # (saved by run_rounds) and are written once, when a later run's watermark closes them.
+            run.finish(emit)
     finally:
         waiter.close()
         if lock_fd is not None:

@@ -19,7 +19,7 @@ def row_dict(row: tuple) -> dict:
     """An operator row -> the output object `{"window": {...}, "key": ..., aggregates, ["revision"]}`,
     or for a delete row (values None: a row written before is withdrawn) `{"window", "key", "op": "delete"}`."""
     start, end, key, values, revision = row
-    out = {"window": {"start": format_iso(start), "end": format_iso(end)}, "key": orjson.loads(key)}
+    out = {"window": {"start": format_iso(start), "end": format_iso(end)}, "key": _key_value(key)}
     if values is None:
         out["op"] = "delete"
         return out
@@ -27,6 +27,30 @@ def row_dict(row: tuple) -> dict:
     if revision is not None:
         out["revision"] = revision
     return out
+
+
+def _key_value(key: bytes) -> Any:
+    """A group key's value from its JSON text, an int beyond 64 bits exact (orjson reads it as a float)."""
+    value = orjson.loads(key)
+    if len(key) >= 19 and _holds_float(value):
+        import json
+
+        try:
+            return json.loads(key)
+        except (ValueError, RecursionError):
+            return value
+    return value
+
+
+def _holds_float(v: Any) -> bool:
+    t = type(v)
+    if t is float:
+        return True
+    if t is list:
+        return any(map(_holds_float, v))
+    if t is dict:
+        return any(map(_holds_float, v.values()))
+    return False
 
 
 _iso_cache: dict[int, str] = {}
@@ -64,10 +88,16 @@ def row_json(row: tuple) -> bytes:
 
 
 def _int_text(v: Any) -> Any:
-    """An int orjson cannot write (beyond 64 bits) as its exact JSON text; any other value as it is.
-    (Only orjson refuses such ints: the standard library's json, which may stand in, writes them.)"""
-    if type(v) is int and not -(1 << 63) <= v < 1 << 64:
+    """`v` with every int orjson cannot write (beyond 64 bits: a sum, or a first/last value or part
+    of one) as its exact JSON text. (Only orjson refuses such ints: the standard library's json,
+    which may stand in, writes them.)"""
+    t = type(v)
+    if t is int and not -(1 << 63) <= v < 1 << 64:
         return orjson.Fragment(b"%d" % v)
+    if t is dict:
+        return {k: _int_text(x) for k, x in v.items()}
+    if t is list or t is tuple:
+        return [_int_text(x) for x in v]
     return v
 
 
