@@ -134,8 +134,10 @@ def test_stream_lateness_shifts_the_watermark_for_matching_and_eviction():
     # watermark 5000 - 3000 = 2000 <= 1000 + 1000: s is still in the window when c arrives
     assert pairs(rows) == [("a", "s", "c"), ("b", "t", None), ("z", "u", None)]
     late = [joining.run(joining.make_spec("L", "R", within="1s", lateness=d), lambda *a: None,
-                        items=iter(items)).late for d in ("2499ms", "2500ms")]
-    assert late == [[0, 1], [0, 0]]  # c is late while 1500 + 1000 < 5000 - lateness
+                        items=iter(items)).late for d in ("2499ms", "2500ms", "3000ms")]
+    # c is late while 1500 + 1000 < 5000 - lateness, and also while its partner s has left before it
+    # came (1000 + 1000 < 5000 - lateness): s was written unmatched, so c cannot pair with it any more
+    assert late == [[0, 1], [0, 1], [0, 0]]
 
 
 def test_stream_late_out_lines_and_counts_per_side():
