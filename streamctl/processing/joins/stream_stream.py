@@ -550,7 +550,7 @@ class IntervalJoin:
         for r in self.runs:
             if r.t_max >= floor:
                 runs.append(r)
-            else:
+            elif len(r.t):
                 gone.append(_Gone(r))
         alive = cur.t >= floor
         if alive.all():
