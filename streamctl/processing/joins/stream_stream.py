@@ -26,7 +26,7 @@ null, never earlier: a later event could still have matched it. Evictions at
 one position come out after that position's pairs, ordered by (time, position).
 State holds the events inside the window behind the watermark and, per side
 and key, the time of the last event that left, while an on-time event could
-still be within `within` of it (W <= t + 2 * within).
+still be within `within` of it (W <= t + 2 * within; forgotten a little after).
 
 Two evaluations of this rule sit side by side here: `StreamStreamJoin`, the reference, an event at
 a time (the record path: logs, `--follow`, output other than JSON lines), and `IntervalJoin`, its
@@ -98,10 +98,13 @@ class StreamStreamJoin:
         self.heap: list[tuple[int, int, list]] = []
         self.clock = Watermark(lateness)
         # side -> normalized key -> the time of its last event that left the state, while an on-time
-        # event could be within `within` of it; `gone_queue` forgets them in that order:
-        # (time + 2 * within, side, normalized key, time)
+        # event could be within `within` of it (W <= time + 2 * within). Two generations: when the
+        # watermark passes `turn_at` the older is dropped whole and a new one begins, at least
+        # 2 * within apart, so a time is kept until W passes it + 3 * within at least, 5 at most
+        # (cheaper than finding each one's turn: a dict store is all an event that leaves costs)
         self.gone: tuple[dict[Any, int], dict[Any, int]] = ({}, {})
-        self.gone_queue: deque[tuple[int, int, Any, int]] = deque()
+        self.gone_old: tuple[dict[Any, int], dict[Any, int]] = ({}, {})
+        self.turn_at: int | None = None
 
     def push(self, side: int, nkey: Any, key: Any, t: int, value: Any, pos: int) -> bool:
         """One event at input position `pos`; nkey is None for a null key (never matches).
@@ -117,9 +120,9 @@ class StreamStreamJoin:
         one's null row; so no pair with |dt| <= within between two events that are not late is
         ever missing, and no null row is written for an event that pairs. Only an event behind the
         watermark (t < W) can be of the second kind: the one that left has t_a + within < W, and
-        t <= t_a + within. The times of the events that left are kept per side and key until W
-        passes time + 2 * within: an event that is not behind the window (t >= W - within) can
-        reach no earlier one."""
+        t <= t_a + within. The times of the events that left are kept per side and key at least
+        until W passes time + 2 * within: after that, an event that is not behind the window
+        (t >= W - within) is more than `within` after them."""
         within = self.within
         clock = self.clock
         moved = clock.observe(t)
@@ -130,6 +133,8 @@ class StreamStreamJoin:
                 return True
             if nkey is not None:
                 gone = self.gone[1 - side].get(nkey)
+                if gone is None:
+                    gone = self.gone_old[1 - side].get(nkey)
                 if gone is not None and gone >= t - within:  # (and gone <= t: it left, this did not)
                     self.late += 1
                     return True
@@ -166,12 +171,10 @@ class StreamStreamJoin:
         emit = self.emit
         buffers = self.buffers
         if wm is not None:
-            gone, gone_queue = self.gone, self.gone_queue
-            while gone_queue and gone_queue[0][0] < wm:  # no on-time event can reach these any more
-                _end, g_side, g_key, g_t = gone_queue.popleft()
-                if gone[g_side].get(g_key) == g_t:
-                    del gone[g_side][g_key]
-            twice = 2 * self.within
+            if self.turn_at is None or wm > self.turn_at:
+                self.gone_old, self.gone = self.gone, ({}, {})
+                self.turn_at = wm + 2 * self.within
+            gone = self.gone
         while True:
             if queue and (not heap or queue[0][:2] < heap[0][:2]):
                 if wm is not None and queue[0][0] >= wm:
@@ -189,7 +192,6 @@ class StreamStreamJoin:
                 if wm is not None:  # (at the end of input no event comes to ask)
                     # events leave by (time + within, position): this is the key's latest to leave
                     gone[side][nkey] = t
-                    gone_queue.append((t + twice, side, nkey, t))
             if not matched and keep[side]:
                 if side:
                     emit(key, None, value)
@@ -204,16 +206,21 @@ class StreamStreamJoin:
             if ev[4] is not None:
                 _buffer(self.buffers[ev[3]], ev[4], ev)
         self.queue.extend(sorted(events, key=lambda e: e[:2]))
-        twice = 2 * self.within
         for side, nkey, t in gone:
-            self.gone[side][nkey] = t
-            self.gone_queue.append((t + twice, side, nkey, t))
+            known = self.gone[side].get(nkey)
+            self.gone[side][nkey] = t if known is None else max(known, t)
 
     def gone_times(self) -> list[tuple[int, Any, int]]:
-        """(side, normalized key, time) of the events that left and are still remembered, in the
-        order they left (what restore takes back)."""
-        gone = self.gone
-        return [(side, nkey, t) for _end, side, nkey, t in self.gone_queue if gone[side].get(nkey) == t]
+        """(side, normalized key, time) of the events that left that an event on time can still reach
+        (what restore takes back)."""
+        floor = self.clock.value - 2 * self.within
+        out = {}
+        for gen in (self.gone_old, self.gone):  # the newer generation's time is the later one
+            for side in (0, 1):
+                for nkey, t in gen[side].items():
+                    if t >= floor:
+                        out[side, nkey] = t
+        return [(side, nkey, t) for (side, nkey), t in out.items()]
 
     def finish(self) -> None:
         """End of input: every event still in the window is final now."""
