@@ -136,7 +136,7 @@ def test_stream_times_of_events_that_left_are_forgotten():
     for i in range(5000):
         j.push(i % 2, f"k{i}", f"k{i}", i, "v", i + 1)
         held.append(sum(map(len, (*j.gone, *j.gone_old))))
-    assert max(held) <= 60  # the events that left over at most 5 * 10 ms of watermark
+    assert max(held) <= 40  # the events that left over at most 3 * 10 ms of watermark
 
 
 def test_stream_late_event_could_still_see_a_partner_but_is_left_out():

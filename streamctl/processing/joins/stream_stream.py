@@ -99,9 +99,10 @@ class StreamStreamJoin:
         self.clock = Watermark(lateness)
         # side -> normalized key -> the time of its last event that left the state, while an on-time
         # event could be within `within` of it (W <= time + 2 * within). Two generations: when the
-        # watermark passes `turn_at` the older is dropped whole and a new one begins, at least
-        # 2 * within apart, so a time is kept until W passes it + 3 * within at least, 5 at most
-        # (cheaper than finding each one's turn: a dict store is all an event that leaves costs)
+        # watermark passes `turn_at` the older is dropped whole and a new one begins, turns more
+        # than `within` apart; a time goes in when W > time + within, so it is dropped at the second
+        # turn after, when W > time + 2 * within (cheaper than finding each one's turn: a dict store
+        # is all an event that leaves costs)
         self.gone: tuple[dict[Any, int], dict[Any, int]] = ({}, {})
         self.gone_old: tuple[dict[Any, int], dict[Any, int]] = ({}, {})
         self.turn_at: int | None = None
@@ -173,7 +174,7 @@ class StreamStreamJoin:
         if wm is not None:
             if self.turn_at is None or wm > self.turn_at:
                 self.gone_old, self.gone = self.gone, ({}, {})
-                self.turn_at = wm + 2 * self.within
+                self.turn_at = wm + self.within
             gone = self.gone
         while True:
             if queue and (not heap or queue[0][:2] < heap[0][:2]):
