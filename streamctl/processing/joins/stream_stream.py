@@ -201,8 +201,8 @@ class StreamStreamJoin:
 
     def restore(self, events: list[tuple[int, int, list]], gone: Iterable[tuple[int, Any, int]] = ()) -> None:
         """Put back the events a checkpoint kept (joins/feeders.py StreamFeed.load), as (end, position,
-        event), and the times of those that left, as (side, normalized key, time) in the order they
-        left: the state is then what it was when the checkpoint was written."""
+        event), and the times of those that left, as (side, normalized key, time) (gone_times): the
+        state is then what it was when the checkpoint was written."""
         for _end, _pos, ev in sorted(events, key=lambda e: e[1]):  # a key's buffer is in input order
             if ev[4] is not None:
                 _buffer(self.buffers[ev[3]], ev[4], ev)
