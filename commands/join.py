@@ -64,15 +64,20 @@ event keeps its place in its partition's order and is joined, uncounted, and
 Watermark and lateness (--within, and --table --as-of event-time): the
 watermark is the largest event time seen so far in the input order minus
 --lateness DUR (default 0). A stream-stream event whose time + --within is
-already behind the watermark when it arrives can no longer find its partners:
-it is late -- not joined and not emitted, even as unmatched -- and counted on
+already behind the watermark when it arrives can no longer find its partners;
+nor can one that arrives after a partner (the other side, the same key, a time
+at most --within away) has left the window, its time + --within passed by the
+watermark (and with --how keeping it, already written unmatched). Either is
+late -- not joined at all and not emitted, even as unmatched -- and counted on
 stderr at exit; --late-out FILE keeps it (a log's record as stored JSON, a
-plain file's value line). In an as-of join an event waits until the watermark
-passes its time, and one that arrives behind it is answered at once, exactly;
-a table change whose time is behind the watermark when it arrives is late:
-rows already written may not have seen it; it still applies from then on,
-and it is counted (and kept by --late-out). A --lateness as large as how far
-event times run out of order means nothing is late.
+plain file's value line). So every pair of events that are not late comes
+out, and no unmatched row is ever contradicted. In an as-of join an event
+waits until the watermark passes its time, and one that arrives behind it is
+answered at once, exactly; a table change whose time is behind the watermark
+when it arrives is late: rows already written may not have seen it; it still
+applies from then on, and it is counted (and kept by --late-out). A
+--lateness as large as how far event times run out of order means nothing is
+late.
 
 \b
 Input order (the same on every run and on both engines): every partition of

@@ -17,8 +17,9 @@ DataFrame operations:
 3. The kind's rule (stream-stream pairs and evictions, the table row at a
    position or as of an event time, the table-table changelog), each row with
    the sort key of the moment the local engine emits it; then one global sort.
-   Late records (stream-stream events with t + within < W, as-of table changes
-   with t < W) are counted and, for stream-stream, left out, as locally.
+   Late records (stream-stream events with t + within < W, or whose partner left
+   before they came, as-of table changes with t < W) are counted and, for
+   stream-stream, left out, as locally.
 """
 
 from pyspark import StorageLevel
@@ -135,11 +136,49 @@ def late_flag(params):
     return None
 
 
-def counts(recs, params):
-    """{"late": [LEFT, RIGHT], "no_time": [LEFT, RIGHT]} as the local engine counts them."""
+def _late_in_order(edges):
+    """The positions of one key's events that are late because a partner left before they came: b is
+    when an edge (a, b) has an a that is not late itself (a < b: decided before b)."""
+    late = set()
+    by_b = {}
+    for pa, pb in edges:
+        by_b.setdefault(pb, []).append(pa)
+    for pb in sorted(by_b):
+        if any(pa not in late for pa in by_b[pb]):
+            late.add(pb)
+    return sorted(late)
+
+
+def partner_left(recs, params):
+    """Stream-stream: the positions (a DataFrame of `pos`) of the events that are late because an event
+    of the other side with their key, at most `within` before them, left the window before they came
+    (StreamStreamJoin.push's second test), or None: none are. Only an event behind the watermark
+    (t < W) can be; the partner must not be late itself, decided per key in input order."""
+    within = int(params["within"])
+    ev = recs.where(F.col("t").isNotNull() & F.col("nkey").isNotNull()
+                    & (F.col("t") + F.lit(within) >= F.col("W"))).select("side", "pos", "nkey", "t", "W")
+    behind = ev.where(F.col("t") < F.col("W"))
+    if not behind.take(1):
+        return None
+    a, b = ev.alias("a"), behind.alias("b")
+    edges = a.join(b, (F.col("a.nkey") == F.col("b.nkey")) & (F.col("a.side") != F.col("b.side"))
+                   & (F.col("a.pos") < F.col("b.pos")) & (F.col("a.t") >= F.col("b.t") - within)
+                   & (F.col("a.t") + within < F.col("b.W")))
+    edges = edges.select(F.col("b.nkey"), F.col("a.pos"), F.col("b.pos"))
+    late = edges.rdd.map(lambda r: (r[0], (r[1], r[2]))).groupByKey().flatMap(lambda kv: _late_in_order(kv[1]))
+    out = recs.sparkSession.createDataFrame(late.map(lambda p: (p,)), StructType([StructField("pos", LongType())]))
+    return out.persist(StorageLevel.DISK_ONLY)
+
+
+def counts(recs, params, late_pos=None):
+    """{"late": [LEFT, RIGHT], "no_time": [LEFT, RIGHT]} as the local engine counts them; `late_pos`:
+    the positions of the records late for another reason (partner_left)."""
     flag = late_flag(params)
     if flag is None:
         return {"late": [0, 0], "no_time": [0, 0]}
+    if late_pos is not None:
+        recs = recs.join(late_pos.withColumn("late_too", F.lit(True)), "pos", "left")
+        flag = flag | F.col("late_too").isNotNull()
     timed_sides = [0, 1] if params["kind"] == "stream" else [0]  # as-of: only events need a time
     no_time = F.col("t").isNull() & F.col("side").isin(timed_sides) & (F.col("sub") == 0)
     if params["kind"] == "table":
@@ -155,11 +194,13 @@ def counts(recs, params):
     return out
 
 
-def stream_stream(recs, params):
+def stream_stream(recs, params, late_pos=None):
     within = int(params["within"])
     how = params["how"]
     ev = recs.where(F.col("t").isNotNull() & ~late_flag(params)).select(
         "side", "pos", "nkey", "key_j", "t", "value_j", "W")
+    if late_pos is not None:
+        ev = ev.join(late_pos, "pos", "left_anti")
     a = ev.alias("a")
     b = ev.alias("b")
     pairs = a.join(b, (F.col("a.nkey") == F.col("b.nkey")) & (F.col("a.side") != F.col("b.side"))
@@ -247,8 +288,9 @@ def driver_memory(params):
 def main(spark, params, out):
     recs = records(spark, params)
     kind = params["kind"]
+    late_pos = partner_left(recs, params) if kind == "stream" else None
     if kind == "stream":
-        rows = stream_stream(recs, params)
+        rows = stream_stream(recs, params, late_pos)
     elif kind == "tables":
         rows = table_table(recs, params)
     elif params.get("as_of") == "event-time":
@@ -258,7 +300,7 @@ def main(spark, params, out):
     if kind == "table" and params["how"] == "inner":  # an event without a table row has no row
         rows = rows.where(F.col("right_j").isNotNull())
     with_op = kind == "tables"
-    stats = counts(recs, params)
+    stats = counts(recs, params, late_pos)
     size_result_partitions(spark, 0, params)  # they come to the driver one at a time: small ones
     for row in rows.select("key_j", "left_j", "right_j", *(["op"] if with_op else [])).toLocalIterator():
         line = '{"key":' + row[0] + ',"left":' + (row[1] or "null") + ',"right":' + (row[2] or "null")

@@ -150,8 +150,10 @@ def report(spec: joining.JoinSpec, stats: joining.JoinStats, late_out: str | Non
     extra = f"; written to {late_out}" if late_out else ""
     if spec.kind == "stream":
         hint = " (wait longer with --lateness DUR" + (")" if late_out else ", or keep them with --late-out FILE)")
-        say(f"warning: {late} late event(s) DROPPED (LEFT {stats.late[0]}, RIGHT {stats.late[1]}): their time "
-            f"+ --within was already behind the watermark when they arrived, so they were not joined{extra}{hint}")
+        say(f"warning: {late} late event(s) DROPPED (LEFT {stats.late[0]}, RIGHT {stats.late[1]}): when they "
+            f"arrived, the watermark had passed their time + --within, or the time + --within of an event of "
+            f"the other side with their key within --within of them (it had left the join), so they were not "
+            f"joined{extra}{hint}")
     else:
         say(f"warning: {late} late table change(s): their time was already behind the watermark when they "
             f"arrived, so rows written before them may lack them (applied from then on){extra} "

@@ -113,6 +113,32 @@ def test_stream_late_event_is_counted_not_joined():
     assert j.late == 1
 
 
+@pytest.mark.parametrize("t,late", [(1000, True), (1001, False), (900, True)])
+def test_stream_event_whose_partner_left_is_late(t, late):
+    """L a@0 leaves when the watermark reaches 1500 (0 + 1000 < 1500), written unmatched. R a@t is not
+    behind the window (t + 1000 >= 1500); it is late exactly when L a was its partner (|t - 0| <= 1000,
+    the boundary included): joined now it would contradict that row, left out it would lose the pair."""
+    out: list[tuple] = []
+    j = StreamStreamJoin(1000, "outer", lambda k, lv, rv: out.append((k, lv, rv)))
+    assert not j.push(L, "a", "a", 0, "s", 1)
+    assert not j.push(R, "z", "z", 1500, "z", 2)
+    assert out == [("a", "s", None)]
+    assert j.push(R, "a", "a", t, "c", 3) is late
+    j.finish()
+    assert out == [("a", "s", None), *([] if late else [("a", None, "c")]), ("z", None, "z")]
+    assert j.late == int(late)
+
+
+def test_stream_times_of_events_that_left_are_forgotten():
+    """The times kept for that rule are forgotten as the watermark moves on: state stays bounded."""
+    j = StreamStreamJoin(10, "inner", lambda *a: None)
+    held = []
+    for i in range(5000):
+        j.push(i % 2, f"k{i}", f"k{i}", i, "v", i + 1)
+        held.append(sum(map(len, (*j.gone, *j.gone_old))))
+    assert max(held) <= 40  # the events that left over at most 3 * 10 ms of watermark
+
+
 def test_stream_late_event_could_still_see_a_partner_but_is_left_out():
     """A late event is left out whole, even where a partner is still in the window: its other
     partners left already, so joining it with the rest would depend on how late it came."""
@@ -134,8 +160,10 @@ def test_stream_lateness_shifts_the_watermark_for_matching_and_eviction():
     # watermark 5000 - 3000 = 2000 <= 1000 + 1000: s is still in the window when c arrives
     assert pairs(rows) == [("a", "s", "c"), ("b", "t", None), ("z", "u", None)]
     late = [joining.run(joining.make_spec("L", "R", within="1s", lateness=d), lambda *a: None,
-                        items=iter(items)).late for d in ("2499ms", "2500ms")]
-    assert late == [[0, 1], [0, 0]]  # c is late while 1500 + 1000 < 5000 - lateness
+                        items=iter(items)).late for d in ("2499ms", "2500ms", "3000ms")]
+    # c is late while 1500 + 1000 < 5000 - lateness, and also while its partner s has left before it
+    # came (1000 + 1000 < 5000 - lateness): s was written unmatched, so c cannot pair with it any more
+    assert late == [[0, 1], [0, 1], [0, 0]]
 
 
 def test_stream_late_out_lines_and_counts_per_side():

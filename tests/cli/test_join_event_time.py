@@ -328,3 +328,27 @@ def test_as_of_event_time_reports_table_changes_without_a_usable_time(tmp_path):
     assert b"1 table change(s) without a usable time in value.at: each was taken as valid from the beginning" \
         in p.stderr, p.stderr
     assert b"event(s) without a usable time" not in p.stderr
+
+
+@pytest.mark.parametrize("output", ["jsonl", "csv"])  # the batch kernel, the event-at-a-time operator
+def test_event_whose_partner_already_left_is_late_not_lost(tmp_path, output):
+    """R a@1s is not behind the window (1s + 1s > the watermark 1.5s), but its partner L a@0s left
+    when the watermark passed 0s + 1s, written unmatched: joining R a now would contradict that row,
+    leaving it out silently would lose the pair. It is late: counted, reported, kept by --late-out."""
+    left, right = tmp_path / "L.jsonl", tmp_path / "R.jsonl"
+    la = {"id": "a", "at": "2026-01-01T00:00:00Z"}
+    rz, ra = {"id": "z", "at": "2026-01-01T00:00:01.500Z"}, {"id": "a", "at": "2026-01-01T00:00:01Z"}
+    left.write_bytes(orjson.dumps(la) + b"\n")
+    right.write_bytes(orjson.dumps(rz) + b"\n" + orjson.dumps(ra) + b"\n")
+    late_file = tmp_path / "late.jsonl"
+    p = run_cli("join", str(left), str(right), "--within", "1s", "--on", "id", "--time-field", "at", "--how", "outer",
+                "--late-out", str(late_file), "--output", output)
+    assert p.returncode == 0
+    assert b"warning: 1 late event(s) DROPPED (LEFT 0, RIGHT 1)" in p.stderr
+    assert late_file.read_bytes() == orjson.dumps(ra) + b"\n"
+    if output == "jsonl":
+        assert [orjson.loads(x) for x in p.stdout.splitlines()] == [
+            {"key": "a", "left": la, "right": None}, {"key": "z", "left": None, "right": rz}]
+    else:
+        lines = p.stdout.decode().splitlines()
+        assert len(lines) == 3 and lines[1].startswith("a,") and lines[2].startswith("z,,")

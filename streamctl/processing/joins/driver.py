@@ -24,8 +24,9 @@ Decisions (also in `streamctl join --help` and docs/guide/joins.md):
 - Lateness (`--lateness DUR`, stream-stream and --as-of event-time): the
   watermark is the largest event time seen so far in the input order minus
   DUR. A stream-stream event whose time + --within is behind it when it
-  arrives is late: not joined, not emitted as unmatched, counted per side and
-  handed to `late` (joins/stream_stream.py says why). In an as-of join the
+  arrives, or whose partner within --within has already left the window, is
+  late: not joined, not emitted as unmatched, counted per side and handed to
+  `late` (StreamStreamJoin.push states the rule, joins/stream_stream.py says why). In an as-of join the
   late records are table changes whose time is behind the watermark: still
   applied, counted (joins/stream_table.py).
 """

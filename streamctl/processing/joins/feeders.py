@@ -18,7 +18,7 @@ from typing import Any
 
 from streamctl.processing.eventfields import record_time
 from streamctl.processing.joins import Emit, EmitOp, JoinSpec, JoinStats
-from streamctl.processing.joins.keys import RememberedTime, change_keys, key_getter, norm_key, value_field
+from streamctl.processing.joins.keys import RememberedTime, change_keys, key_getter, key_of_norm, norm_key, value_field
 from streamctl.processing.watermark import Watermark
 
 Record = dict[str, Any]
@@ -78,14 +78,17 @@ class StreamFeed:
         j = self.join
         events = sorted([*j.queue, *j.heap], key=lambda e: e[:2])
         return {"pos": self.pos, "watermark": j.clock.dump(),
-                "events": [[end, pos, ev[0], ev[1], ev[2], ev[3], ev[5]] for end, pos, ev in events]}
+                "events": [[end, pos, ev[0], ev[1], ev[2], ev[3], ev[5]] for end, pos, ev in events],
+                # the times of the events that left, that still make an event late (StreamStreamJoin.push)
+                "gone": [[side, key_of_norm(nkey), t] for side, nkey, t in j.gone_times()]}
 
     def load(self, data: dict) -> None:
         j = self.join
         self.pos = int(data["pos"])
         j.clock = Watermark.load(data["watermark"])
         j.restore([(int(end), int(pos), [int(t), value, bool(matched), int(side), norm_key(key), key])
-                   for end, pos, t, value, matched, side, key in data["events"]])
+                   for end, pos, t, value, matched, side, key in data["events"]],
+                  [(int(side), norm_key(key), int(t)) for side, key, t in data.get("gone", ())])
 
 
 class TableFeed:

@@ -84,6 +84,11 @@ def norm_key(k: Any) -> Any:
         return ("\x00json", exactjson.dumps(k, option=_SORT))
 
 
+def key_of_norm(nk: Any) -> Any:
+    """A key whose norm_key is `nk` (for a checkpoint: JSON, unlike the stand-in)."""
+    return orjson.loads(nk[1]) if nk.__class__ is tuple else nk
+
+
 def column_times(ts: list[Any]) -> list[int | None]:
     """The event times of a column of values (what eventfields.record_time reads from each record's):
     epoch milliseconds as they are (the common case), else ISO-8601 strings parsed as bytes with

@@ -1,29 +1,32 @@
 """Stream-stream window join: pairs with equal key and event times at most `within` apart.
 
 The rule, exactly (it is what the tests' brute-force reference and the Spark job
-compute): records are numbered by their position in the input order; W(p) is
-the watermark after position p: the largest event time seen up to and
-including p, minus `lateness`. An event b is late when t_b + within < W(b): the
-partners it could have had before it in time have left the window, so it is
-not joined at all -- not paired, not stored, not emitted as unmatched -- only
-counted (and handed to the caller to keep, `--late-out`). Joining it with the
-partners that happen to remain would give a result that depends on how late
-it came; leaving it out gives exactly the rows of the other events (Flink's
-interval join drops late elements the same way). With `lateness` at least as
-large as how far event times run behind the largest time seen before them,
-nothing is late and every pair with |t_a - t_b| <= within is found.
+compute; StreamStreamJoin.push states when an event is late): records are
+numbered by their position in the input order; W(p) is the watermark after
+position p: the largest event time seen up to and including p, minus
+`lateness`. A late event is not joined at all -- not paired, not stored, not
+emitted as unmatched -- only counted (and handed to the caller to keep,
+`--late-out`). Joining it with the partners that happen to remain would give a
+result that depends on how late it came; leaving it out gives exactly the rows
+of the other events (Flink's interval join drops late elements the same way).
+With `lateness` at least as large as how far event times run behind the
+largest time seen before them, nothing is late and every pair with
+|t_a - t_b| <= within is found.
 
 An earlier event a and a later event b of the other side, neither late, pair up
 when their keys are equal (and not null), |t_a - t_b| <= within, and a is still
-in the window when b arrives: t_a + within >= W(b). Pairs are emitted when b
-arrives, in a's input order.
+in the window when b arrives: t_a + within >= W(b) (the lateness rule makes
+that hold for every such pair). Pairs are emitted when b arrives, in a's input
+order.
 
 An event leaves the state at the first position where the watermark passes
 its time + within (W > t + within), or at the end of the input. Then, if it
 never paired and its side is kept by `how`, it is emitted with the other side
 null, never earlier: a later event could still have matched it. Evictions at
 one position come out after that position's pairs, ordered by (time, position).
-State holds only events inside the window behind the watermark.
+State holds the events inside the window behind the watermark and, per side
+and key, the time of the last event that left, while an on-time event could
+still be within `within` of it (W <= t + 2 * within; forgotten a little after).
 
 Two evaluations of this rule sit side by side here: `StreamStreamJoin`, the reference, an event at
 a time (the record path: logs, `--follow`, output other than JSON lines), and `IntervalJoin`, its
@@ -37,7 +40,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from streamctl.processing.joins import Emit, JoinStats
@@ -94,17 +97,48 @@ class StreamStreamJoin:
         self.queue: deque[tuple[int, int, list]] = deque()
         self.heap: list[tuple[int, int, list]] = []
         self.clock = Watermark(lateness)
+        # side -> normalized key -> the time of its last event that left the state, while an on-time
+        # event could be within `within` of it (W <= time + 2 * within). Two generations: when the
+        # watermark passes `turn_at` the older is dropped whole and a new one begins, turns more
+        # than `within` apart; a time goes in when W > time + within, so it is dropped at the second
+        # turn after, when W > time + 2 * within (cheaper than finding each one's turn: a dict store
+        # is all an event that leaves costs)
+        self.gone: tuple[dict[Any, int], dict[Any, int]] = ({}, {})
+        self.gone_old: tuple[dict[Any, int], dict[Any, int]] = ({}, {})
+        self.turn_at: int | None = None
 
     def push(self, side: int, nkey: Any, key: Any, t: int, value: Any, pos: int) -> bool:
         """One event at input position `pos`; nkey is None for a null key (never matches).
-        Returns True when the event is late (counted in `late`, otherwise ignored)."""
+        Returns True when the event is late (counted in `late`, otherwise ignored).
+
+        The event is late, with W the watermark after it, when
+        - t + within < W: it is behind the window (the partners before it in time have left), or
+        - an event of the other side with the same key and a time at most `within` from t has
+          already left the state (W passed its time + within: it may have been written unmatched).
+        Both are judged in the input order, so a late event has no effect on the others (it never
+        enters the state, so it never leaves it either). Joining an event of the second kind with
+        the partners still held would lose its pair with the one that left, or contradict that
+        one's null row; so no pair with |dt| <= within between two events that are not late is
+        ever missing, and no null row is written for an event that pairs. Only an event behind the
+        watermark (t < W) can be of the second kind: the one that left has t_a + within < W, and
+        t <= t_a + within. The times of the events that left are kept per side and key at least
+        until W passes time + 2 * within: after that, an event that is not behind the window
+        (t >= W - within) is more than `within` after them."""
         within = self.within
         clock = self.clock
         moved = clock.observe(t)
         wm = clock.value
-        if not moved and t + within < wm:  # (an event that moves the watermark is never behind it)
-            self.late += 1
-            return True
+        if not moved and t < wm:  # (an event that moves the watermark is never behind it)
+            if t + within < wm:
+                self.late += 1
+                return True
+            if nkey is not None:
+                gone = self.gone[1 - side].get(nkey)
+                if gone is None:
+                    gone = self.gone_old[1 - side].get(nkey)
+                if gone is not None and gone >= t - within:  # (and gone <= t: it left, this did not)
+                    self.late += 1
+                    return True
         ev = [t, value, False, side, nkey, key]
         if nkey is not None:
             found = self.buffers[1 - side].get(nkey)
@@ -137,6 +171,11 @@ class StreamStreamJoin:
         keep = self.keep
         emit = self.emit
         buffers = self.buffers
+        if wm is not None:
+            if self.turn_at is None or wm > self.turn_at:
+                self.gone_old, self.gone = self.gone, ({}, {})
+                self.turn_at = wm + self.within
+            gone = self.gone
         while True:
             if queue and (not heap or queue[0][:2] < heap[0][:2]):
                 if wm is not None and queue[0][0] >= wm:
@@ -148,22 +187,41 @@ class StreamStreamJoin:
                 ev = heapq.heappop(heap)[2]
             else:
                 return
-            _t, value, matched, side, nkey, key = ev
+            t, value, matched, side, nkey, key = ev
             if nkey is not None:
                 _unbuffer(buffers[side], nkey, ev)
+                if wm is not None:  # (at the end of input no event comes to ask)
+                    # events leave by (time + within, position): this is the key's latest to leave
+                    gone[side][nkey] = t
             if not matched and keep[side]:
                 if side:
                     emit(key, None, value)
                 else:
                     emit(key, value, None)
 
-    def restore(self, events: list[tuple[int, int, list]]) -> None:
+    def restore(self, events: list[tuple[int, int, list]], gone: Iterable[tuple[int, Any, int]] = ()) -> None:
         """Put back the events a checkpoint kept (joins/feeders.py StreamFeed.load), as (end, position,
-        event): the state is then what it was when the checkpoint was written."""
+        event), and the times of those that left, as (side, normalized key, time) (gone_times): the
+        state is then what it was when the checkpoint was written."""
         for _end, _pos, ev in sorted(events, key=lambda e: e[1]):  # a key's buffer is in input order
             if ev[4] is not None:
                 _buffer(self.buffers[ev[3]], ev[4], ev)
         self.queue.extend(sorted(events, key=lambda e: e[:2]))
+        for side, nkey, t in gone:
+            known = self.gone[side].get(nkey)
+            self.gone[side][nkey] = t if known is None else max(known, t)
+
+    def gone_times(self) -> list[tuple[int, Any, int]]:
+        """(side, normalized key, time) of the events that left that an event on time can still reach
+        (what restore takes back)."""
+        floor = self.clock.value - 2 * self.within
+        out = {}
+        for gen in (self.gone_old, self.gone):  # the newer generation's time is the later one
+            for side in (0, 1):
+                for nkey, t in gen[side].items():
+                    if t >= floor:
+                        out[side, nkey] = t
+        return [(side, nkey, t) for (side, nkey), t in out.items()]
 
     def finish(self) -> None:
         """End of input: every event still in the window is final now."""
@@ -211,6 +269,22 @@ def _expand(lo: np.ndarray, cnt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return owner, np.arange(total, dtype=np.int64) - np.repeat(start - lo, cnt)
 
 
+def _matches(codes: np.ndarray, tgt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(i, j) for every tgt[i] == codes[j], i ascending; both arrays sorted."""
+    import numpy as np
+
+    none = np.empty(0, dtype=np.int64)
+    if not len(codes) or not len(tgt):
+        return none, none
+    lo = codes.searchsorted(tgt, "left")
+    hit = np.flatnonzero(codes.take(np.minimum(lo, len(codes) - 1)) == tgt)
+    if not len(hit):
+        return none, none
+    lo = lo[hit]
+    owner, j = _expand(lo, codes.searchsorted(tgt[hit], "right") - lo)
+    return hit[owner], j
+
+
 class _Events:
     """Events as numeric columns sorted by (code, position). `slot` finds an event's key, normalized
     key and payload in the object store (chunk number << 32 | index in that chunk): objects never
@@ -228,14 +302,35 @@ class _Events:
         return _Events(*(getattr(self, c)[which] for c in self.COLS))
 
     @staticmethod
-    def merged(older: _Events, newer: _Events, floor: int) -> _Events:
+    def merged(older: _Events, newer: _Events, floor: int, gone: list[_Gone]) -> _Events:
         """Two runs as one sorted by (code, position), without the events that have left the window
-        (time below `floor`): the stable sort of the two sorted runs merges them in one pass."""
+        (time below `floor`), which go to `gone`: the stable sort of the two sorted runs merges them
+        in one pass."""
         import numpy as np
 
         a, b = older.t >= floor, newer.t >= floor
+        for run, stay in ((older, a), (newer, b)):
+            if not stay.all():
+                gone.append(_Gone(run, ~stay))
         both = _Events(*(np.concatenate((getattr(older, c)[a], getattr(newer, c)[b])) for c in _Events.COLS))
         return both.take(np.argsort(both.code, kind="stable"))
+
+
+class _Gone:
+    """Events that left the window (some of a run's, sorted as it is): their codes, times and slots,
+    while an event could still be late because of one (IntervalJoin._partner_left)."""
+
+    __slots__ = ("code", "t", "slot", "t_max", "first")
+
+    def __init__(self, run: _Events, which: np.ndarray | None = None) -> None:
+        code, t, slot = run.code, run.t, run.slot
+        if which is not None:
+            code, t, slot = code[which], t[which], slot[which]
+        self.code: np.ndarray = code
+        self.t: np.ndarray = t
+        self.slot: np.ndarray = slot
+        self.t_max = int(self.t.max())
+        self.first = int(self.slot.min()) >> 32  # the oldest chunk whose normalized keys it needs
 
 
 class IntervalJoin:
@@ -254,8 +349,12 @@ class IntervalJoin:
         self.stats = JoinStats() if stats is None else stats
         # the events that can still pair or leave, as runs sorted by (code, position), oldest first
         self.runs: list[_Events] = []
-        # chunk number -> (keys, payloads, normalized keys) of its events, while one of them is in the state
-        self.store: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        # the events that left the runs, sorted by (code, position) each, while an on-time event could
+        # be within `within` of one (StreamStreamJoin.push: such an event is late)
+        self.gone: list[_Gone] = []
+        # chunk number -> (keys, payloads, normalized keys) of its events, while one of them is in the
+        # state; then only the normalized keys while `gone` needs them
+        self.store: dict[int, tuple[Any, Any, np.ndarray]] = {}  # (None, None, normalized keys) then
         self.chunks = 0
 
     def _objects_at(self, slot: np.ndarray, what: int) -> np.ndarray:
@@ -306,7 +405,13 @@ class IntervalJoin:
         before = clock.value  # the watermark after the chunks before (NO_WATERMARK before any time)
         wm, high = after_array(t, clock.max_time, clock.lateness)
         clock.observe(high)
-        late = t + self.within < wm  # the reference's test: a late event never moves the watermark
+        behind = t < wm  # (an event that moves the watermark is never behind it)
+        late = behind
+        if behind.any():
+            late = t + self.within < wm  # the reference's tests (StreamStreamJoin.push)
+            left = behind & ~late
+            if left.any():
+                late |= self._partner_left(np.flatnonzero(left), side, t, wm, code | side, nks, late)
         if late.any():
             for i in np.flatnonzero(late).tolist():
                 which = int(side[i])
@@ -319,6 +424,58 @@ class IntervalJoin:
             if not len(side):
                 return
         self._rows(t, side, pos, wm, before, code | side, keys, payloads, nks)
+
+    def _partner_left(self, cand: np.ndarray, side: np.ndarray, t: np.ndarray, wm: np.ndarray,
+                      code: np.ndarray, nks: np.ndarray, late: np.ndarray) -> np.ndarray:
+        """Which of the chunk's events `cand` (behind the watermark, not behind the window) are late
+        because an event of the other side with their key, at most `within` before them, has left
+        the state (W(b) > t_a + within) before they came: one of an earlier chunk (in the runs or
+        gone), or an earlier one of this chunk that is not late (`late`: the chunk's first test).
+        `code` has the side bit."""
+        import numpy as np
+
+        within = self.within
+        out = np.zeros(len(t), dtype=bool)
+        cand = cand[code[cand] >= 0]  # a null key has no partner
+        if not len(cand):
+            return out
+        tgt = code[cand] ^ 1
+        by = np.argsort(tgt, kind="stable")
+        cand, tgt = cand[by], tgt[by]
+        hit = np.zeros(len(cand), dtype=bool)
+        segs: list[_Gone | _Events] = [*self.gone, *self.runs]
+        for seg in segs:
+            ci, ai = _matches(seg.code, tgt)
+            if not len(ci):
+                continue
+            b, ta = cand[ci], seg.t[ai]
+            ok = (ta >= t[b] - within) & (ta + within < wm[b])
+            ci, ai = ci[ok], ai[ok]
+            if len(ci):
+                hit[ci[np.equal(self._objects_at(seg.slot[ai], 2), nks[cand[ci]])]] = True
+        # this chunk's events before them
+        order = np.argsort(code, kind="stable")
+        ci, ai = _matches(code[order], tgt)
+        a, b = order[ai], cand[ci]
+        ok = (a < b) & ~late[a] & (t[a] >= t[b] - within) & (t[a] + within < wm[b])
+        ci, a, b = ci[ok], a[ok], b[ok]
+        same = np.equal(nks[a], nks[b])
+        ci, a, b = ci[same], a[same], b[same]
+        is_cand = np.zeros(len(t), dtype=bool)
+        is_cand[cand] = True
+        fixed = ~is_cand[a]
+        hit[ci[fixed]] = True
+        out[cand[hit]] = True
+        if not fixed.all():
+            # a partner that is itself behind the watermark counts only if it is not late: decided
+            # in input order
+            edges: dict[int, list[int]] = {}
+            for bb, aa in zip(b[~fixed].tolist(), a[~fixed].tolist(), strict=True):
+                edges.setdefault(bb, []).append(aa)
+            for bb in sorted(edges):
+                if not out[bb] and any(not out[aa] for aa in edges[bb]):
+                    out[bb] = True
+        return out
 
     def _rows(self, t: np.ndarray, side: np.ndarray, pos: np.ndarray, wm: np.ndarray, before: int,
               code: np.ndarray, key_a: np.ndarray, pay_a: np.ndarray, nk_a: np.ndarray) -> None:
@@ -394,21 +551,36 @@ class IntervalJoin:
         # merged about log2(state / chunk) times instead of once a chunk (merging every chunk into
         # one run cost a third of the join). Events that left but wait in a run for their merge
         # fail the probe's window test and are never emitted twice (end >= the watermark before).
+        # The events that leave the runs go to `gone`, kept until W > time + 2 * within.
         floor = wm_last - within
-        runs = [r for r in self.runs if r.t_max >= floor]
+        gone = [g for g in self.gone if g.t_max >= floor - within]
+        runs: list[_Events] = []
+        for r in self.runs:
+            if r.t_max >= floor:
+                runs.append(r)
+            elif len(r.t):
+                gone.append(_Gone(r))
         alive = cur.t >= floor
-        if alive.any():
-            runs.append(cur if alive.all() else cur.take(alive))
+        if alive.all():
+            runs.append(cur)
+        elif alive.any():
+            runs.append(cur.take(alive))
+            gone.append(_Gone(cur, ~alive))
+        else:
+            gone.append(_Gone(cur))
         while len(runs) > 1 and len(runs[-2].t) <= len(runs[-1].t):
             newer = runs.pop()
-            runs.append(_Events.merged(runs.pop(), newer, floor))
+            runs.append(_Events.merged(runs.pop(), newer, floor, gone))
         self.runs = runs
-        if runs:
-            oldest = min(int(r.slot.min()) for r in runs) >> 32
-            for c in [c for c in self.store if c < oldest]:
-                del self.store[c]
-        else:
-            self.store.clear()
+        self.gone = gone
+        store = self.store
+        held_from = min(int(r.slot.min()) for r in runs) >> 32 if runs else self.chunks
+        keys_from = min([held_from, *(g.first for g in gone)])
+        for c in [c for c in store if c < held_from]:
+            if c < keys_from:
+                del store[c]
+            elif store[c][0] is not None:
+                store[c] = (None, None, store[c][2])  # only a gone event's normalized key is asked for
         held_now = sum(len(r.t) for r in runs)
         if held_now > self.stats.max_state:
             self.stats.max_state = held_now
@@ -433,7 +605,7 @@ class IntervalJoin:
 
     def finish(self) -> None:
         """End of input: every event still in the window leaves, unmatched ones by (time, position)."""
-        runs, self.runs = self.runs, []
+        runs, self.runs, self.gone = self.runs, [], []
         if not self.inner:
             rows = _Rows()
             before = self.clock.value
