@@ -1,7 +1,7 @@
 """The block-at-a-time stream-stream join of two plain files against the record-at-a-time path.
 
 `joining.run(spec, write_jsonl=...)` takes the fast path (joins/plain_inputs.py's merge +
-joins/stream_stream.py's IntervalJoin); `joining.run(spec, emit)` the generic one
+joins/interval_kernel.py's IntervalJoin); `joining.run(spec, emit)` the generic one
 (inputorder.merged + StreamStreamJoin). Both must give the same bytes: the rows emit makes, dumped with orjson.
 """
 
@@ -190,11 +190,11 @@ def test_read_ahead_gives_the_same_rows_and_error(tmp_path, monkeypatch, cores):
 @given(st.data(), st.integers(0, 12), st.sampled_from(["inner", "left", "right", "outer"]), st.integers(0, 6),
        st.integers(1, 9), st.booleans())
 def test_chunked_numpy_join_equals_generic(tmp_path, data, within, how, lateness, chunk, collide):
-    """joins/stream_stream.py's IntervalJoin matched a few records at a time (the state carried
+    """joins/interval_kernel.py's IntervalJoin matched a few records at a time (the state carried
     across many chunks, events leaving it mid-chunk), with every key hashed alike when `collide`
     (codes collide, keys decide): the rows, their order and the counts of the record-at-a-time join; and the fast path ran
     (the emit of the record path is never called)."""
-    from streamctl.processing.joins import plain_inputs, stream_stream
+    from streamctl.processing.joins import interval_kernel, plain_inputs
 
     left = data.draw(st.lists(line("id", "at"), max_size=30))
     right = data.draw(st.lists(line("id", "at"), max_size=30))
@@ -202,7 +202,7 @@ def test_chunked_numpy_join_equals_generic(tmp_path, data, within, how, lateness
                              within=f"{within}ms", how=how, on="id", time_field="at", lateness=f"{lateness}ms")
     want, want_stats = generic_bytes(spec)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(stream_stream, "CHUNK", chunk)
+        mp.setattr(interval_kernel, "CHUNK", chunk)
         if collide:
             mp.setattr(plain_inputs, "_hash", lambda k: 42)
         out: list[bytes] = []
@@ -280,7 +280,7 @@ def test_kernel_equals_reference_on_out_of_order_data(tmp_path, monkeypatch, see
     seeds, gives StreamStreamJoin's rows, late counts and --late-out lines."""
     import random
 
-    from streamctl.processing.joins import plain_inputs, stream_stream
+    from streamctl.processing.joins import interval_kernel, plain_inputs
 
     rnd = random.Random(seed)
     within, lateness = rnd.choice([20, 60, 100]), rnd.choice([0, 0, 10])
@@ -299,7 +299,7 @@ def test_kernel_equals_reference_on_out_of_order_data(tmp_path, monkeypatch, see
         orjson.dumps({"key": k, "left": lv, "right": rv}, option=orjson.OPT_APPEND_NEWLINE)),
         late=lambda side, line: want_late.append(line))
     assert sum(want_stats.late)
-    monkeypatch.setattr(stream_stream, "CHUNK", rnd.choice([3, 17, 64]))
+    monkeypatch.setattr(interval_kernel, "CHUNK", rnd.choice([3, 17, 64]))
     if seed % 2:
         monkeypatch.setattr(plain_inputs, "_hash", lambda k: 42)
     got_late: list[bytes] = []

@@ -10,7 +10,7 @@ import orjson
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from streamctl.processing.joins import JoinStats, plain_inputs, stream_stream
+from streamctl.processing.joins import JoinStats, interval_kernel, plain_inputs
 from streamctl.processing.joins import driver as joining
 
 L, R = 0, 1
@@ -124,12 +124,12 @@ def test_stream_stream_loses_no_pair_of_events_not_late(evs, within, how, latene
 def join_batches(batches: Iterable[tuple[list[bool], list[Any], list[Any], list[Any]]], within: int, how: str, write: Callable[[bytes], None],
                  counts: list[int], no_time: list[int], lateness: int = 0, late_counts: list[int] | None = None,
                  late: Callable[[int, bytes], None] | None = None, chunk: int = 16384) -> int:
-    """The plain-file batch kernel (stream_stream.py's IntervalJoin) fed as the join driver feeds
+    """The plain-file batch kernel (interval_kernel.py's IntervalJoin) fed as the join driver feeds
     it: StreamStreamJoin's rows (the bytes of orjson.dumps({"key", "left", "right"}) + newline per row, in its order) for (sides, times, keys, payloads) batches in input order, matched `chunk`
     records at a time. Counts go to `counts`, `no_time` and `late_counts` per side; returns the
     largest number of events held."""
     stats = JoinStats()
-    j = stream_stream.IntervalJoin(within, how, write, lateness, late, stats)
+    j = interval_kernel.IntervalJoin(within, how, write, lateness, late, stats)
     buf: list[list[Any]] = [[], [], [], []]
 
     def flush() -> None:
@@ -167,7 +167,7 @@ def join_batches(batches: Iterable[tuple[list[bool], list[Any], list[Any], list[
 @example([(R, "z", 15), (L, "a", 6), (R, "z", 17), (R, "a", 12)], 10, "outer", 0, 4)
 @example([(R, "a", 0), (R, "z", 15), (L, "a", 6), (R, "z", 17), (R, "a", 12)], 10, "outer", 0, 5)
 def test_stream_stream_plain_batches_match_reference(tmp_path_factory, evs, within, how, lateness, block):
-    """The plain-file batch path (stream_stream.py's IntervalJoin, chunks of `block` records) gives
+    """The plain-file batch path (interval_kernel.py's IntervalJoin, chunks of `block` records) gives
     the reference rows and late counts, for inputs whose own order the merge keeps."""
     sides = [s for s, _, _ in evs]
     times = [t for _, _, t in evs]

@@ -217,11 +217,11 @@ def _run_enrich(spec: JoinSpec, write_jsonl: Callable[[bytes], None], block_byte
 def _run_stream_plain(spec: JoinSpec, write_jsonl: Callable[[bytes], None], block_bytes: int | None,
                       late: LateSink | None = None) -> JoinStats:
     """A stream-stream join of two plain files: each read as columns (joins/plain_inputs.py), merged
-    in input order and joined a chunk at a time with numpy (stream_stream.py's IntervalJoin),
+    in input order and joined a chunk at a time with numpy (interval_kernel.py's IntervalJoin),
     values that are already in orjson's form pasted into the rows as the file has them."""
     from streamctl.processing import decoder
+    from streamctl.processing.joins.interval_kernel import CHUNK, IntervalJoin
     from streamctl.processing.joins.plain_inputs import file_blocks, merged_chunks
-    from streamctl.processing.joins.stream_stream import CHUNK, IntervalJoin
 
     assert spec.within is not None
     size = block_bytes or PLAIN_JOIN_BLOCK

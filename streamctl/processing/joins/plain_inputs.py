@@ -5,7 +5,7 @@ the time and key columns, hashing the keys) is most of a join's work, and it doe
 on the other file. So each file can be read by a process of its own (joins/driver.py forks one
 per file), which sends `FileBlock`s: numbers as the bytes of numpy arrays, and the keys and
 payloads as lists. The joining process merges the two streams of blocks with numpy and joins
-(joins/stream_stream.py's IntervalJoin). Three processes on two cores: whichever side is the
+(joins/interval_kernel.py's IntervalJoin). Three processes on two cores: whichever side is the
 slower one, the cores stay busy.
 
 The merge is the input order's (mergeorder.merge), on arrays: a record's merge key is the largest time in
