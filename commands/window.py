@@ -104,7 +104,7 @@ def window(
     late: str = typer.Option("drop", "--late", metavar="drop|correct", help="Events for a closed window (a session: also within GAP of a closed one): drop and count them (default), or emit a corrected row with a revision."),
     late_out: str | None = typer.Option(None, "--late-out", metavar="FILE", help="Also write late events to FILE (a log's records as stored JSON, a plain file's values)."),
     emit: str = typer.Option("final", "--emit", metavar="final|update", help="final: each window once, when it closes; update: a row at every change. A session whose bounds change withdraws its old row with {\"window\": OLD, \"key\": K, \"op\": \"delete\"}."),
-    output: str = typer.Option("jsonl", "--output", "-o", metavar="jsonl|csv|table", help="Output format (table is for people and is written at the end)."),
+    output: str = typer.Option("jsonl", "--output", "-o", metavar="jsonl|csv|table", help="Output format (table is for people: it buffers the rows and is written at the end; with --follow, before each checkpoint)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep running on a LOG, emitting windows as the watermark moves."),
     group: str | None = typer.Option(None, "--group", "-g", metavar="G", help="With --follow: checkpoint input offsets and window state together in LOG/groups/.G.window.json."),
     idle_timeout: str | None = typer.Option(None, "--idle-timeout", callback=numbers.duration(), metavar="DUR", help="With --follow: exit after DUR without new records. With --group the open windows stay in the checkpoint, written once a later run closes them; without, they are flushed like at end of input."),
