@@ -21,13 +21,12 @@ import msgspec
 import orjson
 
 from streamctl.errors import UsageError
+from streamctl.processing import exactjson
 from streamctl.storage import fieldpaths
 
 Decoded = tuple["str | None", bytes, "bytes | None", "tuple[str, int, int] | None"]
 Decoder = Callable[[bytes], Decoded]
 
-_DIGITS = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))
-_BIG = b"0" * 20
 
 
 class BadLine(ValueError):
@@ -43,35 +42,9 @@ def _loads(line: bytes) -> Any:
             raise BadLine(f"invalid UTF-8 or lone surrogate: {msg}") from None
         raise BadLine(f"invalid JSON: {msg}") from None
     # orjson reads an integer beyond 64 bits as a float: such a line is read again by the standard
-    # library, which keeps integers exact (a key taken from one is its exact decimal text); the
-    # value itself is stored as written either way
-    if _BIG in line.translate(_DIGITS) and _has_big_float(obj):
-        import json
-
-        try:
-            return json.loads(line)
-        except (ValueError, RecursionError):  # past int()'s digit limit or the stdlib's nesting
-            return obj
-    return obj
-
-
-def _any_leaf(obj: Any, test: Callable[[Any], bool]) -> bool:
-    """Whether any value nested in a parsed JSON value (itself included) passes `test`."""
-    stack = [obj]
-    while stack:
-        o = stack.pop()
-        if test(o):
-            return True
-        if isinstance(o, dict):
-            stack.extend(o.values())
-        elif isinstance(o, list):
-            stack.extend(o)
-    return False
-
-
-def _has_big_float(obj: Any) -> bool:
-    """Whether a parsed value holds a float that may stand for an integer beyond 64 bits."""
-    return _any_leaf(obj, lambda o: isinstance(o, float) and o.is_integer() and abs(o) >= 2**63)
+    # library (exactjson), which keeps integers exact (a key taken from one is its exact decimal
+    # text); the value itself is stored as written either way
+    return exactjson.exact(line, obj)
 
 
 def coerce_key(k: Any) -> str | None:

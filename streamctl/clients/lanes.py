@@ -77,12 +77,12 @@ _CLASSES = bytes(
     for b in range(256)
 )
 _EXPONENT = re.compile(b"0e000")
-_RUN = b"0" * 20
+_RUN = b"0" * 19  # -9223372036854775809, the shortest integer orjson reads as a float, has 19 digits
 
 
 def suspect_lines(text: bytes) -> list[int]:
     """Indexes of the lines of text (split at `\n`) that may hold a number orjson refuses or reads as
-    a float: one with an exponent of 3 or more digits, or a run of 20 digits."""
+    a float: one with an exponent of 3 or more digits, or a run of 19 digits."""
     c = b":" + text.translate(_CLASSES)  # the text's first byte starts a line too: a `:` before it
     at = list(map(_start, _EXPONENT.finditer(c)))  # the digit before each e
     if at:
@@ -93,11 +93,11 @@ def suspect_lines(text: bytes) -> list[int]:
         colon = map(c.rfind, repeat(b":"), lo, hi)
         other = map(max, map(c.rfind, repeat(b"x"), lo, hi), map(c.rfind, repeat(b"e"), lo, hi))
         at = list(compress(at, map(gt, colon, other)))
-    if b"0000" in c[::5]:  # a run of 20 covers 4 consecutive bytes of every 5th byte
+    if b"000" in c[::5]:  # a run of 19 covers 3 consecutive bytes of every 5th byte
         p = c.find(_RUN)
         while p >= 0:
             at.append(p)
-            p = c.find(_RUN, p + 20)
+            p = c.find(_RUN, p + 19)
     lines = []
     line = last = 0
     for p in sorted(at):

@@ -599,3 +599,15 @@ def test_an_input_that_cannot_be_read_is_named_and_creates_no_log(tmp_path):
         p = run_cli("produce", log, bad)
         assert p.returncode == 2 and p.stderr.startswith(f"streamctl: {bad}: cannot open: ".encode()), p.stderr
         assert reason in p.stderr and not os.path.exists(log)
+
+
+@pytest.mark.parametrize("lines", [1, 3000])
+def test_key_field_keeps_a_19_digit_integer_below_the_64_bit_range_exact(tmp_path, lines):
+    """-9223372036854775809 and below have 19 digits: orjson reads them as floats, so the key is taken
+    from the exact parse, on the line-by-line path (one line) and the lanes' (many lines) alike."""
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"k": -9300000000000000000 - i, "v": i}) + "\n" for i in range(lines)))
+    log = str(tmp_path / "log")
+    run_cli("produce", log, str(src), "--key-field", "k", check=True)
+    first = json.loads(run_cli("consume", log, "--max", "1", check=True).stdout)
+    assert first["key"] == "-9300000000000000000"
